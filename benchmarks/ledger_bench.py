@@ -1,0 +1,133 @@
+"""Ledger throughput against a same-run baseline (msgspec + zstd frames, no chain, no seals).
+
+Usage: python benchmarks/ledger_bench.py [--events N] [--out DIR]
+
+Writes N strace-like events through the ledger and through the baseline, then
+verifies (ledger) and reads (baseline) both. Last line:
+``append_ratio=A verify_ratio=V bytes_per_event=B events_per_s=E`` where the ratios are
+ledger throughput / baseline throughput (targets: A >= 0.6, V >= 0.6, B <= 12).
+``--out DIR`` keeps the ledger as a run directory signed with the operator key of
+``$CAISSON_HOME`` (created when missing), so `caisson verify DIR` checks it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+import zstandard
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from caisson.home import ensure_operator_key  # noqa: E402
+from caisson.synthetic import strace_like  # noqa: E402
+from ledger import BlobStore, LedgerWriter, Record, verify_ledger  # noqa: E402
+from ledger._format import msgpack_array_header  # noqa: E402
+
+FRAME = 4096
+
+
+def baseline_write(path: Path, items: list) -> None:
+    """msgspec-encode records and write zstd frames of FRAME records, length-prefixed."""
+    enc = msgspec.msgpack.Encoder()
+    cctx = zstandard.ZstdCompressor(level=3)
+    with open(path, "wb") as f:
+        batch = []
+        for seq, (wall, mono, event) in enumerate(items):
+            batch.append(Record(seq=seq, wall_ns=wall, mono_ns=mono, source="strace", event=event))
+            if len(batch) == FRAME:
+                payload = cctx.compress(enc.encode(batch))
+                f.write(len(payload).to_bytes(4, "big") + payload)
+                batch = []
+        if batch:
+            payload = cctx.compress(enc.encode(batch))
+            f.write(len(payload).to_bytes(4, "big") + payload)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def baseline_read(path: Path) -> int:
+    """Read back every baseline frame, decoding records into typed Structs."""
+    dec = msgspec.msgpack.Decoder(list[Record])
+    dctx = zstandard.ZstdDecompressor()
+    data = path.read_bytes()
+    pos = n = 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        n += len(dec.decode(dctx.decompress(data[pos + 4 : pos + 4 + length])))
+        pos += 4 + length
+    return n
+
+
+def ledger_write(run_dir: Path, items: list, key) -> None:
+    """Append every event through the ledger writer, then close (final seal)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with LedgerWriter(run_dir / "ledger", run_id=f"bench-{run_dir.name}", key=key,
+                      blobs=BlobStore(run_dir / "blobs"), flush_records=FRAME,
+                      flush_interval_s=3600) as writer:
+        for wall, mono, event in items:
+            writer.append(event, source="strace", wall_ns=wall, mono_ns=mono)
+
+
+def best_of_pairs(baseline, ledger, repeat: int) -> tuple[float, float]:
+    """Best wall time (s) of each, with runs alternated so drift hits both alike."""
+    best = [float("inf"), float("inf")]
+    for _ in range(repeat):
+        for i, fn in enumerate((baseline, ledger)):
+            t0 = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best[0], best[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--out", type=Path, help="keep the ledger as this run directory")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    key = ensure_operator_key()
+    items = list(strace_like(args.events))
+    work = Path(tempfile.mkdtemp(prefix="caisson-bench-"))
+    try:
+        base = work / "baseline.bin"
+        runs = iter(range(10**6))
+
+        def write_ledger() -> None:
+            d = work / f"run{next(runs)}"
+            ledger_write(d, items, key)
+
+        t_base_w, t_led_w = best_of_pairs(lambda: baseline_write(base, items), write_ledger, args.repeat)
+        last_run = sorted(work.glob("run*"), key=lambda p: int(p.name[3:]))[-1]
+        report = verify_ledger(last_run, key.verify_key)
+        assert report.status == "ok" and report.records == args.events, report
+        t_base_r, t_led_v = best_of_pairs(
+            lambda: baseline_read(base), lambda: verify_ledger(last_run, key.verify_key), args.repeat
+        )
+        size = (last_run / "ledger").stat().st_size
+        n = args.events
+        print(f"events={n} baseline_bytes={base.stat().st_size} ledger_bytes={size}")
+        print(f"append: ledger {n / t_led_w:,.0f} ev/s, baseline {n / t_base_w:,.0f} ev/s")
+        print(f"verify: ledger {n / t_led_v:,.0f} ev/s, baseline read {n / t_base_r:,.0f} ev/s")
+        if args.out:
+            if args.out.exists():
+                shutil.rmtree(args.out)
+            shutil.copytree(last_run, args.out)
+            print(f"kept the ledger run directory at {args.out} (caisson verify {args.out})")
+        print(
+            f"append_ratio={t_base_w / t_led_w:.2f} verify_ratio={t_base_r / t_led_v:.2f}"
+            f" bytes_per_event={size / n:.2f} events_per_s={n / t_led_w:.0f}"
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""`caisson verify PATH [--key PUBKEY] [--json]`: check a ledger's chain, seals and blobs.
+
+Exit codes: 0 intact and closed; 1 tampered (first bad record, offset, why); 3 intact
+but not closed (records after the last seal, torn frame cut); 2 not a ledger,
+unreadable, or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+
+from caisson.home import trusted_key
+from ledger import VerifyReport, verify_ledger
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="verify a ledger against a trusted key")
+    p.add_argument("path", help="a run directory or a ledger file")
+    p.add_argument("--key", metavar="PUBKEY", help="trust this public key (default: the operator key)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run)
+
+
+def describe(report: VerifyReport) -> str:
+    """One human-readable line (two for failures) for a verify report."""
+    if report.status == "ok":
+        return (
+            f"OK {report.path}: run {report.run_id}, {report.records} records sealed and closed,"
+            f" signed by {report.key_fingerprint}, {report.blobs_checked} blobs checked"
+        )
+    if report.status == "tampered":
+        where = f" at byte {report.bad_offset}" if report.bad_offset is not None else ""
+        return (
+            f"TAMPERED {report.path}: first bad record seq {report.bad_seq}{where}: {report.reason}\n"
+            f"  records 0..{report.sealed - 1} verified before it" if report.sealed else
+            f"TAMPERED {report.path}: first bad record seq {report.bad_seq}{where}: {report.reason}"
+        )
+    torn = (
+        f"a torn frame of {report.torn_bytes} bytes was cut" if report.torn_bytes else "no torn frame"
+    )
+    return (
+        f"NOT CLOSED {report.path}: run {report.run_id}, {report.sealed} records sealed and intact;"
+        f" {report.unsealed} records follow the last seal; {torn}; no final seal (crash or still running)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    key = trusted_key(args.key)
+    report = verify_ledger(args.path, key)
+    if args.json:
+        out = msgspec.to_builtins(report)
+        out["exit_code"] = report.exit_code
+        sys.stdout.write(msgspec.json.encode(out).decode() + "\n")
+    else:
+        print(describe(report))
+    return report.exit_code

@@ -1,0 +1,1 @@
+"""Witnesses: one module per witness, each a sans-IO parser plus a thin trio task."""

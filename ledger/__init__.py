@@ -1,0 +1,62 @@
+"""The evidence ledger: append-only, hash-chained, sealed with Ed25519, zstd-framed.
+
+Knows only bytes, hashes, keys and the event vocabulary (`ledger.events`); it imports
+neither `collectors` nor `caisson`.
+"""
+
+from ledger._blobs import BlobStore
+from ledger._errors import (
+    CaissonError,
+    KeyFileError,
+    LedgerError,
+    NotALedgerError,
+    WriterClosedError,
+)
+from ledger._format import FORMAT_VERSION, Header, Record, Seal
+from ledger._keys import (
+    SigningKey,
+    VerifyKey,
+    fingerprint,
+    generate_keypair,
+    load_signing_key,
+    load_verify_key,
+)
+from ledger._reader import (
+    LedgerChecker,
+    VerifyReport,
+    follow_records,
+    locate,
+    read_records,
+    verify_ledger,
+)
+from ledger._writer import BLOBS_DIR, LEDGER_FILE, LedgerWriter, Submission, run_writer
+
+__all__ = [
+    "BLOBS_DIR",
+    "BlobStore",
+    "CaissonError",
+    "FORMAT_VERSION",
+    "Header",
+    "KeyFileError",
+    "LEDGER_FILE",
+    "LedgerChecker",
+    "LedgerError",
+    "LedgerWriter",
+    "NotALedgerError",
+    "Record",
+    "Seal",
+    "SigningKey",
+    "Submission",
+    "VerifyKey",
+    "VerifyReport",
+    "WriterClosedError",
+    "fingerprint",
+    "follow_records",
+    "generate_keypair",
+    "load_signing_key",
+    "load_verify_key",
+    "locate",
+    "read_records",
+    "run_writer",
+    "verify_ledger",
+]

@@ -1,0 +1,68 @@
+"""Content-addressed blob store beside a ledger: ``blobs/<aa>/<sha256 hex>``.
+
+The ledger holds only the hash (in a ``blob.stored`` event), so the chain covers the
+blob's content; `BlobStore.check` recomputes every hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["BlobStore"]
+
+
+class BlobStore:
+    """Blobs under ``root``; writes are atomic (temp file, fsync, rename)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def path_for(self, sha256_hex: str) -> Path:
+        """Where the blob with this hex digest lives (whether or not it exists)."""
+        return self.root / sha256_hex[:2] / sha256_hex
+
+    def put(self, data: bytes) -> str:
+        """Store ``data``; returns its sha256 hex digest. Idempotent."""
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.path_for(digest)
+        if path.exists():
+            return digest
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{digest}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return digest
+
+    def get(self, sha256_hex: str) -> bytes:
+        """The blob's bytes. Raises FileNotFoundError when absent."""
+        return self.path_for(sha256_hex).read_bytes()
+
+    def __iter__(self) -> Iterator[str]:
+        """Hex digests of every stored blob, sorted (temp files excluded)."""
+        if not self.root.is_dir():
+            return iter(())
+        return iter(
+            sorted(p.name for p in self.root.glob("??/*") if p.is_file() and not p.name.startswith("."))
+        )
+
+    def check(self, sha256_hex: str) -> str | None:
+        """Recompute one blob's hash. Returns None when intact, else why not."""
+        path = self.path_for(sha256_hex)
+        h = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        except FileNotFoundError:
+            return "missing"
+        except OSError as exc:
+            return f"unreadable ({exc.strerror})"
+        if h.hexdigest() != sha256_hex:
+            return "content does not match its hash"
+        return None

@@ -1,0 +1,264 @@
+"""Byte layout of a ledger file, format version 1, and a sans-IO frame parser.
+
+A ledger file is a header followed by frames::
+
+    header   MAGIC (8) | u32 length | u32 crc32(payload) | u32 crc32(previous 16 bytes)
+             | payload = msgpack(Header)
+    frame    u8 type | u64 first_seq | u32 count | u32 length | u32 crc32(payload)
+             | u32 crc32(previous 21 bytes) | payload
+
+All integers are big-endian. A ``records`` frame's payload is the zstd-compressed
+msgpack array of the frame's records; a ``seal`` frame's payload is msgpack(Seal),
+uncompressed. The header checksum of each frame protects its length, so a damaged
+length is told apart from a file that simply ends early: as in SQLite's WAL and
+Kafka's log segments, a frame whose declared bytes run past the end of the file is a
+*torn* tail (a crash), while a complete frame that fails its checksum is damage.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Final
+
+import msgspec
+
+from ledger._errors import LedgerError, NotALedgerError
+from ledger.events import Event
+
+FORMAT_VERSION: Final = 1
+MAGIC: Final = b"\x89CSNLDG\n"
+HASH_ALG: Final = "sha256"
+
+FRAME_RECORDS: Final = 1
+FRAME_SEAL: Final = 2
+
+_HEADER_PREFIX = struct.Struct(">8sII")
+_HEADER_PREFIX_CRC = struct.Struct(">I")
+HEADER_PREFIX_SIZE: Final = _HEADER_PREFIX.size + _HEADER_PREFIX_CRC.size  # 20 bytes
+_FRAME_HEAD = struct.Struct(">BQIII")
+_FRAME_HEAD_CRC = struct.Struct(">I")
+FRAME_HEADER_SIZE: Final = _FRAME_HEAD.size + _FRAME_HEAD_CRC.size  # 25 bytes
+MAX_PAYLOAD: Final = 1 << 30
+
+
+class Header(msgspec.Struct, frozen=True, kw_only=True):
+    """The ledger header; its bytes seed the hash chain, so seals cover it."""
+
+    format_version: int
+    run_id: str
+    hash_alg: str  # "sha256"
+    key_fingerprint: str  # fingerprint of the signing key (see ledger.keys)
+    public_key: bytes  # raw Ed25519 public key, 32 bytes (informational: trust is external)
+    schema_version: int  # ledger.events.SCHEMA_VERSION at write time
+    created_ns: int  # wall ns since the Unix epoch
+    compression: str = "zstd"
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """One ledger record as readers see it, with absolute times."""
+
+    seq: int  # 0, 1, 2, ... without gaps
+    wall_ns: int  # wall clock, ns since the Unix epoch, as the witness observed it
+    mono_ns: int  # time.monotonic_ns() of the recording host at the same instant
+    source: str  # the witness that produced the event: strace, proxy, recorder, ...
+    event: Event
+
+
+class WireRecord(msgspec.Struct, frozen=True, array_like=True):
+    """A record as stored: the msgpack array ``[seq, wall_delta_ns, mono_delta_ns, source, event]``.
+
+    Times are stored as differences from the previous record (the first record's from
+    0), as time-series stores do (Gorilla, Prometheus TSDB): absolute ns timestamps
+    are 9 msgpack bytes of mostly noise, differences are small and repetitive. Readers
+    restore absolute times by a running sum; the chain hashes these canonical bytes,
+    so the differences are as tamper-evident as the events.
+    """
+
+    seq: int
+    wall_delta_ns: int  # wall_ns minus the previous record's wall_ns (may be negative)
+    mono_delta_ns: int  # mono_ns minus the previous record's mono_ns
+    source: str
+    event: Event
+
+
+class Seal(msgspec.Struct, frozen=True, kw_only=True):
+    """An Ed25519 signature over (run id, number of records, chain head, final)."""
+
+    run_id: str
+    upto: int  # number of records covered: seq 0 .. upto-1
+    head: bytes  # chain hash after record upto-1 (32 bytes)
+    final: bool  # True only for the seal written by a clean close
+    wall_ns: int  # when it was signed, ns since the Unix epoch
+    signature: bytes  # 64 bytes
+
+
+class Envelope(msgspec.Struct, frozen=True, array_like=True):
+    """A stored record whose event is left undecoded (verify does not need it)."""
+
+    seq: int
+    wall_delta_ns: int
+    mono_delta_ns: int
+    source: str
+    event: msgspec.Raw
+
+
+record_encoder = msgspec.msgpack.Encoder()
+wire_list_decoder = msgspec.msgpack.Decoder(list[WireRecord])
+envelope_list_decoder = msgspec.msgpack.Decoder(list[Envelope])
+raw_list_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
+seal_decoder = msgspec.msgpack.Decoder(Seal)
+header_decoder = msgspec.msgpack.Decoder(Header)
+
+
+def encode_header(header: Header) -> tuple[bytes, bytes]:
+    """Encode a header. Returns (file bytes, payload bytes that seed the chain)."""
+    payload = record_encoder.encode(header)
+    prefix = _HEADER_PREFIX.pack(MAGIC, len(payload), zlib.crc32(payload))
+    return prefix + _HEADER_PREFIX_CRC.pack(zlib.crc32(prefix)) + payload, payload
+
+
+def encode_frame(kind: int, first_seq: int, count: int, payload: bytes) -> bytes:
+    """Frame ``payload`` (already compressed for records frames) with its checked header."""
+    head = _FRAME_HEAD.pack(kind, first_seq, count, len(payload), zlib.crc32(payload))
+    return head + _FRAME_HEAD_CRC.pack(zlib.crc32(head)) + payload
+
+
+def msgpack_array_header(n: int) -> bytes:
+    """The msgpack array prefix for ``n`` elements (msgpack spec: fixarray/array16/array32)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+class Frame(msgspec.Struct, frozen=True):
+    """A complete, checksum-valid frame as the parser yields it."""
+
+    kind: int
+    first_seq: int
+    count: int
+    offset: int  # byte offset of the frame header in the file
+    payload: bytes
+
+
+class Damage(msgspec.Struct, frozen=True):
+    """Complete bytes that fail their checks: tampering or corruption, never a crash."""
+
+    offset: int
+    reason: str
+    first_seq: int | None = None  # from the frame header, when that header is intact
+
+
+NEED_DATA: Final = object()
+"""Sentinel: the parser needs more bytes (or the file ends in a torn frame)."""
+
+
+class FrameParser:
+    """Sans-IO parser of a ledger byte stream: `feed` bytes, then `next_item`.
+
+    `next_item()` returns the `Header` first, then one `Frame` per complete frame, a
+    `Damage` when complete bytes fail their checks (after which the parser stops), or
+    `NEED_DATA`. After the last `feed`, `pending` tells how many bytes of an
+    incomplete (torn) item remain.
+
+    Raises:
+        NotALedgerError: the stream does not start with the ledger magic.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._base = 0  # file offset of self._buf[0]
+        self._pos = 0  # parse position within self._buf
+        self.header: Header | None = None
+        self.header_payload: bytes | None = None
+        self.damaged = False
+
+    def feed(self, data: bytes) -> None:
+        """Append bytes read from the file."""
+        self._buf += data
+
+    @property
+    def offset(self) -> int:
+        """File offset of the next unparsed byte."""
+        return self._base + self._pos
+
+    @property
+    def pending(self) -> int:
+        """Bytes received but not yet forming a complete item."""
+        return len(self._buf) - self._pos
+
+    def _compact(self) -> None:
+        if self._pos > 1 << 20:
+            del self._buf[: self._pos]
+            self._base += self._pos
+            self._pos = 0
+
+    def next_item(self) -> Header | Frame | Damage | object:
+        """Parse the next item; see the class docstring."""
+        if self.damaged:
+            return NEED_DATA
+        if self.header is None:
+            return self._next_header()
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < FRAME_HEADER_SIZE:
+            return NEED_DATA
+        (head_crc,) = _FRAME_HEAD_CRC.unpack_from(buf, pos + _FRAME_HEAD.size)
+        if zlib.crc32(memoryview(buf)[pos : pos + _FRAME_HEAD.size]) != head_crc:
+            return self._damage(self.offset, "frame header checksum mismatch")
+        kind, first_seq, count, length, crc = _FRAME_HEAD.unpack_from(buf, pos)
+        if kind not in (FRAME_RECORDS, FRAME_SEAL) or length > MAX_PAYLOAD:
+            return self._damage(self.offset, f"unknown frame type {kind}", first_seq)
+        start = pos + FRAME_HEADER_SIZE
+        if len(buf) - start < length:
+            return NEED_DATA
+        payload = bytes(buf[start : start + length])
+        if zlib.crc32(payload) != crc:
+            return self._damage(self.offset, "frame checksum mismatch", first_seq)
+        frame = Frame(kind, first_seq, count, self.offset, payload)
+        self._pos = start + length
+        self._compact()
+        return frame
+
+    def _damage(self, offset: int, reason: str, first_seq: int | None = None) -> Damage:
+        self.damaged = True
+        return Damage(offset, reason, first_seq)
+
+    def _next_header(self) -> Header | Damage | object:
+        buf = self._buf
+        have = bytes(buf[: len(MAGIC)])
+        if have != MAGIC[: len(have)]:
+            # A file that is mostly our magic is a damaged ledger, not a foreign file.
+            same = sum(a == b for a, b in zip(have, MAGIC))
+            if len(have) == len(MAGIC) and same >= len(MAGIC) - 2:
+                return self._damage(0, "header magic damaged", 0)
+            raise NotALedgerError("not a caisson ledger (bad magic)", offset=0)
+        if len(buf) < HEADER_PREFIX_SIZE:
+            return NEED_DATA
+        (prefix_crc,) = _HEADER_PREFIX_CRC.unpack_from(buf, _HEADER_PREFIX.size)
+        if zlib.crc32(memoryview(buf)[: _HEADER_PREFIX.size]) != prefix_crc:
+            return self._damage(0, "header prefix checksum mismatch", 0)
+        _, length, crc = _HEADER_PREFIX.unpack_from(buf, 0)
+        if length > 1 << 20:
+            return self._damage(0, "header length implausible", 0)
+        end = HEADER_PREFIX_SIZE + length
+        if len(buf) < end:
+            return NEED_DATA
+        payload = bytes(buf[HEADER_PREFIX_SIZE:end])
+        if zlib.crc32(payload) != crc:
+            return self._damage(0, "header checksum mismatch", 0)
+        try:
+            header = header_decoder.decode(payload)
+        except msgspec.DecodeError as exc:
+            return self._damage(0, f"header undecodable: {exc}", 0)
+        if header.format_version != FORMAT_VERSION:
+            raise LedgerError(
+                f"unsupported ledger format version {header.format_version}"
+                f" (this caisson reads version {FORMAT_VERSION})",
+                offset=0,
+            )
+        self.header = header
+        self.header_payload = payload
+        self._pos = end
+        return header

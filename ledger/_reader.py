@@ -1,0 +1,379 @@
+"""Reading and verifying ledgers.
+
+`LedgerChecker` is sans-IO: `feed` it the file's bytes (all at once or as the file
+grows) and it checks frames, the hash chain and seals as they arrive, yielding records.
+`verify_ledger` and `read_records` drive it from a file; `follow_records` drives it
+from a file that is still being written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import zstandard
+
+from ledger import _chain
+from ledger._blobs import BlobStore
+from ledger._errors import LedgerError
+from ledger._format import (
+    FRAME_RECORDS,
+    Envelope,
+    envelope_list_decoder,
+    wire_list_decoder,
+    NEED_DATA,
+    Damage,
+    Frame,
+    FrameParser,
+    Header,
+    Record,
+    raw_list_decoder,
+    seal_decoder,
+)
+from ledger._keys import VerifyKey
+from ledger._writer import BLOBS_DIR, LEDGER_FILE
+from ledger.events import BlobStored, decode_event
+
+__all__ = [
+    "LedgerChecker",
+    "VerifyReport",
+    "locate",
+    "verify_ledger",
+    "read_records",
+    "follow_records",
+]
+
+_MAX_FRAME_BYTES = 1 << 30
+_READ_CHUNK = 1 << 20
+
+
+class VerifyReport(msgspec.Struct, kw_only=True):
+    """What `verify_ledger` found.
+
+    ``status`` is ``ok`` (intact and closed by a final seal), ``tampered`` (some complete
+    bytes fail a check: ``bad_seq``, ``bad_offset`` and ``reason`` say the first) or
+    ``unclosed`` (intact, but no final seal: a crash or a run still going; ``unsealed``
+    records follow the last seal and ``torn_bytes`` of a torn frame were cut).
+    """
+
+    path: str
+    status: str = "ok"
+    run_id: str | None = None
+    key_fingerprint: str | None = None
+    records: int = 0  # records in complete, checksum-valid frames
+    sealed: int = 0  # records covered by the last valid seal
+    unsealed: int = 0  # records after the last valid seal
+    torn_bytes: int = 0  # bytes of an incomplete last frame (cut by the reader)
+    final: bool = False
+    bad_seq: int | None = None  # first record whose integrity cannot be established
+    bad_offset: int | None = None  # byte offset of the frame where it was found
+    reason: str | None = None
+    blobs_checked: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        """0 ok, 1 tampered, 3 intact but not closed (the `caisson verify` contract)."""
+        return {"ok": 0, "tampered": 1, "unclosed": 3}[self.status]
+
+
+def _try_decode(raw: msgspec.Raw) -> object:
+    try:
+        return decode_event(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+class _Tampered(Exception):
+    def __init__(self, reason: str, offset: int, seq: int):
+        super().__init__(reason)
+        self.reason, self.offset, self.seq = reason, offset, seq
+
+
+class LedgerChecker:
+    """Sans-IO ledger checker: `feed` bytes, iterate `records()`; checks as it goes.
+
+    Args:
+        trusted: the key seals must be signed with; None skips signature checks (a
+            viewer such as `caisson tail`), never use None to verify.
+        decode: decode each record into a `Record` and yield it (True), or only check
+            records without decoding events and yield nothing (False, faster; used by
+            verify, which reads the count from ``expected``).
+
+    After a check fails, `tampered` holds (reason, offset, seq) and no more records
+    are yielded.
+
+    Raises:
+        NotALedgerError: from `records()`, when the bytes are not a ledger at all.
+        LedgerError: unsupported format version.
+    """
+
+    def __init__(self, trusted: VerifyKey | None, *, decode: bool = True):
+        self._parser = FrameParser()
+        self._trusted = trusted
+        self._decode = decode
+        self._dctx = zstandard.ZstdDecompressor()
+        self.header: Header | None = None
+        self.head = b""
+        self.expected = 0  # next sequence number
+        self.sealed = 0
+        self.final = False
+        self.final_offset: int | None = None
+        self.tampered: tuple[str, int, int] | None = None
+        self.blob_refs: list[tuple[int, BlobStored]] = []
+        self.envelopes = 0  # records checked without decoding (decode=False)
+        self._wall = 0  # running sums restoring absolute times
+        self._mono = 0
+
+    def feed(self, data: bytes) -> None:
+        """Give the checker more of the file."""
+        self._parser.feed(data)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of an incomplete frame at the end of what was fed."""
+        return self._parser.pending
+
+    def records(self) -> Iterator[Record]:
+        """Yield each record (or envelope) from the frames completed so far."""
+        while self.tampered is None:
+            item = self._parser.next_item()
+            if item is NEED_DATA:
+                return
+            try:
+                if isinstance(item, Damage):
+                    raise _Tampered(item.reason, item.offset, self.sealed)
+                if isinstance(item, Header):
+                    self._on_header(item)
+                    continue
+                assert isinstance(item, Frame)
+                if self.final:
+                    raise _Tampered("data after the final seal", item.offset, self.expected)
+                if item.kind == FRAME_RECORDS:
+                    yield from self._on_records(item)
+                else:
+                    self._on_seal(item)
+            except _Tampered as exc:
+                self.tampered = (exc.reason, exc.offset, exc.seq)
+                self._parser.damaged = True
+
+    def _on_header(self, header: Header) -> None:
+        self.header = header
+        assert self._parser.header_payload is not None
+        self.head = _chain.genesis(self._parser.header_payload)
+        trusted = self._trusted
+        if trusted is not None and (header.key_fingerprint != trusted.fingerprint or header.public_key != trusted.raw):
+            raise _Tampered(
+                f"key not trusted: ledger is signed by {header.key_fingerprint},"
+                f" the trusted key is {trusted.fingerprint}",
+                0,
+                0,
+            )
+
+    def _on_records(self, frame: Frame) -> Iterator[Record]:
+        if frame.first_seq != self.expected:
+            raise _Tampered(
+                f"sequence gap: expected seq {self.expected}, frame starts at {frame.first_seq}",
+                frame.offset,
+                self.expected,
+            )
+        try:
+            body = self._dctx.decompress(frame.payload, max_output_size=_MAX_FRAME_BYTES)
+            raws = raw_list_decoder.decode(body)
+            stored = (wire_list_decoder if self._decode else envelope_list_decoder).decode(body)
+        except (zstandard.ZstdError, msgspec.DecodeError) as exc:
+            raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
+        n = len(raws)
+        if n != frame.count:
+            raise _Tampered(f"frame holds {n} records, header says {frame.count}", frame.offset, self.sealed)
+        first = self.expected
+        if [r.seq for r in stored] != list(range(first, first + n)):
+            bad = next(i for i, r in enumerate(stored) if r.seq != first + i)
+            raise _Tampered(
+                f"sequence gap: expected seq {first + bad}, found {stored[bad].seq}", frame.offset, self.sealed
+            )
+        head = self.head
+        sha256 = hashlib.sha256
+        for raw in raws:
+            head = sha256(head + raw).digest()
+        self.head = head
+        self.expected = first + n
+        if b"blob.stored" in body:
+            for r in stored:
+                event = r.event if self._decode else _try_decode(r.event)
+                if isinstance(event, BlobStored):
+                    self.blob_refs.append((r.seq, event))
+        if not self._decode:
+            self.envelopes += n
+            return
+        wall, mono = self._wall, self._mono
+        for r in stored:
+            wall += r.wall_delta_ns
+            mono += r.mono_delta_ns
+            yield Record(seq=r.seq, wall_ns=wall, mono_ns=mono, source=r.source, event=r.event)
+        self._wall, self._mono = wall, mono
+
+    def _on_seal(self, frame: Frame) -> None:
+        try:
+            seal = seal_decoder.decode(frame.payload)
+        except msgspec.DecodeError as exc:
+            raise _Tampered(f"seal undecodable: {exc}", frame.offset, self.sealed) from None
+        assert self.header is not None
+        if seal.run_id != self.header.run_id:
+            raise _Tampered(f"seal is bound to run {seal.run_id!r}, not {self.header.run_id!r}", frame.offset, self.sealed)
+        if seal.upto != self.expected or frame.first_seq != seal.upto:
+            raise _Tampered(
+                f"seal covers {seal.upto} records, the ledger has {self.expected} at this point",
+                frame.offset,
+                self.sealed,
+            )
+        if seal.head != self.head:
+            raise _Tampered(
+                f"hash mismatch: chain head over records {self.sealed}..{self.expected - 1}"
+                " does not match the seal",
+                frame.offset,
+                self.sealed,
+            )
+        if self._trusted is not None:
+            message = _chain.seal_message(seal.run_id, seal.upto, seal.head, seal.final)
+            if not self._trusted.verify(seal.signature, message):
+                raise _Tampered("bad signature on seal", frame.offset, self.sealed)
+        self.sealed = seal.upto
+        if seal.final:
+            self.final = True
+            self.final_offset = frame.offset
+
+
+def locate(path: Path) -> tuple[Path, BlobStore]:
+    """Resolve a run directory or a ledger file to (ledger file, blob store).
+
+    Raises:
+        LedgerError: nothing readable at ``path``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        ledger_path = path / LEDGER_FILE
+        if not ledger_path.is_file():
+            raise LedgerError(f"no {LEDGER_FILE} file in this directory; is it a run directory?", path=str(path))
+    elif path.is_file():
+        ledger_path = path
+    else:
+        raise LedgerError("no such file or directory", path=str(path))
+    return ledger_path, BlobStore(ledger_path.parent / BLOBS_DIR)
+
+
+def _read_all(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise LedgerError(f"cannot read: {exc.strerror}", path=str(path)) from None
+
+
+def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
+    """Verify a ledger's frames, chain, seals and signatures, and its blobs.
+
+    Args:
+        path: a run directory or a ledger file.
+        trusted: the key the ledger must be signed with (the header's key alone
+            proves nothing: anyone can re-sign a rewritten ledger).
+
+    Returns:
+        A `VerifyReport`; its ``exit_code`` is the `caisson verify` exit status.
+
+    Raises:
+        NotALedgerError: the file is not a ledger.
+        LedgerError: unreadable, or an unsupported format version.
+    """
+    ledger_path, blobs = locate(path)
+    data = _read_all(ledger_path)
+    checker = LedgerChecker(trusted, decode=False)
+    checker.feed(data)
+    for _ in checker.records():
+        pass
+    report = VerifyReport(path=str(ledger_path), records=checker.expected, sealed=checker.sealed, final=checker.final)
+    if checker.header is not None:
+        report.run_id = checker.header.run_id
+        report.key_fingerprint = checker.header.key_fingerprint
+    if checker.tampered is not None:
+        report.status = "tampered"
+        report.reason, report.bad_offset, report.bad_seq = checker.tampered
+        return report
+    for seq, ref in checker.blob_refs:
+        problem = blobs.check(ref.sha256)
+        report.blobs_checked += 1
+        if problem is not None:
+            report.status = "tampered"
+            report.bad_seq, report.reason = seq, f"blob {ref.sha256} ({ref.role}): {problem}"
+            return report
+    referenced = {ref.sha256 for _, ref in checker.blob_refs}
+    for digest in blobs:
+        if digest not in referenced and blobs.check(digest) is not None:
+            report.status = "tampered"
+            report.reason = f"blob {digest}: content does not match its hash"
+            return report
+    report.unsealed = checker.expected - checker.sealed
+    report.torn_bytes = checker.pending_bytes
+    if not checker.final:
+        report.status = "unclosed"
+    return report
+
+
+def read_records(path: Path, trusted: VerifyKey | None = None) -> Iterator[Record]:
+    """Yield every decoded record of a ledger in order.
+
+    Records of an unsealed tail are yielded too (check `verify_ledger` first when
+    that matters).
+
+    Raises:
+        NotALedgerError: the file is not a ledger.
+        LedgerError: a check fails (the message names the offset and reason).
+    """
+    ledger_path, _ = locate(path)
+    checker = LedgerChecker(trusted, decode=True)
+    checker.feed(_read_all(ledger_path))
+    yield from checker.records()
+    if checker.tampered is not None:
+        reason, offset, seq = checker.tampered
+        raise LedgerError(f"{reason} (first bad record seq {seq})", path=str(ledger_path), offset=offset)
+
+
+def follow_records(path: Path, *, poll_s: float = 0.2, timeout_s: float | None = None) -> Iterator[Record]:
+    """Yield records of a ledger that is still being written, until its final seal.
+
+    Waits for the file to appear. Stops early after ``timeout_s`` seconds without
+    new bytes, when given.
+
+    Raises:
+        NotALedgerError / LedgerError: as `read_records`.
+    """
+    path = Path(path)
+    ledger_path = path / LEDGER_FILE if path.is_dir() else path
+    checker = LedgerChecker(None, decode=True)
+    idle_since = time.monotonic()
+    handle = None
+    try:
+        while True:
+            if handle is None:
+                try:
+                    handle = open(ledger_path, "rb")
+                except FileNotFoundError:
+                    handle = None
+            chunk = handle.read(_READ_CHUNK) if handle is not None else b""
+            if chunk:
+                idle_since = time.monotonic()
+                checker.feed(chunk)
+                yield from checker.records()
+                if checker.tampered is not None:
+                    reason, offset, seq = checker.tampered
+                    raise LedgerError(f"{reason} (first bad record seq {seq})", path=str(ledger_path), offset=offset)
+                if checker.final:
+                    return
+                continue
+            if timeout_s is not None and time.monotonic() - idle_since > timeout_s:
+                return
+            time.sleep(poll_s)
+    finally:
+        if handle is not None:
+            handle.close()

@@ -1,0 +1,283 @@
+"""The ledger writer: append events, flush sealed frames, close with a final seal.
+
+Usable from plain code (`LedgerWriter`) and from trio (`run_writer`, a task fed by a
+memory channel). Flush policy: a frame is flushed and sealed every ``flush_records``
+records or ``flush_interval_s`` seconds, whichever comes first; each seal is fsynced, so
+a crash loses at most the records appended since the last seal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+import zstandard
+
+from ledger import _chain
+from ledger._blobs import BlobStore
+from ledger._errors import LedgerError, WriterClosedError
+from ledger._format import (
+    FORMAT_VERSION,
+    FRAME_RECORDS,
+    FRAME_SEAL,
+    HASH_ALG,
+    Header,
+    Record,
+    Seal,
+    encode_frame,
+    encode_header,
+    msgpack_array_header,
+    record_encoder,
+)
+from ledger._keys import SigningKey
+from ledger.events import SCHEMA_VERSION, BlobStored, Event
+
+__all__ = ["LedgerWriter", "Submission", "run_writer", "LEDGER_FILE", "BLOBS_DIR"]
+
+LEDGER_FILE = "ledger"
+BLOBS_DIR = "blobs"
+
+RecordListener = Callable[[Record], None]
+_sha256 = hashlib.sha256
+_encode = record_encoder.encode
+_monotonic_ns = time.monotonic_ns
+_time_ns = time.time_ns
+
+
+class LedgerWriter:
+    """Appends records to a new ledger file and seals them.
+
+    Args:
+        path: the ledger file to create; it must not exist (a ledger is never reopened).
+        run_id: the run this ledger belongs to; every seal is bound to it.
+        key: the operator's signing key.
+        blobs: the blob store beside the ledger, or None when the caller has none.
+        flush_records: records per frame before a flush (default 4096).
+        flush_interval_s: seconds after which pending records are flushed on the next
+            append or `flush_if_due` call (default 1.0).
+        zstd_level: zstd compression level of record frames.
+        created_ns: header creation time, ns since the Unix epoch (default: now).
+
+    Raises:
+        LedgerError: the file exists or cannot be created.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        run_id: str,
+        key: SigningKey,
+        blobs: BlobStore | None = None,
+        flush_records: int = 4096,
+        flush_interval_s: float = 1.0,
+        zstd_level: int = 3,
+        created_ns: int | None = None,
+    ):
+        self.path = Path(path)
+        self.run_id = run_id
+        self.blobs = blobs
+        self.flush_records = flush_records
+        self.flush_interval_ns = int(flush_interval_s * 1e9)
+        self._key = key
+        self._zstd = zstandard.ZstdCompressor(level=zstd_level)
+        self._pending: list[bytes] = []
+        self._listeners: list[RecordListener] = []
+        self._next_seq = 0
+        self._last_wall = 0  # times are stored as deltas from the previous record
+        self._last_mono = 0
+        self._sealed = 0
+        self._closed = False
+        header = Header(
+            format_version=FORMAT_VERSION,
+            run_id=run_id,
+            hash_alg=HASH_ALG,
+            key_fingerprint=key.fingerprint,
+            public_key=key.verify_key.raw,
+            schema_version=SCHEMA_VERSION,
+            created_ns=time.time_ns() if created_ns is None else created_ns,
+        )
+        header_bytes, payload = encode_header(header)
+        self.header = header
+        self._head = _chain.genesis(payload)
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except OSError as exc:
+            raise LedgerError(f"cannot create ledger: {exc.strerror}", path=str(self.path)) from None
+        self._file = os.fdopen(fd, "wb", buffering=0)
+        self._write(header_bytes)
+        os.fsync(self._file.fileno())
+        self._last_flush_ns = time.monotonic_ns()
+
+    # -- appending ------------------------------------------------------------------
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next appended record will get."""
+        return self._next_seq
+
+    @property
+    def sealed(self) -> int:
+        """How many records are covered by a fsynced seal."""
+        return self._sealed
+
+    def add_listener(self, listener: RecordListener) -> None:
+        """Call ``listener(record)`` after each append (stream sinks). It must not block."""
+        self._listeners.append(listener)
+
+    def append(
+        self,
+        event: Event,
+        *,
+        source: str,
+        wall_ns: int | None = None,
+        mono_ns: int | None = None,
+    ) -> int:
+        """Append one event; returns its sequence number.
+
+        Args:
+            event: the event, built by the witness.
+            source: the witness name (``strace``, ``proxy``, ``recorder``, ...).
+            wall_ns: when the witness observed it, ns since the Unix epoch (default now).
+            mono_ns: the same instant on the monotonic clock, ns (default now).
+
+        Raises:
+            WriterClosedError: the writer is closed (our misuse).
+        """
+        if self._closed:
+            raise WriterClosedError(f"{self.path}: append after close")
+        now = _monotonic_ns()
+        if wall_ns is None:
+            wall_ns = _time_ns()
+        if mono_ns is None:
+            mono_ns = now
+        seq = self._next_seq
+        # The stored form is WireRecord: [seq, wall delta, mono delta, source, event].
+        data = _encode((seq, wall_ns - self._last_wall, mono_ns - self._last_mono, source, event))
+        self._last_wall, self._last_mono = wall_ns, mono_ns
+        self._pending.append(data)  # chained at flush, in order, in one tight loop
+        self._next_seq = seq + 1
+        if self._listeners:
+            record = Record(seq=seq, wall_ns=wall_ns, mono_ns=mono_ns, source=source, event=event)
+            for listener in self._listeners:
+                listener(record)
+        if len(self._pending) >= self.flush_records or now - self._last_flush_ns >= self.flush_interval_ns:
+            self.flush()
+        return seq
+
+    def put_blob(self, data: bytes, *, role: str, media_type: str = "application/octet-stream",
+                 source: str = "recorder") -> str:
+        """Store ``data`` as a blob and append its ``blob.stored`` event; returns the hash.
+
+        Raises:
+            LedgerError: the writer has no blob store.
+        """
+        if self.blobs is None:
+            raise LedgerError("this ledger writer has no blob store", path=str(self.path))
+        digest = self.blobs.put(data)
+        self.append(BlobStored(sha256=digest, size_bytes=len(data), role=role, media_type=media_type),
+                    source=source)
+        return digest
+
+    # -- flushing and sealing -------------------------------------------------------
+
+    def flush_if_due(self) -> None:
+        """Flush when records are pending and the flush interval has passed."""
+        if self._pending and time.monotonic_ns() - self._last_flush_ns >= self.flush_interval_ns:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write pending records as one frame, then a seal over them, and fsync."""
+        if self._closed or not self._pending:
+            return
+        self._write_frames(final=False)
+
+    def close(self) -> None:
+        """Flush, write the final seal, fsync and close. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self._write_frames(final=True)
+        finally:
+            self._closed = True
+            self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        """True after `close`."""
+        return self._closed
+
+    def _write_frames(self, *, final: bool) -> None:
+        parts = []
+        if self._pending:
+            head = self._head
+            for data in self._pending:
+                head = _sha256(head + data).digest()
+            self._head = head
+            n = len(self._pending)
+            payload = self._zstd.compress(msgpack_array_header(n) + b"".join(self._pending))
+            parts.append(encode_frame(FRAME_RECORDS, self._next_seq - n, n, payload))
+            self._pending = []
+        upto = self._next_seq
+        signature = self._key.sign(_chain.seal_message(self.run_id, upto, self._head, final))
+        seal = Seal(run_id=self.run_id, upto=upto, head=self._head, final=final,
+                    wall_ns=time.time_ns(), signature=signature)
+        parts.append(encode_frame(FRAME_SEAL, upto, 0, record_encoder.encode(seal)))
+        self._write(b"".join(parts))
+        os.fsync(self._file.fileno())
+        self._sealed = upto
+        self._last_flush_ns = time.monotonic_ns()
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = self._file.write(view)
+            view = view[n:]
+
+    def __enter__(self) -> "LedgerWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Submission(msgspec.Struct, frozen=True):
+    """What a witness sends to the writer task: an event with its source and times."""
+
+    source: str
+    event: Event
+    wall_ns: int | None = None  # ns since the Unix epoch; None: stamped on append
+    mono_ns: int | None = None
+
+
+async def run_writer(
+    writer: LedgerWriter,
+    receive: trio.MemoryReceiveChannel[Submission],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Append every submission from ``receive`` until all senders close.
+
+    Flushes on the writer's policy and when idle for its flush interval. Does not
+    close the writer: the owner appends ``run.ended`` and closes it. Cancellation
+    leaves what was appended to the owner's `LedgerWriter.close`.
+    """
+    interval = writer.flush_interval_ns / 1e9
+    task_status.started()
+    async with receive:
+        while True:
+            with trio.move_on_after(interval):
+                try:
+                    item = await receive.receive()
+                except trio.EndOfChannel:
+                    break
+                writer.append(item.event, source=item.source, wall_ns=item.wall_ns, mono_ns=item.mono_ns)
+                continue
+            writer.flush_if_due()
+    writer.flush()

@@ -1,0 +1,363 @@
+"""The event vocabulary of the ledger: frozen, tagged msgspec Structs in one union.
+
+Every event is a frozen, keyword-only Struct whose ``kind`` tag is a dotted name
+(``process.exec``). The union `Event` is built in one place, at the bottom of this
+module, and decoded by one reused typed decoder (`decode_event`). Rules:
+
+- Units are in the field names or comments: ``*_ns`` is nanoseconds (wall clock: since
+  the Unix epoch; ``mono``: `time.monotonic_ns`), ``*_bytes`` is bytes, token counts are
+  tokens as the provider sends them.
+- Timestamps and ids are passed in by the witness that builds the event; nothing here
+  reads a clock, so replay builds identical events.
+- New fields get defaults; a kind is never renamed. `SCHEMA_VERSION` grows when kinds or
+  fields are added, and every older ledger stays readable (tests/ledger/golden/).
+- Processes carry both identities: ``pid`` as the chamber saw it and ``host_pid`` as the
+  host did (a pid alone is not unique across namespaces).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Event",
+    "EVENT_TYPES",
+    "EVENT_KINDS",
+    "decode_event",
+    "event_kind",
+    "RunStarted",
+    "RunEnded",
+    "SandboxBuilt",
+    "ExcludedPath",
+    "BlobStored",
+    "ProcessExec",
+    "ProcessExit",
+    "FileOpen",
+    "FileChange",
+    "NetConnect",
+    "ProcSample",
+    "HostSample",
+    "WitnessStarted",
+    "WitnessStopped",
+    "WitnessGap",
+    "WitnessRaw",
+    "HttpExchange",
+    "LlmCall",
+    "LlmUsage",
+    "DnsQuery",
+    "NetFlow",
+    "Note",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the event vocabulary; bumped when kinds or fields are added."""
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", omit_defaults=True):
+    """Base of every event; ``kind`` is the tag, set by each subclass."""
+
+
+# --- run lifecycle -------------------------------------------------------------------
+
+
+class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
+    """The run's manifest, first event of every ledger written by `caisson record`."""
+
+    run_id: str
+    caisson_version: str
+    command: list[str] = []
+    repo: str | None = None  # live repository path on the host
+    commit: str | None = None  # full commit hash under test
+    scenario: str | None = None  # scenario file path as given
+    scenario_digest: str | None = None  # sha256 hex of the scenario file bytes
+    env: dict[str, str] = {}  # chamber environment, secrets fingerprinted
+    limits: dict[str, Any] = {}  # wall_seconds, pids, memory_bytes, cpus
+    image_id: str | None = None  # chamber image id (sha256:...)
+    host: dict[str, Any] = {}  # host facts: kernel, cpus, engine version, ...
+
+
+class RunEnded(_Event, tag="run.ended", frozen=True, kw_only=True):
+    """The command finished, timed out, or the chamber failed."""
+
+    exit_code: int | None = None  # None when killed by a signal or never started
+    signal: str | None = None  # e.g. "SIGKILL"
+    wall_ns: int = 0  # duration of the command, ns
+    timed_out: bool = False
+    status: str = "completed"  # completed | timeout | interrupted | infra_failure
+    reason: str = ""  # human-readable cause when status is not "completed"
+
+
+class ExcludedPath(msgspec.Struct, frozen=True, kw_only=True):
+    """One path removed from the sandbox, with the exclusion category that removed it."""
+
+    path: str  # relative to the repository root
+    category: str  # answer_key | telemetry | agent_instructions | published_reports | grading
+
+
+class SandboxBuilt(_Event, tag="sandbox.built", frozen=True, kw_only=True):
+    """The tree the agent sees was exported, trimmed and scanned."""
+
+    path: str  # sandbox path inside the chamber
+    commit: str  # full hash of the exported commit
+    tree_digest: str  # sha256 hex over (path, mode, content hash) of the tree
+    file_count: int = 0
+    excluded: list[ExcludedPath] = []
+
+
+class BlobStored(_Event, tag="blob.stored", frozen=True, kw_only=True):
+    """A large artifact was written to ``blobs/`` under its content hash."""
+
+    sha256: str  # hex digest of the blob's bytes; its file name in blobs/
+    size_bytes: int
+    role: str  # stdout | stderr | answer | pcap | http.request_body | ...
+    media_type: str = "application/octet-stream"
+
+
+class Note(_Event, tag="note", frozen=True, kw_only=True):
+    """Free text from the recorder (e.g. the demo's generated stream, a warning)."""
+
+    text: str
+
+
+# --- processes and files (strace witness) -----------------------------------------------
+
+
+class ProcessExec(_Event, tag="process.exec", frozen=True, kw_only=True):
+    """An execve/execveat, with its result."""
+
+    pid: int  # pid in the chamber's namespace
+    host_pid: int | None = None  # pid on the host
+    ppid: int | None = None
+    path: str = ""  # filename argument of execve
+    argv: list[str] = []
+    cwd: str | None = None
+    env: dict[str, str] | None = None  # exec'd environment when the witness sees it
+    result: int = 0  # 0 on success, -1 on failure
+    errno: str | None = None  # e.g. "ENOENT"
+
+
+class ProcessExit(_Event, tag="process.exit", frozen=True, kw_only=True):
+    """A process ended: ``+++ exited with N +++`` or ``+++ killed by SIG +++``."""
+
+    pid: int
+    host_pid: int | None = None
+    code: int | None = None
+    signal: str | None = None
+
+
+class FileOpen(_Event, tag="file.open", frozen=True, kw_only=True):
+    """An open/openat/creat, path as the chamber saw it (resolved against cwd)."""
+
+    pid: int
+    host_pid: int | None = None
+    syscall: str = "openat"
+    path: str
+    flags: str = ""  # e.g. "O_RDONLY|O_CLOEXEC"
+    access: str = "r"  # r | w | rw
+    result: int | None = None  # the fd, or None on failure
+    errno: str | None = None
+
+
+class FileChange(_Event, tag="file.change", frozen=True, kw_only=True):
+    """unlink, rename, mkdir, chmod, truncate and similar calls that change the tree."""
+
+    pid: int
+    host_pid: int | None = None
+    syscall: str
+    path: str
+    target: str | None = None  # second path (rename, link, symlink)
+    result: int = 0
+    errno: str | None = None
+
+
+class NetConnect(_Event, tag="net.connect", frozen=True, kw_only=True):
+    """A connect() as the strace witness saw it."""
+
+    pid: int
+    host_pid: int | None = None
+    family: str  # AF_INET | AF_INET6 | AF_UNIX
+    address: str
+    port: int | None = None
+    result: int = 0
+    errno: str | None = None
+
+
+class ProcSample(_Event, tag="proc.sample", frozen=True, kw_only=True):
+    """One process of the chamber's tree at one procfs tick."""
+
+    pid: int
+    host_pid: int | None = None
+    start_time_ns: int = 0  # process start, ns since boot; with pid, a unique key
+    name: str = ""
+    cpu_ns: int = 0  # user + system CPU time, ns
+    rss_bytes: int = 0
+
+
+class HostSample(_Event, tag="host.sample", frozen=True, kw_only=True):
+    """The host at one procfs tick: the evidence for ``host_stalled``."""
+
+    load1: float = 0.0
+    cpu_steal_ratio: float | None = None  # steal / total over the last interval
+    psi: dict[str, float] = {}  # "cpu.some.avg10" -> percent, when /proc/pressure exists
+    timer_lateness_ns: int = 0  # how late this tick fired after its deadline, ns
+    interval_ns: int = 0  # the configured sampling interval, ns
+
+
+# --- witness health --------------------------------------------------------------------
+
+
+class WitnessStarted(_Event, tag="witness.started", frozen=True, kw_only=True):
+    """A witness is running; ``detail`` says how (command line, version)."""
+
+    witness: str
+    detail: dict[str, Any] = {}
+
+
+class WitnessStopped(_Event, tag="witness.stopped", frozen=True, kw_only=True):
+    """A witness stopped normally, with its counts."""
+
+    witness: str
+    lines: int = 0
+    events: int = 0
+    parse_failures: int = 0
+    bytes: int = 0
+
+
+class WitnessGap(_Event, tag="witness.gap", frozen=True, kw_only=True):
+    """A witness died, lagged or dropped: what is missing and from when."""
+
+    witness: str
+    reason: str
+    missing: str = ""  # what the ledger lacks because of it
+    since_ns: int | None = None  # wall ns from which evidence is missing
+    dropped: int = 0  # events known to be lost
+
+
+class WitnessRaw(_Event, tag="witness.raw", frozen=True, kw_only=True):
+    """A line a witness's parser did not understand, kept raw, never dropped."""
+
+    witness: str
+    line: str
+
+
+# --- network ---------------------------------------------------------------------------
+
+
+class HttpExchange(_Event, tag="http.exchange", frozen=True, kw_only=True):
+    """One HTTP request/response through the proxy witness."""
+
+    method: str
+    scheme: str
+    host: str
+    port: int
+    path: str
+    status: int | None = None  # None when no response arrived
+    request_bytes: int = 0  # decoded request body size
+    response_bytes: int = 0
+    request_headers: list[tuple[str, str]] = []  # secrets replaced by keyed fingerprints
+    response_headers: list[tuple[str, str]] = []
+    request_body_sha256: str | None = None  # blob hash
+    response_body_sha256: str | None = None
+    started_ns: int = 0  # wall ns, request start
+    ended_ns: int = 0  # wall ns, response end
+    denied: str | None = None  # the policy that refused it, when refused
+    error: str | None = None
+
+
+class LlmUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A normalised usage view; ``rule`` states how it was derived from the raw object."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None  # input + output; cache fields stay out of it
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    rule: str = ""
+
+
+class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
+    """A model call seen first-hand by the proxy witness."""
+
+    provider: str  # anthropic | openai
+    endpoint: str  # messages | chat.completions | responses
+    requested_model: str | None = None
+    served_model: str | None = None  # as the response says
+    stop_reason: str | None = None
+    streamed: bool = False
+    usage: dict[str, Any] | None = None  # exactly as sent; None when not sent
+    usage_missing_reason: str | None = None  # why usage is None (cut stream, ...)
+    normalized: LlmUsage | None = None
+    exchange_seq: int | None = None  # seq of the http.exchange it belongs to
+
+
+class DnsQuery(_Event, tag="dns.query", frozen=True, kw_only=True):
+    """A query to the chamber's resolver, and what it answered."""
+
+    name: str
+    qtype: str  # A | AAAA | ...
+    rcode: str = "NOERROR"  # as RFC 1035 names it
+    answers: list[str] = []
+    refused: bool = False
+    duration_ns: int = 0
+
+
+class NetFlow(_Event, tag="net.flow", frozen=True, kw_only=True):
+    """A flow summary from the packet capture."""
+
+    proto: str  # tcp | udp | icmp
+    src: str
+    sport: int | None = None
+    dst: str
+    dport: int | None = None
+    packets: int = 0
+    bytes: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+
+
+Event = Union[
+    RunStarted,
+    RunEnded,
+    SandboxBuilt,
+    BlobStored,
+    Note,
+    ProcessExec,
+    ProcessExit,
+    FileOpen,
+    FileChange,
+    NetConnect,
+    ProcSample,
+    HostSample,
+    WitnessStarted,
+    WitnessStopped,
+    WitnessGap,
+    WitnessRaw,
+    HttpExchange,
+    LlmCall,
+    DnsQuery,
+    NetFlow,
+]
+"""The one tagged union of every event kind."""
+
+EVENT_TYPES: tuple[type[_Event], ...] = Event.__args__  # type: ignore[attr-defined]
+EVENT_KINDS: frozenset[str] = frozenset(t.__struct_config__.tag for t in EVENT_TYPES)
+
+_decoder = msgspec.msgpack.Decoder(Event)
+
+
+def decode_event(data: bytes) -> Event:
+    """Decode one event from its msgpack bytes.
+
+    Raises:
+        msgspec.DecodeError: the bytes are not a valid event (callers wrap it).
+    """
+    return _decoder.decode(data)
+
+
+def event_kind(event: _Event) -> str:
+    """The dotted kind of an event, e.g. ``"process.exec"``."""
+    return event.__struct_config__.tag  # type: ignore[return-value]
