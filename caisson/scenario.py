@@ -1,0 +1,244 @@
+"""Scenario files: the questions put to an agent and what the sandbox must withhold.
+
+A scenario is a TOML file validated by msgspec into frozen Structs. Every error names the
+file, the offending field as a JSON path (`$.questions[0].prompt`) and what was expected,
+so a typo in a scenario fails before any sandbox is built.
+
+Example:
+
+    name = "demo"
+    leak_terms = ["ANSWER-KEY-7"]
+
+    [[questions]]
+    id = "q1"
+    prompt = "Which function parses the configuration file and where is it defined?"
+    evidence = ["src/config.py"]
+
+    [[exclusions]]
+    category = "answer_key"
+    globs = ["answers/**"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Literal
+
+import msgspec
+
+from caisson.errors import ScenarioError
+
+__all__ = [
+    "CATEGORIES",
+    "Category",
+    "Claim",
+    "ExclusionCategory",
+    "Fact",
+    "Limits",
+    "Question",
+    "Scenario",
+    "load_scenario",
+    "scenario_digest",
+]
+
+Category = Literal["answer_key", "telemetry", "agent_instructions", "published_reports", "grading"]
+"""The exclusion categories: what a sandbox may withhold, and why."""
+
+CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+
+QuestionKind = Literal["locate", "absence", "trap"]
+
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base for scenario Structs: immutable, keyword-only, unknown fields are errors."""
+
+
+class Fact(_Strict):
+    """A fact a correct answer must state (deterministic checklist grading)."""
+
+    subject: NonEmpty
+    """What the fact is about, e.g. a function or file name."""
+    pattern: NonEmpty
+    """Text the answer must contain for this subject (case-insensitive)."""
+    regex: bool = False
+    """Whether `pattern` is a Python regular expression rather than plain text."""
+
+
+class Claim(_Strict):
+    """A claim a correct answer must not bind to its subject (a forbidden fact)."""
+
+    subject: NonEmpty
+    """What the claim is about."""
+    claim: NonEmpty
+    """The wrong statement about `subject`."""
+
+
+class Question(_Strict):
+    """One question put to the agent."""
+
+    id: NonEmpty
+    """Unique id within the scenario, e.g. `q1`."""
+    prompt: NonEmpty
+    """The text given to the agent; the containment scan looks for it in the tree."""
+    evidence: list[NonEmpty] = []
+    """Repo-relative paths (files or directories) that hold the answer; they must survive
+    the exclusions, since containment removes the answer key, never the answers."""
+    leak_terms: list[NonEmpty] = []
+    """Strings that only the answer key contains; none may appear in the sandbox."""
+    kind: QuestionKind = "locate"
+    """`locate` (find something that exists), `absence` (the right answer is that it does
+    not exist) or `trap` (a plausible wrong answer is on offer)."""
+    required: list[Fact] = []
+    """Facts a correct answer states (for grading; unused by the sandbox)."""
+    forbidden: list[Claim] = []
+    """Claims a correct answer must not make (for grading)."""
+    absent: bool = False
+    """Whether the correct answer is "it does not exist" (for grading)."""
+
+
+class ExclusionCategory(_Strict):
+    """Paths withheld from the sandbox, under one category.
+
+    Globs are matched against repo-relative POSIX paths, anchored at the repository root
+    (see `caisson.sandbox.glob_to_regex`): `*` and `?` stay inside one path segment, a
+    whole `**` segment matches zero or more segments, and a glob that matches a directory
+    excludes everything below it.
+    """
+
+    category: Category
+    """One of `CATEGORIES`."""
+    globs: list[NonEmpty] = []
+    """Repo-relative globs, e.g. `answers/**`, `**/.claude`, `docs/report-*.md`."""
+    description: str = ""
+    """Why these paths are withheld, for the report."""
+
+
+class Limits(_Strict):
+    """Resource limits of the chamber."""
+
+    wall_seconds: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    """Wall-clock budget of one run, in seconds."""
+    pids: Annotated[int, msgspec.Meta(gt=0)] = 512
+    """Maximum number of processes (and threads) in the chamber."""
+    memory_bytes: Annotated[int, msgspec.Meta(gt=0)] = 2 * 1024**3
+    """Memory limit of the chamber, in bytes (default 2 GiB)."""
+    cpus: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    """CPU quota, in CPUs."""
+
+
+class Scenario(_Strict):
+    """A set of questions about one repository and the sandbox rules they need."""
+
+    name: NonEmpty
+    """Short identifier of the scenario."""
+    description: str = ""
+    """Free text for humans."""
+    questions: list[Question] = []
+    """The questions, each asked in its own run."""
+    exclusions: list[ExclusionCategory] = []
+    """What the sandbox withholds, by category."""
+    leak_terms: list[NonEmpty] = []
+    """Scenario-wide leak terms (case-insensitive); none may appear in the sandbox."""
+    env: dict[str, str] = {}
+    """Extra environment variables set in the chamber."""
+    pass_credentials: list[NonEmpty] = []
+    """Credential variable names passed into the chamber on purpose (recorded)."""
+    credential_patterns: list[NonEmpty] = []
+    """Extra credential variable globs to strip, e.g. `MYCORP_*_TOKEN`."""
+    injection_switches: dict[str, str] = {}
+    """Extra knowledge-injection switches to set off: variable name -> value."""
+    user: NonEmpty = "agent"
+    """The unprivileged user the agent runs as in the chamber."""
+    answer_file: str | None = None
+    """Where the agent writes its answer, relative to the sandbox root, or None."""
+    limits: Limits = Limits()
+    """Resource limits of the chamber."""
+
+
+_AT = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<at>[^`]*)`)?$", re.S)
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
+_TOML_LINE = re.compile(r"\(at line (?P<line>\d+), column (?P<col>\d+)\)")
+
+
+def _validation_error(err: msgspec.ValidationError, path: str) -> ScenarioError:
+    """Turn a msgspec error into a ScenarioError with the field as a JSON path."""
+    m = _AT.match(str(err))
+    assert m is not None  # the pattern matches any string
+    msg, at = m["msg"], m["at"] or "$"
+    unknown = _UNKNOWN.match(msg)
+    if unknown:
+        at = f"{at}.{unknown['name']}"
+        msg = f"unknown field `{unknown['name']}` (check its spelling and nesting)"
+    elif at.endswith(".category"):
+        msg += "; expected one of: " + ", ".join(CATEGORIES)
+    return ScenarioError(msg, path=path, field=at)
+
+
+def _check(scenario: Scenario, path: str) -> None:
+    """Constraints msgspec cannot express: unique ids, a relative answer file."""
+    seen: set[str] = set()
+    for i, q in enumerate(scenario.questions):
+        if q.id in seen:
+            raise ScenarioError(
+                f"duplicate question id {q.id!r}", path=path, field=f"$.questions[{i}].id"
+            )
+        seen.add(q.id)
+    if scenario.answer_file is not None:
+        p = PurePosixPath(scenario.answer_file)
+        if not scenario.answer_file or p.is_absolute() or ".." in p.parts:
+            raise ScenarioError(
+                f"expected a path relative to the sandbox without `..`, got "
+                f"{scenario.answer_file!r}",
+                path=path,
+                field="$.answer_file",
+            )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file.
+
+    Args:
+        path: the TOML file.
+
+    Returns:
+        The validated, immutable scenario.
+
+    Raises:
+        ScenarioError: the file cannot be read, is not UTF-8 TOML (the message names the
+            line and column), or does not match the schema (`field` is the JSON path of
+            the offending value and the message says what was expected).
+    """
+    name = str(path)
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except OSError as e:
+        raise ScenarioError(f"cannot read the scenario: {e.strerror or e}", path=name) from e
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name) from e
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = _TOML_LINE.search(str(e))
+        where = f"line {m['line']}, column {m['col']}: " if m else ""
+        msg = _TOML_LINE.sub("", str(e)).strip()
+        raise ScenarioError(f"TOML syntax error: {where}{msg}", path=name) from e
+    try:
+        scenario = msgspec.convert(data, Scenario)
+    except msgspec.ValidationError as e:
+        raise _validation_error(e, name) from e
+    _check(scenario, name)
+    return scenario
+
+
+def scenario_digest(path: str | Path) -> str:
+    """The sha256 of a scenario file's bytes, as 64 lowercase hex digits.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
