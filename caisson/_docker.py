@@ -1,0 +1,428 @@
+"""The Docker engine as trio code sees it: aiodocker under trio-asyncio.
+
+This is the ONE module that touches asyncio. Callers are trio code: they open an engine
+with `async with open_engine() as engine:` and await its methods; every aiodocker call is
+wrapped with `trio_asyncio.aio_as_trio`, so trio cancellation cancels the asyncio side and
+callers only ever see `trio.Cancelled` and `ChamberError`.
+
+`Engine.run` owns a container's whole life: create, start, report (id, host pid), wait
+until exit or deadline, collect stdout and stderr separately, and always remove it, also
+after a failure or a cancellation (Ctrl-C), in a shielded cleanup. Every container carries
+the label `caisson.run=<run id>`, so leftovers of a killed caisson can be found with
+`docker ps -a --filter label=caisson.run`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiodocker
+import aiohttp
+import msgspec
+import trio
+import trio_asyncio
+from aiodocker.exceptions import DockerError
+
+from caisson.errors import ChamberError
+
+__all__ = [
+    "RUN_LABEL",
+    "Limits",
+    "ContainerSpec",
+    "ContainerStarted",
+    "ContainerResult",
+    "Engine",
+    "open_engine",
+]
+
+RUN_LABEL = "caisson.run"
+"""Label key set on every container; its value is the run id."""
+
+_CLEANUP_S = 30.0
+_DEFAULT_URL = "unix:///var/run/docker.sock"
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Resource limits of one container; None means the engine's default (unlimited)."""
+
+    pids_limit: int | None = 512
+    """Maximum number of processes and threads in the container."""
+    memory_bytes: int | None = None
+    """Memory limit in bytes (cgroup memory.limit_in_bytes)."""
+    nano_cpus: int | None = None
+    """CPU quota in units of 1e-9 CPUs (1_000_000_000 = one full CPU)."""
+
+
+class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What to run in a chamber container."""
+
+    image: str
+    """Image reference or id, e.g. `caisson/chamber:0123456789abcdef`."""
+    cmd: list[str]
+    """argv of the container's main process (run without a shell)."""
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    """Environment added to the image's (which sets PATH and LANG)."""
+    workdir: str | None = None
+    """Working directory in the container; None keeps the image's (/home/agent)."""
+    user: str | None = None
+    """`name`, `uid` or `uid:gid`; None keeps the image's default user (`agent`)."""
+    binds: list[tuple[str, str, bool]] = msgspec.field(default_factory=list)
+    """Bind mounts as (absolute host path, container path, read_only)."""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    """Extra container labels; `caisson.run` is always set by `Engine.run`."""
+    limits: Limits = Limits()
+    """Resource limits."""
+    network_mode: str = "none"
+    """Docker network mode; "none" leaves only the loopback interface."""
+    deadline_s: float | None = None
+    """Seconds after start before the container is killed (timed_out); None: no limit."""
+    init: bool = False
+    """Run Docker's init (tini) as pid 1, so signals reach the command and zombies are
+    reaped; without it the command is pid 1 and ignores signals it has no handler for."""
+    run_id: str = ""
+    """Value of the `caisson.run` label; empty: a fresh uuid4 hex per run."""
+
+
+class ContainerStarted(msgspec.Struct, frozen=True, kw_only=True):
+    """Passed to `Engine.run`'s `on_start` callback right after the container starts."""
+
+    run_id: str
+    container_id: str
+    """Full 64-hex container id."""
+    host_pid: int
+    """Host pid of the container's main process (pid 1 in its namespace)."""
+    started_ns: int
+    """Wall clock when start returned, ns since the Unix epoch."""
+
+
+class ContainerResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How a container ended and what it printed."""
+
+    run_id: str
+    container_id: str
+    exit_code: int | None
+    """Exit status as Docker reports it; None when the engine failed before the end."""
+    signal: int | None
+    """Signal that ended the main process: 9 after a deadline kill or OOM, else inferred
+    from Docker's 128+N convention (a process calling exit(137) looks the same)."""
+    oom_killed: bool
+    timed_out: bool
+    """True when the deadline passed and caisson killed the container."""
+    stdout: bytes
+    stderr: bytes
+    """Captured separately; as kept by the json-file log driver (UTF-8, invalid bytes
+    replaced by U+FFFD)."""
+    started_ns: int
+    """Wall clock when start returned, ns since the Unix epoch."""
+    ended_ns: int
+    """Wall clock when the exit (or the engine failure) was seen, ns since the epoch."""
+    error: str | None = None
+    """Set when the engine failed mid-run or the container could not be removed."""
+
+
+class _EngineFailure(ChamberError):
+    """An engine call failed; `status` is the HTTP status, or None for a transport error."""
+
+    def __init__(self, message: str, *, status: int | None):
+        super().__init__(message)
+        self.status = status
+
+
+class Engine:
+    """A connected Docker engine; obtain one with `open_engine`, never directly."""
+
+    def __init__(self, docker: aiodocker.Docker, url: str):
+        self._docker = docker
+        self.url = url
+        """Engine address, e.g. `unix:///var/run/docker.sock`."""
+
+    async def _call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await trio_asyncio.aio_as_trio(fn)(*args, **kwargs)
+        except DockerError as exc:
+            raise _EngineFailure(f"HTTP {exc.status}: {exc.message}", status=exc.status) from exc
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise _EngineFailure(f"{type(exc).__name__}: {exc}", status=None) from exc
+
+    async def info(self) -> dict[str, Any]:
+        """Return host facts about the engine, for the ledger's run header.
+
+        Returns:
+            A flat dict: server_version, api_version, os, kernel_version, arch,
+            cgroup_version, cgroup_driver, storage_driver, runtime, ncpu, mem_total_bytes.
+
+        Raises:
+            ChamberError: the engine failed.
+        """
+        version = await self._call(self._docker.version)
+        info = await self._call(self._docker.system.info)
+        return {
+            "server_version": version.get("Version"),
+            "api_version": version.get("ApiVersion"),
+            "os": info.get("OperatingSystem"),
+            "kernel_version": version.get("KernelVersion"),
+            "arch": version.get("Arch"),
+            "cgroup_version": info.get("CgroupVersion"),
+            "cgroup_driver": info.get("CgroupDriver"),
+            "storage_driver": info.get("Driver"),
+            "runtime": info.get("DefaultRuntime"),
+            "ncpu": info.get("NCPU"),
+            "mem_total_bytes": info.get("MemTotal"),
+        }
+
+    async def image_id(self, tag: str) -> str | None:
+        """Return the id (`sha256:<64 hex>`) of image `tag`, or None if the engine lacks it.
+
+        Raises:
+            ChamberError: the engine failed.
+        """
+        try:
+            return (await self._call(self._docker.images.inspect, tag))["Id"]
+        except _EngineFailure as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def containers(self, run_id: str) -> list[str]:
+        """Return the ids of all containers (running or not) labelled `caisson.run=run_id`.
+
+        Raises:
+            ChamberError: the engine failed.
+        """
+        filters = json.dumps({"label": [f"{RUN_LABEL}={run_id}"]})
+        found = await self._call(self._docker.containers.list, all=True, filters=filters)
+        return [c.id for c in found]
+
+    async def run(
+        self,
+        spec: ContainerSpec,
+        *,
+        on_start: Callable[[ContainerStarted], Awaitable[None]] | None = None,
+    ) -> ContainerResult:
+        """Run one container to its end and remove it.
+
+        Args:
+            spec: what to run.
+            on_start: awaited right after the container started, with its id and host
+                pid (e.g. to attach witnesses); the deadline already runs meanwhile.
+
+        Returns:
+            The result. An engine failure after the start is reported in `error` (with
+            `exit_code` None), not raised, so the caller can still record the run.
+
+        Raises:
+            ChamberError: the container could not be created (image missing, bad spec)
+                or started (e.g. executable not found).
+            trio.Cancelled: the caller was cancelled; the container was killed and
+                removed first.
+        """
+        run_id = spec.run_id or uuid.uuid4().hex
+        config = _create_config(spec, run_id)
+        # Shielded: a cancellation between the engine creating the container and us
+        # learning its id would leave it behind; it lands at the next checkpoint instead.
+        with trio.move_on_after(_CLEANUP_S, shield=True) as create_scope:
+            try:
+                container = await self._call(self._docker.containers.create, config=config)
+            except _EngineFailure as exc:
+                fix = (
+                    "build it with `caisson image build`" if exc.status == 404 else "check the spec"
+                )
+                raise ChamberError(
+                    f"cannot create a container of {spec.image}: {exc}: {fix}"
+                ) from exc
+        if create_scope.cancelled_caught:
+            raise ChamberError(f"creating a container took over {_CLEANUP_S:.0f} s: check dockerd")
+        result: ContainerResult | None = None
+        try:
+            try:
+                await self._call(container.start)
+            except _EngineFailure as exc:
+                raise ChamberError(f"container of {spec.image} failed to start: {exc}") from exc
+            result = await self._supervise(container, spec, run_id, on_start)
+        finally:
+            removal_error: str | None = f"removal took over {_CLEANUP_S:.0f} s"
+            with trio.move_on_after(_CLEANUP_S, shield=True):
+                removal_error = await self._remove(container)
+        if removal_error is not None:
+            note = f"container {container.id[:12]} not removed ({removal_error})"
+            error = f"{result.error}; {note}" if result.error else note
+            result = msgspec.structs.replace(result, error=error)
+        return result
+
+    async def _supervise(
+        self,
+        container: Any,
+        spec: ContainerSpec,
+        run_id: str,
+        on_start: Callable[[ContainerStarted], Awaitable[None]] | None,
+    ) -> ContainerResult:
+        started_ns = time.time_ns()
+        deadline = math.inf if spec.deadline_s is None else trio.current_time() + spec.deadline_s
+        exit_code = signal = None
+        oom_killed = timed_out = False
+        stdout = stderr = b""
+        error = None
+        try:
+            state = (await self._call(container.show))["State"]
+            if on_start is not None:
+                await on_start(
+                    ContainerStarted(
+                        run_id=run_id,
+                        container_id=container.id,
+                        host_pid=int(state.get("Pid") or 0),
+                        started_ns=started_ns,
+                    )
+                )
+            with trio.move_on_at(deadline) as scope:
+                await self._call(container.wait)
+            if scope.cancelled_caught:
+                timed_out = True
+                await self._kill(container)
+                await self._call(container.wait)
+            ended_ns = time.time_ns()
+            state = (await self._call(container.show))["State"]
+            exit_code = int(state["ExitCode"])
+            oom_killed = bool(state.get("OOMKilled"))
+            if timed_out or oom_killed:
+                signal = 9
+            elif 128 < exit_code <= 128 + 64:
+                signal = exit_code - 128
+            stdout = await self._logs(container, stdout=True)
+            stderr = await self._logs(container, stderr=True)
+        except _EngineFailure as exc:
+            ended_ns = time.time_ns()
+            exit_code = signal = None
+            error = f"engine failed mid-run: {exc}"
+        return ContainerResult(
+            run_id=run_id,
+            container_id=container.id,
+            exit_code=exit_code,
+            signal=signal,
+            oom_killed=oom_killed,
+            timed_out=timed_out,
+            stdout=stdout,
+            stderr=stderr,
+            started_ns=started_ns,
+            ended_ns=ended_ns,
+            error=error,
+        )
+
+    async def _logs(self, container: Any, **which: bool) -> bytes:
+        chunks = await self._call(container.log, **which)
+        return "".join(chunks).encode("utf-8", "surrogateescape")
+
+    async def _kill(self, container: Any) -> None:
+        try:
+            await self._call(container.kill, signal="SIGKILL")
+        except _EngineFailure as exc:
+            if exc.status != 409:  # 409: it exited in the meantime
+                raise
+
+    async def _remove(self, container: Any) -> str | None:
+        """Kill and remove `container`; return why it failed, or None (also if gone)."""
+        try:
+            await self._call(container.delete, force=True, v=True)
+        except _EngineFailure as exc:
+            if exc.status != 404:
+                return str(exc)
+        return None
+
+
+def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
+    for host, inside, _ in spec.binds:
+        if not os.path.isabs(host) or not os.path.isabs(inside):
+            raise ChamberError(f"bind {host}:{inside} is not absolute on both sides: fix the spec")
+    host_config: dict[str, Any] = {
+        "NetworkMode": spec.network_mode,
+        "Binds": [f"{h}:{c}:{'ro' if ro else 'rw'}" for h, c, ro in spec.binds],
+        "AutoRemove": False,
+        "Init": spec.init,
+        "LogConfig": {"Type": "json-file", "Config": {}},
+    }
+    if spec.limits.pids_limit is not None:
+        host_config["PidsLimit"] = spec.limits.pids_limit
+    if spec.limits.memory_bytes is not None:
+        host_config["Memory"] = spec.limits.memory_bytes
+        host_config["MemorySwap"] = spec.limits.memory_bytes
+    if spec.limits.nano_cpus is not None:
+        host_config["NanoCpus"] = spec.limits.nano_cpus
+    config: dict[str, Any] = {
+        "Image": spec.image,
+        "Cmd": list(spec.cmd),
+        "Env": [f"{k}={v}" for k, v in spec.env.items()],
+        "Labels": {**spec.labels, RUN_LABEL: run_id},
+        "AttachStdin": False,
+        "AttachStdout": False,
+        "AttachStderr": False,
+        "Tty": False,
+        "OpenStdin": False,
+        "HostConfig": host_config,
+    }
+    if spec.workdir is not None:
+        config["WorkingDir"] = spec.workdir
+    if spec.user is not None:
+        config["User"] = spec.user
+    return config
+
+
+async def _connect(url: str) -> aiodocker.Docker:
+    # aiohttp connectors need a running asyncio loop, so build the client inside one.
+    return aiodocker.Docker(url=url)
+
+
+@asynccontextmanager
+async def open_engine(url: str | None = None) -> AsyncIterator[Engine]:
+    """Open a trio-asyncio loop and a connection to the Docker engine.
+
+    Args:
+        url: engine address; default `$DOCKER_HOST`, else `unix:///var/run/docker.sock`.
+
+    Yields:
+        The connected `Engine`, valid inside the `async with` block (same trio task).
+
+    Raises:
+        ChamberError: the engine did not answer a version request.
+    """
+    url = url or os.environ.get("DOCKER_HOST") or _DEFAULT_URL
+    try:
+        async with trio_asyncio.open_loop():
+            try:
+                docker = await trio_asyncio.aio_as_trio(_connect)(url)
+            except ValueError as exc:
+                raise ChamberError(
+                    f"bad Docker engine address {url!r}: {exc}: fix DOCKER_HOST"
+                ) from exc
+            try:
+                engine = Engine(docker, url)
+                try:
+                    await engine._call(docker.version)
+                except _EngineFailure as exc:
+                    raise ChamberError(
+                        f"Docker engine not reachable at {url} ({exc}): start dockerd"
+                    ) from exc
+                yield engine
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio_asyncio.aio_as_trio(docker.close)()
+    except BaseExceptionGroup as group:
+        # open_loop runs a strict nursery that wraps whatever crosses it (our errors, the
+        # body's, trio.Cancelled) in a group; hand a lone exception back unwrapped so
+        # callers see ChamberError or Cancelled as raised.
+        leaves = _leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out

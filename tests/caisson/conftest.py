@@ -1,0 +1,68 @@
+"""Fixtures for tests that need a real Docker engine and the chamber image.
+
+Where the engine (or what a build needs) is missing, these tests skip locally but FAIL in
+CI (`CI=true`): a missing engine must never turn into a green run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from caisson import image
+
+
+def _docker_problem() -> str | None:
+    """Return why the Docker engine cannot be used, or None when it answers."""
+    if shutil.which("docker") is None:
+        return "docker CLI not installed: apt-get install docker.io"
+    try:
+        proc = subprocess.run(
+            ["docker", "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return "docker version hung for 30 s: check dockerd"
+    if proc.returncode != 0:
+        return f"Docker engine not reachable ({proc.stderr.strip()}): start dockerd"
+    return None
+
+
+def require(problem: str | None) -> None:
+    """Skip the test because of `problem`, or fail it when running in CI (`CI=true`)."""
+    if problem is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
+def require_docker() -> None:
+    """Skip (locally) or fail (CI) unless a Docker engine answers."""
+    require(_docker_problem())
+
+
+@pytest.fixture
+def docker_available() -> None:
+    """Skip (locally) or fail (CI) unless a Docker engine answers."""
+    require_docker()
+
+
+@pytest.fixture(scope="session")
+def chamber_image() -> str:
+    """Build the chamber image if its recipe tag is missing (cached); return the tag."""
+    require_docker()
+    tag = image.image_tag("chamber")
+    if image.image_id(tag) is None:
+        if shutil.which("debootstrap") is None:
+            require("debootstrap not installed: apt-get install debootstrap")
+        if os.geteuid() != 0:
+            require("building the chamber image needs root")
+    image.build_image("chamber", log=lambda line: None)
+    return tag
