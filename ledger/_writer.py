@@ -48,6 +48,7 @@ _sha256 = hashlib.sha256
 _encode = record_encoder.encode
 _monotonic_ns = time.monotonic_ns
 _time_ns = time.time_ns
+_NS_LIMIT = 1 << 63
 
 
 class LedgerWriter:
@@ -149,6 +150,7 @@ class LedgerWriter:
 
         Raises:
             WriterClosedError: the writer is closed (our misuse).
+            ValueError: a timestamp outside 0 .. 2**63-1 ns.
         """
         if self._closed:
             raise WriterClosedError(f"{self.path}: append after close")
@@ -157,6 +159,8 @@ class LedgerWriter:
             wall_ns = _time_ns()
         if mono_ns is None:
             mono_ns = now
+        if not (0 <= wall_ns < _NS_LIMIT and 0 <= mono_ns < _NS_LIMIT):
+            raise ValueError(f"timestamps must be in 0..2**63-1 ns, got wall_ns={wall_ns} mono_ns={mono_ns}")
         seq = self._next_seq
         # The stored form is WireRecord: [seq, wall delta, mono delta, source, event].
         data = _encode((seq, wall_ns - self._last_wall, mono_ns - self._last_mono, source, event))

@@ -116,7 +116,7 @@ class BlobStored(_Event, tag="blob.stored", frozen=True, kw_only=True):
     media_type: str = "application/octet-stream"
 
 
-class Note(_Event, tag="note", frozen=True, kw_only=True):
+class Note(_Event, tag="run.note", frozen=True, kw_only=True):
     """Free text from the recorder (e.g. the demo's generated stream, a warning)."""
 
     text: str

@@ -1,0 +1,26 @@
+# caisson: `make demo` runs the built-in example, `make test` runs the tests.
+# Both install what is missing first (Debian packages, .venv) and start the Docker engine.
+
+VENV := .venv
+PY := $(VENV)/bin/python
+CAISSON := $(VENV)/bin/caisson
+
+.PHONY: setup engine demo test bench clean
+
+setup:
+	@scripts/setup.sh
+
+engine: setup
+	@scripts/start-engine.sh
+
+demo: engine
+	@$(PY) -m caisson.cli demo --out .demo
+
+test: engine
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) benchmarks/ledger_bench.py
+
+clean:
+	rm -rf .demo .pytest_cache .hypothesis

@@ -1,0 +1,73 @@
+"""Helpers for ledger tests: keys, event strategies, ledger builders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import strategies as st
+
+from ledger import BlobStore, LedgerWriter, SigningKey
+from ledger.events import (
+    BlobStored,
+    FileChange,
+    FileOpen,
+    HttpExchange,
+    LlmCall,
+    LlmUsage,
+    NetConnect,
+    Note,
+    ProcessExec,
+    ProcessExit,
+    WitnessGap,
+)
+
+KEY = SigningKey.generate()
+
+_text = st.text(max_size=40)
+_int = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_small = st.integers(min_value=0, max_value=2**31)
+_json = st.recursive(
+    st.none() | st.booleans() | _int | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+events = st.one_of(
+    st.builds(Note, text=_text),
+    st.builds(FileOpen, pid=_small, path=_text, flags=_text, result=st.none() | _small, errno=st.none() | _text),
+    st.builds(ProcessExec, pid=_small, path=_text, argv=st.lists(_text, max_size=4), cwd=st.none() | _text,
+              env=st.none() | st.dictionaries(_text, _text, max_size=3)),
+    st.builds(ProcessExit, pid=_small, code=st.none() | st.integers(0, 255), signal=st.none() | _text),
+    st.builds(FileChange, pid=_small, syscall=_text, path=_text, target=st.none() | _text),
+    st.builds(NetConnect, pid=_small, family=_text, address=_text, port=st.none() | st.integers(0, 65535)),
+    st.builds(WitnessGap, witness=_text, reason=_text, dropped=_small),
+    st.builds(HttpExchange, method=_text, scheme=_text, host=_text, port=st.integers(0, 65535), path=_text,
+              status=st.none() | st.integers(100, 599),
+              request_headers=st.lists(st.tuples(_text, _text), max_size=3)),
+    st.builds(LlmCall, provider=_text, endpoint=_text, usage=st.none() | st.dictionaries(_text, _json, max_size=4),
+              normalized=st.none() | st.builds(LlmUsage, input_tokens=st.none() | _small, rule=_text)),
+)
+
+_ns = st.integers(min_value=0, max_value=2**63 - 1)
+records = st.lists(
+    st.tuples(st.sampled_from(["strace", "proxy", "recorder"]), events, _ns, _ns), max_size=30
+)
+
+
+def write_ledger(run_dir: Path, items, *, flush_records: int = 4, close: bool = True,
+                 run_id: str = "run-test", key: SigningKey = KEY) -> LedgerWriter:
+    """Write ``items`` ((source, event, wall_ns, mono_ns) tuples) to ``run_dir/ledger``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    writer = LedgerWriter(run_dir / "ledger", run_id=run_id, key=key, blobs=BlobStore(run_dir / "blobs"),
+                          flush_records=flush_records, flush_interval_s=3600, created_ns=1)
+    for source, event, wall, mono in items:
+        writer.append(event, source=source, wall_ns=wall, mono_ns=mono)
+    if close:
+        writer.close()
+    return writer
+
+
+@pytest.fixture
+def key() -> SigningKey:
+    return KEY

@@ -1,0 +1,115 @@
+"""Any event sequence written to a ledger reads back identically and verifies."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import trio
+from hypothesis import given, settings
+
+from ledger import BlobStore, LedgerWriter, Submission, read_records, run_writer, verify_ledger
+from ledger.events import EVENT_KINDS, FileOpen, Note, decode_event
+from tests.ledger.conftest import KEY, records, write_ledger
+
+
+@settings(max_examples=60, deadline=None)
+@given(records)
+def test_any_event_sequence_round_trips(items):
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        write_ledger(run, items, flush_records=3)
+        got = [(r.source, r.event, r.wall_ns, r.mono_ns) for r in read_records(run)]
+        assert got == list(items)
+        assert [r.seq for r in read_records(run)] == list(range(len(items)))
+        report = verify_ledger(run, KEY.verify_key)
+        assert (report.status, report.records, report.sealed) == ("ok", len(items), len(items))
+
+
+def test_required_kinds_exist():
+    required = {
+        "run.started", "run.ended", "process.exec", "process.exit", "file.open", "net.connect",
+        "proc.sample", "host.sample", "witness.started", "witness.stopped", "witness.gap",
+        "http.exchange", "llm.call", "dns.query", "net.flow",
+    }
+    assert required <= EVENT_KINDS
+    assert all("." in k for k in EVENT_KINDS)
+
+
+def test_events_are_frozen_and_keyword_only():
+    event = FileOpen(pid=1, path="/x")
+    try:
+        event.pid = 2  # type: ignore[misc]
+    except AttributeError:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("events must be frozen")
+    import msgspec
+
+    assert decode_event(msgspec.msgpack.encode(event)) == event
+
+
+def test_empty_ledger_is_sealed_and_closed(tmp_path):
+    write_ledger(tmp_path / "run", [])
+    report = verify_ledger(tmp_path / "run", KEY.verify_key)
+    assert (report.status, report.records, report.final) == ("ok", 0, True)
+
+
+def test_blobs_are_stored_by_hash_and_checked(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    with LedgerWriter(run / "ledger", run_id="r", key=KEY, blobs=BlobStore(run / "blobs")) as w:
+        digest = w.put_blob(b"agent stdout\n", role="stdout", media_type="text/plain")
+    assert (run / "blobs" / digest[:2] / digest).read_bytes() == b"agent stdout\n"
+    assert verify_ledger(run, KEY.verify_key).blobs_checked == 1
+    (run / "blobs" / digest[:2] / digest).write_bytes(b"agent stdout, edited\n")
+    report = verify_ledger(run, KEY.verify_key)
+    assert report.status == "tampered" and report.bad_seq == 0 and "blob" in report.reason
+    (run / "blobs" / digest[:2] / digest).unlink()
+    assert "missing" in verify_ledger(run, KEY.verify_key).reason
+
+
+def test_flush_by_time_seals_pending_records(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    w = LedgerWriter(run / "ledger", run_id="r", key=KEY, flush_records=1000, flush_interval_s=0.0)
+    w.append(Note(text="a"), source="t")
+    assert w.sealed == 1  # interval 0: every append is due
+    w2 = LedgerWriter(run / "ledger2", run_id="r", key=KEY, flush_records=1000, flush_interval_s=3600)
+    w2.append(Note(text="a"), source="t")
+    w2.flush_if_due()
+    assert w2.sealed == 0
+    w2.flush()
+    assert w2.sealed == 1
+    report = verify_ledger(run / "ledger2", KEY.verify_key)
+    assert (report.status, report.sealed, report.unsealed) == ("unclosed", 1, 0)
+    w.close(), w2.close()
+
+
+def test_trio_writer_task_appends_from_many_witnesses(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    writer = LedgerWriter(run / "ledger", run_id="r", key=KEY, flush_records=7, flush_interval_s=0.05)
+
+    async def witness(name: str, send: trio.MemorySendChannel) -> None:
+        async with send:
+            for i in range(50):
+                await send.send(Submission(source=name, event=Note(text=f"{name}-{i}")))
+                if i % 10 == 0:
+                    await trio.sleep(0.01)
+
+    async def main() -> None:
+        send, receive = trio.open_memory_channel(16)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_writer, writer, receive)
+            async with send:
+                for name in ("strace", "procfs", "proxy"):
+                    nursery.start_soon(witness, name, send.clone())
+
+    trio.run(main)
+    writer.close()
+    got = [r.event.text for r in read_records(run)]
+    assert len(got) == 150
+    for name in ("strace", "procfs", "proxy"):
+        assert [t for t in got if t.startswith(name)] == [f"{name}-{i}" for i in range(50)]
+    assert verify_ledger(run, KEY.verify_key).status == "ok"

@@ -1,0 +1,257 @@
+"""Verification: every flipped byte and every truncation is detected and explained."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import (
+    LedgerChecker,
+    LedgerError,
+    SigningKey,
+    read_records,
+    verify_ledger,
+)
+from ledger._format import FRAME_HEADER_SIZE, FRAME_RECORDS, NEED_DATA, Frame, FrameParser, Header
+from ledger.events import Note
+from tests.ledger.conftest import KEY, write_ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _items(n: int):
+    return [("recorder", Note(text=f"event {i} " + "x" * (i % 7)), 1_000 + i, 2_000 + i) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> tuple[bytes, list[tuple[int, int, int]]]:
+    """A closed 10-record ledger (frames of 3) and its frames: (start, end, sealed before)."""
+    run = tmp_path_factory.mktemp("sample")
+    write_ledger(run, _items(10), flush_records=3)
+    data = (run / "ledger").read_bytes()
+    return data, frame_map(data)
+
+
+def frame_map(data: bytes) -> list[tuple[int, int, int]]:
+    """Byte ranges of the header and each frame, with the records sealed before each."""
+    parser = FrameParser()
+    parser.feed(data)
+    spans: list[tuple[int, int, int]] = []
+    sealed = 0
+    start = 0
+    while True:
+        item = parser.next_item()
+        if item is NEED_DATA:
+            break
+        end = parser.offset
+        if isinstance(item, Header):
+            spans.append((0, end, 0))
+        else:
+            assert isinstance(item, Frame)
+            spans.append((start, end, sealed))
+            if item.kind != FRAME_RECORDS:
+                sealed = item.first_seq
+        start = end
+    assert start == len(data)
+    return spans
+
+
+def _verify_bytes(data: bytes, key=KEY):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ledger"
+        path.write_bytes(data)
+        return verify_ledger(path, key.verify_key)
+
+
+def _sealed_before(spans, pos: int) -> int:
+    for start, end, sealed in spans:
+        if start <= pos < end:
+            return sealed
+    raise AssertionError(pos)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_any_flipped_byte_is_detected_at_the_right_record(sample, data):
+    ledger, spans = sample
+    pos = data.draw(st.integers(0, len(ledger) - 1), label="pos")
+    bit = data.draw(st.integers(0, 7), label="bit")
+    damaged = bytearray(ledger)
+    damaged[pos] ^= 1 << bit
+    report = _verify_bytes(bytes(damaged))
+    assert report.status == "tampered", report
+    assert report.bad_seq == _sealed_before(spans, pos), (pos, report)
+
+
+def test_every_single_byte_flip_is_detected(sample):
+    ledger, spans = sample
+    for pos in range(len(ledger)):
+        damaged = bytearray(ledger)
+        damaged[pos] ^= 0xFF
+        report = _verify_bytes(bytes(damaged))
+        assert report.status == "tampered", (pos, report)
+        assert report.bad_seq == _sealed_before(spans, pos), (pos, report)
+
+
+def test_truncation_at_any_offset_keeps_the_sealed_prefix(sample):
+    ledger, spans = sample
+    for cut in range(len(ledger)):
+        report = _verify_bytes(ledger[:cut])
+        assert report.status == "unclosed", (cut, report)
+        assert report.exit_code == 3
+        whole = [s for s in spans if s[1] <= cut]
+        sealed = 0 if len(whole) < 2 else _sealed_after(ledger, whole[-1][1])
+        assert report.sealed == sealed, (cut, report)
+        assert report.unsealed == report.records - report.sealed
+        assert report.torn_bytes == cut - (whole[-1][1] if whole else 0)
+    assert _verify_bytes(ledger).status == "ok"
+
+
+def _sealed_after(ledger: bytes, end: int) -> int:
+    checker = LedgerChecker(KEY.verify_key, decode=False)
+    checker.feed(ledger[:end])
+    for _ in checker.records():
+        pass
+    return checker.sealed
+
+
+def test_unsealed_tail_is_counted(tmp_path):
+    run = tmp_path / "run"
+    write_ledger(run, _items(10), flush_records=4)
+    data = (run / "ledger").read_bytes()
+    spans = frame_map(data)
+    # Cut inside the last non-final seal: the 4 records of the frame before it are unsealed.
+    records_frame, seal_frame = spans[-4], spans[-3]
+    report = _verify_bytes(data[: seal_frame[0] + 5])
+    assert (report.status, report.sealed, report.unsealed, report.torn_bytes) == ("unclosed", 4, 4, 5)
+    assert records_frame[2] == 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_reader_raises_only_its_own_error_on_garbage(garbage):
+    for blob in (garbage, b"\x89CSNLDG\n" + garbage):
+        try:
+            report = _verify_bytes(blob)
+        except LedgerError:
+            continue
+        assert report.status in ("tampered", "unclosed")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "ledger"
+            path.write_bytes(blob)
+            try:
+                list(read_records(path))
+            except LedgerError:
+                pass
+
+
+def test_untrusted_key_fails_even_when_consistent(tmp_path):
+    write_ledger(tmp_path / "run", _items(5))
+    assert verify_ledger(tmp_path / "run", KEY.verify_key).status == "ok"
+    other = SigningKey.generate()
+    report = verify_ledger(tmp_path / "run", other.verify_key)
+    assert report.status == "tampered" and report.exit_code == 1
+    assert "key not trusted" in report.reason and other.fingerprint in report.reason
+
+
+def test_resigned_rewrite_fails_against_the_trusted_key(tmp_path):
+    """An attacker rewrites an event and re-signs with their own key: not trusted."""
+    forger = SigningKey.generate()
+    items = _items(5)
+    items[2] = ("recorder", Note(text="forged"), 1, 1)
+    write_ledger(tmp_path / "run", items, key=forger)
+    assert verify_ledger(tmp_path / "run", KEY.verify_key).status == "tampered"
+
+
+def test_removed_frame_is_a_sequence_gap(tmp_path):
+    write_ledger(tmp_path / "run", _items(9), flush_records=3)
+    data = (tmp_path / "run" / "ledger").read_bytes()
+    spans = frame_map(data)
+    # spans: header, rec0, seal0, rec1, seal1, rec2, seal2, final seal
+    cut = data[: spans[3][0]] + data[spans[5][0] :]
+    report = _verify_bytes(cut)
+    assert report.status == "tampered" and report.bad_seq == 3 and "sequence gap" in report.reason
+
+
+def test_seal_from_another_run_is_rejected(tmp_path):
+    write_ledger(tmp_path / "a", _items(3), flush_records=3, run_id="run-a")
+    write_ledger(tmp_path / "b", _items(3), flush_records=3, run_id="run-b")
+    a = (tmp_path / "a" / "ledger").read_bytes()
+    b = (tmp_path / "b" / "ledger").read_bytes()
+    sa, sb = frame_map(a), frame_map(b)
+    spliced = b[: sb[2][0]] + a[sa[2][0] : sa[2][1]] + b[sb[2][1] :]
+    report = _verify_bytes(spliced)
+    assert report.status == "tampered" and report.bad_seq == 0
+    assert "run-a" in report.reason
+
+
+def test_data_after_final_seal_is_tampering(tmp_path):
+    write_ledger(tmp_path / "run", _items(3))
+    data = (tmp_path / "run" / "ledger").read_bytes()
+    spans = frame_map(data)
+    report = _verify_bytes(data + data[spans[1][0] : spans[2][1]])
+    assert report.status == "tampered" and "after the final seal" in report.reason
+
+
+def test_not_a_ledger_is_an_error(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello, this is not a ledger\n")
+    with pytest.raises(LedgerError, match="not a caisson ledger"):
+        verify_ledger(path, KEY.verify_key)
+    with pytest.raises(LedgerError, match="no such file"):
+        verify_ledger(tmp_path / "missing", KEY.verify_key)
+
+
+_CRASH_WRITER = r"""
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from ledger import LedgerWriter, SigningKey
+from ledger.events import Note
+key = SigningKey(__import__("cryptography.hazmat.primitives.serialization", fromlist=["x"]).load_pem_private_key(
+    Path(sys.argv[2]).read_bytes(), password=None))
+w = LedgerWriter(Path(sys.argv[1]), run_id="crash", key=key, flush_records=17, flush_interval_s=3600)
+i = 0
+while True:
+    w.append(Note(text=f"event {i}"), source="crash", wall_ns=i, mono_ns=i)
+    i += 1
+    if w.sealed and i % 17 == 0:
+        print(w.sealed, flush=True)
+"""
+
+
+def test_sigkill_at_random_moments_loses_only_the_unsealed_tail(tmp_path):
+    key_path = tmp_path / "key.pem"
+    key_path.write_bytes(KEY.to_pem())
+    script = tmp_path / "writer.py"
+    script.write_text(_CRASH_WRITER)
+    rng = __import__("random").Random(1234)
+    for attempt in range(8):
+        ledger = tmp_path / f"ledger{attempt}"
+        proc = subprocess.Popen([sys.executable, str(script), str(ledger), str(key_path), str(ROOT)],
+                                stdout=subprocess.PIPE, text=True)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader.start()
+        time.sleep(rng.uniform(0.3, 1.2))
+        proc.send_signal(signal.SIGKILL)
+        reader.join()
+        reported = int(lines[-1]) if lines else 0
+        proc.wait()
+        report = verify_ledger(ledger, KEY.verify_key)
+        assert report.status == "unclosed", report
+        assert report.sealed >= reported > 0, (report, reported)
+        texts = [r.event.text for r in read_records(ledger)]
+        assert texts == [f"event {i}" for i in range(len(texts))]
+        assert len(texts) == report.records >= report.sealed
