@@ -13,7 +13,7 @@ import platformdirs
 
 from ledger import SigningKey, VerifyKey, generate_keypair, load_signing_key, load_verify_key
 
-__all__ = ["caisson_home", "operator_key_paths", "operator_key", "trusted_key", "ensure_operator_key"]
+__all__ = ["caisson_home", "operator_key_paths", "operator_key", "trusted_key", "ensure_operator_key", "fingerprint_key"]
 
 
 def caisson_home() -> Path:
@@ -56,3 +56,10 @@ def trusted_key(path: str | os.PathLike[str] | None) -> VerifyKey:
         return load_verify_key(Path(path))
     _, public = operator_key_paths()
     return load_verify_key(public)
+
+
+def fingerprint_key(key: SigningKey) -> bytes:
+    """The operator's key for secret fingerprints, derived from the signing key (32 bytes)."""
+    import hashlib
+
+    return hashlib.sha256(b"caisson secret fingerprint key\x00" + key.to_pem()).digest()

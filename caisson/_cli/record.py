@@ -1,0 +1,54 @@
+"""`caisson record [OPTIONS] -- CMD [ARG ...]`: run one command in a sealed chamber.
+
+Prints the run directory and the run's status. Exit status: the command's own; 124 on
+timeout; 125 when the chamber failed (engine error, command could not start); 130 on
+Ctrl-C; 2 on bad input (nothing is written then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from caisson.envpin import parse_env_assignments
+from caisson.record import RecordOptions, record
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("record", help="run a command in a sealed chamber and record it",
+                       usage="caisson record [OPTIONS] -- CMD [ARG ...]")
+    p.add_argument("--scenario", type=Path, metavar="FILE", help="scenario TOML (exclusions, env, limits)")
+    p.add_argument("--repo", type=Path, metavar="PATH", help="the live repository to export the sandbox from")
+    p.add_argument("--commit", metavar="REV", help="the commit under test (default HEAD)")
+    p.add_argument("--out", type=Path, metavar="RUN_DIR", help="run directory (default runs/<run id>)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="wall deadline (default: the scenario's)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="set a variable (repeatable)")
+    p.add_argument("--monitor", metavar="ADDR", help="stream events as JSON lines to unix:PATH or tcp:HOST:PORT")
+    p.add_argument("--image", metavar="TAG", help="chamber image (default: the images/chamber recipe's tag)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    options = RecordOptions(
+        command=cmd, scenario=args.scenario, repo=args.repo, commit=args.commit, out=args.out,
+        timeout_s=args.timeout, env=parse_env_assignments(args.env), monitor=args.monitor, image=args.image,
+    )
+    outcome = record(options, witnesses=default_witnesses())
+    detail = f"exit {outcome.command_exit}" if outcome.status == "completed" else outcome.reason
+    print(f"{outcome.run_dir}")
+    print(f"run {outcome.run_id}: {outcome.status} ({detail}, {outcome.wall_ns / 1e9:.2f} s)", file=sys.stderr)
+    return outcome.exit_code
+
+
+def default_witnesses() -> list:
+    """The witnesses `caisson record` runs by default (see caisson.witnesses)."""
+    try:
+        from caisson.witnesses import default_witnesses as defaults
+    except ImportError:
+        return []
+    return defaults()

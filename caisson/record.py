@@ -1,0 +1,351 @@
+"""`caisson record`: one command in a sealed chamber, written to a sealed ledger.
+
+The run is one trio nursery: the ledger writer task is started first (it signals
+readiness), witnesses send `Submission`s into one bounded channel, and the recorder's
+own lifecycle events (``run.started``, ``sandbox.built``, ``blob.stored``,
+``run.ended``) go the same way. Whatever happens (command failure, timeout, Ctrl-C,
+the engine dying), the ledger is closed with a final seal and the sandbox, config home
+and container are removed.
+
+Order of work: every check that can fail on bad input (scenario, repository, commit,
+engine, image, containment) runs *before* the run directory exists, so a refused run
+leaves nothing that looks like a run.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+import trio
+
+from caisson import __version__
+from caisson._docker import ContainerResult, ContainerSpec, ContainerStarted, Engine, Limits, open_engine
+from caisson.envpin import build_env
+from caisson.errors import ChamberError, UsageError
+from caisson.home import ensure_operator_key, fingerprint_key
+from caisson.image import image_tag
+from caisson.sandbox import Sandbox, build_sandbox, remove_sandbox
+from caisson.scenario import Scenario, load_scenario, scenario_digest
+from ledger import BlobStore, LedgerWriter, Submission, run_writer
+from ledger.events import ExcludedPath, RunEnded, RunStarted, SandboxBuilt
+
+__all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA"]
+
+SANDBOX_PATH = "/work/sandbox"
+"""Where the sandbox tree is mounted in the chamber; cwd and PWD point here."""
+CONFIG_HOME_PATH = "/tmp/caisson-home"
+EXIT_TIMEOUT = 124
+EXIT_INFRA = 125  # the chamber failed, as `docker run` reports its own errors
+EXIT_INTERRUPTED = 130
+_USERS = {"agent": (1000, 1000), "root": (0, 0)}
+
+WitnessStarter = Callable[["WitnessContext"], Awaitable[None]]
+"""Starts one witness in ``ctx.nursery`` once the chamber runs (see `WitnessContext`)."""
+
+
+class RecordOptions(msgspec.Struct, kw_only=True):
+    """What one `caisson record` was asked to do."""
+
+    command: list[str]
+    scenario: Path | None = None
+    repo: Path | None = None
+    commit: str | None = None  # default HEAD when repo is given
+    out: Path | None = None  # run directory; default runs/<run id>
+    timeout_s: float | None = None  # default: the scenario's limits.wall_seconds
+    env: dict[str, str] = {}
+    monitor: str | None = None
+    image: str | None = None  # default: the chamber image of images/chamber
+
+
+class RunOutcome(msgspec.Struct, kw_only=True):
+    """What happened: the run directory and the status line of the CLI."""
+
+    run_id: str
+    run_dir: Path
+    status: str  # completed | timeout | interrupted | infra_failure
+    exit_code: int  # the CLI's exit status: the command's, 124 timeout, 125 infra, 130 Ctrl-C
+    command_exit: int | None = None
+    signal: int | None = None
+    wall_ns: int = 0
+    reason: str = ""
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus 6 random hex digits."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def _user_ids(user: str) -> tuple[int, int]:
+    if user in _USERS:
+        return _USERS[user]
+    uid, _, gid = user.partition(":")
+    if uid.isdigit() and (not gid or gid.isdigit()):
+        return int(uid), int(gid or uid)
+    raise UsageError(f"scenario user {user!r}: use 'agent', 'root' or a numeric uid[:gid]")
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.lchown(dirpath, uid, gid)
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, gid)
+
+
+def _host_facts(engine_info: dict) -> dict:
+    uname = platform.uname()
+    facts = {"kernel": uname.release, "machine": uname.machine, "cpus": os.cpu_count() or 0,
+             "python": sys.version.split()[0]}
+    facts.update({k: v for k, v in engine_info.items() if isinstance(v, (str, int, float, bool))})
+    try:
+        facts["mem_total_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        pass
+    return facts
+
+
+def _prepare_run_dir(out: Path | None, run_id: str) -> Path:
+    run_dir = Path(out) if out is not None else Path("runs") / run_id
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise UsageError(f"--out {run_dir}: exists and is not empty; pick a new run directory")
+    return run_dir
+
+
+def record(options: RecordOptions, *, witnesses: list[WitnessStarter] | None = None) -> RunOutcome:
+    """Record one run (blocking; runs its own trio event loop).
+
+    Args:
+        options: the command and its settings.
+        witnesses: witness starters run once the container has started (none: only the
+            chamber's lifecycle is recorded).
+
+    Returns:
+        The `RunOutcome`.
+
+    Raises:
+        UsageError: bad input, found before anything is written (scenario, repository,
+            commit, run directory, image missing).
+        ContainmentError: the sandbox holds a question window or a leak term.
+        ChamberError: the Docker engine is not reachable.
+    """
+    return trio.run(_record, options, witnesses or [])
+
+
+async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> RunOutcome:
+    if not options.command:
+        raise UsageError("no command given: caisson record [OPTIONS] -- CMD [ARG ...]")
+    if options.commit and options.repo is None:
+        raise UsageError("--commit needs --repo")
+    scenario = load_scenario(options.scenario) if options.scenario else Scenario(name="adhoc")
+    uid, gid = _user_ids(scenario.user)
+    timeout_s = options.timeout_s if options.timeout_s is not None else scenario.limits.wall_seconds
+    run_id = new_run_id()
+    run_dir = _prepare_run_dir(options.out, run_id)
+    tag = options.image or image_tag("chamber")
+    async with open_engine() as engine:
+        image_id = await engine.image_id(tag)
+        if image_id is None:
+            raise UsageError(f"chamber image {tag} is missing: build it with `caisson image build`")
+        engine_info = await engine.info()
+        scratch = Path(tempfile.mkdtemp(prefix=f"caisson-{run_id}-"))
+        try:
+            sandbox_dir, config_home = scratch / "sandbox", scratch / "home"
+            sandbox: Sandbox | None = None
+            if options.repo is not None:
+                sandbox = await trio.to_thread.run_sync(
+                    build_sandbox, options.repo, options.commit or "HEAD", scenario, sandbox_dir
+                )
+            else:
+                sandbox_dir.mkdir()
+            config_home.mkdir()
+            _chown_tree(sandbox_dir, uid, gid)
+            _chown_tree(config_home, uid, gid)
+            key = ensure_operator_key()
+            run_dir.mkdir(parents=True, exist_ok=True)
+            writer = LedgerWriter(run_dir / "ledger", run_id=run_id, key=key, blobs=BlobStore(run_dir / "blobs"),
+                                  flush_records=1024, flush_interval_s=0.5)
+            chamber_env = build_env(caller=os.environ, scenario=scenario, overrides=options.env,
+                                    cwd=SANDBOX_PATH, fingerprint_key=fingerprint_key(key))
+            limits = scenario.limits
+            manifest = RunStarted(
+                run_id=run_id,
+                caisson_version=__version__,
+                command=list(options.command),
+                repo=str(Path(options.repo).resolve()) if options.repo else None,
+                commit=sandbox.commit if sandbox else None,
+                scenario=str(options.scenario) if options.scenario else None,
+                scenario_digest=scenario_digest(options.scenario) if options.scenario else None,
+                env=chamber_env.recorded,
+                limits={"wall_seconds": timeout_s, "pids": limits.pids, "memory_bytes": limits.memory_bytes,
+                        "cpus": limits.cpus, "network": "none", "user": scenario.user},
+                image_id=image_id,
+                host=_host_facts(engine_info),
+            )
+            spec = ContainerSpec(
+                image=tag,
+                cmd=list(options.command),
+                env=chamber_env.env,
+                workdir=SANDBOX_PATH,
+                user=f"{uid}:{gid}",
+                binds=[(str(sandbox_dir), SANDBOX_PATH, False), (str(config_home), CONFIG_HOME_PATH, False)],
+                labels={"caisson.run_dir": str(run_dir.resolve())},
+                limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
+                              nano_cpus=int(limits.cpus * 1e9)),
+                network_mode="none",
+                deadline_s=timeout_s,
+                run_id=run_id,
+            )
+            return await _run(engine, writer, spec, manifest, sandbox, sandbox_dir, scenario, run_dir, witnesses,
+                              options.monitor)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(shutil.rmtree, scratch, True)
+
+
+class WitnessContext(msgspec.Struct, kw_only=True):
+    """What a witness gets when the chamber has started.
+
+    Attributes:
+        started: the container's id and host pid.
+        send: a clone of the ledger channel for this witness; it closes it when done.
+        stop: set when the command has ended; samplers stop, stream readers drain to EOF.
+        nursery: where the witness starts its long-running tasks.
+        run_dir: the run directory (a witness may keep files there, e.g. a pcap).
+    """
+
+    started: ContainerStarted
+    send: trio.MemorySendChannel[Submission]
+    stop: trio.Event
+    nursery: trio.Nursery
+    run_dir: Path
+
+
+WITNESS_GRACE_S = 5.0
+"""How long witnesses may take to drain after the command ended before they are cancelled."""
+
+
+async def _run(
+    engine: Engine,
+    writer: LedgerWriter,
+    spec: ContainerSpec,
+    manifest: RunStarted,
+    sandbox: Sandbox | None,
+    sandbox_dir: Path,
+    scenario: Scenario,
+    run_dir: Path,
+    witnesses: list[WitnessStarter],
+    monitor: str | None,
+) -> RunOutcome:
+    """Run the container with the writer and witnesses in one nursery; always seal."""
+    outcome = RunOutcome(run_id=manifest.run_id, run_dir=run_dir, status="interrupted", exit_code=EXIT_INTERRUPTED)
+    ended = False
+    send, receive = trio.open_memory_channel[Submission](4096)
+    sink = None
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_writer, writer, receive.clone())
+            if monitor is not None:
+                from caisson.stream import MonitorSink, parse_monitor_address
+
+                sink = MonitorSink(parse_monitor_address(monitor))
+                writer.add_listener(sink.offer)
+                await nursery.start(sink.run)
+            async with send:
+                await send.send(Submission(source="recorder", event=manifest))
+                if sandbox is not None:
+                    await send.send(Submission(source="recorder", event=SandboxBuilt(
+                        path=SANDBOX_PATH, commit=sandbox.commit, tree_digest=sandbox.tree_digest,
+                        file_count=sandbox.file_count,
+                        excluded=[ExcludedPath(path=e.path, category=e.category) for e in sandbox.excluded])))
+                stop = trio.Event()
+                async with trio.open_nursery() as witness_nursery:
+
+                    async def on_start(started: ContainerStarted) -> None:
+                        for start in witnesses:
+                            ctx = WitnessContext(started=started, send=send.clone(), stop=stop,
+                                                 nursery=witness_nursery, run_dir=run_dir)
+                            await start(ctx)
+
+                    try:
+                        result: ContainerResult | ChamberError = await engine.run(spec, on_start=on_start)
+                    except ChamberError as exc:
+                        result = exc
+                    stop.set()
+                    witness_nursery.cancel_scope.deadline = trio.current_time() + WITNESS_GRACE_S
+                if isinstance(result, ChamberError):
+                    end = RunEnded(status="infra_failure", reason=str(result))
+                    outcome = RunOutcome(run_id=manifest.run_id, run_dir=run_dir, status="infra_failure",
+                                         exit_code=EXIT_INFRA, reason=str(result))
+                else:
+                    for event in _artifacts(writer, result, sandbox_dir, scenario):
+                        await send.send(Submission(source="recorder", event=event))
+                    end, outcome = _ended(result, manifest.run_id, run_dir)
+                await send.send(Submission(source="recorder", event=end))
+                ended = True
+            if sink is not None:
+                await sink.aclose()
+    finally:
+        _drain(receive, writer)
+        if not ended:
+            writer.append(RunEnded(status="interrupted", reason="interrupted (Ctrl-C or cancellation)"),
+                          source="recorder")
+        writer.close()
+    return outcome
+
+
+def _drain(receive: trio.MemoryReceiveChannel[Submission], writer: LedgerWriter) -> None:
+    """Append whatever is still buffered in the channel (after a cancellation)."""
+    while True:
+        try:
+            item = receive.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return
+        writer.append(item.event, source=item.source, wall_ns=item.wall_ns, mono_ns=item.mono_ns)
+
+
+def _artifacts(writer: LedgerWriter, result: ContainerResult, sandbox_dir: Path, scenario: Scenario):
+    """Store stdout, stderr and the answer file as blobs; yield their ``blob.stored`` events."""
+    from ledger.events import BlobStored
+
+    assert writer.blobs is not None
+    found = [("stdout", result.stdout), ("stderr", result.stderr)]
+    if scenario.answer_file:
+        answer = sandbox_dir / scenario.answer_file
+        if answer.is_file() and not answer.is_symlink():
+            found.append(("answer", answer.read_bytes()))
+    for role, data in found:
+        digest = writer.blobs.put(data)
+        yield BlobStored(sha256=digest, size_bytes=len(data), role=role, media_type="text/plain")
+
+
+def _ended(result: ContainerResult, run_id: str, run_dir: Path) -> tuple[RunEnded, RunOutcome]:
+    wall = result.ended_ns - result.started_ns
+    signame = None
+    if result.signal:
+        import signal as _signal
+
+        try:
+            signame = _signal.Signals(result.signal).name
+        except ValueError:
+            signame = f"SIG{result.signal}"
+    if result.error:
+        status, code = "infra_failure", EXIT_INFRA
+    elif result.timed_out:
+        status, code = "timeout", EXIT_TIMEOUT
+    else:
+        status, code = "completed", result.exit_code if result.exit_code is not None else EXIT_INFRA
+    reason = result.error or ("wall deadline reached; the chamber was killed" if result.timed_out else "")
+    if result.oom_killed:
+        reason = (reason + "; " if reason else "") + "out of memory (killed by the engine)"
+    end = RunEnded(exit_code=result.exit_code if not result.timed_out else None, signal=signame, wall_ns=wall,
+                   timed_out=result.timed_out, status=status, reason=reason)
+    return end, RunOutcome(run_id=run_id, run_dir=run_dir, status=status, exit_code=code,
+                           command_exit=result.exit_code, signal=result.signal, wall_ns=wall, reason=reason)
