@@ -1,0 +1,267 @@
+"""`caisson record` end to end, with the real Docker engine and the chamber image."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from caisson.cli import main
+from caisson.home import ensure_operator_key
+from ledger import read_records, verify_ledger
+from ledger.events import BlobStored, RunEnded, RunStarted, SandboxBuilt
+
+ROOT = Path(__file__).resolve().parents[2]
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout
+
+
+@pytest.fixture
+def live_repo(tmp_path: Path) -> Path:
+    """A live repo: commit 1 (the one under test) with an answer key, then a later commit."""
+    repo = tmp_path / "live"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "src").mkdir()
+    (repo / "src" / "app.py").write_text("def answer():\n    return 42\n")
+    (repo / "benchmark").mkdir()
+    (repo / "benchmark" / "answers.json").write_text('{"q1": "src/app.py:1 secret-answer-key"}\n')
+    (repo / "CLAUDE.md").write_text("Agent instructions that must not leak.\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "under test")
+    (repo / "src" / "later.py").write_text("LATER_COMMIT_ONLY = True\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "later")
+    git(repo, "tag", "v-later")
+    return repo
+
+
+@pytest.fixture
+def scenario_file(tmp_path: Path) -> Path:
+    path = tmp_path / "scenario.toml"
+    path.write_text('''
+name = "record-test"
+answer_file = "ANSWER.txt"
+
+[[questions]]
+id = "q1"
+prompt = "Which function returns the meaning of life in this repository?"
+evidence = ["src/app.py"]
+
+[[exclusions]]
+category = "answer_key"
+globs = ["benchmark/**"]
+
+[[exclusions]]
+category = "agent_instructions"
+globs = ["CLAUDE.md", "**/AGENTS.md"]
+
+[limits]
+wall_seconds = 60
+pids = 128
+''')
+    return path
+
+
+def snapshot(repo: Path) -> tuple[dict[str, str], str]:
+    files = {}
+    for p in sorted(repo.rglob("*")):
+        if p.is_file():
+            files[str(p.relative_to(repo))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return files, git(repo, "status", "--porcelain", "--ignored")
+
+
+def records_of(run_dir: Path):
+    return list(read_records(run_dir))
+
+
+def blob(run_dir: Path, role: str) -> bytes:
+    for r in records_of(run_dir):
+        if isinstance(r.event, BlobStored) and r.event.role == role:
+            return (run_dir / "blobs" / r.event.sha256[:2] / r.event.sha256).read_bytes()
+    raise AssertionError(f"no {role} blob")
+
+
+def leftovers(run_id: str) -> str:
+    return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=caisson.run={run_id}"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_sandbox_has_no_history_and_no_excluded_blob(chamber_image, live_repo, scenario_file, tmp_path, capsys):
+    first = git(live_repo, "rev-list", "--max-parents=0", "HEAD").strip()
+    excluded_blob = git(live_repo, "hash-object", "benchmark/answers.json").strip()
+    later_blob = git(live_repo, "hash-object", "src/later.py").strip()
+    run_dir = tmp_path / "run"
+    code = main(["record", "--scenario", str(scenario_file), "--repo", str(live_repo), "--commit", first[:8],
+                 "--out", str(run_dir), "--", "sh", "-c",
+                 "git log --all --oneline; echo ==; git rev-list --all --objects; echo ==; "
+                 "git fsck --lost-found 2>&1; echo ==; ls -A; git tag; git stash list; git reflog | wc -l"])
+    assert code == 0
+    out = blob(run_dir, "stdout").decode()
+    log, objects, fsck, rest = out.split("==\n")
+    assert len(log.strip().splitlines()) == 1
+    assert excluded_blob not in objects and later_blob not in objects
+    assert "dangling" not in fsck and "unreachable" not in fsck
+    listing = rest.split()
+    assert "benchmark" not in listing and "CLAUDE.md" not in listing and "src" in listing
+    assert "v-later" not in rest
+    events = [r.event for r in records_of(run_dir)]
+    built = next(e for e in events if isinstance(e, SandboxBuilt))
+    assert built.commit == first
+    assert {(x.path, x.category) for x in built.excluded} == {
+        ("benchmark/answers.json", "answer_key"), ("CLAUDE.md", "agent_instructions")}
+    assert verify_ledger(run_dir, ensure_operator_key().verify_key).status == "ok"
+
+
+def test_live_repo_is_untouched_by_writes_to_pwd_oldpwd_repo_path_and_parent(
+        chamber_image, live_repo, scenario_file, tmp_path):
+    before = snapshot(live_repo)
+    script = (
+        f'echo x > "$PWD/pwned"; echo x > "${{OLDPWD:-/nonexistent}}/pwned" 2>/dev/null; '
+        f'mkdir -p "{live_repo}" && echo x > "{live_repo}/pwned"; echo x > ../pwned; '
+        f'echo x > "{live_repo}/src/app.py" 2>/dev/null; echo done'
+    )
+    env = {**os.environ, "OLDPWD": str(live_repo)}
+    proc = subprocess.run([sys.executable, "-m", "caisson.cli", "record", "--scenario", str(scenario_file),
+                           "--repo", str(live_repo), "--commit", "HEAD~1", "--out", str(tmp_path / "run"),
+                           "--", "sh", "-c", script], cwd=live_repo, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert blob(tmp_path / "run", "stdout") == b"done\n"
+    assert snapshot(live_repo) == before
+    assert "worktree" not in git(live_repo, "worktree", "list").split("\n", 1)[-1]
+    assert len(git(live_repo, "worktree", "list").strip().splitlines()) == 1
+
+
+def test_environment_is_built_not_inherited(chamber_image, scenario_file, tmp_path, monkeypatch):
+    hostile = {
+        "OLDPWD": "/home/someone/live-repo", "PWD": "/home/someone/live-repo",
+        "ANTHROPIC_API_KEY": "sk-ant-hostile-1", "OPENAI_API_KEY": "sk-hostile-2", "GITHUB_TOKEN": "ghp_hostile",
+        "AWS_SECRET_ACCESS_KEY": "aws-hostile", "CODING_KNOWLEDGE_INJECTION": "1", "CLAUDE_CONFIG_DIR": "/root/.claude",
+        "HOME": "/root", "SOME_RANDOM_VAR": "inherited?", "TZ": "Europe/Paris",
+    }
+    for k, v in hostile.items():
+        monkeypatch.setenv(k, v)
+    run_dir = tmp_path / "run"
+    code = main(["record", "--scenario", str(scenario_file), "--out", str(run_dir),
+                 "--env", "MY_SETTING=on", "--env", "MYCORP_API_KEY=sk-passed-by-flag",
+                 "--", "sh", "-c", "env; echo cwd=$(pwd); ls -A $HOME | wc -l"])
+    assert code == 0
+    lines = blob(run_dir, "stdout").decode().splitlines()
+    env = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("cwd="))
+    assert env["PWD"] == "/work/sandbox" and "cwd=/work/sandbox" in lines
+    assert "OLDPWD" not in env
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "MYCORP_API_KEY",
+                 "SOME_RANDOM_VAR"):
+        assert name not in env, name
+    assert env["CODING_KNOWLEDGE_INJECTION"] == "0"
+    assert env["HOME"] == env["CLAUDE_CONFIG_DIR"].rsplit("/", 1)[0] == "/tmp/caisson-home"
+    assert env["MY_SETTING"] == "on" and env["TZ"] == "Europe/Paris"
+    assert lines[-1] == "0"  # the config home is fresh and empty
+    started = records_of(run_dir)[0].event
+    assert isinstance(started, RunStarted) and started.env["PWD"] == "/work/sandbox"
+    everything = b"".join(p.read_bytes() for p in run_dir.rglob("*") if p.is_file())
+    for secret in ("sk-ant-hostile-1", "sk-hostile-2", "ghp_hostile", "aws-hostile", "sk-passed-by-flag"):
+        assert secret.encode() not in everything
+
+
+def test_passed_credentials_are_recorded_as_fingerprints(chamber_image, tmp_path):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('name = "pass"\npass_credentials = ["PROVIDER_API_KEY"]\n')
+    run_dir = tmp_path / "run"
+    assert main(["record", "--scenario", str(scenario), "--out", str(run_dir), "--env",
+                 "PROVIDER_API_KEY=sk-live-123456", "--", "sh", "-c", 'test "$PROVIDER_API_KEY" = sk-live-123456']) == 0
+    started = records_of(run_dir)[0].event
+    assert started.env["PROVIDER_API_KEY"].startswith("fp:")
+    assert b"sk-live-123456" not in (run_dir / "ledger").read_bytes()
+
+
+def test_timeout_exit_124_and_the_ledger_is_sealed(chamber_image, tmp_path):
+    run_dir = tmp_path / "run"
+    t0 = time.monotonic()
+    assert main(["record", "--timeout", "2", "--out", str(run_dir), "--", "sleep", "60"]) == 124
+    assert time.monotonic() - t0 < 30
+    end = records_of(run_dir)[-1].event
+    assert isinstance(end, RunEnded) and end.timed_out and end.status == "timeout"
+    assert verify_ledger(run_dir, ensure_operator_key().verify_key).status == "ok"
+    assert leftovers(records_of(run_dir)[0].event.run_id) == ""
+
+
+def test_answer_file_and_exit_code(chamber_image, scenario_file, tmp_path):
+    run_dir = tmp_path / "run"
+    assert main(["record", "--scenario", str(scenario_file), "--out", str(run_dir), "--",
+                 "sh", "-c", "echo 'answer() in src/app.py' > ANSWER.txt; exit 7"]) == 7
+    assert blob(run_dir, "answer") == b"answer() in src/app.py\n"
+    end = records_of(run_dir)[-1].event
+    assert (end.exit_code, end.status) == (7, "completed")
+
+
+def test_ctrl_c_removes_the_chamber_and_closes_the_ledger(chamber_image, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "record", "--out", str(run_dir), "--",
+                             "sleep", "60"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if (run_dir / "ledger").exists() and subprocess.run(
+                ["docker", "ps", "-q", "--filter", "label=caisson.run"], capture_output=True, text=True).stdout:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    report = verify_ledger(run_dir, ensure_operator_key().verify_key)
+    assert report.status == "ok", report
+    end = records_of(run_dir)[-1].event
+    assert isinstance(end, RunEnded) and end.status == "interrupted"
+    assert leftovers(records_of(run_dir)[0].event.run_id) == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--repo", "/nonexistent/repo"], "nonexistent"),
+    (["--repo", "LIVE", "--commit", "deadbeefcafe"], "deadbeefcafe"),
+    (["--scenario", "BAD_CATEGORY"], "category"),
+    (["--scenario", "BAD_FIELD"], "wall_seconds"),
+    (["--image", "caisson/nope:0"], "caisson image build"),
+    (["--commit", "HEAD"], "--commit needs --repo"),
+    (["--env", "NOT AN ASSIGNMENT"], "NAME=VALUE"),
+])
+def test_bad_input_is_one_line_exit_2_and_no_run_dir(chamber_image, live_repo, tmp_path, capsys, args, message):
+    (tmp_path / "bad_category.toml").write_text('name = "x"\n[[exclusions]]\ncategory = "secrets"\nglobs = ["a"]\n')
+    (tmp_path / "bad_field.toml").write_text('name = "x"\n[limits]\nwall_seconds = "soon"\n')
+    subst = {"LIVE": str(live_repo), "BAD_CATEGORY": str(tmp_path / "bad_category.toml"),
+             "BAD_FIELD": str(tmp_path / "bad_field.toml")}
+    args = [subst.get(a, a) for a in args]
+    run_dir = tmp_path / "run"
+    assert main(["record", *args, "--out", str(run_dir), "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert not run_dir.exists()
+
+
+def test_engine_not_reachable_is_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    assert main(["record", "--out", str(tmp_path / "run"), "--", "true"]) == 2
+    assert "start dockerd" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_containment_hit_refuses_the_run(chamber_image, live_repo, tmp_path, capsys):
+    scenario = tmp_path / "leaky.toml"
+    scenario.write_text('name = "leaky"\n[[questions]]\nid = "q"\nprompt = "x"\n'
+                        'leak_terms = ["secret-answer-key"]\n')
+    assert main(["record", "--scenario", str(scenario), "--repo", str(live_repo), "--commit", "HEAD~1",
+                 "--out", str(tmp_path / "run"), "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert "benchmark/answers.json:1" in err
+    assert not (tmp_path / "run").exists()
