@@ -11,12 +11,9 @@ import argparse
 import sys
 from collections.abc import Iterable
 
-import msgspec
-
+from caisson.stream import record_json
 from ledger import Record, follow_records, read_records
 from ledger.events import EVENT_KINDS, event_kind
-
-_encoder = msgspec.json.Encoder()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,15 +23,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kind", action="append", default=[], metavar="K",
                    help="only events of this kind (repeatable; a prefix such as 'process.' matches a family)")
     p.set_defaults(func=run)
-
-
-def record_json(record: Record) -> bytes:
-    """The JSON line for one record (without the newline)."""
-    fields = msgspec.to_builtins(record.event)
-    fields.pop("kind", None)
-    line = {"seq": record.seq, "ts_ns": record.wall_ns, "source": record.source, "kind": event_kind(record.event)}
-    line.update(fields)
-    return _encoder.encode(line)
 
 
 def _matches(kind: str, wanted: list[str]) -> bool:

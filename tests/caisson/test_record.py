@@ -265,3 +265,37 @@ def test_containment_hit_refuses_the_run(chamber_image, live_repo, tmp_path, cap
     err = capsys.readouterr().err
     assert "benchmark/answers.json:1" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_monitor_receives_every_event_in_order(chamber_image, tmp_path):
+    import socket
+    import threading
+
+    path = tmp_path / "monitor.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+    received: list[dict] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, conn.makefile("r") as lines:
+            for line in lines:
+                received.append(json.loads(line))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    run_dir = tmp_path / "run"
+    assert main(["record", "--monitor", f"unix:{path}", "--out", str(run_dir), "--", "echo", "hi"]) == 0
+    thread.join(timeout=10)
+    seqs = [r.seq for r in records_of(run_dir)]
+    assert [x["seq"] for x in received] == seqs
+    assert received[-1]["kind"] == "run.ended"
+
+
+def test_absent_monitor_never_blocks_the_run(chamber_image, tmp_path):
+    run_dir = tmp_path / "run"
+    t0 = time.monotonic()
+    assert main(["record", "--monitor", f"unix:{tmp_path}/nobody.sock", "--out", str(run_dir), "--", "true"]) == 0
+    assert time.monotonic() - t0 < 20
+    assert verify_ledger(run_dir, ensure_operator_key().verify_key).status == "ok"
