@@ -244,7 +244,10 @@ def test_sigkill_at_random_moments_loses_only_the_unsealed_tail(tmp_path):
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
         reader.start()
-        time.sleep(rng.uniform(0.3, 1.2))
+        deadline = time.monotonic() + 30
+        while not lines and time.monotonic() < deadline:  # the writer is up and has sealed
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.8))
         proc.send_signal(signal.SIGKILL)
         reader.join()
         reported = int(lines[-1]) if lines else 0

@@ -1,0 +1,412 @@
+"""The procfs witness: the chamber's process tree and the host, sampled on a fixed grid.
+
+- Sans-IO parsers (`parse_proc_stat_cpu`, `parse_pressure`, `parse_loadavg`,
+  `parse_pid_stat_starttime`, `parse_nspid`): pure functions of text. Malformed text
+  raises `ProcfsParseError` (a `ValueError`); a missing optional part (no ``NSpid:`` line
+  before Linux 4.1, no ``full`` line in ``/proc/pressure/cpu`` before 5.13) is not an error.
+- Samplers that read files: `HostSampler` (load, steal, PSI) and `sample_tree` (psutil).
+- `run_procfs_witness`, the trio task that sends ``host.sample`` and ``proc.sample``.
+
+Timer lateness, the evidence for ``host_stalled``: deadlines are ``t0 + k * interval`` on
+`time.monotonic_ns`; each tick records ``wake - deadline`` (never negative: an early wake
+sleeps again). Grid points that passed meanwhile are skipped, not fired in a burst, so one
+stall is one late tick and ``timer_lateness_ns // interval_ns`` ticks were skipped. The
+next deadline is chosen after the tick's events are sent, so a slow ledger writer skips
+ticks but never shows up as lateness.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import psutil
+import trio
+
+from ledger import CaissonError, Submission
+from ledger.events import Event, HostSample, ProcSample, WitnessGap, WitnessStarted, WitnessStopped
+
+__all__ = [
+    "PSI_RESOURCES", "CpuTimes", "HostReading", "HostSampler", "LoadAvg", "ProcfsParseError",
+    "parse_loadavg", "parse_nspid", "parse_pid_stat_starttime", "parse_pressure",
+    "parse_proc_stat_cpu", "run_procfs_witness", "sample_tree", "steal_ratio",
+]
+
+WITNESS = "procfs"
+PSI_RESOURCES = ("cpu", "memory", "io")
+"""The ``/proc/pressure/*`` files sampled, when the kernel has them."""
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")  # clock ticks per second of /proc/PID/stat times
+_FINAL_SEND_TIMEOUT_S = 1.0  # how long a shielded last event may wait for channel space
+_monotonic_ns = time.monotonic_ns
+_time_ns = time.time_ns
+
+
+class ProcfsParseError(CaissonError, ValueError):
+    """Raised by a procfs parser when the text is not in the kernel's format.
+
+    Attributes:
+        source: which file the text claims to be, e.g. ``"/proc/stat"``.
+        line: the offending line (or the whole text when no line is to blame).
+    """
+
+    def __init__(self, message: str, *, source: str, line: str):
+        super().__init__(f"{source}: {message}: {line[:200]!r}")
+        self.source = source
+        self.line = line
+
+
+# --- sans-IO parsers ---------------------------------------------------------------------
+
+
+class CpuTimes(NamedTuple):
+    """The aggregate ``cpu`` line of ``/proc/stat``, in clock ticks (USER_HZ)."""
+
+    total: int  # user+nice+system+idle+iowait+irq+softirq+steal (guest is inside user)
+    steal: int  # time stolen by the hypervisor; 0 on kernels that do not report it
+
+
+def parse_proc_stat_cpu(text: str) -> CpuTimes:
+    """Parse the aggregate ``cpu`` line of ``/proc/stat``.
+
+    Args:
+        text: the whole file, or just its ``cpu`` line.
+
+    Returns:
+        Total and steal times in clock ticks. ``guest`` and ``guest_nice`` are left out
+        of the total: the kernel already counts them in ``user`` and ``nice``.
+
+    Raises:
+        ProcfsParseError: no ``cpu`` line, fewer than 4 fields, or a non-integer field.
+    """
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            fields = line.split()[1:9]
+            if len(fields) < 4 or not all(f.isdigit() for f in fields):
+                raise ProcfsParseError("bad cpu line", source="/proc/stat", line=line)
+            values = [int(f) for f in fields]
+            return CpuTimes(total=sum(values), steal=values[7] if len(values) > 7 else 0)
+    raise ProcfsParseError("no aggregate cpu line", source="/proc/stat", line=text)
+
+
+def steal_ratio(previous: CpuTimes, current: CpuTimes) -> float | None:
+    """Steal delta / total delta between two readings, in [0, 1]; None if no time passed."""
+    total = current.total - previous.total
+    if total <= 0:
+        return None
+    return min(1.0, max(0.0, (current.steal - previous.steal) / total))
+
+
+def parse_pressure(resource: str, text: str) -> dict[str, float]:
+    """Parse one ``/proc/pressure/<resource>`` file.
+
+    Args:
+        resource: ``cpu``, ``memory`` or ``io``; the key prefix.
+        text: lines like ``some avg10=0.00 avg60=0.00 avg300=0.00 total=0``.
+
+    Returns:
+        ``{"<resource>.some.avg10": percent, ..., "<resource>.some.total_us": µs}``:
+        avg10/avg60/avg300 are percent of wall time stalled; ``total_us`` is the
+        cumulative stall time in microseconds. A missing ``full`` line adds no keys.
+
+    Raises:
+        ProcfsParseError: an unknown line kind, a field without ``=``, or a bad number.
+    """
+    out: dict[str, float] = {}
+    source = f"/proc/pressure/{resource}"
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        kind, *fields = line.split()
+        if kind not in ("some", "full") or not fields:
+            raise ProcfsParseError("bad pressure line", source=source, line=line)
+        for field in fields:
+            name, sep, value = field.partition("=")
+            if not sep or not name:
+                raise ProcfsParseError("bad pressure field", source=source, line=line)
+            try:
+                number = float(value)
+            except ValueError:
+                raise ProcfsParseError("bad pressure value", source=source, line=line) from None
+            out[f"{resource}.{kind}.{'total_us' if name == 'total' else name}"] = number
+    return out
+
+
+class LoadAvg(NamedTuple):
+    """``/proc/loadavg``: run-queue averages and the scheduling-entity counts."""
+
+    load1: float
+    load5: float
+    load15: float
+    runnable: int
+    total: int
+
+
+def parse_loadavg(text: str) -> LoadAvg:
+    """Parse ``/proc/loadavg`` (``0.46 0.66 0.37 2/114 16919``).
+
+    Raises:
+        ProcfsParseError: fewer than 4 fields or a field that is not a number.
+    """
+    fields = text.split()
+    try:
+        runnable, total = fields[3].split("/")
+        return LoadAvg(float(fields[0]), float(fields[1]), float(fields[2]), int(runnable), int(total))
+    except (IndexError, ValueError):
+        raise ProcfsParseError("bad loadavg", source="/proc/loadavg", line=text) from None
+
+
+def parse_pid_stat_starttime(text: str) -> int:
+    """The start time of a process, in clock ticks since boot, from ``/proc/PID/stat``.
+
+    The command name (field 2) may contain spaces and parentheses, so fields are
+    counted after the last ``)``; ``starttime`` is field 22.
+
+    Raises:
+        ProcfsParseError: no ``)`` or too few fields, or a non-integer start time.
+    """
+    _, paren, rest = text.rpartition(")")
+    fields = rest.split()
+    if not paren or len(fields) < 20 or not fields[19].isdigit():
+        raise ProcfsParseError("bad stat", source="/proc/PID/stat", line=text)
+    return int(fields[19])
+
+
+def parse_nspid(text: str) -> int | None:
+    """The pid in the innermost pid namespace, from ``/proc/PID/status``.
+
+    Returns:
+        The last number of the ``NSpid:`` line, or None when there is none (Linux < 4.1).
+
+    Raises:
+        ProcfsParseError: an ``NSpid:`` line without numbers.
+    """
+    for line in text.splitlines():
+        if line.startswith("NSpid:"):
+            fields = line[6:].split()
+            if not fields or not fields[-1].isdigit():
+                raise ProcfsParseError("bad NSpid line", source="/proc/PID/status", line=line)
+            return int(fields[-1])
+    return None
+
+
+# --- samplers (file IO, no trio) ---------------------------------------------------------
+
+
+class HostReading(NamedTuple):
+    """One host reading: load, steal ratio over the last interval, PSI (see `HostSample`)."""
+
+    load1: float
+    cpu_steal_ratio: float | None
+    psi: dict[str, float]
+
+
+class HostSampler:
+    """Reads the host's load, CPU steal and PSI; keeps the last ``/proc/stat`` reading.
+
+    Args:
+        proc_root: where procfs is mounted (tests point it at a fake tree).
+
+    Attributes:
+        parse_failures: how many files did not parse (their values are left out).
+        bytes_read: bytes of procfs text read so far.
+    """
+
+    def __init__(self, proc_root: str | os.PathLike[str] = "/proc"):
+        self._root = Path(proc_root)
+        self._previous: CpuTimes | None = None
+        self.parse_failures = 0
+        self.bytes_read = 0
+
+    def _read(self, name: str) -> str | None:
+        try:
+            text = (self._root / name).read_text()
+        except OSError:  # absent, or EOPNOTSUPP when PSI is compiled in but disabled
+            return None
+        self.bytes_read += len(text)
+        return text
+
+    def sample(self) -> HostReading:
+        """Read the host once. The first steal ratio is None (no previous reading)."""
+        load1, ratio, psi = 0.0, None, {}
+        if (text := self._read("loadavg")) is not None:
+            try:
+                load1 = parse_loadavg(text).load1
+            except ProcfsParseError:
+                self.parse_failures += 1
+        if (text := self._read("stat")) is not None:
+            try:
+                current = parse_proc_stat_cpu(text)
+            except ProcfsParseError:
+                self.parse_failures += 1
+            else:
+                if self._previous is not None:
+                    ratio = steal_ratio(self._previous, current)
+                self._previous = current
+        for resource in PSI_RESOURCES:
+            if (text := self._read(f"pressure/{resource}")) is not None:
+                try:
+                    psi.update(parse_pressure(resource, text))
+                except ProcfsParseError:
+                    self.parse_failures += 1
+        return HostReading(load1=load1, cpu_steal_ratio=ratio, psi=psi)
+
+
+def sample_tree(root_host_pid: int, *, failures: list[ProcfsParseError] | None = None) -> list[ProcSample]:
+    """Sample a process and all its descendants.
+
+    Args:
+        root_host_pid: the tree's root, as a pid on the host (psutil's pid).
+        failures: when given, collects the parse errors of skipped processes.
+
+    Returns:
+        One `ProcSample` per live process, root first. ``pid`` is the innermost-namespace
+        pid (last ``NSpid`` number; the host pid when the kernel has no ``NSpid``),
+        ``start_time_ns`` is ``/proc/PID/stat`` starttime converted from clock ticks to
+        ns since boot (exact integer arithmetic, stable across samples, unlike psutil's
+        float epoch ``create_time``), ``cpu_ns`` is user + system CPU time and
+        ``rss_bytes`` the resident set size. Processes that vanish or deny access
+        mid-sample are skipped; a vanished root gives ``[]``.
+    """
+    try:
+        root = psutil.Process(root_host_pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    samples = []
+    for proc in processes:
+        try:
+            samples.append(_sample_process(proc))
+        except (psutil.Error, OSError):
+            continue  # gone (ENOENT/ESRCH), zombie or not ours
+        except ProcfsParseError as exc:
+            if failures is not None:
+                failures.append(exc)
+    return samples
+
+
+def _sample_process(proc: psutil.Process) -> ProcSample:
+    host_pid = proc.pid
+    starttime = parse_pid_stat_starttime(Path(f"/proc/{host_pid}/stat").read_text())
+    nspid = parse_nspid(Path(f"/proc/{host_pid}/status").read_text())
+    with proc.oneshot():
+        name = proc.name()
+        cpu = proc.cpu_times()
+        rss = proc.memory_info().rss
+    return ProcSample(pid=host_pid if nspid is None else nspid, host_pid=host_pid,
+                      start_time_ns=starttime * 1_000_000_000 // _CLK_TCK, name=name,
+                      cpu_ns=round((cpu.user + cpu.system) * 1e9), rss_bytes=rss)
+
+
+# --- the trio task -----------------------------------------------------------------------
+
+
+async def run_procfs_witness(
+    send_channel: trio.MemorySendChannel[Submission],
+    *,
+    root_host_pid: Callable[[], int | None] | int | None = None,
+    interval_s: float = 0.25,
+    proc_root: str | os.PathLike[str] = "/proc",
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Sample the host and the chamber's tree every ``interval_s`` until cancelled.
+
+    Sends ``witness.started`` first, then per tick one ``host.sample`` (stamped at the
+    wake-up, where lateness is measured, before any sampling) and one ``proc.sample`` per
+    process (stamped when the tree was read). Sampling runs in a worker thread, so a slow
+    ``/proc`` does not delay other tasks; it cannot hide a stall, which is measured first.
+
+    On cancellation it sends ``witness.stopped`` (``lines``: ticks, ``events``: samples
+    sent, ``parse_failures``, ``bytes``: host procfs text read) and re-raises. If sampling
+    raises, it sends ``witness.gap`` and returns without raising: the run goes on, void.
+    Those last events are sent inside a shielded cancel scope (a cancelled task cannot
+    otherwise await) bounded by 1 s, so a full channel nobody drains cannot hang shutdown.
+    If the receiver is gone the task returns quietly: there is no one left to tell.
+
+    Args:
+        send_channel: where submissions go; closed when this task ends, so pass a clone.
+        root_host_pid: the tree's root as a host pid; a callable is asked at every tick
+            (the chamber may start later); None samples the host only.
+        interval_s: the sampling interval, seconds (default 0.25).
+        proc_root: where procfs is mounted, for the host files.
+        task_status: started once ``witness.started`` is sent.
+
+    Raises:
+        ValueError: ``interval_s`` is not positive (our misuse).
+    """
+    interval_ns = int(interval_s * 1e9)
+    if interval_ns <= 0:
+        raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+    sampler = HostSampler(proc_root)
+    failures: list[ProcfsParseError] = []
+    ticks = events = 0
+
+    def submit(event: Event, wall_ns: int, mono_ns: int) -> Submission:
+        return Submission(source=WITNESS, event=event, wall_ns=wall_ns, mono_ns=mono_ns)
+
+    def sample(pid: int | None) -> tuple[HostReading, list[ProcSample], int, int]:
+        host = sampler.sample()
+        mono, wall = _monotonic_ns(), _time_ns()
+        return host, ([] if pid is None else sample_tree(pid, failures=failures)), wall, mono
+
+    async with send_channel:
+        try:
+            started = WitnessStarted(witness=WITNESS, detail={"interval_ns": interval_ns})
+            await send_channel.send(submit(started, _time_ns(), _monotonic_ns()))
+            task_status.started()
+            deadline = _monotonic_ns()
+            while True:
+                woke = await _sleep_until_ns(deadline)
+                wall = _time_ns()
+                try:
+                    pid = root_host_pid() if callable(root_host_pid) else root_host_pid
+                    host, procs, proc_wall, proc_mono = await trio.to_thread.run_sync(sample, pid)
+                except Exception as exc:
+                    gap = WitnessGap(witness=WITNESS, reason=f"sampling failed: {exc!r}",
+                                     missing="host.sample, proc.sample", since_ns=wall)
+                    await _send_last(send_channel, submit(gap, _time_ns(), _monotonic_ns()))
+                    return
+                ticks += 1
+                sample_event = HostSample(load1=host.load1, cpu_steal_ratio=host.cpu_steal_ratio,
+                                          psi=host.psi, timer_lateness_ns=woke - deadline,
+                                          interval_ns=interval_ns)
+                await send_channel.send(submit(sample_event, wall, woke))
+                events += 1
+                for proc in procs:
+                    await send_channel.send(submit(proc, proc_wall, proc_mono))
+                    events += 1
+                deadline = _next_deadline(deadline, interval_ns, _monotonic_ns())
+        except trio.Cancelled:
+            stopped = WitnessStopped(witness=WITNESS, lines=ticks, events=events,
+                                     parse_failures=sampler.parse_failures + len(failures),
+                                     bytes=sampler.bytes_read)
+            await _send_last(send_channel, submit(stopped, _time_ns(), _monotonic_ns()))
+            raise
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return  # the writer is gone; nothing left to report to
+
+
+async def _sleep_until_ns(deadline_ns: int) -> int:
+    """Sleep until `time.monotonic_ns` reaches ``deadline_ns``; returns the wake time, ns."""
+    while True:
+        now = _monotonic_ns()
+        if now >= deadline_ns:
+            return now
+        await trio.sleep((deadline_ns - now) / 1e9)
+
+
+def _next_deadline(deadline_ns: int, interval_ns: int, now_ns: int) -> int:
+    """The first grid point after ``now_ns``: late ticks are skipped, never bunched."""
+    return deadline_ns + ((now_ns - deadline_ns) // interval_ns + 1) * interval_ns
+
+
+async def _send_last(send_channel: trio.MemorySendChannel[Submission], item: Submission) -> None:
+    """Send a final event even while cancelled: shielded, bounded, receiver may be gone."""
+    with trio.move_on_after(_FINAL_SEND_TIMEOUT_S, shield=True):
+        try:
+            await send_channel.send(item)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
