@@ -1,0 +1,284 @@
+"""Per-API readers of LLM responses: one `StreamState` subclass per endpoint.
+
+Each reader consumes the JSON objects of a response, either the whole body
+(`StreamState.from_body`) or one SSE event at a time (`StreamState.event`), and keeps
+what the call event needs: served model, stop reason, the raw usage object, whether the
+stream's terminal event arrived, and what went wrong. Shapes follow the provider API
+references named in each class docstring. Unknown event types are ignored (providers add
+them); nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from collectors.sse import SseEvent
+
+__all__ = ["STREAMS", "StreamState", "error_detail"]
+
+_DETAIL_CHARS = 200
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _DETAIL_CHARS else text[:_DETAIL_CHARS] + "..."
+
+
+def error_detail(obj: Any) -> str:
+    """``kind: message`` from an error object, or "".
+
+    Handles Anthropic (``{"type": "error", "error": {"type", "message"}}``), OpenAI
+    (``{"error": {"type", "code", "message"}}``) and the flat Responses ``error`` event
+    (``{"type": "error", "code", "message"}``).
+    """
+    if not isinstance(obj, dict):
+        return ""
+    err = obj.get("error")
+    src = err if isinstance(err, dict) else obj
+    parts = [src.get("type") if src is err else None, src.get("code"), src.get("message")]
+    kept: list[str] = []
+    for part in parts:
+        if part and str(part) not in kept:
+            kept.append(str(part))
+    return _short(": ".join(kept))
+
+
+class StreamState:
+    """What one response has told us so far.
+
+    Attributes:
+        served_model: the model the response names (first one seen).
+        stop_reason: why generation stopped, as the API names it.
+        usage: the raw usage object (only trusted when ``terminal``).
+        terminal: the stream's terminal event arrived.
+        malformed: the first malformed event (data not JSON, not an object), or None.
+        error: the first error event/chunk the stream carried, or None.
+    """
+
+    terminal_name: ClassVar[str] = "terminal event"
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        self.served_model: str | None = None
+        self.stop_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.terminal = False
+        self.malformed: str | None = None
+        self.error: str | None = None
+        self._no_usage = "terminal event carried no usage"
+
+    def event(self, ev: SseEvent) -> None:
+        """Consume one dispatched SSE event."""
+        if ev.data.strip() == "[DONE]":
+            self.done(ev)
+            return
+        try:
+            obj = msgspec.json.decode(ev.data)
+        except (msgspec.DecodeError, RecursionError, UnicodeError) as exc:
+            self._malformed(ev, f"malformed JSON in SSE event #{ev.index}: {exc}")
+            return
+        if not isinstance(obj, dict):
+            self._malformed(ev, f"SSE event #{ev.index} data is not a JSON object")
+            return
+        kind = obj.get("type")
+        self.on(kind if isinstance(kind, str) else ev.event, obj, ev)
+
+    def _malformed(self, ev: SseEvent, problem: str) -> None:
+        problem = _short(problem)
+        self.problems.append(problem)
+        if self.malformed is None:
+            self.malformed = problem
+
+    def _error(self, what: str, obj: dict[str, Any]) -> None:
+        detail = error_detail(obj)
+        problem = f"{what}" + (f": {detail}" if detail else "")
+        self.problems.append(problem)
+        if self.error is None:
+            self.error = problem
+
+    def _model(self, model: Any) -> None:
+        if not isinstance(model, str) or not model:
+            return
+        if self.served_model is None:
+            self.served_model = model
+        elif model != self.served_model:
+            self.problems.append(f"served model changed from {self.served_model} to {model}")
+
+    def done(self, ev: SseEvent) -> None:
+        """A ``data: [DONE]`` sentinel (meaningful only to Chat Completions)."""
+        self.problems.append(f"unexpected [DONE] in SSE event #{ev.index}")
+
+    def on(self, kind: str, obj: dict[str, Any], ev: SseEvent) -> None:
+        """Consume one event's JSON object; ``kind`` is its ``type`` or SSE event name."""
+
+    def from_body(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
+        """Read a non-streamed response body; returns (served_model, stop_reason)."""
+        raise NotImplementedError
+
+    def no_usage_reason(self, include_usage: bool) -> str:
+        """Why a stream that reached its terminal event has no usage."""
+        return self._no_usage
+
+
+class AnthropicMessages(StreamState):
+    """Anthropic Messages API ("Streaming Messages").
+
+    ``message_start.message`` carries ``model`` and the input-side usage (input and
+    cache counts; ``output_tokens`` there is provisional). ``message_delta`` carries
+    ``delta.stop_reason`` and a CUMULATIVE ``usage``: the last one wins, never summed.
+    The usage reported is ``message_start.message.usage`` updated key by key with the
+    last ``message_delta.usage`` (keys whose value is null there do not override).
+    ``message_stop`` ends the stream; ``error`` events (e.g. ``overloaded_error``)
+    may arrive mid-stream.
+    """
+
+    terminal_name = "message_stop"
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(problems)
+        self._start_usage: dict[str, Any] | None = None
+        self._delta_usage: dict[str, Any] | None = None
+
+    def on(self, kind: str, obj: dict[str, Any], ev: SseEvent) -> None:
+        if kind == "message_start":
+            msg = obj.get("message")
+            if isinstance(msg, dict):
+                self._model(msg.get("model"))
+                usage = msg.get("usage")
+                if isinstance(usage, dict):
+                    self._start_usage = usage
+        elif kind == "message_delta":
+            delta = obj.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self.stop_reason = delta["stop_reason"]
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                self._delta_usage = usage
+        elif kind == "message_stop":
+            self.terminal = True
+            if self._start_usage is None:
+                self._no_usage = "stream without message_start usage"
+            elif self._delta_usage is None:
+                self._no_usage = "stream without message_delta usage"
+            else:
+                merged = dict(self._start_usage)
+                merged.update((k, v) for k, v in self._delta_usage.items() if v is not None)
+                self.usage = merged
+        elif kind == "error":
+            self._error(f"stream error event #{ev.index}", obj)
+
+    def from_body(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
+        self._model(obj.get("model"))
+        stop = obj.get("stop_reason")
+        return self.served_model, stop if isinstance(stop, str) else None
+
+
+class OpenAIChat(StreamState):
+    """OpenAI Chat Completions API (``chat.completion`` / ``chat.completion.chunk``).
+
+    Each chunk names ``model``; ``choices[i].finish_reason`` gives the stop reason
+    (choice index 0 is reported). Usage arrives only in a final chunk with
+    ``choices: []`` when the request set ``stream_options.include_usage``; the stream
+    ends with ``data: [DONE]``. That usage chunk also counts as terminal.
+    """
+
+    terminal_name = "[DONE]"
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(problems)
+        self._finish: dict[int, str] = {}
+
+    def _choices(self, obj: dict[str, Any]) -> None:
+        choices = obj.get("choices")
+        if not isinstance(choices, list):
+            return
+        for choice in choices:
+            if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
+                index = choice.get("index")
+                self._finish[index if isinstance(index, int) else 0] = choice["finish_reason"]
+        if self._finish:
+            self.stop_reason = self._finish.get(0, next(iter(self._finish.values())))
+
+    def done(self, ev: SseEvent) -> None:
+        self.terminal = True
+
+    def on(self, kind: str, obj: dict[str, Any], ev: SseEvent) -> None:
+        if isinstance(obj.get("error"), dict):
+            self._error(f"stream error chunk #{ev.index}", obj)
+            return
+        self._model(obj.get("model"))
+        self._choices(obj)
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+            self.terminal = True
+
+    def from_body(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
+        self._model(obj.get("model"))
+        self._choices(obj)
+        return self.served_model, self.stop_reason
+
+    def no_usage_reason(self, include_usage: bool) -> str:
+        if include_usage:
+            return "stream ended without a usage chunk although include_usage was set"
+        return "stream without include_usage"
+
+
+def _responses_stop(resp: dict[str, Any]) -> str | None:
+    """``status``, refined as ``incomplete:<reason>`` or ``failed:<code>``."""
+    status = resp.get("status")
+    if not isinstance(status, str):
+        return None
+    details = resp.get("incomplete_details")
+    if status == "incomplete" and isinstance(details, dict) and details.get("reason"):
+        return f"incomplete:{details['reason']}"
+    error = resp.get("error")
+    if status == "failed" and isinstance(error, dict) and error.get("code"):
+        return f"failed:{error['code']}"
+    return status
+
+
+class OpenAIResponses(StreamState):
+    """OpenAI Responses API (``response`` object; ``response.*`` stream events).
+
+    ``response.created`` / ``response.in_progress`` name the model; the terminal event
+    (``response.completed``, ``response.incomplete`` or ``response.failed``) carries the
+    final ``response`` with ``status``, ``incomplete_details`` and ``usage``. An
+    ``error`` event may arrive instead.
+    """
+
+    terminal_name = "response.completed/incomplete/failed"
+    TERMINALS: ClassVar[frozenset[str]] = frozenset(
+        {"response.completed", "response.incomplete", "response.failed"}
+    )
+
+    def on(self, kind: str, obj: dict[str, Any], ev: SseEvent) -> None:
+        resp = obj.get("response")
+        if kind.startswith("response.") and isinstance(resp, dict):
+            self._model(resp.get("model"))
+        if kind in self.TERMINALS:
+            self.terminal = True
+            if not isinstance(resp, dict):
+                self._no_usage = f"{kind} event without a response object"
+                return
+            self.stop_reason = _responses_stop(resp)
+            usage = resp.get("usage")
+            if isinstance(usage, dict):
+                self.usage = usage
+            else:
+                self._no_usage = f"{kind} event without usage"
+        elif kind == "error":
+            self._error(f"stream error event #{ev.index}", obj)
+
+    def from_body(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
+        self._model(obj.get("model"))
+        return self.served_model, _responses_stop(obj)
+
+
+STREAMS: dict[str, type[StreamState]] = {
+    "messages": AnthropicMessages,
+    "chat.completions": OpenAIChat,
+    "responses": OpenAIResponses,
+}
+"""Endpoint name (as `collectors.llm.classify` returns it) -> reader class."""

@@ -1,0 +1,186 @@
+"""Normalisation of provider usage objects into `LlmUsage`, one rule per API shape.
+
+The raw usage object is always kept as sent; this module only derives the normalised
+view and names the rule it applied in `LlmUsage.rule`. All counts are tokens. A count
+must be a JSON integer in [0, 2**53] (a bool, float, string, negative or larger number
+is rejected); an absent or null optional field stays None in the view.
+
+Sources (provider API references):
+
+- Anthropic Messages API, "Create a Message" response ``usage`` and "Streaming
+  Messages": ``input_tokens``, ``cache_creation_input_tokens`` and
+  ``cache_read_input_tokens`` are separate, non-overlapping addends of the prompt;
+  ``output_tokens`` is the completion.
+- OpenAI Chat Completions API, the ``usage`` object: ``prompt_tokens`` already includes
+  ``prompt_tokens_details.cached_tokens``; ``completion_tokens`` already includes
+  ``completion_tokens_details.reasoning_tokens``. Breakdowns are never added again.
+- OpenAI Responses API, the response ``usage`` object: ``input_tokens`` includes
+  ``input_tokens_details.cached_tokens``; ``output_tokens`` includes
+  ``output_tokens_details.reasoning_tokens``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ledger.events import LlmUsage
+
+__all__ = ["RULES", "normalize_usage"]
+
+RULES: dict[str, str] = {
+    "messages": (
+        "anthropic.messages: input = input_tokens + cache_creation_input_tokens"
+        " + cache_read_input_tokens (separate addends, absent counts 0);"
+        " output = output_tokens; total = input + output;"
+        " cache_write = cache_creation_input_tokens, cache_read = cache_read_input_tokens"
+    ),
+    "chat.completions": (
+        "openai.chat.completions: input = prompt_tokens (includes"
+        " prompt_tokens_details.cached_tokens); output = completion_tokens (includes"
+        " completion_tokens_details.reasoning_tokens); total = input + output;"
+        " cache_read and reasoning are breakdowns, never added"
+    ),
+    "responses": (
+        "openai.responses: input = input_tokens (includes"
+        " input_tokens_details.cached_tokens); output = output_tokens (includes"
+        " output_tokens_details.reasoning_tokens); total = input + output;"
+        " cache_read and reasoning are breakdowns, never added"
+    ),
+}
+"""The rule text per endpoint, as recorded in `LlmUsage.rule` (before any suffix)."""
+
+STREAMED_ANTHROPIC_SUFFIX = (
+    "; streamed: usage = message_start.message.usage updated key by key with the last"
+    " message_delta.usage (cumulative: last wins, never summed; null values do not"
+    " override)"
+)
+STREAMED_CHAT_SUFFIX = "; streamed: usage from the final chunk (stream_options.include_usage)"
+STREAMED_RESPONSES_SUFFIX = "; streamed: usage from the terminal event's response.usage"
+
+
+MAX_TOKENS = 2**53
+"""Largest count accepted, tokens: the interoperable JSON integer bound (RFC 7493, I-JSON);
+sums of a few such counts still fit the ledger's 64-bit integers."""
+
+
+class _Bad(Exception):
+    """A usage field has the wrong shape; the message says which."""
+
+
+def _count(obj: dict[str, Any], key: str, *, required: bool, where: str = "") -> int | None:
+    value = obj.get(key)
+    name = f"{where}{key}"
+    if value is None:
+        if required:
+            raise _Bad(f"{name} missing")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(f"{name} is not an integer: {value!r:.40}")
+    if value < 0:
+        raise _Bad(f"{name} is negative: {value}")
+    if value > MAX_TOKENS:
+        raise _Bad(f"{name} is implausibly large: {value}")
+    return value
+
+
+def _detail(usage: dict[str, Any], details: str, key: str) -> int | None:
+    sub = usage.get(details)
+    if sub is None:
+        return None
+    if not isinstance(sub, dict):
+        raise _Bad(f"{details} is not an object")
+    return _count(sub, key, required=False, where=f"{details}.")
+
+
+def _anthropic(usage: dict[str, Any]) -> tuple[LlmUsage, list[str]]:
+    base = _count(usage, "input_tokens", required=True)
+    write = _count(usage, "cache_creation_input_tokens", required=False)
+    read = _count(usage, "cache_read_input_tokens", required=False)
+    out = _count(usage, "output_tokens", required=True)
+    assert base is not None and out is not None
+    inp = base + (write or 0) + (read or 0)
+    view = LlmUsage(
+        input_tokens=inp,
+        output_tokens=out,
+        total_tokens=inp + out,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+    )
+    return view, []
+
+
+def _openai(
+    usage: dict[str, Any], in_key: str, out_key: str, in_details: str, out_details: str
+) -> tuple[LlmUsage, list[str]]:
+    inp = _count(usage, in_key, required=True)
+    out = _count(usage, out_key, required=True)
+    assert inp is not None and out is not None
+    cached = _detail(usage, in_details, "cached_tokens")
+    reasoning = _detail(usage, out_details, "reasoning_tokens")
+    notes = []
+    sent_total = usage.get("total_tokens")
+    is_count = isinstance(sent_total, int) and not isinstance(sent_total, bool)
+    if is_count and sent_total != inp + out:
+        notes.append(f"sent total_tokens {sent_total} != {in_key} + {out_key}")
+    if cached is not None and cached > inp:
+        notes.append(f"cached_tokens {cached} > {in_key} {inp}")
+    if reasoning is not None and reasoning > out:
+        notes.append(f"reasoning_tokens {reasoning} > {out_key} {out}")
+    view = LlmUsage(
+        input_tokens=inp,
+        output_tokens=out,
+        total_tokens=inp + out,
+        cache_read_tokens=cached,
+        reasoning_tokens=reasoning,
+    )
+    return view, notes
+
+
+def normalize_usage(
+    endpoint: str, usage: dict[str, Any], *, streamed: bool
+) -> tuple[LlmUsage | None, str | None]:
+    """Derive the normalised view of one raw usage object.
+
+    Args:
+        endpoint: ``"messages"``, ``"chat.completions"`` or ``"responses"``.
+        usage: the usage object as sent (for a streamed Anthropic call, the merge
+            described by ``STREAMED_ANTHROPIC_SUFFIX``).
+        streamed: the usage came from an event stream; adds the streamed rule suffix.
+
+    Returns:
+        ``(view, None)`` with ``view.rule`` naming the rule (plus any inconsistency
+        noted, e.g. a sent ``total_tokens`` that differs from input + output), or
+        ``(None, problem)`` when a required count is missing or malformed.
+    """
+    try:
+        if endpoint == "messages":
+            view, notes = _anthropic(usage)
+            suffix = STREAMED_ANTHROPIC_SUFFIX if streamed else ""
+        elif endpoint == "chat.completions":
+            view, notes = _openai(
+                usage,
+                "prompt_tokens",
+                "completion_tokens",
+                "prompt_tokens_details",
+                "completion_tokens_details",
+            )
+            suffix = STREAMED_CHAT_SUFFIX if streamed else ""
+        elif endpoint == "responses":
+            view, notes = _openai(
+                usage,
+                "input_tokens",
+                "output_tokens",
+                "input_tokens_details",
+                "output_tokens_details",
+            )
+            suffix = STREAMED_RESPONSES_SUFFIX if streamed else ""
+        else:
+            return None, f"no usage rule for endpoint {endpoint!r}"
+    except _Bad as exc:
+        return None, str(exc)
+    rule = RULES[endpoint] + suffix
+    if notes:
+        rule += "; inconsistent: " + "; ".join(notes)
+    return msgspec.structs.replace(view, rule=rule), None
