@@ -48,7 +48,6 @@ _sha256 = hashlib.sha256
 _encode = record_encoder.encode
 _monotonic_ns = time.monotonic_ns
 _time_ns = time.time_ns
-_NS_LIMIT = 1 << 63
 
 
 class LedgerWriter:
@@ -88,7 +87,7 @@ class LedgerWriter:
         self.flush_interval_ns = int(flush_interval_s * 1e9)
         self._key = key
         self._zstd = zstandard.ZstdCompressor(level=zstd_level)
-        self._pending: list[bytes] = []
+        self._pending: list[bytes] | None = []  # None once closed
         self._listeners: list[RecordListener] = []
         self._next_seq = 0
         self._last_wall = 0  # times are stored as deltas from the previous record
@@ -114,7 +113,7 @@ class LedgerWriter:
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._write(header_bytes)
         os.fsync(self._file.fileno())
-        self._last_flush_ns = time.monotonic_ns()
+        self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
 
     # -- appending ------------------------------------------------------------------
 
@@ -150,28 +149,32 @@ class LedgerWriter:
 
         Raises:
             WriterClosedError: the writer is closed (our misuse).
-            ValueError: a timestamp outside 0 .. 2**63-1 ns.
+            ValueError: a timestamp so far from the previous one that the difference
+                does not fit in 64 bits (timestamps belong in 0 .. 2**63-1 ns).
         """
-        if self._closed:
+        pending = self._pending
+        if pending is None:
             raise WriterClosedError(f"{self.path}: append after close")
         now = _monotonic_ns()
         if wall_ns is None:
             wall_ns = _time_ns()
         if mono_ns is None:
             mono_ns = now
-        if not (0 <= wall_ns < _NS_LIMIT and 0 <= mono_ns < _NS_LIMIT):
-            raise ValueError(f"timestamps must be in 0..2**63-1 ns, got wall_ns={wall_ns} mono_ns={mono_ns}")
         seq = self._next_seq
-        # The stored form is WireRecord: [seq, wall delta, mono delta, source, event].
-        data = _encode((seq, wall_ns - self._last_wall, mono_ns - self._last_mono, source, event))
-        self._last_wall, self._last_mono = wall_ns, mono_ns
-        self._pending.append(data)  # chained at flush, in order, in one tight loop
+        try:
+            # The stored form is WireRecord: [seq, wall delta, mono delta, source, event].
+            data = _encode((seq, wall_ns - self._last_wall, mono_ns - self._last_mono, source, event))
+        except OverflowError:
+            raise ValueError(f"timestamps must be in 0..2**63-1 ns, got wall_ns={wall_ns} mono_ns={mono_ns}") from None
+        self._last_wall = wall_ns
+        self._last_mono = mono_ns
+        pending.append(data)  # chained at flush, in order, in one tight loop
         self._next_seq = seq + 1
         if self._listeners:
             record = Record(seq=seq, wall_ns=wall_ns, mono_ns=mono_ns, source=source, event=event)
             for listener in self._listeners:
                 listener(record)
-        if len(self._pending) >= self.flush_records or now - self._last_flush_ns >= self.flush_interval_ns:
+        if len(pending) >= self.flush_records or now >= self._flush_at_ns:
             self.flush()
         return seq
 
@@ -193,7 +196,7 @@ class LedgerWriter:
 
     def flush_if_due(self) -> None:
         """Flush when records are pending and the flush interval has passed."""
-        if self._pending and time.monotonic_ns() - self._last_flush_ns >= self.flush_interval_ns:
+        if self._pending and time.monotonic_ns() >= self._flush_at_ns:
             self.flush()
 
     def flush(self) -> None:
@@ -210,6 +213,7 @@ class LedgerWriter:
             self._write_frames(final=True)
         finally:
             self._closed = True
+            self._pending = None
             self._file.close()
 
     @property
@@ -219,15 +223,16 @@ class LedgerWriter:
 
     def _write_frames(self, *, final: bool) -> None:
         parts = []
-        if self._pending:
-            head = self._head
-            for data in self._pending:
-                head = _sha256(head + data).digest()
+        pending = self._pending
+        if pending:
+            head, sha256 = self._head, _sha256
+            for data in pending:
+                head = sha256(head + data).digest()
             self._head = head
-            n = len(self._pending)
-            payload = self._zstd.compress(msgpack_array_header(n) + b"".join(self._pending))
+            n = len(pending)
+            payload = self._zstd.compress(msgpack_array_header(n) + b"".join(pending))
             parts.append(encode_frame(FRAME_RECORDS, self._next_seq - n, n, payload))
-            self._pending = []
+            pending.clear()
         upto = self._next_seq
         signature = self._key.sign(_chain.seal_message(self.run_id, upto, self._head, final))
         seal = Seal(run_id=self.run_id, upto=upto, head=self._head, final=final,
@@ -236,7 +241,7 @@ class LedgerWriter:
         self._write(b"".join(parts))
         os.fsync(self._file.fileno())
         self._sealed = upto
-        self._last_flush_ns = time.monotonic_ns()
+        self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
