@@ -36,7 +36,7 @@ from caisson.image import image_tag
 from caisson.sandbox import Sandbox, build_sandbox, remove_sandbox
 from caisson.scenario import Scenario, load_scenario, scenario_digest
 from ledger import BlobStore, LedgerWriter, Submission, run_writer
-from ledger.events import ExcludedPath, RunEnded, RunStarted, SandboxBuilt
+from ledger.events import BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt
 
 __all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA"]
 
@@ -64,6 +64,19 @@ class RecordOptions(msgspec.Struct, kw_only=True):
     env: dict[str, str] = {}
     monitor: str | None = None
     image: str | None = None  # default: the chamber image of images/chamber
+    question: str | None = None  # a scenario question id; its prompt goes to CAISSON_PROMPT
+    weaken: list[str] = []  # controls to weaken on purpose (selftest only; see WEAKENABLE)
+
+
+WEAKENABLE = {
+    "exclusions": "the sandbox keeps the exclusion set and skips the containment scan",
+    "live_repo": "a copy of the live repository is mounted at its own absolute path",
+    "env": "the caller's OLDPWD, PWD and a planted credential reach the chamber",
+    "tracer_user": "the tracer runs as the agent's user, so the agent can signal it",
+    "network": "the chamber gets the default bridge network instead of none",
+}
+"""Controls `caisson selftest` weakens one at a time to show the detector behind each fires.
+A run with any weakened control records it in ``run.started`` and can never be clean."""
 
 
 class RunOutcome(msgspec.Struct, kw_only=True):
@@ -145,6 +158,15 @@ async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> Ru
     if options.commit and options.repo is None:
         raise UsageError("--commit needs --repo")
     scenario = load_scenario(options.scenario) if options.scenario else Scenario(name="adhoc")
+    unknown = sorted(set(options.weaken) - set(WEAKENABLE))
+    if unknown:
+        raise UsageError(f"cannot weaken {', '.join(unknown)}: known controls are {', '.join(sorted(WEAKENABLE))}")
+    question = None
+    if options.question is not None:
+        question = next((q for q in scenario.questions if q.id == options.question), None)
+        if question is None:
+            known = ", ".join(q.id for q in scenario.questions) or "none (pass --scenario)"
+            raise UsageError(f"--question {options.question}: not in the scenario; its questions: {known}")
     uid, gid = _user_ids(scenario.user)
     timeout_s = options.timeout_s if options.timeout_s is not None else scenario.limits.wall_seconds
     run_id = new_run_id()
@@ -160,8 +182,11 @@ async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> Ru
             sandbox_dir, config_home = scratch / "sandbox", scratch / "home"
             sandbox: Sandbox | None = None
             if options.repo is not None:
+                rules = scenario
+                if "exclusions" in options.weaken:
+                    rules = msgspec.structs.replace(scenario, exclusions=[], questions=[], leak_terms=[])
                 sandbox = await trio.to_thread.run_sync(
-                    build_sandbox, options.repo, options.commit or "HEAD", scenario, sandbox_dir
+                    build_sandbox, options.repo, options.commit or "HEAD", rules, sandbox_dir
                 )
             else:
                 sandbox_dir.mkdir()
@@ -172,8 +197,22 @@ async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> Ru
             run_dir.mkdir(parents=True, exist_ok=True)
             writer = LedgerWriter(run_dir / "ledger", run_id=run_id, key=key, blobs=BlobStore(run_dir / "blobs"),
                                   flush_records=1024, flush_interval_s=0.5)
-            chamber_env = build_env(caller=os.environ, scenario=scenario, overrides=options.env,
+            overrides = dict(options.env)
+            if question is not None:
+                overrides.update(CAISSON_QUESTION_ID=question.id, CAISSON_PROMPT=question.prompt)
+            chamber_env = build_env(caller=os.environ, scenario=scenario, overrides=overrides,
                                     cwd=SANDBOX_PATH, fingerprint_key=fingerprint_key(key))
+            binds = [(str(sandbox_dir), SANDBOX_PATH, False), (str(config_home), CONFIG_HOME_PATH, False)]
+            if "env" in options.weaken:
+                leaked = {"OLDPWD": os.getcwd(), "PWD": os.getcwd(), "PLANTED_API_KEY": "sk-planted-by-selftest"}
+                chamber_env = msgspec.structs.replace(
+                    chamber_env, env={**chamber_env.env, **leaked},
+                    recorded={**chamber_env.recorded, **leaked, "PLANTED_API_KEY": "fp:planted"})
+            if "live_repo" in options.weaken and options.repo is not None:
+                copy = scratch / "live-copy"
+                await trio.to_thread.run_sync(lambda: shutil.copytree(options.repo, copy, symlinks=True))
+                _chown_tree(copy, uid, gid)
+                binds.append((str(copy), str(Path(options.repo).resolve()), False))
             limits = scenario.limits
             manifest = RunStarted(
                 run_id=run_id,
@@ -188,6 +227,10 @@ async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> Ru
                         "cpus": limits.cpus, "network": "none", "user": scenario.user},
                 image_id=image_id,
                 host=_host_facts(engine_info),
+                question_id=question.id if question else None,
+                caller={"cwd": os.getcwd(), "home": os.path.expanduser("~")},
+                witnesses=[getattr(w, "witness_name", getattr(w, "__name__", "witness")) for w in witnesses],
+                weakened=sorted(options.weaken),
             )
             spec = ContainerSpec(
                 image=tag,
@@ -195,16 +238,17 @@ async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> Ru
                 env=chamber_env.env,
                 workdir=SANDBOX_PATH,
                 user=f"{uid}:{gid}",
-                binds=[(str(sandbox_dir), SANDBOX_PATH, False), (str(config_home), CONFIG_HOME_PATH, False)],
+                binds=binds,
                 labels={"caisson.run_dir": str(run_dir.resolve())},
                 limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
                               nano_cpus=int(limits.cpus * 1e9)),
-                network_mode="none",
+                network_mode="bridge" if "network" in options.weaken else "none",
                 deadline_s=timeout_s,
                 run_id=run_id,
             )
+            scenario_bytes = Path(options.scenario).read_bytes() if options.scenario else None
             return await _run(engine, writer, spec, manifest, sandbox, sandbox_dir, scenario, run_dir, witnesses,
-                              options.monitor)
+                              options.monitor, scenario_bytes)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(shutil.rmtree, scratch, True)
@@ -243,6 +287,7 @@ async def _run(
     run_dir: Path,
     witnesses: list[WitnessStarter],
     monitor: str | None,
+    scenario_bytes: bytes | None,
 ) -> RunOutcome:
     """Run the container with the writer and witnesses in one nursery; always seal."""
     outcome = RunOutcome(run_id=manifest.run_id, run_dir=run_dir, status="interrupted", exit_code=EXIT_INTERRUPTED)
@@ -260,6 +305,11 @@ async def _run(
                 await nursery.start(sink.run)
             async with send:
                 await send.send(Submission(source="recorder", event=manifest))
+                if scenario_bytes is not None:  # replay grades and configures detectors from it
+                    digest = writer.blobs.put(scenario_bytes)
+                    await send.send(Submission(source="recorder", event=BlobStored(
+                        sha256=digest, size_bytes=len(scenario_bytes), role="scenario",
+                        media_type="application/toml")))
                 if sandbox is not None:
                     await send.send(Submission(source="recorder", event=SandboxBuilt(
                         path=SANDBOX_PATH, commit=sandbox.commit, tree_digest=sandbox.tree_digest,
@@ -313,8 +363,6 @@ def _drain(receive: trio.MemoryReceiveChannel[Submission], writer: LedgerWriter)
 
 def _artifacts(writer: LedgerWriter, result: ContainerResult, sandbox_dir: Path, scenario: Scenario):
     """Store stdout, stderr and the answer file as blobs; yield their ``blob.stored`` events."""
-    from ledger.events import BlobStored
-
     assert writer.blobs is not None
     found = [("stdout", result.stdout), ("stderr", result.stderr)]
     if scenario.answer_file:

@@ -41,6 +41,7 @@ __all__ = [
     "Question",
     "Scenario",
     "load_scenario",
+    "parse_scenario",
     "scenario_digest",
 ]
 
@@ -215,9 +216,24 @@ def load_scenario(path: str | Path) -> Scenario:
     """
     name = str(path)
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        data = Path(path).read_bytes()
     except OSError as e:
         raise ScenarioError(f"cannot read the scenario: {e.strerror or e}", path=name) from e
+    return parse_scenario(data, name)
+
+
+def parse_scenario(data: bytes, name: str) -> Scenario:
+    """Validate a scenario from its bytes (e.g. the copy a run keeps as a blob).
+
+    Args:
+        data: the TOML file's bytes.
+        name: what to call it in errors (a path, or ``RUN_DIR:scenario``).
+
+    Raises:
+        ScenarioError: as `load_scenario`.
+    """
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ScenarioError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name) from e
     try:

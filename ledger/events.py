@@ -77,6 +77,10 @@ class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
     limits: dict[str, Any] = {}  # wall_seconds, pids, memory_bytes, cpus
     image_id: str | None = None  # chamber image id (sha256:...)
     host: dict[str, Any] = {}  # host facts: kernel, cpus, engine version, ...
+    question_id: str | None = None  # the scenario question this run answers
+    caller: dict[str, str] = {}  # the caller's cwd and home on the host (the PWD trap's targets)
+    witnesses: list[str] = []  # witnesses the recorder started; each must report
+    weakened: list[str] = []  # controls deliberately weakened (selftest only): never a clean run
 
 
 class RunEnded(_Event, tag="run.ended", frozen=True, kw_only=True):

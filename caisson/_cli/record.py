@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="set a variable (repeatable)")
     p.add_argument("--monitor", metavar="ADDR", help="stream events as JSON lines to unix:PATH or tcp:HOST:PORT")
     p.add_argument("--image", metavar="TAG", help="chamber image (default: the images/chamber recipe's tag)")
+    p.add_argument("--question", metavar="ID", help="the scenario question this run answers (CAISSON_PROMPT)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
 
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     options = RecordOptions(
         command=cmd, scenario=args.scenario, repo=args.repo, commit=args.commit, out=args.out,
         timeout_s=args.timeout, env=parse_env_assignments(args.env), monitor=args.monitor, image=args.image,
+        question=args.question,
     )
     outcome = record(options, witnesses=default_witnesses())
     detail = f"exit {outcome.command_exit}" if outcome.status == "completed" else outcome.reason

@@ -1,0 +1,52 @@
+"""Detectors: pure projections over a run's records that yield findings.
+
+`DEFAULT_DETECTORS` is the registry replay runs; each entry is (name@version, function).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from caisson.detectors._base import (
+    INFO,
+    SCORE_NULL,
+    VOID,
+    Detector,
+    DetectorConfig,
+    Finding,
+    config_from_records,
+)
+from caisson.detectors.containment import EXCLUDED_READ, OUTSIDE_TREE, excluded_read, outside_tree
+from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
+from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
+from ledger import Record
+
+__all__ = [
+    "DEFAULT_DETECTORS",
+    "Detector",
+    "DetectorConfig",
+    "Finding",
+    "INFO",
+    "SCORE_NULL",
+    "VOID",
+    "config_from_records",
+    "run_detectors",
+]
+
+DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
+    (EXCLUDED_READ, excluded_read),
+    (OUTSIDE_TREE, outside_tree),
+    (ENV_INHERITANCE, env_inheritance),
+    (HOST_STALLED, host_stalled),
+    (WITNESS_GAP, witness_gap),
+    (INFRA_FAILURE, infra_failure),
+)
+
+
+def run_detectors(records: Sequence[Record], config: DetectorConfig,
+                  detectors: Iterable[tuple[str, Detector]] = DEFAULT_DETECTORS) -> list[Finding]:
+    """Run each detector over the same records; findings in registry order."""
+    findings: list[Finding] = []
+    for _, detect in detectors:
+        findings.extend(detect(records, config))
+    return findings

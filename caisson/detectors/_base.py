@@ -1,0 +1,93 @@
+"""Findings, detector configuration and the detector protocol.
+
+A detector is a pure function of a run's records and a frozen config: no clock, no
+globals, no I/O. It has a name and a version; replay records ``name@version`` with each
+finding, so a finding can be traced to the code that produced it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterable, Iterator
+
+import msgspec
+
+from ledger import Record
+from ledger.events import RunStarted, SandboxBuilt
+
+__all__ = ["Detector", "DetectorConfig", "Finding", "VOID", "SCORE_NULL", "INFO", "config_from_records",
+           "norm", "under"]
+
+VOID = "void"  # the cell cannot be scored (never 0)
+SCORE_NULL = "score_null"  # the answer keeps score_if_clean, scores null
+INFO = "info"  # visible, no effect on the cell
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing a detector found, with the records it rests on."""
+
+    detector: str  # "name@version"
+    kind: str  # e.g. "leak", "outside_tree", "env_inheritance", "host_stalled", "witness_gap"
+    effect: str  # VOID | SCORE_NULL | INFO
+    message: str
+    evidence: list[int] = []  # sequence numbers of the records it rests on
+
+
+class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What detectors need to know about a run, from its own records and scenario."""
+
+    sandbox_path: str = "/work/sandbox"
+    config_home: str = "/tmp/caisson-home"
+    excluded_paths: tuple[str, ...] = ()  # repo-relative, from sandbox.built
+    exclusion_globs: tuple[tuple[str, str], ...] = ()  # (category, glob) from the scenario
+    live_repo: str | None = None
+    caller_home: str | None = None
+    caller_cwd: str | None = None
+    read_prefixes: tuple[str, ...] = (
+        "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev",
+        "/run", "/var", "/opt", "/tmp", "/home/agent", "/root",
+    )  # the image's system paths: reading them is not leaving the tree
+    write_prefixes: tuple[str, ...] = ("/tmp", "/dev/null", "/dev/tty", "/dev/pts", "/proc/self", "/dev/shm")
+    pass_credentials: tuple[str, ...] = ()
+    credential_patterns: tuple[str, ...] = ()
+    injection_switches: tuple[tuple[str, str], ...] = ()  # scenario extras: (name, off value)
+    stall_lateness_ns: int = 2_000_000_000  # a procfs tick this late is a stalled host
+    deadline_s: float | None = None
+    deadline_slack: float = 1.5  # wall time past deadline x slack (+5 s) is a stall, not a timeout
+    weakened: tuple[str, ...] = ()
+
+
+Detector = Callable[[Iterable[Record], DetectorConfig], Iterator[Finding]]
+
+
+def norm(path: str, cwd: str | None = None) -> str:
+    """Normalise a chamber path (resolve ``.``/``..`` lexically, relative to ``cwd``)."""
+    if not path.startswith("/"):
+        path = posixpath.join(cwd or "/", path)
+    return posixpath.normpath(path)
+
+
+def under(path: str, prefix: str) -> bool:
+    """True when ``path`` is ``prefix`` or inside it (both normalised)."""
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
+def config_from_records(records: Iterable[Record], scenario=None) -> DetectorConfig:
+    """Build a `DetectorConfig` from a run's ``run.started`` and ``sandbox.built`` (and scenario)."""
+    fields: dict = {}
+    for record in records:
+        event = record.event
+        if isinstance(event, RunStarted):
+            fields.update(live_repo=event.repo, caller_home=event.caller.get("home"),
+                          caller_cwd=event.caller.get("cwd"), weakened=tuple(event.weakened),
+                          deadline_s=event.limits.get("wall_seconds"))
+        elif isinstance(event, SandboxBuilt):
+            fields.update(sandbox_path=event.path, excluded_paths=tuple(e.path for e in event.excluded))
+    if scenario is not None:
+        fields.update(
+            exclusion_globs=tuple((ex.category, g) for ex in scenario.exclusions for g in ex.globs),
+            pass_credentials=tuple(scenario.pass_credentials),
+            credential_patterns=tuple(scenario.credential_patterns),
+            injection_switches=tuple(scenario.injection_switches.items()),
+        )
+    return DetectorConfig(**fields)

@@ -1,0 +1,100 @@
+"""Containment detectors: reads of the exclusion set, and access outside the tree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, norm, under
+from caisson.sandbox import glob_to_regex
+from ledger import Record
+from ledger.events import FileChange, FileOpen, ProcessExec
+
+EXCLUDED_READ = "containment.excluded_read@1"
+OUTSIDE_TREE = "containment.outside_tree@1"
+
+
+def _cwds(records: Iterable[Record]) -> Iterator[tuple[Record, str | None]]:
+    """Pair each record with its process's cwd as last seen on an exec (chamber paths)."""
+    cwd: dict[int, str] = {}
+    for record in records:
+        event = record.event
+        if isinstance(event, ProcessExec) and event.cwd:
+            cwd[event.pid] = event.cwd
+        pid = getattr(event, "pid", None)
+        yield record, cwd.get(pid) if pid is not None else None
+
+
+def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """A successful open of a path in the exclusion set voids the cell; a failed one is shown.
+
+    A path is in the set when, relative to the sandbox root, it is one of the paths the
+    sandbox withheld or matches one of the scenario's exclusion globs.
+    """
+    rules = [(cat, glob_to_regex(g)) for cat, g in config.exclusion_globs]
+    withheld = set(config.excluded_paths)
+    root = norm(config.sandbox_path)
+    for record, cwd in _cwds(records):
+        event = record.event
+        if not isinstance(event, FileOpen):
+            continue
+        path = norm(event.path, cwd or root)
+        if not under(path, root) or path == root:
+            continue
+        rel = path[len(root) + 1 :]
+        category = next((cat for cat, rx in rules if rx.fullmatch(rel)), None)
+        if category is None and rel in withheld:
+            category = "excluded"
+        if category is None:
+            continue
+        if event.result is not None:
+            yield Finding(detector=EXCLUDED_READ, kind="leak", effect=VOID, evidence=[record.seq],
+                          message=f"read {rel} ({category}) with {event.syscall}")
+        else:
+            yield Finding(detector=EXCLUDED_READ, kind="excluded_attempt", effect=INFO, evidence=[record.seq],
+                          message=f"tried {rel} ({category}): {event.errno}")
+
+
+def _writes(event: FileOpen | FileChange) -> bool:
+    if isinstance(event, FileChange):
+        return True
+    return event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags
+
+
+def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """Reads or writes outside the sandbox tree and the image's system paths.
+
+    - Any access to the live repository's path, the caller's home or the caller's cwd
+      (the PWD trap): void when it succeeded, shown when it failed.
+    - A successful write outside the sandbox, the config home and scratch paths: void.
+    - A successful read outside the sandbox, config home and system paths: void.
+    """
+    root = norm(config.sandbox_path)
+    traps = [(p, what) for p, what in ((config.live_repo, "the live repository"),
+                                       (config.caller_cwd, "the caller's cwd"),
+                                       (config.caller_home, "the caller's home")) if p]
+    inside = (root, norm(config.config_home))
+    for record, cwd in _cwds(records):
+        event = record.event
+        if not isinstance(event, (FileOpen, FileChange)):
+            continue
+        ok = event.result is not None if isinstance(event, FileOpen) else event.result == 0
+        paths = [event.path] + ([event.target] if isinstance(event, FileChange) and event.target else [])
+        for raw in paths:
+            path = norm(raw, cwd or root)
+            if any(under(path, p) for p in inside):
+                continue
+            trap = next((what for p, what in traps if under(path, norm(p))), None)
+            write = _writes(event)
+            verb = "wrote" if write else "read"
+            if trap is not None:
+                yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID if ok else INFO,
+                              evidence=[record.seq],
+                              message=f"{verb if ok else 'tried'} {path} ({trap})"
+                              + ("" if ok else f": {event.errno}"))
+            elif write and ok and not any(under(path, p) for p in config.write_prefixes):
+                yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
+                              message=f"wrote {path} outside the sandbox ({event.syscall})")
+            elif not write and ok and path != "/" and not any(under(path, p) for p in config.read_prefixes) \
+                    and not under(root, path):
+                yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
+                              message=f"read {path} outside the sandbox and system paths")

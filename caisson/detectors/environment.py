@@ -1,0 +1,56 @@
+"""`env.inheritance`: the agent's start environment, as the strace witness saw it exec'd.
+
+Only the first exec of the chamber counts: the agent's own start. Later execs inherit
+whatever the agent did (a shell sets OLDPWD after ``cd``), which is the agent's business.
+When no exec carried an environment, the recorded ``run.started`` environment is checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from caisson.detectors._base import VOID, DetectorConfig, Finding, norm, under
+from caisson.envpin import INJECTION_SWITCHES, is_credential
+from ledger import Record
+from ledger.events import ProcessExec, RunStarted
+
+ENV_INHERITANCE = "env.inheritance@1"
+_CONFIG_VARS = ("HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME")
+
+
+def env_inheritance(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """PWD not equal to cwd, OLDPWD present, credentials present, injection switches on,
+    or agent config homes outside the fresh config home: each voids the cell."""
+    start: tuple[int, dict[str, str], str | None] | None = None
+    fallback: tuple[int, dict[str, str]] | None = None
+    for record in records:
+        event = record.event
+        if isinstance(event, RunStarted) and fallback is None:
+            fallback = (record.seq, event.env)
+        elif isinstance(event, ProcessExec) and event.env is not None and event.result == 0:
+            start = (record.seq, event.env, event.cwd)
+            break
+    if start is None and fallback is None:
+        return
+    seq, env, cwd = start if start is not None else (*fallback, None)  # type: ignore[misc]
+    cwd = cwd or config.sandbox_path
+
+    def finding(message: str) -> Finding:
+        return Finding(detector=ENV_INHERITANCE, kind="env_inheritance", effect=VOID, evidence=[seq],
+                       message=message)
+
+    if "PWD" in env and norm(env["PWD"]) != norm(cwd):
+        yield finding(f"PWD={env['PWD']} but the cwd is {cwd}")
+    if "OLDPWD" in env:
+        yield finding(f"OLDPWD={env['OLDPWD']} inherited")
+    for name in sorted(env):
+        if is_credential(name, config.credential_patterns) and name not in config.pass_credentials:
+            yield finding(f"credential variable {name} present")
+    switches = {**INJECTION_SWITCHES, **dict(config.injection_switches)}
+    for name, off in sorted(switches.items()):
+        if env.get(name) != off:
+            yield finding(f"injection switch {name}={env.get(name, '<unset>')}, expected {off}")
+    for name in _CONFIG_VARS:
+        value = env.get(name)
+        if value is not None and not under(norm(value), norm(config.config_home)):
+            yield finding(f"{name}={value} is not the run's fresh config home {config.config_home}")

@@ -1,0 +1,85 @@
+"""Run health: a stalled host, a silent witness, or a chamber that never really ran."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from caisson.detectors._base import VOID, DetectorConfig, Finding
+from ledger import Record
+from ledger.events import HostSample, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
+
+HOST_STALLED = "host.stalled@1"
+WITNESS_GAP = "witness.gap@1"
+INFRA_FAILURE = "infra.failure@1"
+
+
+def host_stalled(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """A procfs tick fired far past its deadline, or the run's wall time went far past its
+    deadline: the host starved the run. Void, not a timeout (the agent was not slow)."""
+    late: list[tuple[int, int]] = []
+    for record in records:
+        event = record.event
+        if isinstance(event, HostSample) and event.timer_lateness_ns >= config.stall_lateness_ns:
+            late.append((record.seq, event.timer_lateness_ns))
+        elif isinstance(event, RunEnded) and config.deadline_s is not None:
+            limit_ns = int((config.deadline_s * config.deadline_slack + 5) * 1e9)
+            if event.wall_ns > limit_ns:
+                yield Finding(detector=HOST_STALLED, kind="host_stalled", effect=VOID, evidence=[record.seq],
+                              message=f"wall time {event.wall_ns / 1e9:.1f} s is far past the"
+                              f" {config.deadline_s:g} s deadline")
+    if late:
+        worst = max(ns for _, ns in late)
+        yield Finding(detector=HOST_STALLED, kind="host_stalled", effect=VOID, evidence=[s for s, _ in late],
+                      message=f"{len(late)} procfs tick(s) fired late, worst by {worst / 1e9:.2f} s"
+                      f" (threshold {config.stall_lateness_ns / 1e9:g} s)")
+
+
+def witness_gap(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """Any witness gap voids the cell, as does a witness that was expected but never
+    started, or started and never stopped: a silent witness is not a clean one."""
+    expected: list[str] = []
+    started: dict[str, int] = {}
+    stopped: set[str] = set()
+    for record in records:
+        event = record.event
+        if isinstance(event, RunStarted):
+            expected = list(event.witnesses)
+        elif isinstance(event, WitnessStarted):
+            started[event.witness] = record.seq
+        elif isinstance(event, WitnessStopped):
+            stopped.add(event.witness)
+        elif isinstance(event, WitnessGap):
+            yield Finding(detector=WITNESS_GAP, kind="witness_gap", effect=VOID, evidence=[record.seq],
+                          message=f"{event.witness}: {event.reason}" + (f"; missing {event.missing}"
+                                                                       if event.missing else ""))
+    for name in expected:
+        if name not in started:
+            yield Finding(detector=WITNESS_GAP, kind="witness_gap", effect=VOID,
+                          message=f"{name}: expected but never started")
+    for name, seq in started.items():
+        if name not in stopped:
+            yield Finding(detector=WITNESS_GAP, kind="witness_gap", effect=VOID, evidence=[seq],
+                          message=f"{name}: started but never reported stopping")
+
+
+def infra_failure(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """The chamber or the agent failed to start, the run was interrupted, or it never
+    ended (a crash): void, not a score of zero."""
+    ended = None
+    first_exec = None
+    for record in records:
+        event = record.event
+        if isinstance(event, RunEnded):
+            ended = record
+        elif isinstance(event, ProcessExec) and first_exec is None:
+            first_exec = record
+    if ended is None:
+        yield Finding(detector=INFRA_FAILURE, kind="infra_failure", effect=VOID,
+                      message="the run never ended (no run.ended: the recorder crashed or was killed)")
+    elif ended.event.status in ("infra_failure", "interrupted"):
+        yield Finding(detector=INFRA_FAILURE, kind="infra_failure", effect=VOID, evidence=[ended.seq],
+                      message=f"{ended.event.status}: {ended.event.reason}")
+    if first_exec is not None and first_exec.event.result != 0:
+        yield Finding(detector=INFRA_FAILURE, kind="infra_failure", effect=VOID, evidence=[first_exec.seq],
+                      message=f"the agent did not start: execve {first_exec.event.path} failed"
+                      f" ({first_exec.event.errno})")
