@@ -1,0 +1,125 @@
+"""Replay: recompute a run's findings and score from its sealed evidence, offline.
+
+For each run: verify the ledger against the trusted key (a ledger that does not verify
+is reported and not scored), read its records, take the scenario the run kept as a
+blob, run every registered detector, grade the answer the run kept as a blob, and write
+``findings.json`` beside the run. The ledger is never written: re-running replay with a
+changed detector changes only the findings file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, run_detectors
+from caisson.errors import CaissonError
+from caisson.scenario import Scenario, parse_scenario
+from caisson.scoring import Grade, grade
+from ledger import LedgerError, Record, VerifyKey, locate, read_records, verify_ledger
+from ledger.events import BlobStored, RunStarted
+
+__all__ = ["FINDINGS_FILE", "RunReplay", "replay_run", "replay_runs"]
+
+FINDINGS_FILE = "findings.json"
+WEAKENED = "controls.weakened@1"
+
+
+class RunReplay(msgspec.Struct, kw_only=True):
+    """The findings and score of one run, as written to ``findings.json``."""
+
+    run_dir: str
+    run_id: str | None = None
+    verified: str  # ok | tampered | unclosed | unreadable
+    verify_detail: str = ""
+    question_id: str | None = None
+    detectors: list[str] = []  # name@version of every detector run
+    findings: list[Finding] = []
+    status: str = "void"  # clean | void | unverified
+    reasons: list[str] = []  # why void: one line per voiding finding
+    score: float | None = None  # None: void, unverified, unscored, or the leak backstop
+    score_if_clean: float | None = None
+    grade: Grade | None = None
+
+
+def _blob(run_dir: Path, records: Iterable[Record], role: str) -> bytes | None:
+    found = None
+    for record in records:
+        if isinstance(record.event, BlobStored) and record.event.role == role:
+            found = record.event.sha256
+    if found is None:
+        return None
+    _, blobs = locate(run_dir)
+    return blobs.get(found)
+
+
+def replay_run(run_dir: Path, trusted: VerifyKey,
+               detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS) -> RunReplay:
+    """Verify, detect and grade one run (does not write anything).
+
+    Raises:
+        CaissonError: the run keeps a scenario that no longer parses (names the field).
+    """
+    names = [name for name, _ in detectors]
+    try:
+        report = verify_ledger(run_dir, trusted)
+    except LedgerError as exc:
+        return RunReplay(run_dir=str(run_dir), verified="unreadable", verify_detail=str(exc), status="unverified",
+                         detectors=names)
+    if report.status != "ok":
+        detail = report.reason or f"not closed: {report.unsealed} records after the last seal"
+        return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
+                         status="unverified", detectors=names)
+    records = list(read_records(run_dir, trusted))
+    started = next((r.event for r in records if isinstance(r.event, RunStarted)), None)
+    scenario_bytes = _blob(run_dir, records, "scenario")
+    scenario: Scenario | None = parse_scenario(scenario_bytes, f"{run_dir}:scenario") if scenario_bytes else None
+    config = config_from_records(records, scenario)
+    findings = run_detectors(records, config, detectors)
+    if started is not None and started.weakened:
+        findings.append(Finding(detector=WEAKENED, kind="weakened_control", effect=VOID, evidence=[0],
+                                message=f"controls weakened on purpose: {', '.join(started.weakened)}"))
+    out = RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified="ok", detectors=names + [WEAKENED],
+                    findings=findings, question_id=started.question_id if started else None)
+    out.reasons = [f"{f.kind}: {f.message}" for f in findings if f.effect == VOID]
+    out.status = "void" if out.reasons else "clean"
+    question = None
+    if scenario is not None and out.question_id is not None:
+        question = next((q for q in scenario.questions if q.id == out.question_id), None)
+    if question is not None:
+        answer = _blob(run_dir, records, "answer")
+        if answer is None:
+            answer = _blob(run_dir, records, "stdout")
+        provenance = [*config.excluded_paths, *(os.path.basename(p) for p in config.excluded_paths)]
+        out.grade = grade(question, answer.decode("utf-8", "replace") if answer is not None else None,
+                          provenance_terms=provenance)
+        out.score_if_clean = out.grade.score_if_clean
+        out.score = None if out.status == "void" else out.grade.score
+    return out
+
+
+def replay_runs(run_dirs: Iterable[Path], trusted: VerifyKey, *, write: bool = True,
+                detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS) -> list[RunReplay]:
+    """Replay each run; with ``write``, put ``findings.json`` beside each verified ledger."""
+    results = []
+    for run_dir in run_dirs:
+        result = replay_run(Path(run_dir), trusted, detectors)
+        if write and result.verified != "unreadable":
+            ledger_path, _ = locate(Path(run_dir))
+            target = ledger_path.parent / FINDINGS_FILE
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(msgspec.json.format(msgspec.json.encode(result)) + b"\n")
+            os.replace(tmp, target)
+        results.append(result)
+    return results
+
+
+def check_replayable(run_dir: Path) -> None:
+    """Raise a clear error when ``run_dir`` is not a run (for the CLI's argument checks)."""
+    try:
+        locate(run_dir)
+    except LedgerError as exc:
+        raise CaissonError(str(exc)) from None
