@@ -86,6 +86,9 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     init: bool = False
     """Run Docker's init (tini) as pid 1, so signals reach the command and zombies are
     reaped; without it the command is pid 1 and ignores signals it has no handler for."""
+    cap_add: list[str] = msgspec.field(default_factory=list)
+    """Extra capabilities for the container's root (e.g. SYS_PTRACE for an in-chamber tracer);
+    a process that drops to an unprivileged user loses them."""
     run_id: str = ""
     """Value of the `caisson.run` label; empty: a fresh uuid4 hex per run."""
 
@@ -345,6 +348,7 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
         "AutoRemove": False,
         "Init": spec.init,
         "LogConfig": {"Type": "json-file", "Config": {}},
+        "CapAdd": list(spec.cap_add),
     }
     if spec.limits.pids_limit is not None:
         host_config["PidsLimit"] = spec.limits.pids_limit

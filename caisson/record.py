@@ -21,8 +21,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 import trio
@@ -48,8 +48,16 @@ EXIT_INFRA = 125  # the chamber failed, as `docker run` reports its own errors
 EXIT_INTERRUPTED = 130
 _USERS = {"agent": (1000, 1000), "root": (0, 0)}
 
-WitnessStarter = Callable[["WitnessContext"], Awaitable[None]]
-"""Starts one witness in ``ctx.nursery`` once the chamber runs (see `WitnessContext`)."""
+class Witness(Protocol):
+    """A witness as the recorder drives it (see `caisson.witnesses`)."""
+
+    name: str
+
+    def prepare(self, spec: ContainerSpec, scratch: Path, user: str) -> ContainerSpec:
+        """Adjust the container before it starts (e.g. wrap the command); sync."""
+
+    async def start(self, ctx: "WitnessContext") -> None:
+        """Start the witness's tasks in ``ctx.nursery`` once the chamber runs."""
 
 
 class RecordOptions(msgspec.Struct, kw_only=True):
@@ -132,7 +140,7 @@ def _prepare_run_dir(out: Path | None, run_id: str) -> Path:
     return run_dir
 
 
-def record(options: RecordOptions, *, witnesses: list[WitnessStarter] | None = None) -> RunOutcome:
+def record(options: RecordOptions, *, witnesses: list[Witness] | None = None) -> RunOutcome:
     """Record one run (blocking; runs its own trio event loop).
 
     Args:
@@ -152,7 +160,7 @@ def record(options: RecordOptions, *, witnesses: list[WitnessStarter] | None = N
     return trio.run(_record, options, witnesses or [])
 
 
-async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> RunOutcome:
+async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcome:
     if not options.command:
         raise UsageError("no command given: caisson record [OPTIONS] -- CMD [ARG ...]")
     if options.commit and options.repo is None:
@@ -168,6 +176,9 @@ async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> Ru
             known = ", ".join(q.id for q in scenario.questions) or "none (pass --scenario)"
             raise UsageError(f"--question {options.question}: not in the scenario; its questions: {known}")
     uid, gid = _user_ids(scenario.user)
+    if any(w.name == "strace" for w in witnesses) and not scenario.user.isidentifier():
+        raise UsageError(f"scenario user {scenario.user!r}: the strace witness needs a user name of the image"
+                         " (agent or root)")
     timeout_s = options.timeout_s if options.timeout_s is not None else scenario.limits.wall_seconds
     run_id = new_run_id()
     run_dir = _prepare_run_dir(options.out, run_id)
@@ -229,7 +240,7 @@ async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> Ru
                 host=_host_facts(engine_info),
                 question_id=question.id if question else None,
                 caller={"cwd": os.getcwd(), "home": os.path.expanduser("~")},
-                witnesses=[getattr(w, "witness_name", getattr(w, "__name__", "witness")) for w in witnesses],
+                witnesses=[w.name for w in witnesses],
                 weakened=sorted(options.weaken),
             )
             spec = ContainerSpec(
@@ -246,6 +257,8 @@ async def _record(options: RecordOptions, witnesses: list[WitnessStarter]) -> Ru
                 deadline_s=timeout_s,
                 run_id=run_id,
             )
+            for witness in witnesses:
+                spec = witness.prepare(spec, scratch, scenario.user)
             scenario_bytes = Path(options.scenario).read_bytes() if options.scenario else None
             return await _run(engine, writer, spec, manifest, sandbox, sandbox_dir, scenario, run_dir, witnesses,
                               options.monitor, scenario_bytes)
@@ -261,6 +274,8 @@ class WitnessContext(msgspec.Struct, kw_only=True):
         started: the container's id and host pid.
         send: a clone of the ledger channel for this witness; it closes it when done.
         stop: set when the command has ended; samplers stop, stream readers drain to EOF.
+        end_status: how the chamber ended, set before ``stop``: completed | timeout |
+            interrupted | infra_failure (a tracer killed by a deadline is not a gap).
         nursery: where the witness starts its long-running tasks.
         run_dir: the run directory (a witness may keep files there, e.g. a pcap).
     """
@@ -270,6 +285,7 @@ class WitnessContext(msgspec.Struct, kw_only=True):
     stop: trio.Event
     nursery: trio.Nursery
     run_dir: Path
+    end_status: str | None = None
 
 
 WITNESS_GRACE_S = 5.0
@@ -285,7 +301,7 @@ async def _run(
     sandbox_dir: Path,
     scenario: Scenario,
     run_dir: Path,
-    witnesses: list[WitnessStarter],
+    witnesses: list[Witness],
     monitor: str | None,
     scenario_bytes: bytes | None,
 ) -> RunOutcome:
@@ -316,19 +332,26 @@ async def _run(
                         file_count=sandbox.file_count,
                         excluded=[ExcludedPath(path=e.path, category=e.category) for e in sandbox.excluded])))
                 stop = trio.Event()
+                contexts: list[WitnessContext] = []
                 async with trio.open_nursery() as witness_nursery:
 
                     async def on_start(started: ContainerStarted) -> None:
-                        for start in witnesses:
+                        for witness in witnesses:
                             ctx = WitnessContext(started=started, send=send.clone(), stop=stop,
                                                  nursery=witness_nursery, run_dir=run_dir)
-                            await start(ctx)
+                            contexts.append(ctx)
+                            await witness.start(ctx)
 
+                    end_status = "interrupted"
                     try:
                         result: ContainerResult | ChamberError = await engine.run(spec, on_start=on_start)
+                        end_status = "infra_failure" if result.error else "timeout" if result.timed_out else "completed"
                     except ChamberError as exc:
-                        result = exc
-                    stop.set()
+                        result, end_status = exc, "infra_failure"
+                    finally:
+                        for ctx in contexts:
+                            ctx.end_status = end_status
+                        stop.set()
                     witness_nursery.cancel_scope.deadline = trio.current_time() + WITNESS_GRACE_S
                 if isinstance(result, ChamberError):
                     end = RunEnded(status="infra_failure", reason=str(result))

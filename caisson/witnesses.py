@@ -1,0 +1,204 @@
+"""The witnesses `caisson record` runs, and how each one is wired into the chamber.
+
+A witness has a ``name``, may ``prepare`` the container spec before the chamber starts
+(the strace witness wraps the command), and ``start``s its tasks once the chamber runs
+(see `caisson.record.WitnessContext`). The parsing is in `collectors`; this module only
+moves bytes and events.
+
+The strace witness runs *inside* the chamber as root, with the agent started under it
+as the unprivileged user (``strace -u agent``): the agent's own first execve is traced,
+and the agent can neither signal the tracer (another uid) nor read its output (a FIFO in
+a root-only directory). The tracer is the chamber's pid 1, so killing it ends the chamber.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import os
+from pathlib import Path
+
+import msgspec
+import psutil
+import trio
+
+from caisson._docker import ContainerSpec
+from collectors.procfs import run_procfs_witness
+from collectors.strace import NEED_DATA, StraceParser, strace_argv
+from ledger import Submission
+from ledger.events import ProcessExit, WitnessGap, WitnessStarted
+
+__all__ = ["StraceWitness", "ProcfsWitness", "default_witnesses", "WITNESS_DIR"]
+
+WITNESS_DIR = "/caisson/witness"
+"""Where witness FIFOs are mounted in the chamber (a root-only directory)."""
+_CHUNK = 1 << 16
+_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux), absent from older Pythons' fcntl
+
+
+class HostPids:
+    """Maps pids of the chamber's namespace to host pids, via ``NSpid`` in /proc.
+
+    Only processes of the chamber (its init and descendants) are considered. A process
+    that has already exited maps to None.
+    """
+
+    def __init__(self, init_host_pid: int):
+        self._init = init_host_pid
+        self._known: dict[int, int] = {}
+
+    def __call__(self, chamber_pid: int) -> int | None:
+        if chamber_pid not in self._known:
+            self._scan()
+        return self._known.get(chamber_pid)
+
+    def _scan(self) -> None:
+        try:
+            procs = [psutil.Process(self._init)]
+            procs += procs[0].children(recursive=True)
+        except psutil.Error:
+            return
+        for proc in procs:
+            try:
+                with open(f"/proc/{proc.pid}/status", "rb") as f:
+                    for line in f:
+                        if line.startswith(b"NSpid:"):
+                            self._known[int(line.split()[-1])] = proc.pid
+                            break
+            except (OSError, ValueError):
+                continue
+
+
+class StraceWitness:
+    """strace in the chamber, started before the agent; see the module docstring.
+
+    Args:
+        seccomp: use ``--seccomp-bpf`` (stop only on traced syscalls).
+        weaken_user: run the tracer as the agent's user (selftest only: the agent can
+            then kill it, and the witness gap must show).
+    """
+
+    name = "strace"
+
+    def __init__(self, *, seccomp: bool = True, weaken_user: bool = False):
+        self.seccomp = seccomp
+        self.weaken_user = weaken_user
+        self._fifo: Path | None = None
+        self._fds: tuple[int, int] | None = None
+        self._argv: list[str] = []
+
+    def prepare(self, spec: ContainerSpec, scratch: Path, user: str) -> ContainerSpec:
+        """Wrap the command in strace writing to a FIFO in a root-only directory."""
+        wdir = scratch / "witness"
+        wdir.mkdir(mode=0o700)
+        self._fifo = wdir / "strace.fifo"
+        os.mkfifo(self._fifo, 0o600)
+        rfd = os.open(self._fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        wfd = os.open(self._fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fcntl.fcntl(rfd, _F_SETPIPE_SZ, 1 << 20)  # room for bursts while the writer task is busy
+        except OSError:
+            pass
+        self._fds = (rfd, wfd)
+        self._argv = ["strace", *strace_argv(f"{WITNESS_DIR}/strace.fifo", seccomp=self.seccomp)]
+        argv = list(self._argv)
+        if self.weaken_user:
+            os.chown(wdir, 1000, 1000)
+            os.chown(self._fifo, 1000, 1000)
+            run_as = spec.user
+        else:
+            if user != "root":
+                argv += ["-u", user]
+            run_as = "0:0"
+        return msgspec.structs.replace(
+            spec, cmd=[*argv, "--", *spec.cmd], user=run_as,
+            binds=[*spec.binds, (str(wdir), WITNESS_DIR, False)],
+            cap_add=[] if self.weaken_user else ["SYS_PTRACE"],
+        )
+
+    async def start(self, ctx) -> None:
+        """Start reading the trace; the FIFO's ends were opened in `prepare`."""
+        ctx.nursery.start_soon(self._read, ctx)
+
+    async def _read(self, ctx) -> None:
+        assert self._fds is not None
+        rfd, wfd = self._fds
+        send: trio.MemorySendChannel[Submission] = ctx.send
+        parser = StraceParser(root_cwd="/work/sandbox")
+        host_pids = HostPids(ctx.started.host_pid)
+        root: list[int | None] = [None]
+        exited: set[int] = set()
+
+        async def pump() -> None:
+            while (item := parser.next_event()) is not NEED_DATA:
+                wall_ns, event = item
+                pid = getattr(event, "host_pid", None)
+                if pid is not None:  # strace runs in the chamber: the pids it prints are chamber pids
+                    event = msgspec.structs.replace(event, pid=pid, host_pid=host_pids(pid))
+                    if root[0] is None:
+                        root[0] = pid
+                    if isinstance(event, ProcessExit):
+                        exited.add(pid)
+                await send.send(Submission(source=self.name, event=event, wall_ns=wall_ns))
+
+        held = [wfd]
+
+        async def hold_until_stop() -> None:
+            # Our own write end keeps the FIFO from reading as EOF before strace opens it;
+            # once the chamber has ended, it goes, and the reader drains to the real EOF.
+            await ctx.stop.wait()
+            os.close(held.pop())
+
+        async with send, trio.open_nursery() as nursery:
+            await send.send(Submission(source=self.name, event=WitnessStarted(
+                witness=self.name, detail={"argv": self._argv, "seccomp": self.seccomp,
+                                           "tracer_user": "agent" if self.weaken_user else "root"})))
+            nursery.start_soon(hold_until_stop)
+            try:
+                async with trio.lowlevel.FdStream(rfd) as stream:
+                    while data := await stream.receive_some(_CHUNK):
+                        parser.feed(data)
+                        await pump()
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(2):
+                    parser.close()
+                    await pump()
+                    if root[0] is None:
+                        await send.send(Submission(source=self.name, event=WitnessGap(
+                            witness=self.name, reason="the tracer wrote nothing", missing="every syscall")))
+                    elif root[0] not in exited and ctx.end_status not in ("timeout", "interrupted"):
+                        await send.send(Submission(source=self.name, event=WitnessGap(
+                            witness=self.name, reason="the tracer exited before the agent",
+                            missing="syscalls after its last line")))
+                    await send.send(Submission(source=self.name, event=parser.witness_stopped()))
+                if held:
+                    os.close(held.pop())
+
+
+class ProcfsWitness:
+    """Samples the host and the chamber's process tree (see `collectors.procfs`)."""
+
+    name = "procfs"
+
+    def __init__(self, *, interval_s: float = 0.25):
+        self.interval_s = interval_s
+
+    def prepare(self, spec: ContainerSpec, scratch: Path, user: str) -> ContainerSpec:
+        return spec
+
+    async def start(self, ctx) -> None:
+        """Sample from now until the chamber has ended."""
+
+        async def until_stop() -> None:
+            async with trio.open_nursery() as inner:
+                inner.start_soon(functools.partial(
+                    run_procfs_witness, ctx.send, root_host_pid=ctx.started.host_pid, interval_s=self.interval_s))
+                await ctx.stop.wait()
+                inner.cancel_scope.cancel()
+
+        ctx.nursery.start_soon(until_stop)
+
+
+def default_witnesses(*, weaken: list[str] | tuple[str, ...] = ()) -> list:
+    """The witnesses of a `caisson record` run, in start order."""
+    return [StraceWitness(weaken_user="tracer_user" in weaken), ProcfsWitness()]
