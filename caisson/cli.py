@@ -17,7 +17,7 @@ EXIT_OK = 0
 EXIT_FINDING = 1
 EXIT_USAGE = 2
 
-_COMMANDS = ("keygen", "verify", "tail", "record", "replay", "image", "demo")
+_COMMANDS = ("keygen", "verify", "tail", "record", "replay", "selftest", "image", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

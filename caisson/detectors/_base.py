@@ -45,8 +45,8 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     caller_cwd: str | None = None
     read_prefixes: tuple[str, ...] = (
         "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev",
-        "/run", "/var", "/opt", "/tmp", "/home/agent", "/root",
-    )  # the image's system paths: reading them is not leaving the tree
+        "/run", "/var", "/opt", "/tmp", "/home", "/root", "/srv", "/mnt", "/media", "/boot", "/caisson",
+    )  # the image's own top-level directories: reading them is not leaving the tree
     write_prefixes: tuple[str, ...] = ("/tmp", "/dev/null", "/dev/tty", "/dev/pts", "/proc/self", "/dev/shm")
     pass_credentials: tuple[str, ...] = ()
     credential_patterns: tuple[str, ...] = ()

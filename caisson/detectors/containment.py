@@ -69,9 +69,13 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     - A successful read outside the sandbox, config home and system paths: void.
     """
     root = norm(config.sandbox_path)
-    traps = [(p, what) for p, what in ((config.live_repo, "the live repository"),
-                                       (config.caller_cwd, "the caller's cwd"),
-                                       (config.caller_home, "the caller's home")) if p]
+    # A host path is a trap only where the image has nothing of its own: a caller whose
+    # cwd is /tmp or whose home is /root does not make the chamber's /tmp or /root a trap.
+    image_dirs = ("/", *config.read_prefixes, *config.write_prefixes, root)
+    traps = [(norm(p), what) for p, what in ((config.live_repo, "the live repository"),
+                                             (config.caller_cwd, "the caller's cwd"),
+                                             (config.caller_home, "the caller's home"))
+             if p and not any(under(d, norm(p)) for d in image_dirs)]
     inside = (root, norm(config.config_home))
     for record, cwd in _cwds(records):
         event = record.event
@@ -83,7 +87,7 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
             path = norm(raw, cwd or root)
             if any(under(path, p) for p in inside):
                 continue
-            trap = next((what for p, what in traps if under(path, norm(p))), None)
+            trap = next((what for p, what in traps if under(path, p)), None)
             write = _writes(event)
             verb = "wrote" if write else "read"
             if trap is not None:

@@ -67,18 +67,24 @@ def infra_failure(records: Iterable[Record], config: DetectorConfig) -> Iterator
     ended (a crash): void, not a score of zero."""
     ended = None
     first_exec = None
+    traced = False  # the strace witness started: then no exec at all means no agent ran
     for record in records:
         event = record.event
         if isinstance(event, RunEnded):
             ended = record
         elif isinstance(event, ProcessExec) and first_exec is None:
             first_exec = record
+        elif isinstance(event, WitnessStarted) and event.witness == "strace":
+            traced = True
     if ended is None:
         yield Finding(detector=INFRA_FAILURE, kind="infra_failure", effect=VOID,
                       message="the run never ended (no run.ended: the recorder crashed or was killed)")
     elif ended.event.status in ("infra_failure", "interrupted"):
         yield Finding(detector=INFRA_FAILURE, kind="infra_failure", effect=VOID, evidence=[ended.seq],
                       message=f"{ended.event.status}: {ended.event.reason}")
+    if traced and first_exec is None and ended is not None and ended.event.status == "completed":
+        yield Finding(detector=INFRA_FAILURE, kind="infra_failure", effect=VOID, evidence=[ended.seq],
+                      message="the agent did not start: the tracer saw no exec (see the stderr blob)")
     if first_exec is not None and first_exec.event.result != 0:
         yield Finding(detector=INFRA_FAILURE, kind="infra_failure", effect=VOID, evidence=[first_exec.seq],
                       message=f"the agent did not start: execve {first_exec.event.path} failed"

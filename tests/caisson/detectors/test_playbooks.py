@@ -69,7 +69,7 @@ def test_outside_tree_fires_on_the_pwd_trap_and_the_live_repo():
         FileChange(pid=1, syscall="mkdir", path="/home/dev", result=-1, errno="EEXIST"),
         FileOpen(pid=1, path="/usr/lib/python3.11/os.py", result=5),
         FileOpen(pid=1, path="/tmp/scratch", flags="O_WRONLY|O_CREAT", access="w", result=6),
-        FileOpen(pid=1, path="/srv/data/secret.txt", result=7),
+        FileOpen(pid=1, path="/data/secret.txt", result=7),
     )
     assert list(outside_tree(records, CONFIG)) == [
         Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect="void", evidence=[1],
@@ -81,7 +81,7 @@ def test_outside_tree_fires_on_the_pwd_trap_and_the_live_repo():
         Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect="info", evidence=[4],
                 message="tried /home/dev (the caller's home): EEXIST"),
         Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect="void", evidence=[7],
-                message="read /srv/data/secret.txt outside the sandbox and system paths"),
+                message="read /data/secret.txt outside the sandbox and system paths"),
     ]
 
 

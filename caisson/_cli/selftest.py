@@ -1,0 +1,43 @@
+"""`caisson selftest [--out DIR]`: show every detector fires on its probe and not on the honest one.
+
+Prints the detector x probe matrix. Exit codes: 0 every detector discriminates; 1 some
+detector never fired on its probe or fired on the honest run; 2 the chamber cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from caisson.detectors import DEFAULT_DETECTORS
+from caisson.selftest import CASES, run_selftest
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("selftest", help="run the known-bad probes and print the detector x probe matrix")
+    p.add_argument("--out", type=Path, help="keep the runs here (default: a temp dir)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(width=160)
+    result = run_selftest(args.out, progress=lambda line: console.print(line, highlight=False))
+    table = Table(box=None, pad_edge=False)
+    table.add_column("detector", no_wrap=True)
+    for case in CASES:
+        table.add_column(case.name.replace("/", "/\n"), justify="center")
+    for name, _ in DEFAULT_DETECTORS:
+        cells = []
+        for case in CASES:
+            hit = name in result.fired[case.name]
+            cells.append(("FIRES" if hit else "-") + (" (expected)" if case.expect == name and hit else
+                                                      " (MISSED)" if case.expect == name else ""))
+        table.add_row(name, *cells)
+    console.print(table)
+    for line in result.failures:
+        console.print(f"FAIL {line}", highlight=False)
+    console.print("selftest passed" if not result.failures else f"selftest failed: {len(result.failures)} problem(s)")
+    return 0 if not result.failures else 1
