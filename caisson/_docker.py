@@ -38,6 +38,7 @@ __all__ = [
     "ContainerSpec",
     "ContainerStarted",
     "ContainerResult",
+    "ChamberNetwork",
     "Engine",
     "open_engine",
 ]
@@ -86,11 +87,23 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     init: bool = False
     """Run Docker's init (tini) as pid 1, so signals reach the command and zombies are
     reaped; without it the command is pid 1 and ignores signals it has no handler for."""
+    dns: list[str] = msgspec.field(default_factory=list)
+    """Resolver addresses for the container (the DNS witness)."""
     cap_add: list[str] = msgspec.field(default_factory=list)
     """Extra capabilities for the container's root (e.g. SYS_PTRACE for an in-chamber tracer);
     a process that drops to an unprivileged user loses them."""
     run_id: str = ""
     """Value of the `caisson.run` label; empty: a fresh uuid4 hex per run."""
+
+
+class ChamberNetwork(msgspec.Struct, frozen=True, kw_only=True):
+    """A run's internal network: its name, id, host bridge interface, gateway and subnet."""
+
+    name: str
+    id: str
+    bridge: str  # the host's interface for the network (where the pcap witness listens)
+    gateway: str  # the host's address on it (where the proxy and DNS witnesses listen)
+    subnet: str
 
 
 class ContainerStarted(msgspec.Struct, frozen=True, kw_only=True):
@@ -153,6 +166,38 @@ class Engine:
             raise _EngineFailure(f"HTTP {exc.status}: {exc.message}", status=exc.status) from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _EngineFailure(f"{type(exc).__name__}: {exc}", status=None) from exc
+
+    async def create_network(self, run_id: str) -> "ChamberNetwork":
+        """Create the run's internal bridge network: no route out, the host at its gateway.
+
+        Containers on it reach the host only at the gateway address, where the network
+        witnesses listen; Docker drops everything they send further (``Internal``).
+
+        Raises:
+            ChamberError: the engine failed.
+        """
+        name = f"caisson-{run_id}"
+        bridge = f"cai{run_id[-8:]}"[:15]  # Linux interface names have at most 15 characters
+        config = {"Name": name, "Driver": "bridge", "Internal": True, "CheckDuplicate": True,
+                  "Labels": {RUN_LABEL: run_id}, "Options": {"com.docker.network.bridge.name": bridge}}
+        try:
+            network = await self._call(self._docker.networks.create, config)
+            details = await self._call(network.show)
+        except _EngineFailure as exc:
+            raise ChamberError(f"cannot create the chamber network {name}: {exc}") from exc
+        ipam = (details.get("IPAM") or {}).get("Config") or [{}]
+        return ChamberNetwork(name=name, id=details["Id"], bridge=bridge, gateway=ipam[0].get("Gateway", ""),
+                              subnet=ipam[0].get("Subnet", ""))
+
+    async def remove_network(self, network: "ChamberNetwork") -> str | None:
+        """Remove a run's network; returns why it failed, or None (also when already gone)."""
+        try:
+            net = await self._call(self._docker.networks.get, network.id)
+            await self._call(net.delete)
+        except _EngineFailure as exc:
+            if exc.status != 404:
+                return str(exc)
+        return None
 
     async def info(self) -> dict[str, Any]:
         """Return host facts about the engine, for the ledger's run header.
@@ -350,6 +395,8 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
         "LogConfig": {"Type": "json-file", "Config": {}},
         "CapAdd": list(spec.cap_add),
     }
+    if spec.dns:
+        host_config["Dns"] = list(spec.dns)
     if spec.limits.pids_limit is not None:
         host_config["PidsLimit"] = spec.limits.pids_limit
     if spec.limits.memory_bytes is not None:

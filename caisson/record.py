@@ -22,43 +22,28 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Protocol
 
 import msgspec
 import trio
 
 from caisson import __version__
-from caisson._docker import ContainerResult, ContainerSpec, ContainerStarted, Engine, Limits, open_engine
+from caisson._docker import ContainerSpec, Limits, open_engine
+from caisson._session import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
 from caisson.envpin import build_env
-from caisson.errors import ChamberError, UsageError
+from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
 from caisson.image import image_tag
-from caisson.sandbox import Sandbox, build_sandbox, remove_sandbox
+from caisson.sandbox import Sandbox, build_sandbox
 from caisson.scenario import Scenario, load_scenario, scenario_digest
-from ledger import BlobStore, LedgerWriter, Submission, run_writer
-from ledger.events import BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt
+from ledger import BlobStore, LedgerWriter
+from ledger.events import RunStarted
 
 __all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA"]
 
 SANDBOX_PATH = "/work/sandbox"
 """Where the sandbox tree is mounted in the chamber; cwd and PWD point here."""
 CONFIG_HOME_PATH = "/tmp/caisson-home"
-EXIT_TIMEOUT = 124
-EXIT_INFRA = 125  # the chamber failed, as `docker run` reports its own errors
-EXIT_INTERRUPTED = 130
 _USERS = {"agent": (1000, 1000), "root": (0, 0)}
-
-class Witness(Protocol):
-    """A witness as the recorder drives it (see `caisson.witnesses`)."""
-
-    name: str
-
-    def prepare(self, spec: ContainerSpec, scratch: Path, user: str) -> ContainerSpec:
-        """Adjust the container before it starts (e.g. wrap the command); sync."""
-
-    async def start(self, ctx: "WitnessContext") -> None:
-        """Start the witness's tasks in ``ctx.nursery`` once the chamber runs."""
-
 
 class RecordOptions(msgspec.Struct, kw_only=True):
     """What one `caisson record` was asked to do."""
@@ -85,19 +70,6 @@ WEAKENABLE = {
 }
 """Controls `caisson selftest` weakens one at a time to show the detector behind each fires.
 A run with any weakened control records it in ``run.started`` and can never be clean."""
-
-
-class RunOutcome(msgspec.Struct, kw_only=True):
-    """What happened: the run directory and the status line of the CLI."""
-
-    run_id: str
-    run_dir: Path
-    status: str  # completed | timeout | interrupted | infra_failure
-    exit_code: int  # the CLI's exit status: the command's, 124 timeout, 125 infra, 130 Ctrl-C
-    command_exit: int | None = None
-    signal: int | None = None
-    wall_ns: int = 0
-    reason: str = ""
 
 
 def new_run_id() -> str:
@@ -253,170 +225,18 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 labels={"caisson.run_dir": str(run_dir.resolve())},
                 limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
                               nano_cpus=int(limits.cpus * 1e9)),
-                network_mode="bridge" if "network" in options.weaken else "none",
+                network_mode="none",  # the session puts it on its witnessed network
                 deadline_s=timeout_s,
                 run_id=run_id,
             )
-            for witness in witnesses:
-                spec = witness.prepare(spec, scratch, scenario.user)
             scenario_bytes = Path(options.scenario).read_bytes() if options.scenario else None
-            return await _run(engine, writer, spec, manifest, sandbox, sandbox_dir, scenario, run_dir, witnesses,
-                              options.monitor, scenario_bytes)
+            session = Session(engine=engine, writer=writer, spec=spec, manifest=manifest, sandbox=sandbox,
+                              sandbox_dir=sandbox_dir, scenario=scenario, scenario_bytes=scenario_bytes,
+                              run_dir=run_dir, scratch=scratch, witnesses=witnesses, monitor=options.monitor,
+                              fingerprint_key=fingerprint_key(key), network="network" in options.weaken)
+            return await run_session(session)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(shutil.rmtree, scratch, True)
 
 
-class WitnessContext(msgspec.Struct, kw_only=True):
-    """What a witness gets when the chamber has started.
-
-    Attributes:
-        started: the container's id and host pid.
-        send: a clone of the ledger channel for this witness; it closes it when done.
-        stop: set when the command has ended; samplers stop, stream readers drain to EOF.
-        end_status: how the chamber ended, set before ``stop``: completed | timeout |
-            interrupted | infra_failure (a tracer killed by a deadline is not a gap).
-        nursery: where the witness starts its long-running tasks.
-        run_dir: the run directory (a witness may keep files there, e.g. a pcap).
-    """
-
-    started: ContainerStarted
-    send: trio.MemorySendChannel[Submission]
-    stop: trio.Event
-    nursery: trio.Nursery
-    run_dir: Path
-    end_status: str | None = None
-
-
-WITNESS_GRACE_S = 5.0
-"""How long witnesses may take to drain after the command ended before they are cancelled."""
-
-
-async def _run(
-    engine: Engine,
-    writer: LedgerWriter,
-    spec: ContainerSpec,
-    manifest: RunStarted,
-    sandbox: Sandbox | None,
-    sandbox_dir: Path,
-    scenario: Scenario,
-    run_dir: Path,
-    witnesses: list[Witness],
-    monitor: str | None,
-    scenario_bytes: bytes | None,
-) -> RunOutcome:
-    """Run the container with the writer and witnesses in one nursery; always seal."""
-    outcome = RunOutcome(run_id=manifest.run_id, run_dir=run_dir, status="interrupted", exit_code=EXIT_INTERRUPTED)
-    ended = False
-    send, receive = trio.open_memory_channel[Submission](4096)
-    sink = None
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(run_writer, writer, receive.clone())
-            if monitor is not None:
-                from caisson.stream import MonitorSink, parse_monitor_address
-
-                sink = MonitorSink(parse_monitor_address(monitor))
-                writer.add_listener(sink.offer)
-                await nursery.start(sink.run)
-            async with send:
-                await send.send(Submission(source="recorder", event=manifest))
-                if scenario_bytes is not None:  # replay grades and configures detectors from it
-                    digest = writer.blobs.put(scenario_bytes)
-                    await send.send(Submission(source="recorder", event=BlobStored(
-                        sha256=digest, size_bytes=len(scenario_bytes), role="scenario",
-                        media_type="application/toml")))
-                if sandbox is not None:
-                    await send.send(Submission(source="recorder", event=SandboxBuilt(
-                        path=SANDBOX_PATH, commit=sandbox.commit, tree_digest=sandbox.tree_digest,
-                        file_count=sandbox.file_count,
-                        excluded=[ExcludedPath(path=e.path, category=e.category) for e in sandbox.excluded])))
-                stop = trio.Event()
-                contexts: list[WitnessContext] = []
-                async with trio.open_nursery() as witness_nursery:
-
-                    async def on_start(started: ContainerStarted) -> None:
-                        for witness in witnesses:
-                            ctx = WitnessContext(started=started, send=send.clone(), stop=stop,
-                                                 nursery=witness_nursery, run_dir=run_dir)
-                            contexts.append(ctx)
-                            await witness.start(ctx)
-
-                    end_status = "interrupted"
-                    try:
-                        result: ContainerResult | ChamberError = await engine.run(spec, on_start=on_start)
-                        end_status = "infra_failure" if result.error else "timeout" if result.timed_out else "completed"
-                    except ChamberError as exc:
-                        result, end_status = exc, "infra_failure"
-                    finally:
-                        for ctx in contexts:
-                            ctx.end_status = end_status
-                        stop.set()
-                    witness_nursery.cancel_scope.deadline = trio.current_time() + WITNESS_GRACE_S
-                if isinstance(result, ChamberError):
-                    end = RunEnded(status="infra_failure", reason=str(result))
-                    outcome = RunOutcome(run_id=manifest.run_id, run_dir=run_dir, status="infra_failure",
-                                         exit_code=EXIT_INFRA, reason=str(result))
-                else:
-                    for event in _artifacts(writer, result, sandbox_dir, scenario):
-                        await send.send(Submission(source="recorder", event=event))
-                    end, outcome = _ended(result, manifest.run_id, run_dir)
-                await send.send(Submission(source="recorder", event=end))
-                ended = True
-            if sink is not None:
-                await sink.aclose()
-    finally:
-        _drain(receive, writer)
-        if not ended:
-            writer.append(RunEnded(status="interrupted", reason="interrupted (Ctrl-C or cancellation)"),
-                          source="recorder")
-        writer.close()
-    return outcome
-
-
-def _drain(receive: trio.MemoryReceiveChannel[Submission], writer: LedgerWriter) -> None:
-    """Append whatever is still buffered in the channel (after a cancellation)."""
-    while True:
-        try:
-            item = receive.receive_nowait()
-        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-            return
-        writer.append(item.event, source=item.source, wall_ns=item.wall_ns, mono_ns=item.mono_ns)
-
-
-def _artifacts(writer: LedgerWriter, result: ContainerResult, sandbox_dir: Path, scenario: Scenario):
-    """Store stdout, stderr and the answer file as blobs; yield their ``blob.stored`` events."""
-    assert writer.blobs is not None
-    found = [("stdout", result.stdout), ("stderr", result.stderr)]
-    if scenario.answer_file:
-        answer = sandbox_dir / scenario.answer_file
-        if answer.is_file() and not answer.is_symlink():
-            found.append(("answer", answer.read_bytes()))
-    for role, data in found:
-        digest = writer.blobs.put(data)
-        yield BlobStored(sha256=digest, size_bytes=len(data), role=role, media_type="text/plain")
-
-
-def _ended(result: ContainerResult, run_id: str, run_dir: Path) -> tuple[RunEnded, RunOutcome]:
-    wall = result.ended_ns - result.started_ns
-    signame = None
-    if result.signal:
-        import signal as _signal
-
-        try:
-            signame = _signal.Signals(result.signal).name
-        except ValueError:
-            signame = f"SIG{result.signal}"
-    if result.error:
-        status, code = "infra_failure", EXIT_INFRA
-    elif result.timed_out:
-        status, code = "timeout", EXIT_TIMEOUT
-    else:
-        status, code = "completed", result.exit_code if result.exit_code is not None else EXIT_INFRA
-    reason = result.error or ("wall deadline reached; the chamber was killed" if result.timed_out else "")
-    if result.oom_killed:
-        reason = (reason + "; " if reason else "") + "out of memory (killed by the engine)"
-    end = RunEnded(exit_code=result.exit_code if not result.timed_out else None, signal=signame, wall_ns=wall,
-                   timed_out=result.timed_out, status=status, reason=reason)
-    return end, RunOutcome(run_id=run_id, run_dir=run_dir, status=status, exit_code=code,
-                           command_exit=result.exit_code, signal=result.signal, wall_ns=wall, reason=reason)

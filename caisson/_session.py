@@ -1,0 +1,269 @@
+"""One run's session: the ledger writer, the witnesses and the chamber in one nursery.
+
+The writer task starts first and signals readiness; every event, the recorder's own and
+the witnesses', goes through one bounded channel. Witnesses have three hooks, called in
+this order (each optional but ``start``):
+
+1. ``before_start(ctx)``: tasks that must run before the chamber (the proxy, the DNS
+   resolver, the packet capture listen on the chamber network's gateway);
+2. ``prepare(spec, ctx) -> spec``: adjust the container (wrap the command, set the proxy);
+3. ``start(ctx)``: once the chamber runs (``ctx.started`` holds its id and host pid).
+
+When the command ends, ``ctx.stop`` is set: samplers stop, stream readers drain to EOF,
+and each witness closes its channel clone. Only then are the artifacts and ``run.ended``
+written. Whatever happens, the ledger is closed with a final seal, and the network and
+container are removed.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+import trio
+
+from caisson._docker import ChamberNetwork, ContainerResult, ContainerSpec, ContainerStarted, Engine
+from caisson.errors import ChamberError
+from caisson.sandbox import Sandbox
+from caisson.scenario import Scenario
+from ledger import LedgerWriter, Submission, run_writer
+from ledger.events import BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt
+
+__all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
+           "WitnessContext", "run_session", "WITNESS_GRACE_S"]
+
+EXIT_TIMEOUT = 124
+EXIT_INFRA = 125  # the chamber failed, as `docker run` reports its own errors
+EXIT_INTERRUPTED = 130
+WITNESS_GRACE_S = 5.0
+"""How long witnesses may take to drain after the command ended before they are cancelled."""
+SANDBOX_PATH = "/work/sandbox"
+
+
+class RunOutcome(msgspec.Struct, kw_only=True):
+    """What happened: the run directory and the status line of the CLI."""
+
+    run_id: str
+    run_dir: Path
+    status: str  # completed | timeout | interrupted | infra_failure
+    exit_code: int  # the CLI's exit status: the command's, 124 timeout, 125 infra, 130 Ctrl-C
+    command_exit: int | None = None
+    signal: int | None = None
+    wall_ns: int = 0
+    reason: str = ""
+
+
+class WitnessContext(msgspec.Struct, kw_only=True):
+    """What a witness gets from the session.
+
+    Attributes:
+        send: this witness's clone of the ledger channel; it closes it when done.
+        stop: set when the command has ended.
+        nursery: where the witness starts its long-running tasks.
+        run_dir: the run directory. scratch: a private temp dir, removed after the run.
+        blobs: the run's blob store (e.g. for a pcap or HTTP bodies).
+        network: the chamber's witnessed network, or None when it has no network.
+        scenario: the run's scenario (egress policy, user). fingerprint_key: for secrets.
+        started: the container's id and host pid, from ``start`` on.
+        end_status: how the chamber ended, set before ``stop``: completed | timeout |
+            interrupted | infra_failure (a tracer killed by a deadline is not a gap).
+        facts: what a witness tells the others (e.g. the proxy's address), by name.
+    """
+
+    send: trio.MemorySendChannel[Submission]
+    stop: trio.Event
+    nursery: trio.Nursery
+    run_dir: Path
+    scratch: Path
+    blobs: Any
+    network: ChamberNetwork | None
+    scenario: Scenario
+    fingerprint_key: bytes
+    facts: dict[str, Any]
+    started: ContainerStarted | None = None
+    end_status: str | None = None
+
+
+class Witness(Protocol):
+    """A witness as the session drives it (see `caisson.witnesses`)."""
+
+    name: str
+    needs_network: bool
+
+    async def before_start(self, ctx: WitnessContext) -> None:
+        """Start what must run before the chamber (may be a no-op)."""
+
+    def prepare(self, spec: ContainerSpec, ctx: WitnessContext) -> ContainerSpec:
+        """Adjust the container before it starts (wrap the command, set variables)."""
+
+    async def start(self, ctx: WitnessContext) -> None:
+        """Start the witness's tasks in ``ctx.nursery`` once the chamber runs."""
+
+
+class Session(msgspec.Struct, kw_only=True):
+    """Everything `run_session` needs, prepared (and checked) by `caisson.record`."""
+
+    engine: Engine
+    writer: LedgerWriter
+    spec: ContainerSpec
+    manifest: RunStarted
+    sandbox: Sandbox | None
+    sandbox_dir: Path
+    scenario: Scenario
+    scenario_bytes: bytes | None
+    run_dir: Path
+    scratch: Path
+    witnesses: list
+    monitor: str | None
+    fingerprint_key: bytes
+    network: bool = False  # weakened: the default bridge instead of a witnessed network
+
+
+async def run_session(s: Session) -> RunOutcome:
+    """Run the chamber with the writer and witnesses in one nursery; always seal."""
+    manifest, writer = s.manifest, s.writer
+    outcome = RunOutcome(run_id=manifest.run_id, run_dir=s.run_dir, status="interrupted", exit_code=EXIT_INTERRUPTED)
+    ended = False
+    send, receive = trio.open_memory_channel[Submission](4096)
+    sink = None
+    network: ChamberNetwork | None = None
+    try:
+        if any(getattr(w, "needs_network", False) for w in s.witnesses) and not s.network:
+            network = await s.engine.create_network(manifest.run_id)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_writer, writer, receive.clone())
+            if s.monitor is not None:
+                from caisson.stream import MonitorSink, parse_monitor_address
+
+                sink = MonitorSink(parse_monitor_address(s.monitor))
+                writer.add_listener(sink.offer)
+                await nursery.start(sink.run)
+            async with send:
+                await _lifecycle_start(s, send)
+                outcome, end = await _chamber(s, send, network)
+                await send.send(Submission(source="recorder", event=end))
+                ended = True
+            if sink is not None:
+                await sink.aclose()
+    finally:
+        _drain(receive, writer)
+        if not ended:
+            writer.append(RunEnded(status="interrupted", reason="interrupted (Ctrl-C or cancellation)"),
+                          source="recorder")
+        writer.close()
+        if network is not None:
+            with trio.CancelScope(shield=True), trio.move_on_after(30):
+                await s.engine.remove_network(network)
+    return outcome
+
+
+async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission]) -> None:
+    await send.send(Submission(source="recorder", event=s.manifest))
+    if s.scenario_bytes is not None:  # replay grades and configures detectors from it
+        assert s.writer.blobs is not None
+        digest = s.writer.blobs.put(s.scenario_bytes)
+        await send.send(Submission(source="recorder", event=BlobStored(
+            sha256=digest, size_bytes=len(s.scenario_bytes), role="scenario", media_type="application/toml")))
+    if s.sandbox is not None:
+        sb = s.sandbox
+        await send.send(Submission(source="recorder", event=SandboxBuilt(
+            path=SANDBOX_PATH, commit=sb.commit, tree_digest=sb.tree_digest, file_count=sb.file_count,
+            excluded=[ExcludedPath(path=e.path, category=e.category) for e in sb.excluded])))
+
+
+async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
+                   network: ChamberNetwork | None) -> tuple[RunOutcome, RunEnded]:
+    """Start the witnesses, run the container, stop the witnesses; the outcome and run.ended."""
+    stop = trio.Event()
+    contexts: list[WitnessContext] = []
+    facts: dict[str, Any] = {}
+    spec = s.spec
+    if network is not None:
+        spec = msgspec.structs.replace(spec, network_mode=network.name, dns=[network.gateway])
+    elif s.network:
+        spec = msgspec.structs.replace(spec, network_mode="bridge")
+    async with trio.open_nursery() as witness_nursery:
+        for witness in s.witnesses:
+            ctx = WitnessContext(send=send.clone(), stop=stop, nursery=witness_nursery, run_dir=s.run_dir,
+                                 scratch=s.scratch, blobs=s.writer.blobs, network=network, scenario=s.scenario,
+                                 fingerprint_key=s.fingerprint_key, facts=facts)
+            contexts.append(ctx)
+            before = getattr(witness, "before_start", None)
+            if before is not None:
+                await before(ctx)
+        for witness, ctx in zip(s.witnesses, contexts):
+            spec = witness.prepare(spec, ctx)
+
+        async def on_start(started: ContainerStarted) -> None:
+            for witness, ctx in zip(s.witnesses, contexts):
+                ctx.started = started
+                await witness.start(ctx)
+
+        end_status = "interrupted"
+        try:
+            result: ContainerResult | ChamberError = await s.engine.run(spec, on_start=on_start)
+            end_status = "infra_failure" if result.error else "timeout" if result.timed_out else "completed"
+        except ChamberError as exc:
+            result, end_status = exc, "infra_failure"
+        finally:
+            for ctx in contexts:
+                ctx.end_status = end_status
+            stop.set()
+        witness_nursery.cancel_scope.deadline = trio.current_time() + WITNESS_GRACE_S
+    run_id = s.manifest.run_id
+    if isinstance(result, ChamberError):
+        return (RunOutcome(run_id=run_id, run_dir=s.run_dir, status="infra_failure", exit_code=EXIT_INFRA,
+                           reason=str(result)),
+                RunEnded(status="infra_failure", reason=str(result)))
+    for event in _artifacts(s.writer, result, s.sandbox_dir, s.scenario):
+        await send.send(Submission(source="recorder", event=event))
+    end, outcome = _ended(result, run_id, s.run_dir)
+    return outcome, end
+
+
+def _drain(receive: trio.MemoryReceiveChannel[Submission], writer: LedgerWriter) -> None:
+    """Append whatever is still buffered in the channel (after a cancellation)."""
+    while True:
+        try:
+            item = receive.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return
+        writer.append(item.event, source=item.source, wall_ns=item.wall_ns, mono_ns=item.mono_ns)
+
+
+def _artifacts(writer: LedgerWriter, result: ContainerResult, sandbox_dir: Path, scenario: Scenario):
+    """Store stdout, stderr and the answer file as blobs; yield their ``blob.stored`` events."""
+    assert writer.blobs is not None
+    found = [("stdout", result.stdout), ("stderr", result.stderr)]
+    if scenario.answer_file:
+        answer = sandbox_dir / scenario.answer_file
+        if answer.is_file() and not answer.is_symlink():
+            found.append(("answer", answer.read_bytes()))
+    for role, data in found:
+        digest = writer.blobs.put(data)
+        yield BlobStored(sha256=digest, size_bytes=len(data), role=role, media_type="text/plain")
+
+
+def _ended(result: ContainerResult, run_id: str, run_dir: Path) -> tuple[RunEnded, RunOutcome]:
+    wall = result.ended_ns - result.started_ns
+    signame = None
+    if result.signal:
+        try:
+            signame = _signal.Signals(result.signal).name
+        except ValueError:
+            signame = f"SIG{result.signal}"
+    if result.error:
+        status, code = "infra_failure", EXIT_INFRA
+    elif result.timed_out:
+        status, code = "timeout", EXIT_TIMEOUT
+    else:
+        status, code = "completed", result.exit_code if result.exit_code is not None else EXIT_INFRA
+    reason = result.error or ("wall deadline reached; the chamber was killed" if result.timed_out else "")
+    if result.oom_killed:
+        reason = (reason + "; " if reason else "") + "out of memory (killed by the engine)"
+    end = RunEnded(exit_code=result.exit_code if not result.timed_out else None, signal=signame, wall_ns=wall,
+                   timed_out=result.timed_out, status=status, reason=reason)
+    return end, RunOutcome(run_id=run_id, run_dir=run_dir, status=status, exit_code=code,
+                           command_exit=result.exit_code, signal=result.signal, wall_ns=wall, reason=reason)
