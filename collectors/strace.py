@@ -1,0 +1,547 @@
+"""The strace witness's sans-IO parser: bytes of ``strace -f -ttt -yy`` output in, events out.
+
+The trio task that runs the witness starts ``strace *strace_argv(pipe) -- command``, feeds
+what it reads from the pipe to `StraceParser.feed`, and moves ``(wall_ns, event)`` pairs
+from `StraceParser.next_event` to the ledger writer (``Submission(wall_ns=...)``). No trio,
+files or clocks here: the same bytes always give the same events.
+
+What becomes what:
+
+- ``execve``/``execveat`` -> `ProcessExec` (``path`` verbatim; ``cwd`` of the process).
+- ``+++ exited with N +++`` / ``+++ killed by SIG +++`` of a process -> `ProcessExit`;
+  threads' exits give nothing.
+- ``open``/``openat``/``openat2``/``creat`` -> `FileOpen`, relative paths resolved
+  against the dirfd's ``-yy`` path or the process cwd.
+- ``unlink[at]``, ``rename[at[2]]``, ``mkdir[at]``, ``rmdir``, ``chmod``/``fchmodat``,
+  ``truncate``, ``symlink[at]``, ``link[at]`` -> `FileChange`. ``path`` is the entry the
+  call creates, removes or changes; ``target`` is: for rename, the new name; for link,
+  the existing file; for symlink, the link's contents, verbatim (never resolved).
+- ``connect`` -> `NetConnect` (EINPROGRESS is an attempt; its errno is kept).
+- ``clone``/``clone3``/``fork``/``vfork``/``chdir``/``fchdir``/``exit_group``: state only
+  (parent pid, thread group, shared cwd), no event.
+- ``kill``/``tkill``/``tgkill``/``bind`` and any other call the vocabulary has no kind for:
+  `WitnessRaw` with the line (counted in ``unmapped``, not ``parse_failures``).
+- Signal deliveries (``--- SIGCHLD {...} ---``): no event (counted in ``signals``); fatal
+  ones show as ``ProcessExit.signal``, sent ones as the ``kill`` family.
+- A line the grammar does not know: `WitnessRaw` (``parse_failures``). Nothing is dropped.
+
+Calls with no return value: when strace prints ``= ?`` (the thread died in the call or
+exec'd away), or a call is still unfinished at `close`, the event is still emitted, with
+``errno`` set to `UNFINISHED` (not a kernel errno), ``result`` -1 (`FileOpen`: None).
+``= ? ERESTARTSYS`` (interrupted, to be restarted) keeps strace's name as ``errno``; the
+retried call appears as its own event.
+
+Truncation: ``-s`` cuts long strings (``"abc"...``) and long arrays (``[..., ...]``); a cut
+string keeps strace's ``...`` suffix and a cut argv ends with the element ``"..."``; both
+count in ``truncated``. strace prints paths whole (up to PATH_MAX) whatever ``-s`` is.
+
+Order and time: an event comes out when its call completes, stamped with the call's entry
+time; the lines of a new pid printed before its parent's clone returned wait for it (so
+``ppid`` and ``cwd`` are known). ``wall_ns`` is therefore not monotonic across events.
+Strings are decoded as UTF-8 with ``backslashreplace`` (see `collectors._strace_lines`).
+
+Pids: strace prints thread ids; events carry the thread group id, as ``host_pid`` and,
+through ``chamber_pid``, as ``pid``. A process whose parent the parser has not seen (the
+root) has ``ppid`` None.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections import deque
+from typing import Callable, Iterable, NamedTuple
+
+from collectors._strace_lines import (
+    AT_FDCWD,
+    Call,
+    Exited,
+    Result,
+    SignalDelivery,
+    Superseded,
+    decode_string,
+    parse_fd,
+    parse_line,
+    parse_sockaddr,
+    split_call,
+)
+from ledger import CaissonError
+from ledger.events import (
+    Event,
+    FileChange,
+    FileOpen,
+    NetConnect,
+    ProcessExec,
+    ProcessExit,
+    WitnessRaw,
+    WitnessStopped,
+)
+
+__all__ = [
+    "NEED_DATA",
+    "UNFINISHED",
+    "STRACE_SYSCALLS",
+    "WITNESS",
+    "Stamped",
+    "StraceParser",
+    "ParserClosedError",
+    "strace_argv",
+]
+
+WITNESS = "strace"
+"""The ``witness`` name of the events this parser makes and of its ledger source."""
+
+UNFINISHED = "UNFINISHED"
+"""``errno`` of an event whose call never returned a value (not a kernel errno)."""
+
+STRACE_SYSCALLS: tuple[str, ...] = (
+    "execve", "execveat", "clone", "clone3", "fork", "vfork", "exit_group",
+    "kill", "tkill", "tgkill",
+    "open", "openat", "openat2", "creat",
+    "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir",
+    "chmod", "fchmodat", "truncate", "symlink", "symlinkat", "link", "linkat",
+    "chdir", "fchdir",
+    "connect", "bind",
+)  # fmt: skip
+"""The syscalls the witness traces, as the kernel spells them."""
+
+_LEGACY = frozenset({"open", "creat", "fork", "vfork", "unlink", "rename", "mkdir", "rmdir",
+                     "chmod", "symlink", "link"})  # absent on arm64 and riscv: '?' in the filter
+
+
+def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4096) -> list[str]:
+    """The strace options of the witness, without ``strace`` itself or the traced command.
+
+    ``-f`` follows forks and prefixes every line with the pid; ``-ttt`` stamps it with
+    seconds since the Unix epoch and microseconds; ``-yy`` decorates fds with paths and
+    socket addresses; ``-q`` hides attach messages but keeps exit lines (``-qq`` would not).
+
+    Args:
+        output_path: where strace writes its trace (a FIFO or a file).
+        seccomp: stop only on traced syscalls (``--seccomp-bpf``): far lower overhead.
+        string_limit: longest string strace prints before cutting it with ``...``, bytes.
+
+    Returns:
+        The options, e.g. ``["-f", "-ttt", ..., "-o", output_path]``.
+
+    Raises:
+        ValueError: ``string_limit`` is below 1.
+    """
+    if string_limit < 1:
+        raise ValueError(f"string_limit must be >= 1, got {string_limit}")
+    spec = ",".join(("?" + n) if n in _LEGACY else n for n in STRACE_SYSCALLS)
+    argv = ["-f", "-ttt", "-yy", "-s", str(string_limit), "-q"]
+    if seccomp:
+        argv.append("--seccomp-bpf")
+    return [*argv, "-e", f"trace={spec}", "-o", str(output_path)]
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = _NeedData()
+"""Returned by `StraceParser.next_event` when it needs more bytes (or `close`)."""
+
+
+class Stamped(NamedTuple):
+    """An event with the time strace saw it.
+
+    Attributes:
+        wall_ns: ns since the Unix epoch, from the line's ``-ttt`` stamp (the call's entry
+            for a call split over lines); None for an unparsed line before any stamp.
+        event: the event.
+    """
+
+    wall_ns: int | None
+    event: Event
+
+
+class ParserClosedError(CaissonError):
+    """Raised on our own misuse: `StraceParser.feed` after `StraceParser.close`."""
+
+
+_CLONES = frozenset({"clone", "clone3", "fork", "vfork"})
+_OPENS = frozenset({"open", "openat", "openat2", "creat"})
+# syscall -> (index of the dirfd or None, index of the path, index of the second path or None,
+#             index of its dirfd or None); the second path is FileChange.target.
+_CHANGES: dict[str, tuple[int | None, int, int | None, int | None]] = {
+    "unlink": (None, 0, None, None), "unlinkat": (0, 1, None, None),
+    "rmdir": (None, 0, None, None), "mkdir": (None, 0, None, None), "mkdirat": (0, 1, None, None),
+    "chmod": (None, 0, None, None), "fchmodat": (0, 1, None, None), "truncate": (None, 0, None, None),
+    "rename": (None, 0, 1, None), "renameat": (0, 1, 3, 2), "renameat2": (0, 1, 3, 2),
+    "link": (None, 1, 0, None), "linkat": (2, 3, 1, 0),
+    "symlink": (None, 1, 0, None), "symlinkat": (1, 2, 0, None),
+}  # fmt: skip
+_VERBATIM_TARGET = frozenset({"symlink", "symlinkat"})
+_FLAGS = re.compile(r"flags=([A-Z0-9_|]+)")
+
+
+class _Fs:
+    """A cwd, shared by the threads and CLONE_FS children that share a fs_struct."""
+
+    __slots__ = ("cwd",)
+
+    def __init__(self, cwd: str | None):
+        self.cwd = cwd
+
+
+class _Task:
+    __slots__ = ("tgid", "fs")
+
+    def __init__(self, tgid: int, fs: _Fs):
+        self.tgid, self.fs = tgid, fs
+
+
+class _Pending(NamedTuple):
+    call: Call
+    superseded: bool = False
+
+
+class StraceParser:
+    """Turns the bytes of a strace trace into ledger events; sans-IO.
+
+    Feed bytes with `feed`, take events with `next_event` until it returns `NEED_DATA`,
+    and call `close` at end of input to flush a last line without a newline, calls still
+    unfinished and lines held for a child whose clone had not returned yet.
+
+    Attributes:
+        lines: lines parsed so far.
+        events: events returned so far.
+        parse_failures: lines kept as `WitnessRaw` because the grammar did not know them.
+        bytes: bytes fed so far.
+        unmapped: understood lines with no event kind, kept as `WitnessRaw`.
+        signals: signal-delivery lines (no event).
+        unfinished: events emitted with ``errno`` `UNFINISHED`.
+        truncated: strings or argv arrays that strace cut (``-s``).
+    """
+
+    def __init__(
+        self,
+        *,
+        root_cwd: str | None = None,
+        chamber_pid: Callable[[int], int | None] | None = None,
+        max_line_bytes: int = 8 << 20,
+    ):
+        """Make a parser for one trace.
+
+        Args:
+            root_cwd: initial cwd of the traced command (the first process seen), so its
+                relative paths resolve before a ``-yy`` ``AT_FDCWD</cwd>`` shows it.
+            chamber_pid: maps a host pid to the pid in the chamber's namespace; None when
+                unknown (the event's ``pid`` is then 0). Default: identity. Called once
+                per process, when its first event is built.
+            max_line_bytes: a longer line is cut there, deterministically, and the pieces
+                parsed as lines of their own (they become `WitnessRaw`), bytes.
+        """
+        self._root_cwd = root_cwd
+        self._chamber_pid = chamber_pid
+        self._max_line = max_line_bytes
+        self._buf = bytearray()
+        self._out: deque[Stamped] = deque()
+        self._tasks: dict[int, _Task] = {}
+        self._ppid: dict[int, int | None] = {}
+        self._pids: dict[int, int] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._held: dict[int, list[tuple[int | None, object, str]]] = {}
+        self._seen_any = False
+        self._last_ns: int | None = None
+        self._closed = False
+        self.lines = self.events = self.parse_failures = self.bytes = 0
+        self.unmapped = self.signals = self.unfinished = self.truncated = 0
+
+    # --- bytes in, events out ------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes of the trace; any split point is fine.
+
+        Raises:
+            ParserClosedError: after `close`.
+        """
+        if self._closed:
+            raise ParserClosedError("feed() after close()")
+        self.bytes += len(data)
+        self._buf += data
+        while True:
+            nl = self._buf.find(b"\n", 0, self._max_line + 1)
+            if nl < 0 and len(self._buf) <= self._max_line:
+                return
+            cut = nl if nl >= 0 else self._max_line
+            line = bytes(self._buf[:cut])
+            del self._buf[: cut + 1 if nl >= 0 else cut]
+            self._line(line)
+
+    def close(self) -> None:
+        """End of input: flush the last partial line, held lines and unfinished calls."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._buf:
+            line = bytes(self._buf)
+            self._buf.clear()
+            self._line(line)
+        while self._pending or self._held:  # a released line may leave a call pending
+            for tid in list(self._pending):
+                self._flush_unfinished(tid)
+            self._release_held()
+
+    def next_event(self) -> Stamped | _NeedData:
+        """The next ``(wall_ns, event)``, or `NEED_DATA` when the bytes so far are used up."""
+        if not self._out:
+            return NEED_DATA
+        self.events += 1
+        return self._out.popleft()
+
+    def witness_stopped(self) -> WitnessStopped:
+        """The ``witness.stopped`` event with this parser's counts."""
+        return WitnessStopped(witness=WITNESS, lines=self.lines, events=self.events,
+                              parse_failures=self.parse_failures, bytes=self.bytes)
+
+    # --- lines ---------------------------------------------------------------------------
+
+    def _line(self, raw: bytes) -> None:
+        self.lines += 1
+        text = raw.decode("utf-8", "backslashreplace").rstrip("\r")
+        wall_ns, parsed = parse_line(text)
+        if wall_ns is not None:
+            self._last_ns = wall_ns
+        if parsed is None:
+            self._raw(wall_ns if wall_ns is not None else self._last_ns, text, failure=True)
+            return
+        self._dispatch(wall_ns, parsed, text)
+
+    def _dispatch(self, wall_ns: int | None, parsed: object, text: str) -> None:
+        tid = parsed.pid  # type: ignore[attr-defined]
+        if tid not in self._tasks and (tid in self._held or self._clone_in_flight()):
+            self._held.setdefault(tid, []).append((wall_ns, parsed, text))
+            return
+        task = self._task(tid)
+        if isinstance(parsed, SignalDelivery):
+            self.signals += 1
+        elif isinstance(parsed, Exited):
+            self._exited(tid, task, parsed)
+        elif isinstance(parsed, Superseded):
+            if (p := self._pending.get(tid)) and p.call.name in ("execve", "execveat"):
+                self._pending[tid] = p._replace(superseded=True)
+            self._tasks.pop(parsed.old_pid, None)
+        elif isinstance(parsed, Call):
+            self._call(tid, parsed, text)
+
+    def _call(self, tid: int, c: Call, text: str) -> None:
+        if c.state == "unfinished":
+            self._flush_unfinished(tid)
+            self._pending[tid] = _Pending(c)
+        elif c.state == "pid_changed":  # an execve from a thread: it takes the leader's pid
+            self._flush_unfinished(c.new_pid)  # type: ignore[arg-type]
+            self._pending[c.new_pid] = _Pending(c)  # type: ignore[index]
+        elif c.state == "resumed":
+            p = self._pending.get(tid)
+            if p is None or p.call.name != c.name:
+                self._raw(c.wall_ns, text, failure=True)
+                return
+            del self._pending[tid]
+            joined = p.call.body + c.body.removeprefix(" <unavailable>")
+            self._complete(tid, p.call._replace(body=joined, state="complete"),
+                           _text(p.call, joined), superseded=p.superseded)
+        else:
+            self._complete(tid, c, text)
+
+    def _complete(self, tid: int, c: Call, text: str, *, superseded: bool = False) -> None:
+        split = split_call(c.body)
+        child = None
+        if split is None:
+            self._raw(c.wall_ns, text, failure=True)
+        else:
+            args, res = split
+            res = Result(0) if superseded else res
+            try:
+                event = self._event(tid, c, args, res)
+            except (IndexError, ValueError):
+                event = None
+                self._raw(c.wall_ns, text, failure=True)
+            if event is False:
+                self.unmapped += 1
+                self._raw(c.wall_ns, text, failure=False)
+            elif event is not None:
+                self.unfinished += res.value is None and res.errno is None
+                self._out.append(Stamped(c.wall_ns, event))
+            child = res.value
+        if c.name in _CLONES:  # a child's lines wait until its pid is known
+            for held in self._held.pop(child, []) if child and child > 0 else []:
+                self._dispatch(*held)
+            self._release_held()
+
+    def _flush_unfinished(self, tid: int) -> None:
+        p = self._pending.pop(tid, None)
+        if p is None:
+            return
+        c = p.call
+        body = c.body + (") = 0" if p.superseded else ") = ?")
+        self._complete(tid, c._replace(body=body, state="complete"), _text(c, body),
+                       superseded=p.superseded)
+
+    def _raw(self, wall_ns: int | None, text: str, *, failure: bool) -> None:
+        if failure:
+            self.parse_failures += 1
+        self._out.append(Stamped(wall_ns, WitnessRaw(witness=WITNESS, line=text)))
+
+    # --- processes -----------------------------------------------------------------------
+
+    def _clone_in_flight(self) -> bool:
+        return any(p.call.name in _CLONES for p in self._pending.values())
+
+    def _release_held(self) -> None:
+        if self._clone_in_flight():
+            return
+        while self._held:
+            tid = next(iter(self._held))
+            for wall_ns, parsed, text in self._held.pop(tid):
+                self._dispatch(wall_ns, parsed, text)
+
+    def _task(self, tid: int) -> _Task:
+        task = self._tasks.get(tid)
+        if task is None:  # the root, or a process whose parent we did not see
+            task = self._tasks[tid] = _Task(tid, _Fs(None if self._seen_any else self._root_cwd))
+            self._ppid.setdefault(tid, None)
+        self._seen_any = True
+        return task
+
+    def _pid(self, tgid: int) -> int:
+        pid = self._pids.get(tgid)
+        if pid is None:
+            mapped = self._chamber_pid(tgid) if self._chamber_pid else tgid
+            pid = self._pids[tgid] = mapped if mapped is not None else 0
+        return pid
+
+    def _cloned(self, tid: int, args: Iterable[str], child: int) -> None:
+        parent = self._task(tid)
+        m = _FLAGS.search(", ".join(args))
+        flags = set(m[1].split("|")) if m else set()
+        fs = parent.fs if "CLONE_FS" in flags else _Fs(parent.fs.cwd)
+        if "CLONE_THREAD" in flags:
+            self._tasks[child] = _Task(parent.tgid, fs)
+            return
+        self._tasks[child] = _Task(child, fs)
+        ppid = self._ppid.get(parent.tgid) if "CLONE_PARENT" in flags else parent.tgid
+        self._ppid[child] = ppid
+        self._pids.pop(child, None)  # a reused pid is a new process
+
+    def _exited(self, tid: int, task: _Task, e: Exited) -> None:
+        self._flush_unfinished(tid)
+        self._tasks.pop(tid, None)
+        if task.tgid != tid:  # a thread
+            return
+        self._out.append(Stamped(e.wall_ns, ProcessExit(
+            pid=self._pid(tid), host_pid=tid, code=e.code, signal=e.signal)))
+
+    # --- calls ---------------------------------------------------------------------------
+
+    def _string(self, token: str) -> str:
+        decoded = decode_string(token)
+        if decoded is None:
+            raise ValueError(token)
+        if decoded[1]:
+            self.truncated += 1
+            return decoded[0] + "..."
+        return decoded[0]
+
+    def _path(self, task: _Task, args: list[str], dirfd: int | None, i: int) -> str:
+        path = self._string(args[i])
+        if path.startswith("/"):
+            return _clean(path)
+        base = task.fs.cwd
+        if dirfd is not None:
+            fd, deco = parse_fd(args[dirfd])
+            if fd == AT_FDCWD:
+                if deco is not None and deco.startswith("/"):
+                    base = task.fs.cwd = deco
+            else:
+                base = deco if deco is not None and deco.startswith("/") else None
+        return _clean(posixpath.join(base, path)) if base else path
+
+    def _argv(self, token: str) -> list[str]:
+        if not (token.startswith("[") and token.endswith("]")):
+            return []
+        items = split_call(token[1:-1] + ") = 0")
+        if items is None:
+            raise ValueError(token)
+        argv = items[0]
+        if argv and argv[-1] == "...":
+            self.truncated += 1
+            return [self._string(a) for a in argv[:-1]] + ["..."]
+        return [self._string(a) for a in argv]
+
+    def _event(self, tid: int, c: Call, args: list[str], res: Result) -> Event | None | bool:
+        """The event of one finished call; None for state-only calls, False for unmapped."""
+        task = self._task(tid)
+        name, failed = c.name, res.value is None or res.value < 0
+        errno = res.errno if res.errno else (UNFINISHED if res.value is None else None)
+        result = -1 if failed else 0
+        ident = {"pid": self._pid(task.tgid), "host_pid": task.tgid}
+        for token in args[:1]:  # the cwd the kernel reports beats our tracking
+            fd, deco = parse_fd(token)
+            if fd == AT_FDCWD and deco and deco.startswith("/"):
+                task.fs.cwd = deco
+        if name in ("execve", "execveat"):
+            at = 1 if name == "execveat" else 0
+            return ProcessExec(**ident, ppid=self._ppid.get(task.tgid), path=self._string(args[at]),
+                               argv=self._argv(args[at + 1]), cwd=task.fs.cwd,
+                               result=result, errno=errno)
+        if name in _OPENS:
+            at = {"open": 0, "creat": 0, "openat": 1, "openat2": 1}[name]
+            path = self._path(task, args, at - 1 if at else None, at)
+            if name == "creat":
+                flags = "O_CREAT|O_WRONLY|O_TRUNC"
+            elif name == "openat2":
+                m = _FLAGS.search(args[2])
+                flags = m[1] if m else ""
+            else:
+                flags = args[at + 1]
+            access = "rw" if "O_RDWR" in flags.split("|") else "w" if "O_WRONLY" in flags.split("|") else "r"
+            return FileOpen(**ident, syscall=name, path=path, flags=flags, access=access,
+                            result=None if failed else res.value, errno=errno)
+        if name in _CHANGES:
+            dirfd, at, second, second_dirfd = _CHANGES[name]
+            path = self._path(task, args, dirfd, at)
+            if second is None:
+                target = None
+            elif name in _VERBATIM_TARGET:
+                target = self._string(args[second])
+            else:
+                target = self._path(task, args, second_dirfd, second)
+            return FileChange(**ident, syscall=name, path=path, target=target, result=result, errno=errno)
+        if name == "connect":
+            addr = parse_sockaddr(args[1])
+            if addr is None:  # e.g. an address strace could not read: 0x7ffd...
+                raise ValueError(args[1])
+            family, address, port = addr
+            return NetConnect(**ident, family=family, address=address, port=port,
+                              result=result, errno=errno)
+        if name in _CLONES:
+            if not failed and res.value:
+                self._cloned(tid, args, res.value)
+            return None
+        if name == "chdir" and not failed:
+            path = self._path(task, args, None, 0)
+            task.fs.cwd = path if path.startswith("/") else None
+            return None
+        if name == "fchdir" and not failed:
+            deco = parse_fd(args[0])[1]
+            task.fs.cwd = deco if deco is not None and deco.startswith("/") else None
+            return None
+        if name in ("chdir", "fchdir", "exit_group"):
+            return None
+        return False
+
+
+def _text(c: Call, body: str) -> str:
+    """A line for a call joined from its parts, as strace would have printed it whole."""
+    return f"{c.pid} {c.wall_ns // 10**9}.{c.wall_ns % 10**9 // 1000:06d} {c.name}({body}"
+
+
+def _clean(path: str) -> str:
+    """Drop ``.`` parts and repeated slashes; keep ``..`` (a symlink can make it lie)."""
+    lead = "/" if path.startswith("/") else ""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    return lead + "/".join(parts) if parts or lead else "."

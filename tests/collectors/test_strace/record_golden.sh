@@ -1,0 +1,119 @@
+#!/bin/sh
+# Re-record the golden strace files of tests/collectors/test_strace.py from real programs.
+#
+# Run as root on Linux with strace 6.x (recorded with strace 6.1, Debian 12, x86_64):
+#     sh tests/collectors/test_strace/record_golden.sh
+# The options are exactly those of collectors.strace.strace_argv() (string limit 4096),
+# except escapes.strace, recorded with -s 32 so long strings and argv arrays are cut.
+# Each program runs with a minimal environment in a scratch directory, W=/tmp/caisson-golden,
+# which is the root_cwd the tests pass to the parser. Pids and times differ on every run:
+# re-recording means updating the exact expectations in test_strace.py.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+PY=$ROOT/.venv/bin/python
+W=/tmp/caisson-golden
+rm -rf "$W"; mkdir -p "$W"; cd "$W"
+
+opts() {  # the witness's strace options, with an optional string limit
+    "$PY" -c 'import sys; from collectors.strace import strace_argv
+print("\n".join(strace_argv(sys.argv[1], string_limit=int(sys.argv[2]))))' "$1" "${2:-4096}"
+}
+trace() {  # trace NAME [LIMIT] -- COMMAND...
+    name=$1; limit=$2; shift 3
+    out="$HERE/$name.strace"
+    # shellcheck disable=SC2046
+    (IFS='
+'; env -i PATH=/usr/bin:/bin LC_ALL=C strace $(opts "$out" "$limit") "$@") || true
+}
+
+# 1. a shell pipeline: fork/vfork, exec, redirection (O_CREAT), chdir, a relative open, rm.
+trace pipeline 4096 -- /bin/sh -c 'ls / | grep -c e > /tmp/caisson-golden/x; cat /etc/hostname; cd /tmp && cat caisson-golden/x; rm caisson-golden/x; exit 3'
+
+# 2. python threads (clone3 CLONE_THREAD, unfinished/resumed pairs), subprocesses from
+#    threads, an execve from a non-leader thread ("<pid changed to ...>", "superseded").
+cat > threads.py <<'PY'
+import os, subprocess, threading
+def work(i):
+    open("/etc/hostname").read()
+    subprocess.run(["/bin/true", str(i)])
+ts = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+[t.start() for t in ts]; [t.join() for t in ts]
+os.chdir("/tmp")  # shared by every thread (CLONE_FS)
+def ex():
+    os.execv("/bin/sh", ["sh", "-c", "cat caisson-golden/threads.py > /dev/null; exit 7"])
+threading.Thread(target=ex).start()
+threading.Event().wait(10)
+PY
+trace python_threads 4096 -- /usr/bin/python3 -S threads.py
+
+# 3. connect: refused (closed port), accepted (listening port), non-blocking EINPROGRESS,
+#    IPv6 loopback, a unix socket, and a bind.
+cat > connect.py <<'PY'
+import socket
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen()
+port = srv.getsockname()[1]
+closed = socket.socket(); closed.bind(("127.0.0.1", 0)); dead = closed.getsockname()[1]; closed.close()
+s = socket.socket()
+try: s.connect(("127.0.0.1", dead))
+except OSError: pass
+s = socket.socket(); s.connect(("127.0.0.1", port))
+nb = socket.socket(); nb.setblocking(False)
+try: nb.connect(("127.0.0.1", port))
+except BlockingIOError: pass
+try:
+    s6 = socket.socket(socket.AF_INET6); s6.connect(("::1", dead))
+except OSError: pass
+u = socket.socket(socket.AF_UNIX)
+try: u.connect("/tmp/caisson-golden/no-such.sock")
+except OSError: pass
+PY
+trace connect 4096 -- /usr/bin/python3 -S connect.py
+
+# 4. killed: a child killed by SIGKILL while blocked in openat on a FIFO (= ? <unavailable>),
+#    a child that dies of SIGABRT, and an openat interrupted by a signal (ERESTARTSYS).
+mkfifo fifo
+cat > killed.py <<'PY'
+import os, signal, subprocess, time
+p = subprocess.Popen(["/bin/cat", "/tmp/caisson-golden/fifo"])
+time.sleep(0.3); p.kill(); p.wait()
+subprocess.run(["/usr/bin/python3", "-S", "-c", "import os; os.abort()"])
+signal.signal(signal.SIGALRM, lambda *a: None)
+signal.setitimer(signal.ITIMER_REAL, 0.2)
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.5); fd = os.open("/tmp/caisson-golden/fifo", os.O_WRONLY); os._exit(0)
+os.open("/tmp/caisson-golden/fifo", os.O_RDONLY)  # interrupted once, then retried (PEP 475)
+os.waitpid(pid, 0)
+PY
+trace killed 4096 -- /usr/bin/python3 -S killed.py
+
+# 5. escapes and truncation (-s 32): non-ASCII, newline, quote, backslash, tab, '<>' in a
+#    -yy decoration, a non-UTF-8 byte, openat on a dirfd, fchdir, file changes, a long
+#    argv string ("..."), an argv array cut at 32 elements ([..., ...]).
+cat > escapes.py <<'PY'
+import os
+d = "/tmp/caisson-golden/esc"
+os.mkdir(d)
+for n in ["caf\u00e9.txt", "new\nline", "quo\"te", "back\\slash", "tab\there", "a>b<c"]:
+    open(os.path.join(d, n), "w").close()
+os.close(os.open(b"/tmp/caisson-golden/esc/bad\xff", os.O_CREAT | os.O_WRONLY, 0o644))
+dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+os.close(os.open("caf\u00e9.txt", os.O_RDONLY, dir_fd=dfd))
+os.chdir(dfd)
+open("tab\there", "r+").close()
+os.rename("quo\"te", "renamed")
+os.link("renamed", "hard")
+os.symlink("renamed", "soft")
+os.chmod("soft", 0o600)
+os.truncate("hard", 0)
+os.unlink("soft")
+os.mkdir("sub"); os.rmdir("sub")
+try: os.execv("/no/such/prog", ["prog"] + ["arg%d" % i for i in range(40)])
+except OSError: pass
+os.execv("/bin/echo", ["echo", "y" * 100])
+PY
+trace escapes 32 -- /usr/bin/python3 -S escapes.py
+
+rm -rf "$W"
+ls -l "$HERE"/*.strace
