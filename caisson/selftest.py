@@ -80,7 +80,7 @@ CASES: tuple[Case, ...] = (
     Case(name="witness_killer/tracer_user", command=_probe("witness_killer.sh"), weaken=("tracer_user",),
          expect="witness.gap@1"),
     Case(name="missing_agent", command=["/opt/agent/bin/not-installed"], expect="infra.failure@1"),
-    Case(name="host_staller", command=["sleep", "6"], companion="host_staller", expect="host.stalled@1"),
+    Case(name="host_staller", command=["sleep", "7"], companion="host_staller", expect="host.stalled@1"),
 )
 """The matrix. Probes under intact controls must not trip their detector's void."""
 
@@ -111,9 +111,12 @@ def make_probe_repo(root: Path) -> Path:
     return repo
 
 
-def _host_staller(pid: int) -> subprocess.Popen:
-    """Stop process ``pid`` for 3 s after 1.5 s, as a starved or paused host would."""
-    return subprocess.Popen(["sh", "-c", f"sleep 1.5; kill -STOP {pid}; sleep 3; kill -CONT {pid}"])
+def _host_staller(pid: int, ledger: Path) -> subprocess.Popen:
+    """Stop process ``pid`` for 3 s, as a starved or paused host would: 1.5 s after the run's
+    ledger appears, when the chamber and its witnesses are up."""
+    script = (f'i=0; while [ ! -e "{ledger}" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; '
+              f"sleep 1.5; kill -STOP {pid}; sleep 3; kill -CONT {pid}")
+    return subprocess.Popen(["sh", "-c", script])
 
 
 def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES,
@@ -135,7 +138,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
         run_dir = root / "runs" / case.name.replace("/", "__")
         options = RecordOptions(command=case.command, scenario=scenario, repo=repo, out=run_dir,
                                 question="where-answer", weaken=list(case.weaken), timeout_s=60)
-        companion = _host_staller(os.getpid()) if case.companion == "host_staller" else None
+        companion = _host_staller(os.getpid(), run_dir / "ledger") if case.companion == "host_staller" else None
         try:
             record(options, witnesses=default_witnesses(weaken=case.weaken))
         finally:
