@@ -26,7 +26,8 @@ from caisson._docker import ContainerSpec
 from collectors.procfs import run_procfs_witness
 from collectors.strace import NEED_DATA, StraceParser, strace_argv
 from ledger import Submission
-from ledger.events import ProcessExit, WitnessGap, WitnessStarted
+from caisson.envpin import fingerprint_secret, is_credential
+from ledger.events import ProcessExec, ProcessExit, WitnessGap, WitnessStarted
 
 __all__ = ["StraceWitness", "ProcfsWitness", "default_witnesses", "WITNESS_DIR"]
 
@@ -69,6 +70,12 @@ class HostPids:
                 continue
 
 
+def _redact_env(env: dict[str, str], *, key: bytes, patterns: tuple[str, ...]) -> dict[str, str]:
+    """Replace the values of credential variables by keyed fingerprints."""
+    return {name: fingerprint_secret(value, key) if is_credential(name, patterns) else value
+            for name, value in env.items()}
+
+
 class StraceWitness:
     """strace in the chamber, started before the agent; see the module docstring.
 
@@ -102,7 +109,10 @@ class StraceWitness:
         except OSError:
             pass
         self._fds = (rfd, wfd)
-        self._argv = ["strace", *strace_argv(f"{WITNESS_DIR}/strace.fifo", seccomp=self.seccomp)]
+        self._argv = ["strace", *strace_argv(f"{WITNESS_DIR}/strace.fifo", seccomp=self.seccomp,
+                                             verbose_env=True)]
+        self._redact = functools.partial(_redact_env, key=ctx.fingerprint_key,
+                                         patterns=tuple(ctx.scenario.credential_patterns))
         argv = list(self._argv)
         if self.weaken_user:
             os.chown(wdir, 1000, 1000)
@@ -140,6 +150,8 @@ class StraceWitness:
                 pid = getattr(event, "host_pid", None)
                 if pid is not None:  # strace runs in the chamber: the pids it prints are chamber pids
                     event = msgspec.structs.replace(event, pid=pid, host_pid=host_pids(pid))
+                    if isinstance(event, ProcessExec) and event.env:  # no secret reaches the ledger
+                        event = msgspec.structs.replace(event, env=self._redact(event.env))
                     if root[0] is None:
                         root[0] = pid
                     if isinstance(event, ProcessExit):

@@ -109,7 +109,8 @@ _LEGACY = frozenset({"open", "creat", "fork", "vfork", "unlink", "rename", "mkdi
                      "chmod", "symlink", "link"})  # absent on arm64 and riscv: '?' in the filter
 
 
-def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4096) -> list[str]:
+def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4096,
+                verbose_env: bool = False) -> list[str]:
     """The strace options of the witness, without ``strace`` itself or the traced command.
 
     ``-f`` follows forks and prefixes every line with the pid; ``-ttt`` stamps it with
@@ -119,6 +120,8 @@ def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4
     Args:
         output_path: where strace writes its trace (a FIFO or a file).
         seccomp: stop only on traced syscalls (``--seccomp-bpf``): far lower overhead.
+        verbose_env: ``-v``, so execve's environment is printed and becomes
+            ``ProcessExec.env`` (the caller must fingerprint credentials before the ledger).
         string_limit: longest string strace prints before cutting it with ``...``, bytes.
 
     Returns:
@@ -130,7 +133,7 @@ def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4
     if string_limit < 1:
         raise ValueError(f"string_limit must be >= 1, got {string_limit}")
     spec = ",".join(("?" + n) if n in _LEGACY else n for n in STRACE_SYSCALLS)
-    argv = ["-f", "-ttt", "-yy", "-s", str(string_limit), "-q"]
+    argv = ["-f", "-ttt", "-yy", "-s", str(string_limit), "-q"] + (["-v"] if verbose_env else [])
     if seccomp:
         argv.append("--seccomp-bpf")
     return [*argv, "-e", f"trace={spec}", "-o", str(output_path)]
@@ -460,6 +463,17 @@ class StraceParser:
                 base = deco if deco is not None and deco.startswith("/") else None
         return _clean(posixpath.join(base, path)) if base else path
 
+    def _env(self, token: str) -> dict[str, str] | None:
+        """The exec'd environment when strace printed it (``-v``); None for ``/* N vars */``."""
+        if not token.startswith("["):
+            return None
+        env: dict[str, str] = {}
+        for item in self._argv(token):
+            name, sep, value = item.partition("=")
+            if sep:
+                env[name] = value
+        return env
+
     def _argv(self, token: str) -> list[str]:
         if not (token.startswith("[") and token.endswith("]")):
             return []
@@ -485,8 +499,9 @@ class StraceParser:
                 task.fs.cwd = deco
         if name in ("execve", "execveat"):
             at = 1 if name == "execveat" else 0
+            env = self._env(args[at + 2]) if len(args) > at + 2 else None
             return ProcessExec(**ident, ppid=self._ppid.get(task.tgid), path=self._string(args[at]),
-                               argv=self._argv(args[at + 1]), cwd=task.fs.cwd,
+                               argv=self._argv(args[at + 1]), cwd=task.fs.cwd, env=env,
                                result=result, errno=errno)
         if name in _OPENS:
             at = {"open": 0, "creat": 0, "openat": 1, "openat2": 1}[name]
