@@ -33,10 +33,11 @@ from ledger._format import (
     encode_frame,
     encode_header,
     msgpack_array_header,
+    raw_list_decoder,
     record_encoder,
 )
 from ledger._keys import SigningKey
-from ledger.events import SCHEMA_VERSION, BlobStored, Event
+from ledger.events import EVENT_TYPES, SCHEMA_VERSION, BlobStored, Event, WitnessRaw
 
 __all__ = ["LedgerWriter", "Submission", "run_writer", "LEDGER_FILE", "BLOBS_DIR"]
 
@@ -48,6 +49,22 @@ _sha256 = hashlib.sha256
 _encode = record_encoder.encode
 _monotonic_ns = time.monotonic_ns
 _time_ns = time.time_ns
+_raw_list = raw_list_decoder.decode
+_EVENT_TYPES = frozenset(EVENT_TYPES)
+_NS_LIMIT = 1 << 63
+
+
+def _encode_salvaging(pending: list[tuple]) -> bytes:
+    """Encode records one by one; one that cannot be encoded (an int over 64 bits, a lone
+    surrogate) is kept as a ``witness.raw`` event describing it, so its seq is not lost."""
+    parts = []
+    for seq, wall_delta, mono_delta, source, event in pending:
+        try:
+            parts.append(_encode((seq, wall_delta, mono_delta, source, event)))
+        except (TypeError, ValueError, OverflowError, UnicodeError) as exc:
+            note = WitnessRaw(witness=source, line=f"unencodable event ({exc}): {ascii(event)[:4000]}")
+            parts.append(_encode((seq, wall_delta, mono_delta, source, note)))
+    return msgpack_array_header(len(parts)) + b"".join(parts)
 
 
 class LedgerWriter:
@@ -87,7 +104,7 @@ class LedgerWriter:
         self.flush_interval_ns = int(flush_interval_s * 1e9)
         self._key = key
         self._zstd = zstandard.ZstdCompressor(level=zstd_level)
-        self._pending: list[bytes] | None = []  # None once closed
+        self._pending: list[tuple] | None = []  # None once closed
         self._listeners: list[RecordListener] = []
         self._next_seq = 0
         self._last_wall = 0  # times are stored as deltas from the previous record
@@ -149,26 +166,27 @@ class LedgerWriter:
 
         Raises:
             WriterClosedError: the writer is closed (our misuse).
-            ValueError: a timestamp so far from the previous one that the difference
-                does not fit in 64 bits (timestamps belong in 0 .. 2**63-1 ns).
+            TypeError: ``event`` is not one of `ledger.events.EVENT_TYPES`.
+            ValueError: a timestamp outside 0 .. 2**63-1 ns.
         """
         pending = self._pending
         if pending is None:
             raise WriterClosedError(f"{self.path}: append after close")
+        if type(event) not in _EVENT_TYPES:
+            raise TypeError(f"not a ledger event: {type(event).__name__}")
         now = _monotonic_ns()
         if wall_ns is None:
             wall_ns = _time_ns()
         if mono_ns is None:
             mono_ns = now
+        if not (0 <= wall_ns < _NS_LIMIT and 0 <= mono_ns < _NS_LIMIT):
+            raise ValueError(f"timestamps must be in 0..2**63-1 ns, got wall_ns={wall_ns} mono_ns={mono_ns}")
         seq = self._next_seq
-        try:
-            # The stored form is WireRecord: [seq, wall delta, mono delta, source, event].
-            data = _encode((seq, wall_ns - self._last_wall, mono_ns - self._last_mono, source, event))
-        except OverflowError:
-            raise ValueError(f"timestamps must be in 0..2**63-1 ns, got wall_ns={wall_ns} mono_ns={mono_ns}") from None
+        # The stored form is WireRecord: [seq, wall delta, mono delta, source, event]; the
+        # frame's records are encoded together at flush, then chained one by one.
+        pending.append((seq, wall_ns - self._last_wall, mono_ns - self._last_mono, source, event))
         self._last_wall = wall_ns
         self._last_mono = mono_ns
-        pending.append(data)  # chained at flush, in order, in one tight loop
         self._next_seq = seq + 1
         if self._listeners:
             record = Record(seq=seq, wall_ns=wall_ns, mono_ns=mono_ns, source=source, event=event)
@@ -225,12 +243,16 @@ class LedgerWriter:
         parts = []
         pending = self._pending
         if pending:
+            try:
+                body = _encode(pending)  # a msgpack array of the records' canonical bytes
+            except (TypeError, ValueError, OverflowError, UnicodeError):
+                body = _encode_salvaging(pending)
             head, sha256 = self._head, _sha256
-            for data in pending:
-                head = sha256(head + data).digest()
+            for raw in _raw_list(body):
+                head = sha256(head + raw).digest()
             self._head = head
             n = len(pending)
-            payload = self._zstd.compress(msgpack_array_header(n) + b"".join(pending))
+            payload = self._zstd.compress(body)
             parts.append(encode_frame(FRAME_RECORDS, self._next_seq - n, n, payload))
             pending.clear()
         upto = self._next_seq

@@ -113,3 +113,30 @@ def test_trio_writer_task_appends_from_many_witnesses(tmp_path):
     for name in ("strace", "procfs", "proxy"):
         assert [t for t in got if t.startswith(name)] == [f"{name}-{i}" for i in range(50)]
     assert verify_ledger(run, KEY.verify_key).status == "ok"
+
+
+def test_append_rejects_what_is_not_an_event_or_out_of_range_times(tmp_path):
+    import pytest
+
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    with pytest.raises(TypeError):
+        w.append({"kind": "run.note", "text": "a dict"}, source="t")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        w.append(Note(text="x"), source="t", wall_ns=-1)
+    with pytest.raises(ValueError):
+        w.append(Note(text="x"), source="t", wall_ns=1, mono_ns=2**63)
+    w.close()
+    assert verify_ledger(tmp_path / "ledger", KEY.verify_key).records == 0
+
+
+def test_an_unencodable_event_is_kept_as_raw_and_its_seq_not_lost(tmp_path):
+    from ledger.events import WitnessRaw
+
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    w.append(Note(text="before"), source="t")
+    w.append(FileOpen(pid=2**70, path="/x"), source="strace")  # an int msgpack cannot hold
+    w.append(Note(text="after"), source="t")
+    w.close()
+    events = [r.event for r in read_records(tmp_path / "ledger")]
+    assert events[0] == Note(text="before") and events[2] == Note(text="after")
+    assert isinstance(events[1], WitnessRaw) and "unencodable" in events[1].line and events[1].witness == "strace"
