@@ -1,0 +1,277 @@
+"""Sans-IO assembly of proxy frames into ledger events: `ExchangeAssembler`.
+
+Frames in (`collectors._proxy_frames`), outputs out: for each finished exchange, in this
+order, the request body blob and the response body blob (an `Output` whose ``blob`` is
+the bytes to store before its ``blob.stored`` event is appended), the ``http.exchange``,
+and for a model API (`collectors.llm.classify`) the ``llm.call``. Anything odd (a frame
+for an unknown exchange, an undecodable body, an LLM parsing problem, a client that spoke
+no HTTP) becomes a ``witness.raw`` line; lost frames become a ``witness.gap``. Nothing
+here raises on bad input, reads a clock or does I/O.
+
+Bodies are decoded from their Content-Encoding (`BodyDecoder`) before they are stored and
+measured; an undecodable body is stored raw with role ``http.*_body.encoded`` and a
+``witness.raw`` line saying why. Bodies are stored as sent, except that secret values the
+`Redactor` replaced in a header or query parameter are replaced in bodies too. Header
+values and the request path in events are always redacted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable
+from typing import Final, NamedTuple
+
+from collectors._proxy_bodies import BodyDecoder, Redactor
+from collectors._proxy_frames import (
+    NEED_DATA, Chunk, ConnError, Denied, Dropped, Frame, FrameError, Hello, ProxyError,
+    Request, RequestBody, ResponseEnd, ResponseStart,
+)
+from collectors.llm import LlmCallBuilder, classify
+from ledger.events import BlobStored, Event, HttpExchange, WitnessGap, WitnessRaw
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "ExchangeAssembler", "Output"]
+
+DEFAULT_MAX_BODY_BYTES: Final = 256 << 20
+"""Body bytes kept per direction and exchange; past it the blob holds the first bytes."""
+WITNESS: Final = "proxy"
+
+
+class Output(NamedTuple):
+    """One event to append, with the times the witness observed it.
+
+    Attributes:
+        event: the ledger event.
+        wall_ns: ns since the Unix epoch (from the addon's frame), or None for "now".
+        mono_ns: CLOCK_MONOTONIC ns, or None for "now".
+        blob: for a ``blob.stored`` event, the bytes to store (under ``event.sha256``)
+            before the event is appended; None otherwise.
+    """
+
+    event: Event
+    wall_ns: int | None = None
+    mono_ns: int | None = None
+    blob: bytes | None = None
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+class _Body:
+    """One direction's body as it arrives: decoded, with the raw kept while needed."""
+
+    def __init__(self, headers: list[tuple[str, str]], max_bytes: int):
+        self.decoder = BodyDecoder(_header(headers, "content-encoding"), max_bytes=max_bytes)
+        self.media_type = (_header(headers, "content-type") or "application/octet-stream").split(";")[0].strip()
+        self.max_bytes = max_bytes
+        self.raw = bytearray()
+        self.decoded = bytearray()
+        self.raw_size = 0
+        self.truncated = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Add raw bytes; returns the newly decoded bytes (b"" once decoding failed)."""
+        self.raw_size += len(data)
+        if self.decoder.encoded or self.decoder.failed:
+            room = self.max_bytes - len(self.raw)
+            self.truncated |= len(data) > room
+            self.raw += data[:max(room, 0)]
+        out = self.decoder.feed(data)
+        if not self.decoder.failed:
+            room = self.max_bytes - len(self.decoded)
+            self.truncated |= len(out) > room
+            self.decoded += out[:max(room, 0)]
+        return out
+
+    def result(self) -> tuple[bytes, int, str | None]:
+        """(bytes to store, size in bytes as recorded, problem or None)."""
+        self.decoder.finish()
+        problem = self.decoder.problem
+        if self.decoder.failed:
+            data, size = bytes(self.raw), self.raw_size
+        else:
+            data, size = bytes(self.decoded), len(self.decoded)
+        if self.truncated:
+            problem = (problem + "; " if problem else "") + f"body over {self.max_bytes} bytes, blob truncated"
+        return data, size, problem
+
+
+class _Exchange:
+    def __init__(self, request: Request, max_bytes: int):
+        self.request = request
+        self.upstream: str | None = None
+        self.request_body = _Body(request.headers, max_bytes)
+        self.response: ResponseStart | None = None
+        self.response_body: _Body | None = None
+        kind = classify(request.method, request.host, request.path)
+        self.builder = LlmCallBuilder(*kind) if kind else None
+        self.problems: list[str] = []
+
+
+class ExchangeAssembler:
+    """Turn proxy frames into blobs, ``http.exchange``, ``llm.call`` and health events.
+
+    Args:
+        fingerprint: secret value -> keyed fingerprint (``"fp:..."``).
+        max_body_bytes: body bytes kept per direction of one exchange.
+
+    Attributes:
+        hello: the addon's ``hello`` frame, once received.
+        exchanges: ``http.exchange`` events produced.
+        llm_calls: ``llm.call`` events produced.
+        problems: ``witness.raw`` lines produced (bad frames, bodies, LLM parsing).
+        dropped: frames the addon reported lost.
+        redactor: the `Redactor`, with its count of replaced secrets.
+    """
+
+    def __init__(self, fingerprint: Callable[[str], str], *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+        self.redactor = Redactor(fingerprint)
+        self.max_body_bytes = max_body_bytes
+        self.hello: Hello | None = None
+        self.exchanges = 0
+        self.llm_calls = 0
+        self.problems = 0
+        self.dropped = 0
+        self._open: dict[str, _Exchange] = {}
+        self._out: deque[Output] = deque()
+
+    @property
+    def open_exchanges(self) -> int:
+        """Exchanges started and not yet finished."""
+        return len(self._open)
+
+    def next_output(self) -> Output | object:
+        """The next output, or `NEED_DATA` when none is ready."""
+        return self._out.popleft() if self._out else NEED_DATA
+
+    def _raw(self, line: str, wall_ns: int | None = None, mono_ns: int | None = None) -> None:
+        self.problems += 1
+        self._out.append(Output(WitnessRaw(witness=WITNESS, line=line[:2000]), wall_ns, mono_ns))
+
+    def bad_frame(self, error: FrameError, wall_ns: int | None = None) -> None:
+        """Record a frame the decoder rejected; a fatal error is also a ``witness.gap``.
+
+        Args:
+            error: the decoder's error.
+            wall_ns: when it was seen, ns since the Unix epoch (None: the writer's now).
+        """
+        self._raw(f"bad frame from the proxy addon: {error}", wall_ns)
+        if error.fatal:
+            self._out.append(Output(WitnessGap(
+                witness=WITNESS, reason=f"frame stream lost sync: {error}",
+                missing="frames until the addon reconnects", since_ns=wall_ns), wall_ns))
+
+    def feed(self, frame: Frame) -> None:
+        """Consume one frame; outputs become available through `next_output`."""
+        if isinstance(frame, Hello):
+            self.hello = frame
+        elif isinstance(frame, Request):
+            if frame.id in self._open:
+                self._raw(f"{frame.id}: request frame for an exchange already open", frame.ts_ns, frame.mono_ns)
+                self._finish(self._open[frame.id], frame.ts_ns, frame.mono_ns, error="superseded")
+            self._open[frame.id] = _Exchange(frame, self.max_body_bytes)
+        elif isinstance(frame, Dropped):
+            self.dropped += frame.count
+            self._out.append(Output(WitnessGap(
+                witness=WITNESS, reason=f"the proxy addon dropped {frame.count} frames",
+                missing="http.exchange, llm.call, body blobs", since_ns=frame.ts_ns, dropped=frame.count),
+                frame.ts_ns, None))
+        elif isinstance(frame, ConnError):
+            self._raw(f"connection from {frame.client or '?'} (sni {frame.sni or '-'}): {frame.message}",
+                      frame.ts_ns, frame.mono_ns)
+        elif (ex := self._open.get(frame.id)) is None:
+            self._raw(f"{frame.id}: {frame.__struct_config__.tag} frame for an unknown exchange")
+        else:
+            self._feed_exchange(ex, frame)
+
+    def _feed_exchange(self, ex: _Exchange, frame: Frame) -> None:
+        if isinstance(frame, RequestBody):
+            ex.upstream = frame.upstream
+            decoded = ex.request_body.feed(frame.body)
+            if ex.builder is not None:
+                ex.builder.request(decoded if not ex.request_body.decoder.failed else frame.body)
+        elif isinstance(frame, ResponseStart):
+            if ex.response is not None:
+                ex.problems.append("second response_start frame ignored")
+                return
+            ex.response = frame
+            ex.response_body = _Body(frame.headers, self.max_body_bytes)
+            if ex.builder is not None:
+                ex.builder.response_start(frame.status, frame.headers)
+        elif isinstance(frame, Chunk):
+            if ex.response_body is None:
+                ex.problems.append("response chunk before response headers ignored")
+                return
+            decoded = ex.response_body.feed(frame.data)
+            if ex.builder is not None and decoded:
+                ex.builder.response_data(decoded)
+        elif isinstance(frame, ResponseEnd):
+            self._finish(ex, frame.ts_ns, frame.mono_ns)
+        elif isinstance(frame, ProxyError):
+            self._finish(ex, frame.ts_ns, frame.mono_ns, error=frame.message or "proxy error")
+        elif isinstance(frame, Denied):
+            self._finish(ex, frame.ts_ns, frame.mono_ns, denied=frame.reason or frame.policy, status=frame.status)
+
+    def close(self, wall_ns: int, mono_ns: int | None = None,
+              reason: str = "the proxy stopped before the exchange finished") -> None:
+        """Finish every open exchange as cut (the proxy stopped or died).
+
+        Args:
+            wall_ns: when the stream of frames ended, ns since the Unix epoch.
+            mono_ns: the same instant, CLOCK_MONOTONIC ns.
+            reason: the ``error`` recorded on each open exchange.
+        """
+        for ex in list(self._open.values()):
+            self._finish(ex, wall_ns, mono_ns, error=reason)
+
+    def _blob(self, body: _Body, direction: str, wall_ns: int, mono_ns: int | None) -> tuple[str | None, int, str | None]:
+        data, size, problem = body.result()
+        if not data:
+            return None, size, problem
+        data = self.redactor.scrub(data)
+        digest = hashlib.sha256(data).hexdigest()
+        role = f"http.{direction}_body" + (".encoded" if body.decoder.failed else "")
+        event = BlobStored(sha256=digest, size_bytes=len(data), role=role, media_type=body.media_type)
+        self._out.append(Output(event, wall_ns, mono_ns, data))
+        return digest, size, problem
+
+    def _finish(self, ex: _Exchange, wall_ns: int, mono_ns: int | None, *, error: str | None = None,
+                denied: str | None = None, status: int | None = None) -> None:
+        self._open.pop(ex.request.id, None)
+        req, resp = ex.request, ex.response
+        red = self.redactor
+        path = red.path(req.path)  # headers and path first: their secrets are then scrubbed from bodies
+        request_headers = red.headers(req.headers)
+        response_headers = red.headers(resp.headers) if resp is not None else []
+        req_sha, req_size, req_problem = self._blob(ex.request_body, "request", wall_ns, mono_ns)
+        resp_sha = resp_problem = None
+        resp_size = 0
+        if ex.response_body is not None:
+            resp_sha, resp_size, resp_problem = self._blob(ex.response_body, "response", wall_ns, mono_ns)
+        exchange = HttpExchange(
+            method=req.method, scheme=req.scheme, host=req.host, port=req.port, path=path,
+            status=resp.status if resp is not None else status,
+            request_bytes=req_size, response_bytes=resp_size,
+            request_headers=request_headers, response_headers=response_headers,
+            request_body_sha256=req_sha, response_body_sha256=resp_sha,
+            started_ns=req.ts_ns, ended_ns=wall_ns, denied=denied, error=error,
+        )
+        self._out.append(Output(exchange, wall_ns, mono_ns))
+        self.exchanges += 1
+        problems = list(ex.problems)
+        if req_problem:
+            problems.append(f"request body: {req_problem}")
+        if resp_problem:
+            problems.append(f"response body: {resp_problem}")
+        if ex.builder is not None and denied is None:
+            call = ex.builder.finish(cut=error is not None)
+            self._out.append(Output(call, wall_ns, mono_ns))
+            self.llm_calls += 1
+            problems.extend(f"llm: {p}" for p in ex.builder.problems)
+        where = f"{req.id} {req.method} {req.host}{path}"
+        for problem in problems:
+            self._raw(f"{where}: {red.scrub(problem.encode()).decode('utf-8', 'replace')}", wall_ns, mono_ns)

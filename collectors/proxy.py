@@ -1,0 +1,340 @@
+"""The proxy witness: mitmdump with our addon, its frames turned into ledger events.
+
+- `collectors.proxy_addon` runs inside mitmdump (its own process): egress allow list,
+  upstream rewrites, and frames copied from every exchange as it passes.
+- Sans-IO: `FrameDecoder` (bytes -> frames) and `ExchangeAssembler` (frames -> blobs,
+  ``http.exchange``, ``llm.call``, ``witness.raw``, ``witness.gap``).
+- `run_proxy_witness`, the trio task: starts mitmdump, reports where it listens and its
+  CA (`ProxyInfo`), and moves frames into the ledger until cancelled.
+
+The chamber must trust mitmproxy's CA before it starts: `ensure_ca` creates it in
+``confdir`` (the files mitmdump itself would create there, and then reuses), so the CA
+path is known before the proxy runs; `run_proxy_witness` calls it too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import trio
+
+from collectors._proxy_bodies import BodyDecoder, Redactor
+from collectors._proxy_exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler, Output
+from collectors._proxy_frames import NEED_DATA, Frame, FrameDecoder, FrameError, Hello, encode_frame
+from ledger import BlobStore, CaissonError, Submission
+from ledger.events import Event, WitnessGap, WitnessRaw, WitnessStarted, WitnessStopped
+
+__all__ = [
+    "ADDON_PATH", "CA_CERT_FILE", "NEED_DATA", "BodyDecoder", "ExchangeAssembler", "Frame",
+    "FrameDecoder", "FrameError", "Output", "ProxyInfo", "ProxyStartError", "Redactor",
+    "encode_frame", "ensure_ca", "keyed_fingerprint", "mitmdump_command", "run_proxy_witness",
+]
+
+WITNESS = "proxy"
+ADDON_PATH = Path(__file__).with_name("proxy_addon.py")
+CA_CERT_FILE = "mitmproxy-ca-cert.pem"
+"""The CA certificate (PEM) in ``confdir`` that the chamber must trust."""
+_FINAL_SEND_TIMEOUT_S = 1.0  # how long each shielded last event may wait for channel space
+_DRAIN_S = 5.0  # how long shutdown waits for mitmdump to exit and its frames to drain
+_READ_BYTES = 1 << 16
+_time_ns = time.time_ns
+_monotonic_ns = time.monotonic_ns
+
+
+class ProxyStartError(CaissonError):
+    """Raised by `run_proxy_witness` when mitmdump does not come up (before ``started``).
+
+    Attributes:
+        stderr: the tail of mitmdump's output, for the operator.
+    """
+
+    def __init__(self, message: str, *, stderr: str = ""):
+        super().__init__(message + (f"; mitmdump said: {stderr}" if stderr else ""))
+        self.stderr = stderr
+
+
+class ProxyInfo(NamedTuple):
+    """Where the proxy listens and what the chamber must trust."""
+
+    host: str  # listen address, as given
+    port: int  # TCP port actually bound (chosen by the kernel when 0 was asked)
+    ca_cert_path: Path  # PEM of mitmproxy's CA: install it in the chamber's trust store
+    pid: int  # mitmdump's host pid
+
+
+def keyed_fingerprint(key: bytes) -> Callable[[str], str]:
+    """value -> ``"fp:" + HMAC-SHA256(key, value)[:16 hex]``, as `caisson.envpin` does."""
+    def fingerprint(value: str) -> str:
+        digest = hmac.new(key, value.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()
+        return "fp:" + digest[:16]
+    return fingerprint
+
+
+def ensure_ca(confdir: Path) -> Path:
+    """Create mitmproxy's CA in ``confdir`` unless it exists; returns the CA cert path (PEM)."""
+    from mitmproxy.certs import CertStore  # heavy import, only where needed
+
+    confdir = Path(confdir).expanduser()
+    confdir.mkdir(parents=True, exist_ok=True)
+    CertStore.from_store(confdir, "mitmproxy", 2048)
+    return confdir / CA_CERT_FILE
+
+
+def _find_mitmdump() -> str:
+    beside = Path(sys.executable).with_name("mitmdump")
+    found = str(beside) if beside.exists() else shutil.which("mitmdump")
+    if found is None:
+        raise ProxyStartError("mitmdump not found (pip install mitmproxy==11.0.2)")
+    return found
+
+
+def mitmdump_command(
+    *, socket_path: str, listen_host: str, listen_port: int, confdir: Path,
+    allow_hosts: Sequence[str] = (), upstream: Mapping[str, str] = {},
+    ssl_insecure_upstream: bool = False, upstream_trusted_ca: Path | None = None,
+    mitmdump: str | None = None,
+) -> list[str]:
+    """The mitmdump command line of the witness (see `run_proxy_witness` for arguments)."""
+    cmd = [
+        mitmdump or _find_mitmdump(), "--listen-host", listen_host, "--listen-port", str(listen_port),
+        "--set", f"confdir={confdir}", "--set", "connection_strategy=lazy",
+        "--set", "termlog_verbosity=warn", "--set", "flow_detail=0",
+        "-s", str(ADDON_PATH), "--set", f"caisson_socket={socket_path}",
+        "--set", f"caisson_allow={','.join(allow_hosts)}",
+        "--set", "caisson_upstream=" + ",".join(f"{h}={t}" for h, t in upstream.items()),
+    ]
+    if ssl_insecure_upstream:
+        cmd += ["--set", "ssl_insecure=true"]
+    if upstream_trusted_ca is not None:
+        cmd += ["--set", f"ssl_verify_upstream_trusted_ca={upstream_trusted_ca}"]
+    return cmd
+
+
+class _Pump:
+    """Frames from the addon's connection into the ledger: decoder, assembler, blobs."""
+
+    def __init__(self, send: trio.MemorySendChannel[Submission], blobs: BlobStore, assembler: ExchangeAssembler):
+        self.send, self.blobs, self.assembler = send, blobs, assembler
+        self.decoder = FrameDecoder()
+        self.frames = self.bad_frames = self.bytes = self.events = 0
+
+    async def emit(self, event: Event, wall_ns: int | None = None, mono_ns: int | None = None) -> None:
+        await self.send.send(Submission(source=WITNESS, event=event, wall_ns=wall_ns, mono_ns=mono_ns))
+        self.events += 1
+
+    async def flush(self) -> None:
+        while (out := self.assembler.next_output()) is not NEED_DATA:
+            assert isinstance(out, Output)
+            if out.blob is not None:
+                await trio.to_thread.run_sync(self.blobs.put, out.blob)
+            await self.emit(out.event, out.wall_ns, out.mono_ns)
+
+    async def read(self, stream: trio.SocketStream, until_hello: bool = False) -> Hello | None:
+        """Read one connection's frames until EOF or sync loss (or, with ``until_hello``,
+        until the hello frame; frames already buffered are read by the next call)."""
+        while True:
+            while (frame := self._next()) is not NEED_DATA:
+                if frame is None:  # sync lost: drop this connection, the addon reconnects
+                    return None
+                self.frames += 1
+                self.assembler.feed(frame)  # type: ignore[arg-type]
+                if until_hello and isinstance(frame, Hello):
+                    await self.flush()
+                    return frame
+            await self.flush()
+            try:
+                data = await stream.receive_some(_READ_BYTES)
+            except trio.BrokenResourceError:  # connection reset: as EOF, the addon reconnects
+                data = b""
+            if not data:
+                if self.decoder.buffered:
+                    offset = self.decoder.bytes_fed - self.decoder.buffered
+                    self.bad_frames += 1
+                    self.assembler.bad_frame(FrameError("connection ended inside a frame", fatal=False, offset=offset))
+                self.decoder = FrameDecoder()  # a new connection starts a new stream
+                await self.flush()
+                return None
+            self.bytes += len(data)
+            self.decoder.feed(data)
+
+    def _next(self) -> Frame | object | None:
+        """The next decoded frame, `NEED_DATA`, or None when the stream lost sync."""
+        while True:
+            try:
+                return self.decoder.next_frame()
+            except FrameError as exc:
+                self.bad_frames += 1
+                self.assembler.bad_frame(exc, _time_ns())
+                if exc.fatal:
+                    self.decoder = FrameDecoder()
+                    return None
+
+
+async def _accept(listener: trio.SocketListener, proc: trio.Process, timeout_s: float) -> trio.SocketStream | None:
+    """The addon's next connection, or None if mitmdump exits or ``timeout_s`` passes."""
+    result: list[trio.SocketStream] = []
+    with trio.move_on_after(timeout_s):
+        async with trio.open_nursery() as nursery:
+            async def accept() -> None:
+                result.append(await listener.accept())
+                nursery.cancel_scope.cancel()
+
+            async def watch() -> None:
+                await proc.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(accept)
+            nursery.start_soon(watch)
+    return result[0] if result else None
+
+
+def _tail(path: Path, chars: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:].strip()
+    except OSError:
+        return ""
+
+
+async def _send_last(send: trio.MemorySendChannel[Submission], event: Event) -> None:
+    """Send a final event even while cancelled: shielded, bounded, receiver may be gone."""
+    with trio.move_on_after(_FINAL_SEND_TIMEOUT_S, shield=True):
+        try:
+            await send.send(Submission(source=WITNESS, event=event, wall_ns=_time_ns(), mono_ns=_monotonic_ns()))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+async def run_proxy_witness(
+    send: trio.MemorySendChannel[Submission],
+    *,
+    blobs: BlobStore,
+    fingerprint_key: bytes,
+    confdir: Path,
+    listen_host: str = "127.0.0.1",
+    listen_port: int = 0,
+    allow_hosts: Sequence[str] = (),
+    upstream: Mapping[str, str] = {},
+    ssl_insecure_upstream: bool = False,
+    upstream_trusted_ca: Path | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    start_timeout_s: float = 30.0,
+    mitmdump: str | None = None,
+    task_status: trio.TaskStatus[ProxyInfo] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run mitmdump with the witness addon and record every exchange until cancelled.
+
+    Sends ``witness.started`` (detail: command, mitmproxy version, listen address, CA
+    path, allow list, upstream rewrites), then per exchange its body blobs,
+    ``http.exchange`` and, for model APIs, ``llm.call``; odd input as ``witness.raw``.
+    If mitmdump exits on its own it sends ``witness.gap`` and returns without raising
+    (the run goes on, void). On cancellation it stops mitmdump (SIGTERM, then SIGKILL
+    after 5 s), drains its last frames, finishes open exchanges as cut, sends
+    ``witness.stopped`` (``lines``: frames, ``events``, ``parse_failures``: bad frames,
+    ``bytes``: frame bytes) and re-raises; these last steps are shielded and bounded.
+
+    Args:
+        send: where submissions go; closed when this task ends, so pass a clone.
+        blobs: the run's blob store (bodies are stored before their events are sent).
+        fingerprint_key: the operator's fingerprint key (secrets -> keyed fingerprints).
+        confdir: mitmproxy's directory: its CA (created if absent) and generated certs.
+        listen_host: address to listen on (the chamber's bridge gateway, or 127.0.0.1).
+        listen_port: TCP port; 0 lets the kernel choose (reported in `ProxyInfo`).
+        allow_hosts: hosts the chamber may reach (names or ``*.suffix``); empty: none.
+        upstream: rewrites ``{host: "ip:port" | "http://ip:port" | "https://ip:port"}``.
+        ssl_insecure_upstream: do not verify upstream TLS certificates.
+        upstream_trusted_ca: PEM file of CAs trusted for upstream TLS, besides the
+            system's (e.g. a local test server's).
+        max_body_bytes: body bytes kept per direction of one exchange.
+        start_timeout_s: how long mitmdump may take to listen, seconds.
+        mitmdump: the executable (default: beside the running Python, else on PATH).
+        task_status: started with `ProxyInfo` once mitmdump listens.
+
+    Raises:
+        ProxyStartError: mitmdump is missing, exits or does not listen in time (before
+            ``started``; nothing was sent but what the exception says).
+    """
+    ca_cert = await trio.to_thread.run_sync(ensure_ca, confdir)
+    tmp = Path(tempfile.mkdtemp(prefix="caisson-proxy-"))
+    socket_path, log_path = str(tmp / "frames.sock"), tmp / "mitmdump.log"
+    cmd = mitmdump_command(socket_path=socket_path, listen_host=listen_host, listen_port=listen_port,
+                           confdir=confdir, allow_hosts=allow_hosts, upstream=upstream,
+                           ssl_insecure_upstream=ssl_insecure_upstream,
+                           upstream_trusted_ca=upstream_trusted_ca, mitmdump=mitmdump)
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await sock.bind(socket_path)
+    sock.listen(4)
+    listener = trio.SocketListener(sock)
+    assembler = ExchangeAssembler(keyed_fingerprint(fingerprint_key), max_body_bytes=max_body_bytes)
+    pump = _Pump(send, blobs, assembler)
+    proc: trio.Process | None = None
+    stream: trio.SocketStream | None = None
+    try:
+        async with send:
+            with open(log_path, "wb") as log:
+                proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            try:
+                stream = await _accept(listener, proc, start_timeout_s)
+                hello = await pump.read(stream, until_hello=True) if stream is not None else None
+                if hello is None or not hello.listen:
+                    why = "exited" if proc.returncode is not None else "did not listen in time"
+                    raise ProxyStartError(f"mitmdump {why} (exit code {proc.returncode})", stderr=_tail(log_path))
+                info = ProxyInfo(host=listen_host, port=hello.listen[0][1], ca_cert_path=ca_cert, pid=proc.pid)
+                detail = {"command": cmd, "mitmproxy_version": hello.mitmproxy_version, "pid": proc.pid,
+                          "listen": f"{listen_host}:{info.port}", "ca_cert": str(ca_cert),
+                          "allow": list(allow_hosts), "upstream": dict(upstream)}
+                await pump.emit(WitnessStarted(witness=WITNESS, detail=detail), _time_ns(), _monotonic_ns())
+                task_status.started(info)
+                while stream is not None:
+                    await pump.read(stream)
+                    await stream.aclose()
+                    stream = await _accept(listener, proc, float("inf"))  # the addon reconnects
+                since = _time_ns()
+                assembler.close(since, _monotonic_ns(), reason="mitmdump exited before the exchange finished")
+                await pump.flush()
+                await pump.emit(WitnessGap(witness=WITNESS, since_ns=since, dropped=assembler.dropped,
+                                           reason=f"mitmdump exited with code {proc.returncode}: {_tail(log_path, 300)}",
+                                           missing="every HTTP(S) exchange after this point"))
+            except trio.Cancelled:
+                with trio.move_on_after(_DRAIN_S, shield=True):
+                    await _drain(proc, stream, pump)
+                assembler.close(_time_ns(), _monotonic_ns())
+                with trio.move_on_after(_FINAL_SEND_TIMEOUT_S * 4, shield=True):
+                    try:
+                        await pump.flush()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+                if proc.returncode not in (0, None, -15):
+                    await _send_last(send, WitnessRaw(witness=WITNESS, line=f"mitmdump exit code {proc.returncode}: "
+                                                      f"{_tail(log_path, 300)}"))
+                await _send_last(send, WitnessStopped(witness=WITNESS, lines=pump.frames, events=pump.events,
+                                                      parse_failures=pump.bad_frames, bytes=pump.bytes))
+                raise
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return  # the writer is gone; nothing left to report to
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+        sock.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def _drain(proc: trio.Process, stream: trio.SocketStream | None, pump: _Pump) -> None:
+    """Stop mitmdump (SIGTERM; SIGKILL by the caller's deadline) and read its last frames."""
+    proc.terminate()
+    if stream is not None:
+        try:
+            await pump.read(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+    await proc.wait()

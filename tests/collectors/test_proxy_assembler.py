@@ -1,0 +1,288 @@
+"""Unit tests of the proxy witness's sans-IO parts: frames, bodies, secrets, assembly."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import zlib
+
+import brotli
+import msgspec
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collectors._proxy_bodies import BodyDecoder, Redactor
+from collectors._proxy_frames import (
+    Chunk, ConnError, Denied, Dropped, FrameDecoder, FrameError, Hello, ProxyError, Request,
+    RequestBody, ResponseEnd, ResponseStart, encode_frame,
+)
+from collectors.proxy import NEED_DATA, ExchangeAssembler, Output, keyed_fingerprint
+from ledger.events import BlobStored, HttpExchange, LlmCall, WitnessGap, WitnessRaw
+from tests.collectors.llm_server import FIXTURES
+
+FP = keyed_fingerprint(b"k")
+T = dict(ts_ns=1_000, mono_ns=10)
+SSE = (FIXTURES / "anthropic_stream.sse").read_bytes()
+REQ = (FIXTURES / "anthropic_request_stream.json").read_bytes()
+
+
+def exchange_frames(fid: str = "f1", *, body: bytes = SSE, encoding: str | None = None, split: int = 7):
+    headers = [("content-type", "text/event-stream")] + ([("content-encoding", encoding)] if encoding else [])
+    frames = [
+        Request(id=fid, method="POST", scheme="https", host="api.anthropic.com", port=443,
+                path="/v1/messages?key=abcdefgh12345", headers=[("x-api-key", "sk-secret-123456")], **T),
+        RequestBody(id=fid, body=REQ, **T),
+        ResponseStart(id=fid, status=200, headers=headers, **T),
+    ]
+    frames += [Chunk(id=fid, data=body[i:i + split]) for i in range(0, len(body), split)]
+    return frames + [ResponseEnd(id=fid, ts_ns=2_000, mono_ns=20)]
+
+
+def assemble(frames, assembler=None) -> list[Output]:
+    assembler = assembler or ExchangeAssembler(FP)
+    for frame in frames:
+        assembler.feed(frame)
+    out = []
+    while (item := assembler.next_output()) is not NEED_DATA:
+        out.append(item)
+    return out
+
+
+def stream_bytes(frames) -> bytes:
+    return b"".join(encode_frame(f) for f in frames)
+
+
+# --- FrameDecoder ------------------------------------------------------------------------
+
+
+def decode_all(data: bytes, sizes=None) -> list:
+    decoder, frames, pos = FrameDecoder(), [], 0
+    for size in sizes or [len(data)]:
+        decoder.feed(data[pos:pos + size])
+        pos += size
+        while (f := decoder.next_frame()) is not NEED_DATA:
+            frames.append(f)
+    decoder.feed(data[pos:])
+    while (f := decoder.next_frame()) is not NEED_DATA:
+        frames.append(f)
+    return frames
+
+
+def test_frames_whole_and_byte_at_a_time():
+    frames = exchange_frames()
+    data = stream_bytes(frames)
+    assert decode_all(data) == frames
+    assert decode_all(data, [1] * len(data)) == frames
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=300), max_size=40))
+def test_frames_any_split(sizes):
+    frames = exchange_frames()
+    assert decode_all(stream_bytes(frames), sizes) == frames
+
+
+def test_invalid_frame_is_skipped_not_fatal():
+    bad = msgspec.msgpack.encode({"t": "chunk", "id": 3})  # id must be a str
+    data = stream_bytes([Hello(pid=1)]) + len(bad).to_bytes(4, "big") + bad + stream_bytes([Dropped(ts_ns=1, count=2)])
+    decoder = FrameDecoder()
+    decoder.feed(data)
+    assert decoder.next_frame() == Hello(pid=1)
+    with pytest.raises(FrameError) as info:
+        decoder.next_frame()
+    assert not info.value.fatal
+    assert decoder.next_frame() == Dropped(ts_ns=1, count=2)
+    assert decoder.next_frame() is NEED_DATA and decoder.bad_frames == 1
+
+
+def test_oversized_frame_is_fatal_and_stays_so():
+    decoder = FrameDecoder(max_frame_bytes=100)
+    decoder.feed((101).to_bytes(4, "big") + b"x" * 10)
+    for _ in range(2):
+        with pytest.raises(FrameError) as info:
+            decoder.next_frame()
+        assert info.value.fatal
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_garbage_raises_only_frame_error(data):
+    decoder = FrameDecoder()
+    decoder.feed(data)
+    for _ in range(50):
+        try:
+            if decoder.next_frame() is NEED_DATA:
+                break
+        except FrameError as exc:
+            if exc.fatal:
+                break
+
+
+# --- BodyDecoder -------------------------------------------------------------------------
+
+PLAIN = SSE * 20
+ENCODED = {
+    "gzip": gzip.compress(PLAIN),
+    "deflate": zlib.compress(PLAIN),
+    "br": brotli.compress(PLAIN),
+    "zstd": zstandard.ZstdCompressor().compress(PLAIN),
+    "gzip, br": brotli.compress(gzip.compress(PLAIN)),
+    "identity": PLAIN,
+}
+
+
+@pytest.mark.parametrize("coding", list(ENCODED))
+@pytest.mark.parametrize("step", [1, 13, 1 << 20])
+def test_body_decoder_incremental(coding, step):
+    decoder, raw, out = BodyDecoder(coding, max_bytes=1 << 24), ENCODED[coding], bytearray()
+    for i in range(0, len(raw), step):
+        out += decoder.feed(raw[i:i + step])
+    decoder.finish()
+    assert bytes(out) == PLAIN and decoder.problem is None
+
+
+def test_body_decoder_raw_deflate_and_multi_member_gzip():
+    raw = zlib.compressobj(wbits=-15)
+    data = raw.compress(PLAIN) + raw.flush()
+    assert BodyDecoder("deflate", max_bytes=1 << 24).feed(data) == PLAIN
+    assert BodyDecoder("gzip", max_bytes=1 << 24).feed(gzip.compress(b"ab") + gzip.compress(b"cd")) == b"abcd"
+
+
+@pytest.mark.parametrize("coding, data, problem", [
+    ("gzip", b"not gzip at all", "could not be decoded"),
+    ("compress", b"x", "unsupported content-encoding compress"),
+    ("gzip", gzip.compress(PLAIN)[:-30], "ended before"),
+])
+def test_body_decoder_problems(coding, data, problem):
+    decoder = BodyDecoder(coding, max_bytes=1 << 24)
+    decoder.feed(data)
+    decoder.finish()
+    assert problem in decoder.problem
+
+
+def test_body_decoder_bomb_is_capped():
+    decoder = BodyDecoder("gzip", max_bytes=1000)
+    assert decoder.feed(gzip.compress(b"\0" * 100_000)) == b"" and decoder.failed
+
+
+# --- Redactor ----------------------------------------------------------------------------
+
+
+def test_redactor_headers_path_and_bodies():
+    red = Redactor(FP)
+    assert red.header("Authorization", "Bearer sk-abcdefgh") == "Bearer " + FP("sk-abcdefgh")
+    assert red.header("X-Api-Key", "sk-12345678") == FP("sk-12345678")
+    assert red.header("Cookie", "a=longcookievalue; b=1") == f"a={FP('longcookievalue')}; b={FP('1')}"
+    assert red.header("Set-Cookie", "s=v; Path=/") == f"s={FP('v')}; Path=/"
+    assert red.header("Content-Type", "application/json") == "application/json"
+    assert red.path("/x?a=1&api_key=q%2Fsecret12&token=") == f"/x?a=1&api_key={FP('q/secret12')}&token="
+    assert red.path("/plain") == "/plain"
+    body = b'{"k": "sk-12345678", "c": "longcookievalue", "q": "q%2Fsecret12", "one": "1"}'
+    scrubbed = red.scrub(body)
+    for secret in (b"sk-12345678", b"longcookievalue", b"q%2Fsecret12"):
+        assert secret not in scrubbed
+    assert b'"one": "1"' in scrubbed  # short values are not searched for
+
+
+# --- ExchangeAssembler -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", [None, "gzip", "br"])
+def test_streamed_exchange(encoding):
+    body = {None: SSE, "gzip": gzip.compress(SSE), "br": brotli.compress(SSE)}[encoding]
+    out = assemble(exchange_frames(body=body, encoding=encoding))
+    kinds = [type(o.event) for o in out]
+    assert kinds == [BlobStored, BlobStored, HttpExchange, LlmCall]
+    req_blob, resp_blob, ex, call = (o.event for o in out)
+    assert out[1].blob == SSE and resp_blob.sha256 == hashlib.sha256(SSE).hexdigest()
+    assert resp_blob.role == "http.response_body" and resp_blob.media_type == "text/event-stream"
+    assert out[0].blob == REQ and req_blob.role == "http.request_body"
+    assert ex.response_bytes == len(SSE) and ex.request_bytes == len(REQ)
+    assert ex.path == f"/v1/messages?key={FP('abcdefgh12345')}"
+    assert ex.request_headers == [("x-api-key", FP("sk-secret-123456"))]
+    assert (ex.started_ns, ex.ended_ns, out[2].wall_ns, out[2].mono_ns) == (1_000, 2_000, 2_000, 20)
+    assert call.served_model == "claude-sonnet-4-5-20250929" and call.usage["output_tokens"] == 15
+    assert call.exchange_seq is None
+
+
+def test_undecodable_body_stored_raw_and_said():
+    out = assemble(exchange_frames(body=b"\x1f\x8b garbage", encoding="gzip"))
+    blob = next(o for o in out if isinstance(o.event, BlobStored) and o.event.role.startswith("http.response"))
+    assert blob.event.role == "http.response_body.encoded" and blob.blob == b"\x1f\x8b garbage"
+    raws = [o.event.line for o in out if isinstance(o.event, WitnessRaw)]
+    assert any("response body: content-encoding could not be decoded" in r for r in raws)
+    call = next(o.event for o in out if isinstance(o.event, LlmCall))
+    assert call.usage is None
+
+
+def test_error_mid_stream_and_close_cut_open_exchanges():
+    frames = exchange_frames()[:-3] + [ProxyError(id="f1", message="peer closed connection", **T)]
+    out = assemble(frames)
+    ex = next(o.event for o in out if isinstance(o.event, HttpExchange))
+    call = next(o.event for o in out if isinstance(o.event, LlmCall))
+    assert ex.error == "peer closed connection" and ex.status == 200
+    assert call.usage is None and call.usage_missing_reason
+    assembler = ExchangeAssembler(FP)
+    assemble(exchange_frames("f2")[:3], assembler)
+    assert assembler.open_exchanges == 1
+    assembler.close(5_000)
+    ex = next(o.event for o in assemble([], assembler) if isinstance(o.event, HttpExchange))
+    assert ex.error == "the proxy stopped before the exchange finished" and ex.ended_ns == 5_000
+
+
+def test_denied_dropped_conn_error_and_orphans():
+    request = exchange_frames("d1")[0]
+    out = assemble([
+        request, Denied(id="d1", reason="caisson egress policy: host x is not in the allow list", **T),
+        Dropped(ts_ns=7, count=3), ConnError(id="c", client="1.2.3.4:5", message="no HTTP", **T),
+        Chunk(id="nobody", data=b"x"),
+    ])
+    ex, gap, conn, orphan = (o.event for o in out)
+    assert isinstance(ex, HttpExchange) and ex.status == 403 and ex.denied.startswith("caisson egress policy")
+    assert isinstance(gap, WitnessGap) and gap.dropped == 3 and gap.since_ns == 7
+    assert isinstance(conn, WitnessRaw) and "1.2.3.4:5" in conn.line and "no HTTP" in conn.line
+    assert isinstance(orphan, WitnessRaw) and "unknown exchange" in orphan.line
+
+
+def test_secret_in_request_body_is_scrubbed():
+    frames = exchange_frames()
+    frames[1] = RequestBody(id="f1", body=b'{"model": "m", "key": "sk-secret-123456"}', **T)
+    out = assemble(frames)
+    assert b"sk-secret-123456" not in out[0].blob and FP("sk-secret-123456").encode() in out[0].blob
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=200), min_size=1, max_size=30))
+def test_assembly_independent_of_chunking(sizes):
+    body, chunks, pos = gzip.compress(SSE), [], 0
+    for size in sizes:
+        chunks.append(body[pos:pos + size])
+        pos += size
+    chunks.append(body[pos:])
+    frames = exchange_frames(body=b"", encoding="gzip")[:-1]
+    frames += [Chunk(id="f1", data=c) for c in chunks if c] + [ResponseEnd(id="f1", ts_ns=2_000, mono_ns=20)]
+    assert assemble(frames) == assemble(exchange_frames(body=body, encoding="gzip"))
+
+
+def test_fatal_frame_error_is_a_gap():
+    assembler = ExchangeAssembler(FP)
+    assembler.bad_frame(FrameError("frame of 9 bytes exceeds", fatal=True, offset=4), 123)
+    raw, gap = (o.event for o in assemble([], assembler))
+    assert isinstance(raw, WitnessRaw) and isinstance(gap, WitnessGap) and gap.since_ns == 123
+
+
+# --- the addon's pure helpers -------------------------------------------------------------
+
+
+def test_addon_allow_list_and_upstream_spec():
+    from collectors.proxy_addon import host_allowed, parse_upstream
+
+    allow = ("api.anthropic.com", "*.openai.com")
+    assert host_allowed("API.anthropic.com.", allow) and host_allowed("api.openai.com", allow)
+    assert not host_allowed("openai.com", allow) and not host_allowed("evilopenai.com", allow)
+    assert not host_allowed("api.anthropic.com.evil.net", allow) and not host_allowed("x", ())
+    assert parse_upstream("a=1.2.3.4:80, B=http://[::1]:9") == {"a": (None, "1.2.3.4", 80), "b": ("http", "::1", 9)}
+    with pytest.raises(ValueError):
+        parse_upstream("a=1.2.3.4")
