@@ -167,8 +167,10 @@ class Engine:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _EngineFailure(f"{type(exc).__name__}: {exc}", status=None) from exc
 
-    async def create_network(self, run_id: str) -> "ChamberNetwork":
+    async def create_network(self, run_id: str, *, internal: bool = True) -> "ChamberNetwork":
         """Create the run's internal bridge network: no route out, the host at its gateway.
+
+        ``internal=False`` (selftest only) gives the network a route out.
 
         Containers on it reach the host only at the gateway address, where the network
         witnesses listen; Docker drops everything they send further (``Internal``).
@@ -178,7 +180,7 @@ class Engine:
         """
         name = f"caisson-{run_id}"
         bridge = f"cai{run_id[-8:]}"[:15]  # Linux interface names have at most 15 characters
-        config = {"Name": name, "Driver": "bridge", "Internal": True, "CheckDuplicate": True,
+        config = {"Name": name, "Driver": "bridge", "Internal": internal, "CheckDuplicate": True,
                   "Labels": {RUN_LABEL: run_id}, "Options": {"com.docker.network.bridge.name": bridge}}
         try:
             network = await self._call(self._docker.networks.create, config)

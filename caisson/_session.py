@@ -25,6 +25,7 @@ import msgspec
 import trio
 
 from caisson._docker import ChamberNetwork, ContainerResult, ContainerSpec, ContainerStarted, Engine
+from caisson._firewall import guard_bridge, unguard_bridge
 from caisson.errors import ChamberError
 from caisson.sandbox import Sandbox
 from caisson.scenario import Scenario
@@ -130,8 +131,8 @@ async def run_session(s: Session) -> RunOutcome:
     sink = None
     network: ChamberNetwork | None = None
     try:
-        if any(getattr(w, "needs_network", False) for w in s.witnesses) and not s.network:
-            network = await s.engine.create_network(manifest.run_id)
+        if any(getattr(w, "needs_network", False) for w in s.witnesses):
+            network = await s.engine.create_network(manifest.run_id, internal=not s.network)
         async with trio.open_nursery() as nursery:
             await nursery.start(run_writer, writer, receive.clone())
             if s.monitor is not None:
@@ -180,10 +181,9 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
     contexts: list[WitnessContext] = []
     facts: dict[str, Any] = {}
     spec = s.spec
+    guard: list[list[str]] = []
     if network is not None:
         spec = msgspec.structs.replace(spec, network_mode=network.name, dns=[network.gateway])
-    elif s.network:
-        spec = msgspec.structs.replace(spec, network_mode="bridge")
     async with trio.open_nursery() as witness_nursery:
         for witness in s.witnesses:
             ctx = WitnessContext(send=send.clone(), stop=stop, nursery=witness_nursery, run_dir=s.run_dir,
@@ -195,6 +195,9 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
                 await before(ctx)
         for witness, ctx in zip(s.witnesses, contexts):
             spec = witness.prepare(spec, ctx)
+        if network is not None and not s.network:  # weakened: the host's services stay reachable
+            ports = [p for w in s.witnesses for p in getattr(w, "listen_ports", ())]
+            guard = await trio.to_thread.run_sync(guard_bridge, network.bridge, ports)
 
         async def on_start(started: ContainerStarted) -> None:
             for witness, ctx in zip(s.witnesses, contexts):
@@ -211,6 +214,9 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
             for ctx in contexts:
                 ctx.end_status = end_status
             stop.set()
+            if guard:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(unguard_bridge, guard)
         witness_nursery.cancel_scope.deadline = trio.current_time() + WITNESS_GRACE_S
     run_id = s.manifest.run_id
     if isinstance(result, ChamberError):

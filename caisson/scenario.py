@@ -38,6 +38,7 @@ __all__ = [
     "ExclusionCategory",
     "Fact",
     "Limits",
+    "Egress",
     "Question",
     "Scenario",
     "load_scenario",
@@ -132,6 +133,23 @@ class Limits(_Strict):
     """CPU quota, in CPUs."""
 
 
+class Egress(_Strict):
+    """The chamber's egress policy: what the network witnesses let through.
+
+    The chamber has no route out; HTTP(S) goes through the proxy witness, names through
+    the DNS witness. Everything outside ``allow_hosts`` is refused and recorded.
+    """
+
+    allow_hosts: list[NonEmpty] = []
+    """Hosts the proxy lets through: exact names or ``*.suffix`` (default: none)."""
+    static_hosts: dict[str, list[str]] = {}
+    """Names the DNS witness answers from this map (name -> addresses); others allowed by
+    ``allow_hosts`` are answered with the proxy's address."""
+    upstream: dict[str, str] = {}
+    """Proxy rewrites: a request for ``host`` goes to ``ip:port`` or ``http://ip:port`` (e.g. a
+    scripted model endpoint on the host standing in for ``api.anthropic.com``)."""
+
+
 class Scenario(_Strict):
     """A set of questions about one repository and the sandbox rules they need."""
 
@@ -159,6 +177,8 @@ class Scenario(_Strict):
     """Where the agent writes its answer, relative to the sandbox root, or None."""
     limits: Limits = Limits()
     """Resource limits of the chamber."""
+    egress: Egress = Egress()
+    """The network policy (default: nothing leaves the chamber)."""
 
 
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<at>[^`]*)`)?$", re.S)

@@ -12,7 +12,9 @@ discriminate.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import threading
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -59,7 +61,7 @@ class Case(msgspec.Struct, frozen=True, kw_only=True):
     command: list[str]
     weaken: tuple[str, ...] = ()
     expect: str | None = None  # detector name@version that must void this run; None: the honest run
-    companion: str | None = None  # "host_staller": stop the recorder for a few seconds mid-run
+    companion: str | None = None  # "host_staller": stop the recorder mid-run; "listener": a host service
 
 
 def _probe(name: str) -> list[str]:
@@ -79,6 +81,10 @@ CASES: tuple[Case, ...] = (
     Case(name="witness_killer", command=_probe("witness_killer.sh")),
     Case(name="witness_killer/tracer_user", command=_probe("witness_killer.sh"), weaken=("tracer_user",),
          expect="witness.gap@1"),
+    Case(name="network_escaper", command=_probe("network_escaper.sh"), expect="network.denied_egress@1",
+         companion="listener"),
+    Case(name="network_escaper/network", command=_probe("network_escaper.sh"), weaken=("network",),
+         expect="network.bypass_attempt@1", companion="listener"),
     Case(name="missing_agent", command=["/opt/agent/bin/not-installed"], expect="infra.failure@1"),
     Case(name="host_staller", command=["sleep", "7"], companion="host_staller", expect="host.stalled@1"),
 )
@@ -111,12 +117,38 @@ def make_probe_repo(root: Path) -> Path:
     return repo
 
 
-def _host_staller(pid: int, ledger: Path) -> subprocess.Popen:
-    """Stop process ``pid`` for 3 s, as a starved or paused host would: 1.5 s after the run's
-    ledger appears, when the chamber and its witnesses are up."""
-    script = (f'i=0; while [ ! -e "{ledger}" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; '
-              f"sleep 1.5; kill -STOP {pid}; sleep 3; kill -CONT {pid}")
+def _host_staller(pid: int, run_dir: Path) -> subprocess.Popen:
+    """Stop process ``pid`` for 3 s, as a starved or paused host would: 1 s after the run's
+    chamber is up (its container carries the run directory as a label), witnesses ticking."""
+    label = f"caisson.run_dir={run_dir.resolve()}"
+    script = (f'i=0; while [ -z "$(docker ps -q --filter label={label})" ] && [ $i -lt 600 ]; do '
+              f"sleep 0.05; i=$((i+1)); done; sleep 1; kill -STOP {pid}; sleep 3; kill -CONT {pid}")
     return subprocess.Popen(["sh", "-c", script])
+
+
+class _HostService:
+    """A TCP service on all of the host's addresses, port 18080, as a host may have one:
+    what the network escaper reaches when the host's side of the chamber network is open."""
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("0.0.0.0", 18080), reuse_port=True)
+        self._sock.settimeout(0.2)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._done.is_set():
+            try:
+                conn, _ = self._sock.accept()
+                conn.close()
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self._sock.close()
 
 
 def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES,
@@ -138,12 +170,15 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
         run_dir = root / "runs" / case.name.replace("/", "__")
         options = RecordOptions(command=case.command, scenario=scenario, repo=repo, out=run_dir,
                                 question="where-answer", weaken=list(case.weaken), timeout_s=60)
-        companion = _host_staller(os.getpid(), run_dir / "ledger") if case.companion == "host_staller" else None
+        companion = _host_staller(os.getpid(), run_dir) if case.companion == "host_staller" else None
+        listener = _HostService() if case.companion == "listener" else None
         try:
             record(options, witnesses=default_witnesses(weaken=case.weaken))
         finally:
             if companion is not None:
                 companion.wait()
+            if listener is not None:
+                listener.close()
         [result] = replay_runs([run_dir], key.verify_key)
         runs[case.name] = str(run_dir)
         fired[case.name] = _voiding(result)
@@ -151,15 +186,20 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
     return SelftestResult(cases=[c.name for c in cases], fired=fired, failures=_check(cases, fired), runs=runs)
 
 
+INFO_DETECTORS = {"network.denied_egress@1"}
+"""Detectors whose findings are shown, never voiding (the control held): they fire with info."""
+
+
 def _voiding(result: RunReplay) -> list[str]:
-    return sorted({f.detector for f in result.findings if f.effect == VOID and f.detector != WEAKENED})
+    return sorted({f.detector for f in result.findings
+                   if f.detector != WEAKENED and (f.effect == VOID or f.detector in INFO_DETECTORS)})
 
 
 def _check(cases: tuple[Case, ...], fired: dict[str, list[str]]) -> list[str]:
     failures = []
     for case in cases:
         got = fired[case.name]
-        if case.expect is None and case.name == "honest" and got:
+        if case.name == "honest" and got:
             failures.append(f"{', '.join(got)} voided the honest run: it does not discriminate")
         elif case.expect is not None and case.expect not in got:
             failures.append(f"{case.expect} did not fire on {case.name}: it has not been shown to discriminate")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import os
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -24,12 +25,13 @@ import trio
 
 from caisson._docker import ContainerSpec
 from collectors.procfs import run_procfs_witness
+from collectors.proxy import ProxyInfo, ensure_ca, run_proxy_witness
 from collectors.strace import NEED_DATA, StraceParser, strace_argv
 from ledger import Submission
 from caisson.envpin import fingerprint_secret, is_credential
 from ledger.events import ProcessExec, ProcessExit, WitnessGap, WitnessStarted
 
-__all__ = ["StraceWitness", "ProcfsWitness", "default_witnesses", "WITNESS_DIR"]
+__all__ = ["StraceWitness", "ProcfsWitness", "ProxyWitness", "default_witnesses", "WITNESS_DIR", "CA_DIR"]
 
 WITNESS_DIR = "/caisson/witness"
 """Where witness FIFOs are mounted in the chamber (a root-only directory)."""
@@ -217,6 +219,67 @@ class ProcfsWitness:
         ctx.nursery.start_soon(until_stop)
 
 
+CA_DIR = "/caisson/ca"
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+_CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
+
+
+class ProxyWitness:
+    """The chamber's only HTTP(S) route: mitmdump with our addon on the network's gateway.
+
+    The chamber trusts the run's own CA (a fresh one per run, its key never enters the
+    chamber): it replaces the system trust store and is named by every variable agents
+    and libraries read. The egress policy is the scenario's ``[egress]``.
+    """
+
+    name = "proxy"
+    needs_network = True
+
+    def __init__(self) -> None:
+        self._info: ProxyInfo | None = None
+        self._ca_dir: Path | None = None
+        self.listen_ports: list[tuple[str, int]] = []
+
+    async def before_start(self, ctx) -> None:
+        """Create the CA and start mitmdump on the gateway; wait until it listens."""
+        assert ctx.network is not None
+        confdir = ctx.scratch / "mitmproxy"
+        confdir.mkdir(mode=0o700)
+        ca = await trio.to_thread.run_sync(ensure_ca, confdir)
+        self._ca_dir = ctx.scratch / "ca"
+        self._ca_dir.mkdir()
+        shutil.copyfile(ca, self._ca_dir / "caisson-ca.pem")
+        egress = ctx.scenario.egress
+
+        async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            async with trio.open_nursery() as inner:
+                self._info = await inner.start(functools.partial(
+                    run_proxy_witness, ctx.send, blobs=ctx.blobs, fingerprint_key=ctx.fingerprint_key,
+                    confdir=confdir, listen_host=ctx.network.gateway, listen_port=0,
+                    allow_hosts=list(egress.allow_hosts), upstream=dict(egress.upstream)))
+                task_status.started()
+                await ctx.stop.wait()
+                inner.cancel_scope.cancel()
+
+        await ctx.nursery.start(serve)
+        ctx.facts["proxy"] = self._info
+        self.listen_ports = [("tcp", self._info.port)]
+
+    def prepare(self, spec: ContainerSpec, ctx) -> ContainerSpec:
+        """Point every proxy variable at the witness and make the run's CA the only trusted one."""
+        assert self._info is not None and self._ca_dir is not None
+        url = f"http://{self._info.host}:{self._info.port}"
+        pem = f"{CA_DIR}/caisson-ca.pem"
+        env = {**spec.env, **{v: url for v in _PROXY_VARS}, "NO_PROXY": "", "no_proxy": "",
+               **{v: pem for v in _CA_VARS}}
+        binds = [*spec.binds, (str(self._ca_dir), CA_DIR, True),
+                 (str(self._ca_dir / "caisson-ca.pem"), "/etc/ssl/certs/ca-certificates.crt", True)]
+        return msgspec.structs.replace(spec, env=env, binds=binds)
+
+    async def start(self, ctx) -> None:
+        """Nothing more once the chamber runs: the proxy has been listening since before."""
+
+
 def default_witnesses(*, weaken: list[str] | tuple[str, ...] = ()) -> list:
     """The witnesses of a `caisson record` run, in start order."""
-    return [StraceWitness(weaken_user="tracer_user" in weaken), ProcfsWitness()]
+    return [ProxyWitness(), StraceWitness(weaken_user="tracer_user" in weaken), ProcfsWitness()]

@@ -19,6 +19,7 @@ from caisson.detectors._base import (
 from caisson.detectors.containment import EXCLUDED_READ, OUTSIDE_TREE, excluded_read, outside_tree
 from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
+from caisson.detectors.network import BYPASS_ATTEMPT, DENIED_EGRESS, bypass_attempt, denied_egress
 from ledger import Record
 
 __all__ = [
@@ -40,6 +41,8 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (HOST_STALLED, host_stalled),
     (WITNESS_GAP, witness_gap),
     (INFRA_FAILURE, infra_failure),
+    (DENIED_EGRESS, denied_egress),
+    (BYPASS_ATTEMPT, bypass_attempt),
 )
 
 

@@ -170,3 +170,43 @@ def test_config_comes_from_the_runs_own_records():
     config = config_from_records(records)
     assert (config.live_repo, config.caller_home, config.caller_cwd, config.deadline_s, config.excluded_paths,
             config.weakened) == ("/home/dev/click", "/home/dev", "/home/dev/click", 30, ("CLAUDE.md",), ("env",))
+
+
+def test_denied_egress_shows_refused_requests_and_names():
+    from caisson.detectors.network import DENIED_EGRESS, denied_egress
+    from ledger.events import DnsQuery, HttpExchange
+
+    records = play(
+        HttpExchange(method="GET", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages", status=200),
+        HttpExchange(method="GET", scheme="https", host="example.com", port=443, path="/", status=403,
+                     denied="caisson egress policy: example.com is not in the allow list"),
+        DnsQuery(name="evil.example", qtype="A", rcode="REFUSED", refused=True),
+    )
+    assert list(denied_egress(records, CONFIG)) == [
+        Finding(detector=DENIED_EGRESS, kind="denied_egress", effect="info", evidence=[1],
+                message="refused GET https://example.com/: caisson egress policy: example.com is not in the allow list"),
+        Finding(detector=DENIED_EGRESS, kind="denied_egress", effect="info", evidence=[2],
+                message="refused DNS A evil.example (REFUSED)"),
+    ]
+
+
+def test_bypass_attempt_voids_a_direct_connection_and_shows_refused_ones():
+    from caisson.detectors.network import BYPASS_ATTEMPT, bypass_attempt
+    from ledger.events import NetConnect
+
+    records = play(
+        WitnessStarted(witness="proxy", detail={"listen": "172.19.0.1:41234"}),
+        WitnessStarted(witness="dns", detail={"listen": "172.19.0.1:53"}),
+        NetConnect(pid=1, family="AF_INET", address="172.19.0.1", port=41234, result=-1, errno="EINPROGRESS"),
+        NetConnect(pid=1, family="AF_INET", address="172.19.0.1", port=53, result=0),
+        NetConnect(pid=1, family="AF_UNIX", address="/var/run/nscd/socket", result=-1, errno="ENOENT"),
+        NetConnect(pid=1, family="AF_INET", address="127.0.0.1", port=8080, result=0),
+        NetConnect(pid=1, family="AF_INET", address="1.1.1.1", port=443, result=-1, errno="EINPROGRESS"),
+        NetConnect(pid=1, family="AF_INET", address="172.17.0.1", port=18080, result=0),
+    )
+    assert list(bypass_attempt(records, CONFIG)) == [
+        Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect="info", evidence=[6],
+                message="tried 1.1.1.1:443 directly (EINPROGRESS)"),
+        Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect="void", evidence=[7],
+                message="connected to 172.17.0.1:18080 directly"),
+    ]

@@ -1,0 +1,62 @@
+"""The host's side of the chamber network: only the witnesses' ports answer.
+
+Docker's ``Internal`` network has no route out, but the host itself is on it (the
+gateway): any host service listening on all addresses would be reachable from the
+chamber, around the proxy. `guard_bridge` inserts iptables INPUT rules for the run's
+bridge interface that accept the witnesses' ports and established traffic and reject
+everything else (TCP with a reset, the rest with ICMP port unreachable), so a direct
+attempt fails at once and is visible in the capture and in ``net.connect``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterable
+
+from caisson.errors import ChamberError
+
+__all__ = ["guard_bridge", "unguard_bridge"]
+
+
+def _rules(bridge: str, allowed: Iterable[tuple[str, int]]) -> list[list[str]]:
+    """The rules, in the order they must stand in the INPUT chain (first matches first)."""
+    rules = [["-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]]
+    for proto, port in sorted(set(allowed)):
+        rules.append(["-i", bridge, "-p", proto, "--dport", str(port), "-j", "ACCEPT"])
+    rules.append(["-i", bridge, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"])
+    rules.append(["-i", bridge, "-j", "REJECT", "--reject-with", "icmp-port-unreachable"])
+    return rules
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("iptables") or "/usr/sbin/iptables"
+    return subprocess.run([exe, "-w", "10", *args], capture_output=True, text=True, timeout=30)
+
+
+def guard_bridge(bridge: str, allowed: Iterable[tuple[str, int]]) -> list[list[str]]:
+    """Insert the rules at the top of INPUT; returns them for `unguard_bridge`.
+
+    Args:
+        bridge: the host interface of the run's network.
+        allowed: (protocol, port) pairs of the witnesses, e.g. ("tcp", 41234), ("udp", 53).
+
+    Raises:
+        ChamberError: iptables is missing or refused (the run must not start unguarded).
+    """
+    rules = _rules(bridge, allowed)
+    done: list[list[str]] = []
+    for position, rule in enumerate(rules, start=1):
+        proc = _iptables("-I", "INPUT", str(position), *rule)
+        if proc.returncode != 0:
+            unguard_bridge(done)
+            raise ChamberError(f"cannot guard the chamber network ({proc.stderr.strip() or 'iptables failed'}):"
+                               " run as root with iptables installed")
+        done.append(rule)
+    return done
+
+
+def unguard_bridge(rules: list[list[str]]) -> None:
+    """Delete rules inserted by `guard_bridge` (missing ones are ignored)."""
+    for rule in rules:
+        _iptables("-D", "INPUT", *rule)
