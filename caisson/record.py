@@ -138,6 +138,10 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
     if options.commit and options.repo is None:
         raise UsageError("--commit needs --repo")
     scenario = load_scenario(options.scenario) if options.scenario else Scenario(name="adhoc")
+    ca = scenario.egress.upstream_ca
+    if ca and options.scenario and not os.path.isabs(ca):
+        ca = str((Path(options.scenario).parent / ca).resolve())
+        scenario = msgspec.structs.replace(scenario, egress=msgspec.structs.replace(scenario.egress, upstream_ca=ca))
     unknown = sorted(set(options.weaken) - set(WEAKENABLE))
     if unknown:
         raise UsageError(f"cannot weaken {', '.join(unknown)}: known controls are {', '.join(sorted(WEAKENABLE))}")

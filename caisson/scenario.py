@@ -148,6 +148,9 @@ class Egress(_Strict):
     upstream: dict[str, str] = {}
     """Proxy rewrites: a request for ``host`` goes to ``ip:port`` or ``http://ip:port`` (e.g. a
     scripted model endpoint on the host standing in for ``api.anthropic.com``)."""
+    upstream_ca: str | None = None
+    """A PEM file of CAs the proxy trusts for upstream TLS besides the system's (e.g. the
+    certificate of a local endpoint); relative paths are relative to the scenario file."""
 
 
 class Scenario(_Strict):

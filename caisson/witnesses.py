@@ -256,7 +256,8 @@ class ProxyWitness:
                 self._info = await inner.start(functools.partial(
                     run_proxy_witness, ctx.send, blobs=ctx.blobs, fingerprint_key=ctx.fingerprint_key,
                     confdir=confdir, listen_host=ctx.network.gateway, listen_port=0,
-                    allow_hosts=list(egress.allow_hosts), upstream=dict(egress.upstream)))
+                    allow_hosts=list(egress.allow_hosts), upstream=dict(egress.upstream),
+                    upstream_trusted_ca=Path(egress.upstream_ca) if egress.upstream_ca else None))
                 task_status.started()
                 await ctx.stop.wait()
                 inner.cancel_scope.cancel()
