@@ -186,13 +186,14 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
         spec = msgspec.structs.replace(spec, network_mode=network.name, dns=[network.gateway])
     async with trio.open_nursery() as witness_nursery:
         for witness in s.witnesses:
-            ctx = WitnessContext(send=send.clone(), stop=stop, nursery=witness_nursery, run_dir=s.run_dir,
-                                 scratch=s.scratch, blobs=s.writer.blobs, network=network, scenario=s.scenario,
-                                 fingerprint_key=s.fingerprint_key, facts=facts)
-            contexts.append(ctx)
-            before = getattr(witness, "before_start", None)
-            if before is not None:
-                await before(ctx)
+            contexts.append(WitnessContext(send=send.clone(), stop=stop, nursery=witness_nursery, run_dir=s.run_dir,
+                                           scratch=s.scratch, blobs=s.writer.blobs, network=network,
+                                           scenario=s.scenario, fingerprint_key=s.fingerprint_key, facts=facts))
+        async with trio.open_nursery() as starting:  # the network witnesses start side by side
+            for witness, ctx in zip(s.witnesses, contexts):
+                before = getattr(witness, "before_start", None)
+                if before is not None:
+                    starting.start_soon(before, ctx)
         for witness, ctx in zip(s.witnesses, contexts):
             spec = witness.prepare(spec, ctx)
         if network is not None and not s.network:  # weakened: the host's services stay reachable

@@ -17,15 +17,29 @@ EXIT_OK = 0
 EXIT_FINDING = 1
 EXIT_USAGE = 2
 
-_COMMANDS = ("keygen", "verify", "tail", "record", "replay", "selftest", "image", "demo")
+_COMMANDS = {
+    "keygen": "create the operator signing key pair",
+    "record": "run a command in a sealed chamber and record it",
+    "verify": "verify a ledger against a trusted key",
+    "tail": "print a ledger's events as JSON lines",
+    "replay": "recompute findings and scores from sealed runs",
+    "selftest": "run the known-bad probes and print the detector x probe matrix",
+    "model": "the scripted model endpoint (preflights, tests)",
+    "image": "build chamber and agent images offline",
+    "demo": "run the built-in example",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every available command registered."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser. Only the module of ``only`` (the command being run) is
+    imported, so a quick command does not pay for the heavy ones; the others are listed."""
     parser = argparse.ArgumentParser(prog="caisson", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"caisson {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMANDS:
+    for name, summary in _COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=summary, add_help=False)
+            continue
         try:
             module = importlib.import_module(f"caisson._cli.{name}")
         except ModuleNotFoundError as exc:
@@ -38,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (also used as the console script)."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in _COMMANDS else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -152,6 +152,12 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             known = ", ".join(q.id for q in scenario.questions) or "none (pass --scenario)"
             raise UsageError(f"--question {options.question}: not in the scenario; its questions: {known}")
     uid, gid = _user_ids(scenario.user)
+    egress = scenario.egress
+    networked = egress.witnessed if egress.witnessed is not None else bool(egress.allow_hosts)
+    if "network" in options.weaken:
+        networked = True
+    if not networked:  # no network at all: nothing to witness there
+        witnesses = [w for w in witnesses if not getattr(w, "needs_network", False)]
     if any(w.name == "strace" for w in witnesses) and not scenario.user.isidentifier():
         raise UsageError(f"scenario user {scenario.user!r}: the strace witness needs a user name of the image"
                          " (agent or root)")
@@ -211,7 +217,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 scenario_digest=scenario_digest(options.scenario) if options.scenario else None,
                 env=chamber_env.recorded,
                 limits={"wall_seconds": timeout_s, "pids": limits.pids, "memory_bytes": limits.memory_bytes,
-                        "cpus": limits.cpus, "network": "none", "user": scenario.user},
+                        "cpus": limits.cpus, "network": "witnessed" if networked else "none",
+                        "user": scenario.user},
                 image_id=image_id,
                 host=_host_facts(engine_info),
                 question_id=question.id if question else None,

@@ -148,6 +148,10 @@ class Egress(_Strict):
     upstream: dict[str, str] = {}
     """Proxy rewrites: a request for ``host`` goes to ``ip:port`` or ``http://ip:port`` (e.g. a
     scripted model endpoint on the host standing in for ``api.anthropic.com``)."""
+    witnessed: bool | None = None
+    """Put the chamber on a witnessed network (proxy, resolver, capture). Default: only when
+    ``allow_hosts`` lets something through; otherwise the chamber has no network at all,
+    and an attempt to connect fails at once, visible in the strace witness's ``net.connect``."""
     upstream_ca: str | None = None
     """A PEM file of CAs the proxy trusts for upstream TLS besides the system's (e.g. the
     certificate of a local endpoint); relative paths are relative to the scenario file."""

@@ -51,6 +51,9 @@ globs = ["CLAUDE.md"]
 
 [limits]
 wall_seconds = 60
+
+[egress]
+allow_hosts = ["api.anthropic.com"]
 """
 
 
