@@ -5,12 +5,20 @@ debootstrap variant, mirror, the unprivileged user), `packages.txt` (one Debian 
 line) and `build-rootfs.sh`; building runs debootstrap into a temporary root, adds the
 user, tars the tree and `docker import`s it.
 
-Images are cached by recipe: the tag is `caisson/<name>:<first 16 hex of the recipe
-digest>`, a sha256 over every file of the recipe folder, so any change to the package
-list, the script, the suite or the mirror gives a new tag, and building an existing tag
-is a no-op. The image carries the full digest in the label `caisson.recipe.digest`.
+A recipe may instead name a `base` recipe (`base = "chamber"` in `recipe.toml`): it
+inherits the base's keys, its `packages.txt` is added to the base's package list for the
+one debootstrap run, and its own `build-rootfs.sh` is then run as
+`build-rootfs.sh IN_TAR OUT_TAR RECIPE_DIR USER UID GID HOME` on the base's rootfs
+tarball (the agent image adds the npm and PyPI agent CLIs this way).
 
-Building shells out to `debootstrap` and the `docker` CLI: it is a one-off and needs root.
+Images are cached by recipe: the tag is `caisson/<name>:<first 16 hex of the recipe
+digest>`, a sha256 over every file of the recipe folder (and the digest of its base
+recipe, if any), so any change to the package list, the script, the suite, the mirror or
+the base recipe gives a new tag, and building an existing tag is a no-op. The image
+carries the full digest in the label `caisson.recipe.digest`.
+
+Building shells out to `debootstrap` and the `docker` CLI (and `npm` for a recipe that
+installs npm packages): it is a one-off and needs root.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from pathlib import Path
 
 from caisson.errors import ChamberError
 
-__all__ = ["IMAGES_DIR", "recipe_dir", "recipe_digest", "image_tag", "image_id", "build_image"]
+__all__ = ["IMAGES_DIR", "recipe_dir", "recipe_chain", "recipe_digest", "image_tag", "image_id", "build_image"]
 
 IMAGES_DIR = Path(
     os.environ.get("CAISSON_IMAGES_DIR", Path(__file__).resolve().parent.parent / "images")
@@ -63,8 +71,42 @@ def recipe_dir(name: str = "chamber") -> Path:
     return path
 
 
+def _read_toml(root: Path) -> dict[str, object]:
+    try:
+        return tomllib.loads((root / "recipe.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ChamberError(f"{root / 'recipe.toml'}: {exc}: fix the recipe") from exc
+
+
+def recipe_chain(name: str = "chamber") -> list[str]:
+    """Return the recipe names from the root recipe down to `name`, following `base`.
+
+    Args:
+        name: recipe name.
+
+    Returns:
+        E.g. `["chamber"]` for the chamber, `["chamber", "agent"]` for the agent image.
+
+    Raises:
+        ChamberError: a recipe is missing or invalid, or the bases form a cycle.
+    """
+    chain = [name]
+    while True:
+        base = _read_toml(recipe_dir(chain[0])).get("base")
+        if base is None:
+            return chain
+        if not isinstance(base, str) or not base:
+            raise ChamberError(f"{recipe_dir(chain[0]) / 'recipe.toml'}: base must be a name")
+        if base in chain:
+            raise ChamberError(f"image recipes form a base cycle: {' -> '.join([base, *chain])}")
+        chain.insert(0, base)
+
+
 def recipe_digest(name: str = "chamber") -> str:
     """Hash every file of a recipe folder, names and contents, in a stable order.
+
+    A recipe with a `base` also hashes the base recipe's digest, so changing the base
+    changes every recipe built on it.
 
     Args:
         name: recipe name.
@@ -73,7 +115,7 @@ def recipe_digest(name: str = "chamber") -> str:
         The sha256 digest as 64 lowercase hex characters.
 
     Raises:
-        ChamberError: the recipe is missing.
+        ChamberError: the recipe (or its base) is missing or invalid.
     """
     root = recipe_dir(name)
     h = hashlib.sha256(b"caisson-image-recipe-v1\0")
@@ -81,6 +123,9 @@ def recipe_digest(name: str = "chamber") -> str:
         rel = path.relative_to(root).as_posix().encode()
         data = path.read_bytes()
         h.update(len(rel).to_bytes(8, "big") + rel + len(data).to_bytes(8, "big") + data)
+    chain = recipe_chain(name)
+    if len(chain) > 1:
+        h.update(b"\0base\0" + chain[-2].encode() + b"\0" + recipe_digest(chain[-2]).encode())
     return h.hexdigest()
 
 
@@ -133,15 +178,29 @@ def image_id(tag: str) -> str | None:
     raise ChamberError(f"docker image inspect {tag} failed: {proc.stderr.strip()}")
 
 
-def _load_recipe(root: Path) -> dict[str, object]:
-    try:
-        recipe = tomllib.loads((root / "recipe.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ChamberError(f"{root / 'recipe.toml'}: {exc}: fix the recipe") from exc
+def _load_recipe(name: str) -> dict[str, object]:
+    """The recipe's keys merged over its bases' (the recipe's own keys win)."""
+    recipe: dict[str, object] = {}
+    for link in recipe_chain(name):
+        recipe.update(_read_toml(recipe_dir(link)))
     missing = [k for k in _REQUIRED_KEYS if k not in recipe]
     if missing:
-        raise ChamberError(f"{root / 'recipe.toml'}: missing keys {missing}: add them")
+        raise ChamberError(
+            f"{recipe_dir(name) / 'recipe.toml'}: missing keys {missing} (also in its bases):"
+            " add them"
+        )
     return recipe
+
+
+def _merged_packages(chain: list[str], out: Path) -> Path:
+    """Write every `packages.txt` of the chain, base first, into one list at `out`."""
+    parts = []
+    for link in chain:
+        path = recipe_dir(link) / "packages.txt"
+        if path.is_file():
+            parts.append(f"# from images/{link}/packages.txt\n{path.read_text()}\n")
+    out.write_text("".join(parts))
+    return out
 
 
 def _run_logged(cmd: list[str], log: Callable[[str], None], what: str) -> None:
@@ -196,7 +255,8 @@ def build_image(
         log(f"image {tag} is up to date ({existing})")
         return existing
 
-    recipe = _load_recipe(root)
+    chain = recipe_chain(name)
+    recipe = _load_recipe(name)
     if shutil.which("debootstrap") is None:
         raise ChamberError("debootstrap not installed: apt-get install debootstrap")
     if os.geteuid() != 0:
@@ -206,25 +266,44 @@ def build_image(
     with tempfile.TemporaryDirectory(
         prefix="caisson-image-", dir=os.environ.get("TMPDIR", "/var/tmp")
     ) as tmp:
-        tarball = Path(tmp) / "rootfs.tar"
-        log(f"building {tag} from {root} (suite {recipe['suite']}, mirror {recipe['mirror']})")
+        base_root = recipe_dir(chain[0])
+        tarball = Path(tmp) / f"rootfs-{chain[0]}.tar"
+        log(
+            f"building {tag} from {' + '.join(str(recipe_dir(c)) for c in chain)}"
+            f" (suite {recipe['suite']}, mirror {recipe['mirror']})"
+        )
+        user_args = [str(recipe[k]) for k in ("user", "uid", "gid", "home")]
         _run_logged(
             [
                 "sh",
-                str(root / "build-rootfs.sh"),
+                str(base_root / "build-rootfs.sh"),
                 str(recipe["suite"]),
                 str(recipe["variant"]),
                 str(recipe["mirror"]),
-                str(root / "packages.txt"),
-                str(recipe["user"]),
-                str(recipe["uid"]),
-                str(recipe["gid"]),
-                str(recipe["home"]),
+                str(_merged_packages(chain, Path(tmp) / "packages.txt")),
+                *user_args,
                 str(tarball),
             ],
             log,
-            "build-rootfs.sh",
+            f"images/{chain[0]}/build-rootfs.sh",
         )
+        for link in chain[1:]:
+            layer_tar = Path(tmp) / f"rootfs-{link}.tar"
+            log(f"layering images/{link}/ onto the {chain[chain.index(link) - 1]} rootfs")
+            _run_logged(
+                [
+                    "sh",
+                    str(recipe_dir(link) / "build-rootfs.sh"),
+                    str(tarball),
+                    str(layer_tar),
+                    str(recipe_dir(link)),
+                    *user_args,
+                ],
+                log,
+                f"images/{link}/build-rootfs.sh",
+            )
+            tarball.unlink()
+            tarball = layer_tar
         changes = [
             f"ENV PATH={_PATH}",
             "ENV LANG=C.UTF-8",
@@ -237,6 +316,11 @@ def build_image(
             f"LABEL caisson.recipe.mirror={recipe['mirror']}",
             f"LABEL caisson.image.built_ns={time.time_ns()}",
         ]
+        if len(chain) > 1:
+            changes += [
+                f"LABEL caisson.recipe.base={chain[-2]}",
+                f"LABEL caisson.recipe.base.digest={recipe_digest(chain[-2])}",
+            ]
         args = ["import"]
         for change in changes:
             args += ["--change", change]

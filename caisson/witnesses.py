@@ -24,6 +24,8 @@ import psutil
 import trio
 
 from caisson._docker import ContainerSpec
+from collectors.dns import DnsPolicy, run_dns_witness
+from collectors.pcap import run_pcap_witness
 from collectors.procfs import run_procfs_witness
 from collectors.proxy import ProxyInfo, ensure_ca, run_proxy_witness
 from collectors.strace import NEED_DATA, StraceParser, strace_argv
@@ -31,7 +33,8 @@ from ledger import Submission
 from caisson.envpin import fingerprint_secret, is_credential
 from ledger.events import ProcessExec, ProcessExit, WitnessGap, WitnessStarted
 
-__all__ = ["StraceWitness", "ProcfsWitness", "ProxyWitness", "default_witnesses", "WITNESS_DIR", "CA_DIR"]
+__all__ = ["StraceWitness", "ProcfsWitness", "ProxyWitness", "DnsWitness", "PcapWitness", "default_witnesses",
+           "WITNESS_DIR", "CA_DIR"]
 
 WITNESS_DIR = "/caisson/witness"
 """Where witness FIFOs are mounted in the chamber (a root-only directory)."""
@@ -281,6 +284,76 @@ class ProxyWitness:
         """Nothing more once the chamber runs: the proxy has been listening since before."""
 
 
+async def _serve_until_stop(ctx, task, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run ``task`` (a witness task taking task_status) until the chamber has ended."""
+    async with trio.open_nursery() as inner:
+        value = await inner.start(task)
+        task_status.started(value)
+        await ctx.stop.wait()
+        inner.cancel_scope.cancel()
+
+
+class DnsWitness:
+    """The chamber's resolver on the network's gateway: the egress policy for names.
+
+    Names allowed by the scenario's ``[egress]`` are answered from ``static_hosts``, or
+    with the gateway address (where the proxy listens) for the other allowed names;
+    every other name is REFUSED, and every query is recorded.
+    """
+
+    name = "dns"
+    needs_network = True
+
+    def __init__(self) -> None:
+        self.listen_ports: list[tuple[str, int]] = []
+
+    async def before_start(self, ctx) -> None:
+        assert ctx.network is not None
+        egress = ctx.scenario.egress
+        static = {name.lower(): list(addrs) for name, addrs in egress.static_hosts.items()}
+        for host in egress.allow_hosts:
+            if not host.startswith("*.") and host.lower() not in static:
+                static[host.lower()] = [ctx.network.gateway]  # clients that resolve reach the proxy
+        policy = DnsPolicy(allow=list(egress.allow_hosts), static=static)
+        port = await ctx.nursery.start(_serve_until_stop, ctx, functools.partial(
+            run_dns_witness, ctx.send, listen_host=ctx.network.gateway, listen_port=53, policy=policy))
+        self.listen_ports = [("udp", port), ("tcp", port)]
+
+    def prepare(self, spec: ContainerSpec, ctx) -> ContainerSpec:
+        return spec  # the session points the chamber's resolver at the gateway
+
+    async def start(self, ctx) -> None:
+        """Nothing more once the chamber runs."""
+
+
+SNAPLEN = 96
+"""Bytes kept of each packet: link, IP and TCP/UDP headers. Payloads stay out of the pcap:
+what goes through the proxy is recorded by the proxy witness, secrets fingerprinted, and a
+plain-HTTP request's Authorization header must not reach the ledger through the capture."""
+
+
+class PcapWitness:
+    """Every packet on the chamber network's bridge, headers only (`SNAPLEN`), kept as a
+    blob; flows as events."""
+
+    name = "pcap"
+    needs_network = True
+
+    async def before_start(self, ctx) -> None:
+        assert ctx.network is not None
+        await ctx.nursery.start(_serve_until_stop, ctx, functools.partial(
+            run_pcap_witness, ctx.send, interface=ctx.network.bridge, pcap_path=ctx.scratch / "chamber.pcap",
+            blobs=ctx.blobs, snaplen=SNAPLEN))
+
+    def prepare(self, spec: ContainerSpec, ctx) -> ContainerSpec:
+        return spec
+
+    async def start(self, ctx) -> None:
+        """Nothing more once the chamber runs."""
+
+
 def default_witnesses(*, weaken: list[str] | tuple[str, ...] = ()) -> list:
-    """The witnesses of a `caisson record` run, in start order."""
-    return [ProxyWitness(), StraceWitness(weaken_user="tracer_user" in weaken), ProcfsWitness()]
+    """The witnesses of a `caisson record` run, in start order (the network ones run only
+    when the chamber has a network: see `caisson.scenario.Egress.witnessed`)."""
+    return [PcapWitness(), DnsWitness(), ProxyWitness(), StraceWitness(weaken_user="tracer_user" in weaken),
+            ProcfsWitness()]

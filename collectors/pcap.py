@@ -223,13 +223,14 @@ def parse_tcpdump_stats(stderr_text: str) -> dict[str, int]:
     return out
 
 
-def tcpdump_argv(interface: str, pcap_path: Path, bpf_filter: str = "", *, tcpdump: str = "tcpdump") -> list[str]:
+def tcpdump_argv(interface: str, pcap_path: Path, bpf_filter: str = "", *, tcpdump: str = "tcpdump",
+                 snaplen: int = 0) -> list[str]:
     """The tcpdump command line: unbuffered (``-U``), immediate, whole packets, ns stamps.
 
     ``-Z root`` (only when running as root) keeps tcpdump from dropping to its own user
     before opening the output file, which may sit in a directory only root can write.
     """
-    argv = [tcpdump, "-i", interface, "-U", "-n", "-s", "0", "--immediate-mode",
+    argv = [tcpdump, "-i", interface, "-U", "-n", "-s", str(snaplen), "--immediate-mode",
             "--time-stamp-precision=nano", "-w", str(pcap_path)]
     if os.geteuid() == 0:
         argv += ["-Z", "root"]
@@ -249,6 +250,7 @@ async def run_pcap_witness(
     tcpdump: str = "tcpdump",
     start_timeout_s: float = 10.0,
     stop_timeout_s: float = 5.0,
+    snaplen: int = 0,
     task_status: trio.TaskStatus[bool] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Capture ``interface`` with tcpdump until cancelled, then file the evidence.
@@ -278,7 +280,7 @@ async def run_pcap_witness(
         stop_timeout_s: how long tcpdump may take to exit after SIGINT, seconds.
         task_status: started with True when capturing, False when capture failed.
     """
-    argv = tcpdump_argv(interface, pcap_path, bpf_filter, tcpdump=tcpdump)
+    argv = tcpdump_argv(interface, pcap_path, bpf_filter, tcpdump=tcpdump, snaplen=snaplen)
     stderr = bytearray()
     sent = 0
 

@@ -10,7 +10,7 @@ from caisson.cli import main
 from caisson.home import ensure_operator_key
 from collectors.llm import LlmCallBuilder
 from ledger import read_records, verify_ledger
-from ledger.events import HttpExchange, LlmCall, NetConnect
+from ledger.events import DnsQuery, HttpExchange, LlmCall, NetConnect, NetFlow
 from tests.collectors.llm_server import FIXTURES, LlmServer
 
 SECRETS = ("sk-ant-chamber-secret-1234", "Bearer sk-openai-chamber-5678", "session=chamber-cookie-9012")
@@ -55,6 +55,11 @@ for pair in "anthropic_request.json /v1/messages api.anthropic.com" \
        --data-binary "@fixtures/$1" -o /dev/null -w "%{http_code}\n"
 done
 curl -s -m 5 -o /dev/null -w "%{http_code}\n" https://example.com/
+getent hosts api.anthropic.com > /dev/null
+getent hosts evil.example.com > /dev/null || true
+python3 -c "import socket; s=socket.socket(); s.settimeout(1)
+try: s.connect(('1.1.1.1', 443))
+except OSError: pass"
 """
 
 
@@ -91,6 +96,14 @@ def test_llm_calls_through_the_chamber_proxy(chamber_image, llm_server, tmp_path
     exchanges = [e for e in events if isinstance(e, HttpExchange)]
     denied = [e for e in exchanges if e.denied]
     assert [e.host for e in denied] == ["example.com"] and denied[0].status == 403
+    queries = {(e.name, e.qtype): e for e in events if isinstance(e, DnsQuery)}
+    assert queries[("api.anthropic.com", "A")].answers and not queries[("api.anthropic.com", "A")].refused
+    assert queries[("evil.example.com", "A")].refused and queries[("evil.example.com", "A")].rcode == "REFUSED"
+    flows = [e for e in events if isinstance(e, NetFlow)]
+    assert any(f.dst == "1.1.1.1" and f.dport == 443 and f.proto == "tcp" for f in flows)  # in the capture too
+    assert any(isinstance(e, NetConnect) and e.address == "1.1.1.1" for e in events)
+    pcap = next(e for e in events if getattr(e, "role", None) == "pcap")
+    assert (run_dir / "blobs" / pcap.sha256[:2] / pcap.sha256).stat().st_size == pcap.size_bytes
     everything = b"".join(p.read_bytes() for p in run_dir.rglob("*") if p.is_file())
     for secret in SECRETS + ("server-set-cookie-3456",):
         assert secret.encode() not in everything, secret

@@ -1,0 +1,274 @@
+"""Render one scripted turn as an HTTP reply in a provider's API shape, streamed or not.
+
+Pure functions: a `Turn` and a few ids in, a `Reply` (status, headers, body bytes or a
+list of SSE chunks) out. Shapes follow the providers' API references:
+
+- Anthropic Messages API, "Create a Message" (``message`` object with ``text`` and
+  ``tool_use`` content blocks) and "Streaming Messages" (``message_start``, ``ping``,
+  ``content_block_start`` / ``_delta`` (``text_delta``, ``input_json_delta`` with
+  ``partial_json``) / ``_stop``, ``message_delta`` with ``stop_reason`` and cumulative
+  usage, ``message_stop``); errors ``{"type": "error", "error": {"type", "message"}}``.
+- OpenAI Chat Completions (``chat.completion``; ``chat.completion.chunk`` with
+  ``tool_calls`` deltas by ``index``; a final ``choices: []`` chunk with usage only when
+  ``stream_options.include_usage``; ``data: [DONE]``); errors ``{"error": {...}}``.
+- OpenAI Responses (``response`` object; events ``response.created``,
+  ``response.in_progress``, ``response.output_item.added``, ``response.content_part.added``,
+  ``response.output_text.delta`` / ``.done``, ``response.function_call_arguments.delta`` /
+  ``.done``, ``response.output_item.done``, ``response.completed`` or
+  ``response.incomplete``, each with ``sequence_number``).
+
+Text and tool arguments are split into a few deltas so clients exercise reassembly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from caisson.model_script import Turn, render_usage
+
+__all__ = ["Reply", "error_reply", "json_reply", "render_turn"]
+
+_FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
+"""Anthropic stop reason -> OpenAI Chat ``finish_reason``."""
+
+
+class Reply(msgspec.Struct, frozen=True, kw_only=True):
+    """One HTTP response, before any I/O.
+
+    Attributes:
+        status: HTTP status code.
+        headers: (name, value) pairs, without Content-Length / Transfer-Encoding.
+        body: the whole body when not streamed, bytes.
+        events: the SSE chunks when streamed, each one complete event (ends ``\\n\\n``).
+    """
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = b""
+    events: tuple[bytes, ...] | None = None
+
+    def payload(self) -> bytes:
+        """The body as sent: ``body``, or the SSE chunks joined."""
+        return self.body if self.events is None else b"".join(self.events)
+
+
+def _json(obj: Any) -> bytes:
+    return msgspec.json.encode(obj)
+
+
+def json_reply(status: int, obj: Any, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
+    """A JSON reply with ``content-type: application/json``."""
+    return Reply(status=status, headers=(("content-type", "application/json"), *headers),
+                 body=_json(obj))
+
+
+def error_reply(provider: str, status: int, kind: str, message: str, request_id: str) -> Reply:
+    """An error in the provider's shape (Anthropic, else OpenAI).
+
+    Args:
+        provider: ``"anthropic"`` or ``"openai"``.
+        status: HTTP status, 4xx or 5xx.
+        kind: the error ``type`` (e.g. ``invalid_request_error``).
+        message: the human-readable message.
+        request_id: sent as ``request-id`` / ``x-request-id``.
+    """
+    if provider == "anthropic":
+        obj: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message},
+                               "request_id": request_id}
+        return json_reply(status, obj, (("request-id", request_id),))
+    obj = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+    return json_reply(status, obj, (("x-request-id", request_id),))
+
+
+def _pieces(text: str, parts: int = 3) -> list[str]:
+    """``text`` split into at most ``parts`` non-empty pieces (characters, not bytes)."""
+    if not text:
+        return []
+    size = -(-len(text) // parts)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _sse(obj: dict[str, Any], named: bool = True) -> bytes:
+    head = f"event: {obj['type']}\n".encode() if named else b""
+    return head + b"data: " + _json(obj) + b"\n\n"
+
+
+def _stream_reply(events: list[bytes], request_id_header: tuple[str, str]) -> Reply:
+    headers = (("content-type", "text/event-stream; charset=utf-8"),
+               ("cache-control", "no-cache"), request_id_header)
+    return Reply(status=200, headers=headers, events=tuple(events))
+
+
+def _tool_id(turn: Turn, i: int, prefix: str, seq: int) -> str:
+    call = turn.tool_calls[i]
+    return call.id if call.id is not None else f"{prefix}caisson{seq:06d}x{i}"
+
+
+# --- Anthropic Messages --------------------------------------------------------------
+
+
+def _anthropic(turn: Turn, model: str, stream: bool, seq: int) -> Reply:
+    msg_id, req_id = f"msg_caisson{seq:06d}", f"req_caisson{seq:06d}"
+    blocks: list[dict[str, Any]] = []
+    if turn.text:
+        blocks.append({"type": "text", "text": turn.text})
+    for i, call in enumerate(turn.tool_calls):
+        blocks.append({"type": "tool_use", "id": _tool_id(turn, i, "toolu_", seq),
+                       "name": call.name, "input": call.arguments_obj()})
+    usage = render_usage("messages", turn.usage)
+    message = {"id": msg_id, "type": "message", "role": "assistant", "model": model,
+               "content": blocks, "stop_reason": turn.stop, "stop_sequence": None, "usage": usage}
+    if not stream:
+        return json_reply(200, message, (("request-id", req_id),))
+    start_usage = dict(usage, output_tokens=min(1, turn.usage.output))  # provisional, as sent
+    start = dict(message, content=[], stop_reason=None, usage=start_usage)
+    events = [_sse({"type": "message_start", "message": start}), _sse({"type": "ping"})]
+    for index, block in enumerate(blocks):
+        if block["type"] == "text":
+            opening = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+        else:
+            opening = dict(block, input={})
+            args = turn.tool_calls[index - (1 if turn.text else 0)].arguments_json()
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *_pieces(args)]]
+        events.append(_sse({"type": "content_block_start", "index": index, "content_block": opening}))
+        events += [_sse({"type": "content_block_delta", "index": index, "delta": d}) for d in deltas]
+        events.append(_sse({"type": "content_block_stop", "index": index}))
+    final = {k: usage[k] for k in ("input_tokens", "cache_creation_input_tokens",
+                                   "cache_read_input_tokens", "output_tokens")}  # cumulative
+    events.append(_sse({"type": "message_delta", "delta": {"stop_reason": turn.stop,
+                                                           "stop_sequence": None}, "usage": final}))
+    events.append(_sse({"type": "message_stop"}))
+    return _stream_reply(events, ("request-id", req_id))
+
+
+# --- OpenAI Chat Completions ---------------------------------------------------------
+
+
+def _chat(turn: Turn, model: str, stream: bool, include_usage: bool, seq: int, created: int) -> Reply:
+    cid, req_id = f"chatcmpl-caisson{seq:06d}", f"req_caisson{seq:06d}"
+    finish = _FINISH[turn.stop]
+    usage = render_usage("chat.completions", turn.usage)
+    calls = [{"id": _tool_id(turn, i, "call_", seq), "type": "function",
+              "function": {"name": c.name, "arguments": c.arguments_json()}}
+             for i, c in enumerate(turn.tool_calls)]
+    base = {"id": cid, "created": created, "model": model, "service_tier": "default",
+            "system_fingerprint": None}
+    if not stream:
+        message: dict[str, Any] = {"role": "assistant", "content": turn.text or None,
+                                   "refusal": None, "annotations": []}
+        if calls:
+            message["tool_calls"] = calls
+        body = dict(base, object="chat.completion", usage=usage, choices=[
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}])
+        return json_reply(200, body, (("x-request-id", req_id),))
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        obj = dict(base, object="chat.completion.chunk", choices=[
+            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}])
+        if include_usage:
+            obj["usage"] = None
+        return b"data: " + _json(obj) + b"\n\n"
+
+    events = [chunk({"role": "assistant", "content": "" if turn.text else None, "refusal": None})]
+    events += [chunk({"content": p}) for p in _pieces(turn.text or "")]
+    for i, call in enumerate(calls):
+        head = dict(call, index=i, function={"name": call["function"]["name"], "arguments": ""})
+        events.append(chunk({"tool_calls": [head]}))
+        events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+                   for p in _pieces(call["function"]["arguments"])]
+    events.append(chunk({}, finish))
+    if include_usage:
+        events.append(b"data: " + _json(dict(base, object="chat.completion.chunk", choices=[],
+                                              usage=usage)) + b"\n\n")
+    events.append(b"data: [DONE]\n\n")
+    return _stream_reply(events, ("x-request-id", req_id))
+
+
+# --- OpenAI Responses ----------------------------------------------------------------
+
+
+def _responses(turn: Turn, model: str, stream: bool, seq: int, created: int) -> Reply:
+    rid, req_id = f"resp_caisson{seq:06d}", f"req_caisson{seq:06d}"
+    incomplete = turn.stop == "max_tokens"
+    item_status = "incomplete" if incomplete else "completed"
+    items: list[dict[str, Any]] = []
+    if turn.text:
+        items.append({"id": f"msg_caisson{seq:06d}", "type": "message", "status": item_status,
+                      "role": "assistant", "content": [
+                          {"type": "output_text", "text": turn.text, "annotations": []}]})
+    for i, call in enumerate(turn.tool_calls):
+        items.append({"id": f"fc_caisson{seq:06d}x{i}", "type": "function_call",
+                      "status": item_status, "call_id": _tool_id(turn, i, "call_", seq),
+                      "name": call.name, "arguments": call.arguments_json()})
+    response = {
+        "id": rid, "object": "response", "created_at": created,
+        "status": "incomplete" if incomplete else "completed", "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "instructions": None, "max_output_tokens": None, "model": model, "output": items,
+        "parallel_tool_calls": True, "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None}, "store": False, "temperature": 1.0,
+        "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "top_p": 1.0,
+        "truncation": "disabled", "usage": render_usage("responses", turn.usage),
+        "user": None, "metadata": {},
+    }
+    if not stream:
+        return json_reply(200, response, (("x-request-id", req_id),))
+    events: list[dict[str, Any]] = []
+    pending = dict(response, status="in_progress", incomplete_details=None, output=[], usage=None)
+    events.append({"type": "response.created", "response": pending})
+    events.append({"type": "response.in_progress", "response": pending})
+    for n, item in enumerate(items):
+        where = {"item_id": item["id"], "output_index": n}
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            events.append({"type": "response.output_item.added", "output_index": n,
+                           "item": dict(item, status="in_progress", content=[])})
+            part = {"type": "output_text", "text": "", "annotations": []}
+            events.append({"type": "response.content_part.added", **where, "content_index": 0,
+                           "part": part})
+            events += [{"type": "response.output_text.delta", **where, "content_index": 0,
+                        "delta": p, "logprobs": []} for p in _pieces(text)]
+            events.append({"type": "response.output_text.done", **where, "content_index": 0,
+                           "text": text, "logprobs": []})
+            events.append({"type": "response.content_part.done", **where, "content_index": 0,
+                           "part": dict(part, text=text)})
+        else:
+            events.append({"type": "response.output_item.added", "output_index": n,
+                           "item": dict(item, status="in_progress", arguments="")})
+            events += [{"type": "response.function_call_arguments.delta", **where, "delta": p}
+                       for p in _pieces(item["arguments"])]
+            events.append({"type": "response.function_call_arguments.done", **where,
+                           "name": item["name"], "arguments": item["arguments"]})
+        events.append({"type": "response.output_item.done", "output_index": n, "item": item})
+    terminal = "response.incomplete" if incomplete else "response.completed"
+    events.append({"type": terminal, "response": response})
+    chunks = [_sse({"type": e["type"], "sequence_number": i, **e}) for i, e in enumerate(events)]
+    return _stream_reply(chunks, ("x-request-id", req_id))
+
+
+def render_turn(endpoint: str, turn: Turn, *, model: str, stream: bool,
+                include_usage: bool = False, seq: int = 0, created: int = 0) -> Reply:
+    """Render one turn's response (a scripted ``error`` is rendered by the caller).
+
+    Args:
+        endpoint: ``"messages"``, ``"chat.completions"`` or ``"responses"``.
+        turn: the turn to play.
+        model: the served model id.
+        stream: answer as an SSE stream (the request's ``stream: true``).
+        include_usage: Chat only: the request's ``stream_options.include_usage``.
+        seq: a response counter, for deterministic ids (``msg_caisson000001``, ...).
+        created: Unix time for ``created`` / ``created_at``, seconds.
+
+    Returns:
+        A 200 reply.
+    """
+    if endpoint == "messages":
+        return _anthropic(turn, model, stream, seq)
+    if endpoint == "chat.completions":
+        return _chat(turn, model, stream, include_usage, seq, created)
+    if endpoint == "responses":
+        return _responses(turn, model, stream, seq, created)
+    raise ValueError(f"unknown endpoint {endpoint!r}")
