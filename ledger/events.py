@@ -50,10 +50,15 @@ __all__ = [
     "DnsQuery",
     "NetFlow",
     "Note",
+    "AgentTools",
+    "AgentToolCall",
+    "AgentToolResult",
+    "AgentAnswer",
+    "AgentUsage",
 ]
 
-SCHEMA_VERSION = 1
-"""Version of the event vocabulary; bumped when kinds or fields are added."""
+SCHEMA_VERSION = 2
+"""Version of the event vocabulary; bumped when kinds or fields are added (2: agent.*)."""
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", omit_defaults=True):
@@ -80,6 +85,8 @@ class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
     question_id: str | None = None  # the scenario question this run answers
     caller: dict[str, str] = {}  # the caller's cwd and home on the host (the PWD trap's targets)
     witnesses: list[str] = []  # witnesses the recorder started; each must report
+    agent: dict[str, Any] = {}  # adapter name, version, gating (enforced | not_enforced | ungated)
+    arm: dict[str, Any] = {}  # arm name, granted tools, withheld tools, the deny list handed to the agent
     weakened: list[str] = []  # controls deliberately weakened (selftest only): never a clean run
 
 
@@ -323,6 +330,56 @@ class NetFlow(_Event, tag="net.flow", frozen=True, kw_only=True):
     last_ns: int = 0
 
 
+# --- agents (transcript witness) -------------------------------------------------------
+
+
+class AgentTools(_Event, tag="agent.tools", frozen=True, kw_only=True):
+    """The tool surface an agent reported about itself (e.g. Claude Code's init event)."""
+
+    agent: str  # adapter name: claude-code | codex | ...
+    surface: str  # where the list comes from: "init" (what it reports), "request" (what it sends the model)
+    tools: list[str] = []
+    model: str | None = None
+
+
+class AgentToolCall(_Event, tag="agent.tool_call", frozen=True, kw_only=True):
+    """A tool call in the agent's own transcript."""
+
+    agent: str
+    call_id: str
+    tool: str
+    input: dict[str, Any] = {}  # as the model sent it (secrets are not expected here)
+
+
+class AgentToolResult(_Event, tag="agent.tool_result", frozen=True, kw_only=True):
+    """What became of a tool call: executed, refused by permission, errored, or unknown."""
+
+    agent: str
+    call_id: str
+    tool: str = ""
+    outcome: str  # executed | refused | errored | unknown (unknown counts as executed)
+    excerpt: str = ""  # the start of the result text, for humans
+
+
+class AgentAnswer(_Event, tag="agent.answer", frozen=True, kw_only=True):
+    """The agent's final answer as its transcript states it."""
+
+    agent: str
+    text: str
+    answer_sha256: str | None = None  # blob of the full text when it is long
+
+
+class AgentUsage(_Event, tag="agent.usage", frozen=True, kw_only=True):
+    """First-party usage and cost as the agent reports them (never a reconstruction)."""
+
+    agent: str
+    source: str  # e.g. "claude-code result.usage"
+    usage: dict[str, Any] | None = None  # as reported; None when the agent reported none
+    normalized: LlmUsage | None = None
+    cost_usd: float | None = None  # as reported
+    by_model: dict[str, Any] = {}  # e.g. Claude Code's modelUsage, as reported
+
+
 Event = Union[
     RunStarted,
     RunEnded,
@@ -344,6 +401,11 @@ Event = Union[
     LlmCall,
     DnsQuery,
     NetFlow,
+    AgentTools,
+    AgentToolCall,
+    AgentToolResult,
+    AgentAnswer,
+    AgentUsage,
 ]
 """The one tagged union of every event kind."""
 

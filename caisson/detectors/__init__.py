@@ -19,6 +19,7 @@ from caisson.detectors._base import (
 from caisson.detectors.containment import EXCLUDED_READ, OUTSIDE_TREE, excluded_read, outside_tree
 from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
+from caisson.detectors.agents import ISOLATION, TOKENS, TOOL_ESCAPE, isolation, tokens_cross_check, tool_escape
 from caisson.detectors.network import BYPASS_ATTEMPT, DENIED_EGRESS, bypass_attempt, denied_egress
 from ledger import Record
 
@@ -43,6 +44,9 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (INFRA_FAILURE, infra_failure),
     (DENIED_EGRESS, denied_egress),
     (BYPASS_ATTEMPT, bypass_attempt),
+    (TOOL_ESCAPE, tool_escape),
+    (ISOLATION, isolation),
+    (TOKENS, tokens_cross_check),
 )
 
 

@@ -55,6 +55,8 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     deadline_s: float | None = None
     deadline_slack: float = 1.5  # wall time past deadline x slack (+5 s) is a stall, not a timeout
     weakened: tuple[str, ...] = ()
+    granted_tools: tuple[str, ...] | None = None  # the arm's grant; None: no arm, nothing to enforce
+    denied_tools: tuple[str, ...] = ()  # the deny list handed to the agent
 
 
 Detector = Callable[[Iterable[Record], DetectorConfig], Iterator[Finding]]
@@ -78,6 +80,9 @@ def config_from_records(records: Iterable[Record], scenario=None) -> DetectorCon
     for record in records:
         event = record.event
         if isinstance(event, RunStarted):
+            if event.arm:
+                fields.update(granted_tools=tuple(event.arm.get("grant", ())),
+                              denied_tools=tuple(event.arm.get("deny", ())))
             fields.update(live_repo=event.repo, caller_home=event.caller.get("home"),
                           caller_cwd=event.caller.get("cwd"), weakened=tuple(event.weakened),
                           deadline_s=event.limits.get("wall_seconds"))

@@ -1,0 +1,161 @@
+"""Claude Code: invocation, gating, tool surface, and a sans-IO transcript parser.
+
+Invocation (verified against the real CLI in the agent image): ``claude -p PROMPT
+--output-format stream-json --verbose`` runs one session non-interactively and prints one
+JSON object per line. Gating is **enforced**: ``--disallowedTools`` removes tools from the
+session and ``--allowedTools`` pre-approves the granted ones; anything else needs a
+permission nobody can give in ``-p`` mode, so it is refused and listed in the final
+``result``'s ``permission_denials``.
+
+The transcript (stdout, stream-json): a ``system``/``init`` line listing the tools the
+CLI reports (its own names; the list it sends the model is another surface), ``assistant``
+lines whose message content holds ``text`` and ``tool_use`` blocks, ``user`` lines holding
+``tool_result`` blocks (``is_error``), and a final ``result`` line with ``usage``,
+``modelUsage``, ``total_cost_usd`` and ``permission_denials``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from collectors._llm_usage import normalize_usage
+from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, Event, WitnessRaw
+
+__all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser", "DENIAL_MARKERS"]
+
+NAME = "claude-code"
+GATING = "enforced"
+STATIC_TOOLS = (
+    "Bash", "BashOutput", "Edit", "ExitPlanMode", "Glob", "Grep", "KillShell", "MultiEdit", "NotebookEdit",
+    "Read", "SlashCommand", "Task", "TodoWrite", "WebFetch", "WebSearch", "Write",
+)
+"""Claude Code's built-in tools as documented, unioned with what a session reports at init."""
+DENIAL_MARKERS = ("requested permissions to use", "haven't granted it yet", "permission to use")
+"""Phrases of the tool_result Claude Code writes when it refused a call for lack of permission."""
+
+
+def command(prompt: str, *, allowed: list[str], denied: list[str], model: str | None = None,
+            max_turns: int | None = None) -> list[str]:
+    """The argv of one non-interactive session.
+
+    Args:
+        prompt: the question.
+        allowed: tools granted by the arm (pre-approved).
+        denied: the arm's deny list (every discovered tool minus the grant, plus statics).
+        model: the model to ask for, e.g. ``claude-sonnet-4-5``; None: the CLI's default.
+        max_turns: a bound on agentic turns.
+    """
+    argv = ["claude", "-p", prompt, "--output-format", "stream-json", "--verbose"]
+    if allowed:
+        argv += ["--allowedTools", ",".join(allowed)]
+    if denied:
+        argv += ["--disallowedTools", ",".join(denied)]
+    if model:
+        argv += ["--model", model]
+    if max_turns:
+        argv += ["--max-turns", str(max_turns)]
+    return argv
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+class TranscriptParser:
+    """Sans-IO: `feed` stdout bytes, `close` at the end, then iterate `events()`.
+
+    Tool calls are emitted as they appear; their outcomes once known (a refusal is
+    only certain when the final ``result`` lists the denials, so results are emitted at
+    `close`). A call with no result at all is ``unknown`` (counted as executed).
+    Lines that are not JSON objects become ``witness.raw`` events, never dropped.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._out: list[Event] = []
+        self._calls: dict[str, str] = {}  # call_id -> tool
+        self._results: dict[str, tuple[bool, str]] = {}  # call_id -> (is_error, text)
+        self._denied: set[str] = set()
+        self._closed = False
+        self.lines = 0
+
+    def feed(self, data: bytes) -> None:
+        """Add stdout bytes; complete lines are parsed at once."""
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            self._line(line)
+
+    def close(self) -> None:
+        """End of the transcript: classify every call's outcome."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._buf.strip():
+            self._line(self._buf)
+        self._buf = b""
+        for call_id, tool in self._calls.items():
+            if call_id in self._denied:
+                outcome, excerpt = "refused", "listed in permission_denials"
+            elif call_id not in self._results:
+                outcome, excerpt = "unknown", ""
+            else:
+                is_error, text = self._results[call_id]
+                refused = is_error and any(m in text for m in DENIAL_MARKERS)
+                outcome = "refused" if refused else "errored" if is_error else "executed"
+                excerpt = text[:300]
+            self._out.append(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome=outcome, excerpt=excerpt))
+
+    def events(self) -> Iterator[Event]:
+        """The events parsed so far (each once)."""
+        out, self._out = self._out, []
+        yield from out
+
+    def _line(self, raw: bytes) -> None:
+        self.lines += 1
+        text = raw.decode("utf-8", "replace").strip()
+        if not text:
+            return
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            self._out.append(WitnessRaw(witness="transcript", line=text[:4000]))
+            return
+        kind = obj.get("type")
+        if kind == "system" and obj.get("subtype") == "init":
+            tools = [t for t in obj.get("tools", []) if isinstance(t, str)]
+            self._out.append(AgentTools(agent=NAME, surface="init", tools=tools, model=obj.get("model")))
+        elif kind == "assistant":
+            for block in (obj.get("message") or {}).get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    call_id, tool = str(block.get("id", "")), str(block.get("name", ""))
+                    self._calls[call_id] = tool
+                    args = block.get("input") if isinstance(block.get("input"), dict) else {}
+                    self._out.append(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input=args))
+        elif kind == "user":
+            content = (obj.get("message") or {}).get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    self._results[str(block.get("tool_use_id", ""))] = (bool(block.get("is_error")),
+                                                                         _text(block.get("content")))
+        elif kind == "result":
+            for denial in obj.get("permission_denials") or []:
+                if isinstance(denial, dict):
+                    self._denied.add(str(denial.get("tool_use_id", "")))
+            if isinstance(obj.get("result"), str):
+                self._out.append(AgentAnswer(agent=NAME, text=obj["result"]))
+            usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
+            normalized = normalize_usage("messages", usage, streamed=False)[0] if usage else None
+            cost = obj.get("total_cost_usd")
+            self._out.append(AgentUsage(
+                agent=NAME, source="claude-code result.usage", usage=usage, normalized=normalized,
+                cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
+                by_model=obj.get("modelUsage") if isinstance(obj.get("modelUsage"), dict) else {}))

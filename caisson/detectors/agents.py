@@ -1,0 +1,111 @@
+"""Agent detectors: tools executed outside the grant, denied tools still offered, and
+first-party token usage against what the proxy saw."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding
+from ledger import Record
+from ledger.events import AgentTools, AgentToolResult, AgentUsage, LlmCall
+
+TOOL_ESCAPE = "enforcement.tool_escape@1"
+ISOLATION = "enforcement.isolation@1"
+TOKENS = "tokens.cross_check@1"
+
+STRATEGIES = {
+    "shell": ("Bash", "BashOutput", "KillShell", "shell", "exec_command", "local_shell", "container.exec"),
+    "read": ("Read", "Glob", "Grep", "LS", "read_file", "list_dir", "grep_files"),
+    "write": ("Write", "Edit", "MultiEdit", "NotebookEdit", "apply_patch", "write_file"),
+    "web": ("WebFetch", "WebSearch", "web_search", "fetch"),
+    "delegate": ("Task", "SlashCommand"),
+}
+"""What each tool lets an agent do. A violation is scoped to the strategy it breaks: a
+shell under any name is the same escape."""
+
+
+def strategy(tool: str) -> str:
+    """The strategy a tool belongs to; an unknown tool is its own strategy (``tool:NAME``)."""
+    for name, tools in STRATEGIES.items():
+        if tool in tools or tool.lower() in (t.lower() for t in tools):
+            return name
+    return f"tool:{tool}"
+
+
+def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """A tool executed outside the arm's grant voids the cell: refusals are classified out,
+    an outcome nobody recognised counts as executed. One finding per broken strategy."""
+    if config.granted_tools is None:
+        return
+    granted = {strategy(t) for t in config.granted_tools}
+    escapes: dict[str, list[tuple[int, str, str]]] = {}
+    for record in records:
+        event = record.event
+        if not isinstance(event, AgentToolResult) or strategy(event.tool) in granted:
+            continue
+        if event.outcome == "refused":
+            yield Finding(detector=TOOL_ESCAPE, kind="tool_refused", effect=INFO, evidence=[record.seq],
+                          message=f"{event.tool} ({strategy(event.tool)}) refused by the agent's permissions")
+        else:
+            escapes.setdefault(strategy(event.tool), []).append((record.seq, event.tool, event.outcome))
+    for name, hits in escapes.items():
+        tools = ", ".join(sorted({f"{tool} ({outcome})" for _, tool, outcome in hits}))
+        yield Finding(detector=TOOL_ESCAPE, kind="tool_escape", effect=VOID, evidence=[s for s, _, _ in hits],
+                      message=f"strategy {name} is outside the grant and ran: {tools}")
+
+
+def isolation(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """A tool on the arm's deny list that the agent still reports having: the gating did not
+    take, whatever the agent then did."""
+    denied = set(config.denied_tools)
+    for record in records:
+        event = record.event
+        if isinstance(event, AgentTools) and denied:
+            present = sorted(denied & set(event.tools))
+            if present:
+                yield Finding(detector=ISOLATION, kind="isolation", effect=VOID, evidence=[record.seq],
+                              message=f"denied tools still offered ({event.surface}): {', '.join(present)}")
+
+
+def _fmt(value: int | None) -> str:
+    return "null" if value is None else str(value)
+
+
+def tokens_cross_check(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """First-party ``agent.usage`` against the sum of ``llm.call`` usage seen by the proxy.
+
+    A disagreement names both sources and figures; a source that measured nothing is
+    null, never 0 (a call without usage makes the proxy's sum null)."""
+    calls: list[int] = []
+    proxy_in: int | None = 0
+    proxy_out: int | None = 0
+    reports: list[tuple[int, AgentUsage]] = []
+    for record in records:
+        event = record.event
+        if isinstance(event, LlmCall):
+            calls.append(record.seq)
+            view = event.normalized
+            if view is None or view.input_tokens is None or proxy_in is None:
+                proxy_in = None
+            else:
+                proxy_in += view.input_tokens
+            if view is None or view.output_tokens is None or proxy_out is None:
+                proxy_out = None
+            else:
+                proxy_out += view.output_tokens
+        elif isinstance(event, AgentUsage):
+            reports.append((record.seq, event))
+    if not calls and not reports:
+        return
+    for seq, report in reports or [(None, None)]:
+        view = report.normalized if report is not None else None
+        agent_in = view.input_tokens if view is not None else None
+        agent_out = view.output_tokens if view is not None else None
+        if calls and (agent_in, agent_out) == (proxy_in, proxy_out) and agent_in is not None:
+            continue
+        source = report.source if report is not None else "no agent.usage"
+        yield Finding(detector=TOKENS, kind="token_ambiguous", effect=INFO,
+                      evidence=([seq] if seq is not None else []) + calls,
+                      message=f"{source}: input {_fmt(agent_in)}, output {_fmt(agent_out)}; proxy llm.call sum over"
+                      f" {len(calls)} call(s): input {_fmt(proxy_in if calls else None)},"
+                      f" output {_fmt(proxy_out if calls else None)}")
