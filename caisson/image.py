@@ -37,7 +37,15 @@ from pathlib import Path
 
 from caisson.errors import ChamberError
 
-__all__ = ["IMAGES_DIR", "recipe_dir", "recipe_chain", "recipe_digest", "image_tag", "image_id", "build_image"]
+__all__ = [
+    "IMAGES_DIR",
+    "recipe_dir",
+    "recipe_chain",
+    "recipe_digest",
+    "image_tag",
+    "image_id",
+    "build_image",
+]
 
 IMAGES_DIR = Path(
     os.environ.get("CAISSON_IMAGES_DIR", Path(__file__).resolve().parent.parent / "images")

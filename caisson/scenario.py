@@ -39,6 +39,8 @@ __all__ = [
     "Fact",
     "Limits",
     "Egress",
+    "Arm",
+    "AgentSettings",
     "Question",
     "Scenario",
     "load_scenario",
@@ -157,6 +159,30 @@ class Egress(_Strict):
     certificate of a local endpoint); relative paths are relative to the scenario file."""
 
 
+class Arm(_Strict):
+    """A strategy: the tools an agent may use, and what it withholds.
+
+    The deny list handed to the agent is every tool its adapter knows or discovers minus
+    ``grant``, plus ``withhold`` (built-ins or backends withheld by name).
+    """
+
+    name: NonEmpty
+    grant: list[NonEmpty] = []
+    """Tools the arm grants, by the agent's own names (e.g. ``Bash``, ``Grep``, ``Read``)."""
+    withhold: list[NonEmpty] = []
+    """Tools or backends always denied, whatever the grant."""
+    description: str = ""
+
+
+class AgentSettings(_Strict):
+    """How the scenario runs real agents."""
+
+    model: str | None = None
+    """The model the agent asks for (the scripted endpoint can serve any name)."""
+    max_turns: int | None = None
+    """A bound on the agent's turns, where its CLI has one."""
+
+
 class Scenario(_Strict):
     """A set of questions about one repository and the sandbox rules they need."""
 
@@ -186,6 +212,10 @@ class Scenario(_Strict):
     """Resource limits of the chamber."""
     egress: Egress = Egress()
     """The network policy (default: nothing leaves the chamber)."""
+    arms: list[Arm] = []
+    """The strategies a study compares; `caisson record --arm NAME` picks one."""
+    agent: AgentSettings = AgentSettings()
+    """Settings for real agents (`caisson record --agent NAME`)."""
 
 
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<at>[^`]*)`)?$", re.S)

@@ -66,3 +66,18 @@ def chamber_image() -> str:
             require("building the chamber image needs root")
     image.build_image("chamber", log=lambda line: None)
     return tag
+
+
+@pytest.fixture(scope="session")
+def agent_image() -> str:
+    """Build the agent image (chamber + agent CLIs) if its tag is missing; return the tag."""
+    require_docker()
+    tag = image.image_tag("agent")
+    if image.image_id(tag) is None:
+        for tool in ("debootstrap", "npm"):
+            if shutil.which(tool) is None:
+                require(f"{tool} not installed: needed to build the agent image")
+        if os.geteuid() != 0:
+            require("building the agent image needs root")
+    image.build_image("agent", log=lambda line: None)
+    return tag
