@@ -30,7 +30,7 @@ from caisson.errors import ChamberError
 from caisson.sandbox import Sandbox
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
-from ledger.events import BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt
+from ledger.events import AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
            "WitnessContext", "run_session", "WITNESS_GRACE_S"]
@@ -119,7 +119,8 @@ class Session(msgspec.Struct, kw_only=True):
     witnesses: list
     monitor: str | None
     fingerprint_key: bytes
-    network: bool = False  # weakened: the default bridge instead of a witnessed network
+    network: bool = False  # weakened: a network with a route out and no firewall
+    transcript: Any = None  # the agent adapter's transcript parser factory, or None
 
 
 async def run_session(s: Session) -> RunOutcome:
@@ -224,7 +225,16 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
         return (RunOutcome(run_id=run_id, run_dir=s.run_dir, status="infra_failure", exit_code=EXIT_INFRA,
                            reason=str(result)),
                 RunEnded(status="infra_failure", reason=str(result)))
-    for event in _artifacts(s.writer, result, s.sandbox_dir, s.scenario):
+    answer_text = None
+    if s.transcript is not None:  # the agent's own account, from its stdout
+        parser = s.transcript()
+        parser.feed(result.stdout)
+        parser.close()
+        for event in parser.events():
+            if isinstance(event, AgentAnswer):
+                answer_text = event.text
+            await send.send(Submission(source="transcript", event=event))
+    for event in _artifacts(s.writer, result, s.sandbox_dir, s.scenario, answer_text):
         await send.send(Submission(source="recorder", event=event))
     end, outcome = _ended(result, run_id, s.run_dir)
     return outcome, end
@@ -240,14 +250,17 @@ def _drain(receive: trio.MemoryReceiveChannel[Submission], writer: LedgerWriter)
         writer.append(item.event, source=item.source, wall_ns=item.wall_ns, mono_ns=item.mono_ns)
 
 
-def _artifacts(writer: LedgerWriter, result: ContainerResult, sandbox_dir: Path, scenario: Scenario):
-    """Store stdout, stderr and the answer file as blobs; yield their ``blob.stored`` events."""
+def _artifacts(writer: LedgerWriter, result: ContainerResult, sandbox_dir: Path, scenario: Scenario,
+               answer_text: str | None = None):
+    """Store stdout, stderr and the answer (the answer file, else the agent's final answer in
+    its transcript) as blobs; yield their ``blob.stored`` events."""
     assert writer.blobs is not None
     found = [("stdout", result.stdout), ("stderr", result.stderr)]
-    if scenario.answer_file:
-        answer = sandbox_dir / scenario.answer_file
-        if answer.is_file() and not answer.is_symlink():
-            found.append(("answer", answer.read_bytes()))
+    answer = sandbox_dir / scenario.answer_file if scenario.answer_file else None
+    if answer is not None and answer.is_file() and not answer.is_symlink():
+        found.append(("answer", answer.read_bytes()))
+    elif answer_text is not None:
+        found.append(("answer", answer_text.encode()))
     for role, data in found:
         digest = writer.blobs.put(data)
         yield BlobStored(sha256=digest, size_bytes=len(data), role=role, media_type="text/plain")

@@ -125,6 +125,9 @@ def build_env(
         if name in caller:
             env[name] = caller[name]
     env.update(scenario.env)
+    for name in scenario.pass_credentials:  # passed on purpose, from the caller, recorded as fingerprints
+        if name in caller:
+            env[name] = caller[name]
     env.update(overrides)
     stripped = sorted(
         name for name in env

@@ -58,6 +58,8 @@ class RecordOptions(msgspec.Struct, kw_only=True):
     monitor: str | None = None
     image: str | None = None  # default: the chamber image of images/chamber
     question: str | None = None  # a scenario question id; its prompt goes to CAISSON_PROMPT
+    agent: str | None = None  # a real agent adapter (caisson.agents); builds the command from the question
+    arm: str | None = None  # a scenario arm: the agent's grant and deny list
     weaken: list[str] = []  # controls to weaken on purpose (selftest only; see WEAKENABLE)
 
 
@@ -66,7 +68,8 @@ WEAKENABLE = {
     "live_repo": "a copy of the live repository is mounted at its own absolute path",
     "env": "the caller's OLDPWD, PWD and a planted credential reach the chamber",
     "tracer_user": "the tracer runs as the agent's user, so the agent can signal it",
-    "network": "the chamber gets the default bridge network instead of none",
+    "network": "the chamber network gets a route out and the host's side is not firewalled",
+    "deny_list": "the agent is handed the arm's withheld tools as allowed, and no deny list",
 }
 """Controls `caisson selftest` weakens one at a time to show the detector behind each fires.
 A run with any weakened control records it in ``run.started`` and can never be clean."""
@@ -105,6 +108,40 @@ def _host_facts(engine_info: dict) -> dict:
     return facts
 
 
+def _agent_command(options: RecordOptions, scenario: Scenario, question):
+    """The command, agent and arm facts, and transcript parser of a real-agent run.
+
+    Raises:
+        UsageError: unknown agent or arm, no question, or a command given as well.
+    """
+    from caisson.agents import adapter, deny_list
+
+    spec = adapter(options.agent)
+    if options.command:
+        raise UsageError("--agent builds the command itself: give no command after --")
+    if question is None:
+        raise UsageError("--agent needs --question ID (the prompt it is given)")
+    arm = None
+    if options.arm is not None:
+        arm = next((a for a in scenario.arms if a.name == options.arm), None)
+        if arm is None:
+            known = ", ".join(a.name for a in scenario.arms) or "none"
+            raise UsageError(f"--arm {options.arm}: not in the scenario; its arms: {known}")
+    grant = list(arm.grant) if arm else []
+    deny = deny_list(spec.static_tools, grant, arm.withhold) if arm else []
+    handed_allowed, handed_deny = grant, deny
+    if "deny_list" in options.weaken and arm is not None:  # selftest: a deliberately wrong deny list
+        handed_allowed, handed_deny = grant + list(arm.withhold), []
+    command = spec.command(question.prompt, allowed=handed_allowed, denied=handed_deny,
+                           model=scenario.agent.model, max_turns=scenario.agent.max_turns)
+    env = {**spec.env, **options.env}
+    image = options.image or image_tag(spec.image)
+    options = msgspec.structs.replace(options, command=command, env=env, image=image)
+    agent_info = {"name": spec.name, "gating": spec.gating}
+    arm_info = {"name": arm.name, "grant": grant, "withhold": list(arm.withhold), "deny": deny} if arm else {}
+    return options, agent_info, arm_info, spec.transcript
+
+
 def _prepare_run_dir(out: Path | None, run_id: str) -> Path:
     run_dir = Path(out) if out is not None else Path("runs") / run_id
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
@@ -133,8 +170,8 @@ def record(options: RecordOptions, *, witnesses: list[Witness] | None = None) ->
 
 
 async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcome:
-    if not options.command:
-        raise UsageError("no command given: caisson record [OPTIONS] -- CMD [ARG ...]")
+    if not options.command and options.agent is None:
+        raise UsageError("no command given: caisson record [OPTIONS] -- CMD [ARG ...] (or --agent NAME)")
     if options.commit and options.repo is None:
         raise UsageError("--commit needs --repo")
     scenario = load_scenario(options.scenario) if options.scenario else Scenario(name="adhoc")
@@ -151,6 +188,9 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
         if question is None:
             known = ", ".join(q.id for q in scenario.questions) or "none (pass --scenario)"
             raise UsageError(f"--question {options.question}: not in the scenario; its questions: {known}")
+    agent_info, arm_info, transcript = {}, {}, None
+    if options.agent is not None:
+        options, agent_info, arm_info, transcript = _agent_command(options, scenario, question)
     uid, gid = _user_ids(scenario.user)
     egress = scenario.egress
     networked = egress.witnessed if egress.witnessed is not None else bool(egress.allow_hosts)
@@ -225,6 +265,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 caller={"cwd": os.getcwd(), "home": os.path.expanduser("~")},
                 witnesses=[w.name for w in witnesses],
                 weakened=sorted(options.weaken),
+                agent=agent_info,
+                arm=arm_info,
             )
             spec = ContainerSpec(
                 image=tag,
@@ -244,7 +286,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             session = Session(engine=engine, writer=writer, spec=spec, manifest=manifest, sandbox=sandbox,
                               sandbox_dir=sandbox_dir, scenario=scenario, scenario_bytes=scenario_bytes,
                               run_dir=run_dir, scratch=scratch, witnesses=witnesses, monitor=options.monitor,
-                              fingerprint_key=fingerprint_key(key), network="network" in options.weaken)
+                              fingerprint_key=fingerprint_key(key), network="network" in options.weaken,
+                              transcript=transcript)
             return await run_session(session)
         finally:
             with trio.CancelScope(shield=True):

@@ -257,6 +257,17 @@ def _check(scenario: Scenario, path: str) -> None:
             )
 
 
+def _no_literal_credentials(scenario: Scenario, path: str) -> None:
+    from caisson.envpin import is_credential
+
+    for name in scenario.env:
+        if is_credential(name, scenario.credential_patterns):
+            raise ScenarioError(
+                f"{name} looks like a credential: a scenario file is kept with every run, so never put a"
+                f" secret in it; set {name} in the caller's environment and list it in pass_credentials",
+                path=path, field=f"$.env.{name}")
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file.
 
@@ -305,6 +316,7 @@ def parse_scenario(data: bytes, name: str) -> Scenario:
     except msgspec.ValidationError as e:
         raise _validation_error(e, name) from e
     _check(scenario, name)
+    _no_literal_credentials(scenario, name)
     return scenario
 
 

@@ -373,7 +373,7 @@ class AgentUsage(_Event, tag="agent.usage", frozen=True, kw_only=True):
     """First-party usage and cost as the agent reports them (never a reconstruction)."""
 
     agent: str
-    source: str  # e.g. "claude-code result.usage"
+    token_source: str  # where the counts come from, e.g. "claude-code result.usage"
     usage: dict[str, Any] | None = None  # as reported; None when the agent reported none
     normalized: LlmUsage | None = None
     cost_usd: float | None = None  # as reported

@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--monitor", metavar="ADDR", help="stream events as JSON lines to unix:PATH or tcp:HOST:PORT")
     p.add_argument("--image", metavar="TAG", help="chamber image (default: the images/chamber recipe's tag)")
     p.add_argument("--question", metavar="ID", help="the scenario question this run answers (CAISSON_PROMPT)")
+    p.add_argument("--agent", metavar="NAME", help="run a real agent (claude-code, ...) on the question")
+    p.add_argument("--arm", metavar="NAME", help="the scenario arm: the agent's granted and denied tools")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
 
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     options = RecordOptions(
         command=cmd, scenario=args.scenario, repo=args.repo, commit=args.commit, out=args.out,
         timeout_s=args.timeout, env=parse_env_assignments(args.env), monitor=args.monitor, image=args.image,
-        question=args.question,
+        question=args.question, agent=args.agent, arm=args.arm,
     )
     outcome = record(options, witnesses=default_witnesses())
     detail = f"exit {outcome.command_exit}" if outcome.status == "completed" else outcome.reason

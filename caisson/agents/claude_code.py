@@ -28,12 +28,19 @@ __all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser", "DEN
 NAME = "claude-code"
 GATING = "enforced"
 STATIC_TOOLS = (
+    # documented built-ins
     "Bash", "BashOutput", "Edit", "ExitPlanMode", "Glob", "Grep", "KillShell", "MultiEdit", "NotebookEdit",
     "Read", "SlashCommand", "Task", "TodoWrite", "WebFetch", "WebSearch", "Write",
+    # discovered: the init event of 2.1.328 with no tool restriction (scenarios/agents/README.md)
+    "CronCreate", "CronDelete", "CronList", "EnterWorktree", "ExitWorktree", "ListAgents", "Monitor",
+    "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "TaskCreate", "TaskGet", "TaskList", "TaskStop",
+    "TaskUpdate", "ToolSearch", "Workflow",
 )
-"""Claude Code's built-in tools as documented, unioned with what a session reports at init."""
-DENIAL_MARKERS = ("requested permissions to use", "haven't granted it yet", "permission to use")
-"""Phrases of the tool_result Claude Code writes when it refused a call for lack of permission."""
+"""Claude Code's tools: the documented built-ins unioned with what a session reports at init."""
+DENIAL_MARKERS = ("requested permissions to use", "haven't granted it yet", "permission to use",
+                  "No such tool available", "is disabled for this session")
+"""Phrases of the tool_result Claude Code writes when it refused a call: no permission
+(then also listed in ``permission_denials``), or a tool the deny list removed."""
 
 
 def command(prompt: str, *, allowed: list[str], denied: list[str], model: str | None = None,
@@ -156,6 +163,6 @@ class TranscriptParser:
             normalized = normalize_usage("messages", usage, streamed=False)[0] if usage else None
             cost = obj.get("total_cost_usd")
             self._out.append(AgentUsage(
-                agent=NAME, source="claude-code result.usage", usage=usage, normalized=normalized,
+                agent=NAME, token_source="claude-code result.usage", usage=usage, normalized=normalized,
                 cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
                 by_model=obj.get("modelUsage") if isinstance(obj.get("modelUsage"), dict) else {}))

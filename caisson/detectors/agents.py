@@ -56,15 +56,24 @@ def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[F
 
 def isolation(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A tool on the arm's deny list that the agent still reports having: the gating did not
-    take, whatever the agent then did."""
-    denied = set(config.denied_tools)
+    take, whatever the agent then did (void). A tool it reports that is neither granted nor
+    denied was never discovered: the deny list missed it (shown, for the adapter's list)."""
+    if config.granted_tools is None:
+        return
+    denied, granted = set(config.denied_tools), set(config.granted_tools)
     for record in records:
         event = record.event
-        if isinstance(event, AgentTools) and denied:
-            present = sorted(denied & set(event.tools))
-            if present:
-                yield Finding(detector=ISOLATION, kind="isolation", effect=VOID, evidence=[record.seq],
-                              message=f"denied tools still offered ({event.surface}): {', '.join(present)}")
+        if not isinstance(event, AgentTools):
+            continue
+        present = sorted(denied & set(event.tools))
+        if present:
+            yield Finding(detector=ISOLATION, kind="isolation", effect=VOID, evidence=[record.seq],
+                          message=f"denied tools still offered ({event.surface}): {', '.join(present)}")
+        unknown = sorted(set(event.tools) - denied - granted)
+        if unknown:
+            yield Finding(detector=ISOLATION, kind="undiscovered_tool", effect=INFO, evidence=[record.seq],
+                          message=f"tools offered ({event.surface}) that the deny list does not know:"
+                          f" {', '.join(unknown)}")
 
 
 def _fmt(value: int | None) -> str:
@@ -103,7 +112,7 @@ def tokens_cross_check(records: Iterable[Record], config: DetectorConfig) -> Ite
         agent_out = view.output_tokens if view is not None else None
         if calls and (agent_in, agent_out) == (proxy_in, proxy_out) and agent_in is not None:
             continue
-        source = report.source if report is not None else "no agent.usage"
+        source = report.token_source if report is not None else "no agent.usage"
         yield Finding(detector=TOKENS, kind="token_ambiguous", effect=INFO,
                       evidence=([seq] if seq is not None else []) + calls,
                       message=f"{source}: input {_fmt(agent_in)}, output {_fmt(agent_out)}; proxy llm.call sum over"

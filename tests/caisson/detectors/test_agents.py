@@ -42,10 +42,12 @@ def test_tool_escape_is_silent_within_the_grant_and_without_an_arm():
 
 
 def test_isolation_fires_when_a_denied_tool_is_still_offered():
-    records = play(AgentTools(agent="claude-code", surface="init", tools=["Grep", "Read", "Bash"]))
+    records = play(AgentTools(agent="claude-code", surface="init", tools=["Grep", "Read", "Bash", "Cron"]))
     assert list(isolation(records, GREP_ONLY)) == [
         Finding(detector=ISOLATION, kind="isolation", effect="void", evidence=[0],
-                message="denied tools still offered (init): Bash")]
+                message="denied tools still offered (init): Bash"),
+        Finding(detector=ISOLATION, kind="undiscovered_tool", effect="info", evidence=[0],
+                message="tools offered (init) that the deny list does not know: Cron")]
     assert list(isolation(play(AgentTools(agent="claude-code", surface="init", tools=["Grep"])), GREP_ONLY)) == []
 
 
@@ -55,7 +57,7 @@ def call(inp, out):
 
 
 def usage(inp, out):
-    return AgentUsage(agent="claude-code", source="claude-code result.usage",
+    return AgentUsage(agent="claude-code", token_source="claude-code result.usage",
                       normalized=LlmUsage(input_tokens=inp, output_tokens=out))
 
 

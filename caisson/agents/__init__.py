@@ -1,0 +1,58 @@
+"""Agent adapters: how each real agent CLI is invoked, gated, and read back.
+
+Each adapter names its gating capability as DESIGN.md defines it: ``enforced`` (its real
+flags restrict tools, verified against the CLI), ``not_enforced`` (it could gate, no
+verified mapping yet) or ``ungated`` (it cannot gate). `deny_list` is the arm's deny list:
+every tool the adapter knows (its static list, unioned with what sessions discovered)
+minus the grant, plus what the arm withholds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import msgspec
+
+from caisson.agents import claude_code
+from caisson.errors import UsageError
+
+__all__ = ["Adapter", "ADAPTERS", "adapter", "deny_list"]
+
+
+class Adapter(msgspec.Struct, frozen=True, kw_only=True):
+    """One agent CLI as the recorder drives it."""
+
+    name: str
+    gating: str  # enforced | not_enforced | ungated
+    image: str  # the image recipe it runs in
+    static_tools: tuple[str, ...]
+    env: dict[str, str]  # variables it needs in the chamber (no secrets)
+    command: Callable[..., list[str]]  # (prompt, *, allowed, denied, model, max_turns) -> argv
+    transcript: Callable[[], object] | None  # a sans-IO parser factory (feed, close, events)
+
+
+ADAPTERS: dict[str, Adapter] = {
+    claude_code.NAME: Adapter(
+        name=claude_code.NAME, gating=claude_code.GATING, image="agent", static_tools=claude_code.STATIC_TOOLS,
+        env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+             "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"},
+        command=claude_code.command, transcript=claude_code.TranscriptParser),
+}
+
+
+def adapter(name: str) -> Adapter:
+    """The adapter called ``name``.
+
+    Raises:
+        UsageError: no such adapter (the message lists the known ones).
+    """
+    try:
+        return ADAPTERS[name]
+    except KeyError:
+        raise UsageError(f"--agent {name}: unknown agent; known: {', '.join(sorted(ADAPTERS))}") from None
+
+
+def deny_list(known: Iterable[str], grant: Iterable[str], withhold: Iterable[str]) -> list[str]:
+    """Every known tool minus the grant, plus the withheld ones; sorted, no duplicates."""
+    granted = set(grant)
+    return sorted((set(known) - granted) | set(withhold))
