@@ -247,6 +247,7 @@ class StraceParser:
         self._ppid: dict[int, int | None] = {}
         self._pids: dict[int, int] = {}
         self._pending: dict[int, _Pending] = {}
+        self._fds: dict[tuple[int, int], str] = {}  # (tgid, fd) -> path, from -yy results of opens
         self._held: dict[int, list[tuple[int | None, object, str]]] = {}
         self._seen_any = False
         self._last_ns: int | None = None
@@ -451,6 +452,11 @@ class StraceParser:
 
     def _path(self, task: _Task, args: list[str], dirfd: int | None, i: int) -> str:
         path = self._string(args[i])
+        via_fd = _FD_PATH.match(path)
+        if via_fd is not None:  # /proc/self/fd/N/... or /dev/fd/N/...: the directory the fd holds
+            base = self._fds.get((task.tgid, int(via_fd[1])))
+            if base is not None:
+                return _clean(base + path[via_fd.end():])
         if path.startswith("/"):
             return _clean(path)
         base = task.fs.cwd
@@ -514,8 +520,12 @@ class StraceParser:
             else:
                 flags = args[at + 1]
             access = "rw" if "O_RDWR" in flags.split("|") else "w" if "O_WRONLY" in flags.split("|") else "r"
+            real = _decoration_path(res.decoration) if not failed else None
+            if real is not None and res.value is not None:
+                self._fds[(task.tgid, res.value)] = real
             return FileOpen(**ident, syscall=name, path=path, flags=flags, access=access,
-                            result=None if failed else res.value, errno=errno)
+                            result=None if failed else res.value, errno=errno,
+                            real_path=real if real != path else None)
         if name in _CHANGES:
             dirfd, at, second, second_dirfd = _CHANGES[name]
             path = self._path(task, args, dirfd, at)
@@ -548,6 +558,23 @@ class StraceParser:
         if name in ("chdir", "fchdir", "exit_group"):
             return None
         return False
+
+
+def _decoration_path(deco: str | None) -> str | None:
+    """The path in a ``-yy`` fd decoration, its escapes decoded (strace escapes it like a string)."""
+    if not deco or not deco.startswith("/"):
+        return None
+    device = _DEVICE.match(deco)  # -yy adds the device numbers of char and block devices
+    if device is not None:
+        deco = device[1]
+    decoded = decode_string('"' + deco.replace('"', '\\"') + '"')
+    return decoded[0] if decoded is not None else deco
+
+
+_DEVICE = re.compile(r"^(.*)<(?:char|block) \d+:\d+>$")
+_FD_PATH = re.compile(r"^/(?:proc/self|dev)/fd/(\d+)(?=/|$)")
+"""A path through one of the process's own fds; the fd's path comes from its open's -yy result.
+(Not traced: close and dup, so a reused fd number may map stale; an open re-maps it.)"""
 
 
 def _text(c: Call, body: str) -> str:

@@ -170,6 +170,7 @@ class FileOpen(_Event, tag="file.open", frozen=True, kw_only=True):
     access: str = "r"  # r | w | rw
     result: int | None = None  # the fd, or None on failure
     errno: str | None = None
+    real_path: str | None = None  # the kernel's resolution of the opened file (-yy), symlinks followed
 
 
 class FileChange(_Event, tag="file.change", frozen=True, kw_only=True):

@@ -37,7 +37,9 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
         event = record.event
         if not isinstance(event, FileOpen):
             continue
-        path = norm(event.path, cwd or root)
+        path = norm(event.real_path or event.path, cwd or root)
+        if not under(path, root) or path == root:
+            path = norm(event.path, cwd or root)
         if not under(path, root) or path == root:
             continue
         rel = path[len(root) + 1 :]
@@ -83,6 +85,8 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
             continue
         ok = event.result is not None if isinstance(event, FileOpen) else event.result == 0
         paths = [event.path] + ([event.target] if isinstance(event, FileChange) and event.target else [])
+        if isinstance(event, FileOpen) and event.real_path:  # a symlink cannot hide where it led
+            paths.append(event.real_path)
         for raw in paths:
             path = norm(raw, cwd or root)
             if any(under(path, p) for p in inside):

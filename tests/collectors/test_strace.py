@@ -427,3 +427,26 @@ def test_arbitrary_bytes_never_raise(data):
 def test_mangled_golden_lines_never_raise(parts):
     data = b"".join(line[:a] + junk + line[a + b :] for line, a, b, junk in parts)
     parse([data])
+
+
+def test_paths_through_a_process_own_fd_are_mapped_back_and_real_paths_kept():
+    from collectors.strace import StraceParser
+    from ledger.events import FileChange, FileOpen
+
+    trace = (
+        b'7 1700000000.000001 openat(AT_FDCWD</w>, "/w/sb", O_RDONLY|O_PATH|O_CLOEXEC) = 14</w/sb>\n'
+        b'7 1700000000.000002 openat(AT_FDCWD</w>, "/proc/self/fd/14/n.tmp", O_WRONLY|O_CREAT|O_EXCL) = 15</w/sb/n.tmp>\n'
+        b'7 1700000000.000003 rename("/proc/self/fd/14/n.tmp", "/proc/self/fd/14/n") = 0\n'
+        b'7 1700000000.000004 openat(AT_FDCWD</w>, "link", O_RDONLY) = 3</etc/passwd>\n'
+    )
+    parser = StraceParser(root_cwd="/w")
+    parser.feed(trace)
+    parser.close()
+    events = []
+    while (item := parser.next_event()) is not NEED_DATA:
+        events.append(item.event)
+    opens = [e for e in events if isinstance(e, FileOpen)]
+    assert opens[1].path == "/w/sb/n.tmp" and opens[1].real_path is None
+    assert opens[2].path == "/w/link" and opens[2].real_path == "/etc/passwd"
+    [rename] = [e for e in events if isinstance(e, FileChange)]
+    assert (rename.path, rename.target) == ("/w/sb/n.tmp", "/w/sb/n")
