@@ -60,6 +60,7 @@ class RecordOptions(msgspec.Struct, kw_only=True):
     question: str | None = None  # a scenario question id; its prompt goes to CAISSON_PROMPT
     agent: str | None = None  # a real agent adapter (caisson.agents); builds the command from the question
     arm: str | None = None  # a scenario arm: the agent's grant and deny list
+    transcript: str | None = None  # read stdout with this adapter's transcript parser (selftest probes)
     weaken: list[str] = []  # controls to weaken on purpose (selftest only; see WEAKENABLE)
 
 
@@ -189,6 +190,10 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             known = ", ".join(q.id for q in scenario.questions) or "none (pass --scenario)"
             raise UsageError(f"--question {options.question}: not in the scenario; its questions: {known}")
     agent_info, arm_info, transcript = {}, {}, None
+    if options.transcript is not None:
+        from caisson.agents import adapter
+
+        transcript = adapter(options.transcript).transcript
     if options.agent is not None:
         options, agent_info, arm_info, transcript = _agent_command(options, scenario, question)
     uid, gid = _user_ids(scenario.user)

@@ -33,8 +33,9 @@ def run(args: argparse.Namespace) -> int:
         cells = []
         for case in CASES:
             hit = name in result.fired[case.name]
-            cells.append(("FIRES" if hit else "-") + (" (expected)" if case.expect == name and hit else
-                                                      " (MISSED)" if case.expect == name else ""))
+            expected = name in case.expect
+            cells.append(("FIRES" if hit else "-") + (" (expected)" if expected and hit else
+                                                      " (MISSED)" if expected else ""))
         table.add_row(name, *cells)
     console.print(table)
     for line in result.failures:
