@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CAISSON := $(VENV)/bin/caisson
 
-.PHONY: setup engine demo test bench clean
+.PHONY: setup engine images demo test bench clean
 
 setup:
 	@scripts/setup.sh
@@ -13,10 +13,17 @@ setup:
 engine: setup
 	@scripts/start-engine.sh
 
+# The chamber and agent images, built offline from images/ (cached by recipe digest:
+# a no-op when nothing changed; a few minutes on a fresh machine).
+images: engine
+	@$(PY) -m caisson.cli image build --name chamber
+	@$(PY) -m caisson.cli image build --name agent
+
 demo: engine
+	@$(PY) -m caisson.cli image build --name chamber
 	@$(PY) -m caisson.cli demo --out .demo
 
-test: engine
+test: images
 	$(PY) -m pytest -q tests
 
 bench: setup

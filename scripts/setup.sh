@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(docker.io strace tcpdump debootstrap git ca-certificates python3-venv)
+PACKAGES=(docker.io strace tcpdump debootstrap git ca-certificates python3-venv iptables dnsutils curl)
+# The agent image installs the agent CLIs with the host's npm; Debian's npm when there is none.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
