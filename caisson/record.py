@@ -130,6 +130,9 @@ def _agent_command(options: RecordOptions, scenario: Scenario, question):
             raise UsageError(f"--arm {options.arm}: not in the scenario; its arms: {known}")
     grant = list(arm.grant) if arm else []
     deny = deny_list(spec.static_tools, grant, arm.withhold) if arm else []
+    if deny and spec.gating != "enforced":
+        raise UsageError(f"refused: {spec.name} is {spec.gating} (its flags cannot withhold tools), so arm"
+                         f" {arm.name} (which denies {', '.join(deny[:5])}...) cannot be run with it")
     handed_allowed, handed_deny = grant, deny
     if "deny_list" in options.weaken and arm is not None:  # selftest: a deliberately wrong deny list
         handed_allowed, handed_deny = grant + list(arm.withhold), []
@@ -229,6 +232,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             else:
                 sandbox_dir.mkdir()
             config_home.mkdir()
+            for sub in (".config", ".cache", ".claude", ".codex"):  # what the pinned variables name
+                (config_home / sub).mkdir()
             _chown_tree(sandbox_dir, uid, gid)
             _chown_tree(config_home, uid, gid)
             key = ensure_operator_key()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
-from caisson.agents import claude_code
+from caisson.agents import claude_code, codex
 from caisson.errors import UsageError
 
 __all__ = ["Adapter", "ADAPTERS", "adapter", "deny_list"]
@@ -37,6 +37,9 @@ ADAPTERS: dict[str, Adapter] = {
         env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
              "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"},
         command=claude_code.command, transcript=claude_code.TranscriptParser),
+    codex.NAME: Adapter(
+        name=codex.NAME, gating=codex.GATING, image="agent", static_tools=codex.STATIC_TOOLS, env={},
+        command=codex.command, transcript=codex.TranscriptParser),
 }
 
 

@@ -47,7 +47,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
         "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev",
         "/run", "/var", "/opt", "/tmp", "/home", "/root", "/srv", "/mnt", "/media", "/boot", "/caisson",
     )  # the image's own top-level directories: reading them is not leaving the tree
-    write_prefixes: tuple[str, ...] = ("/tmp", "/dev/null", "/dev/tty", "/dev/pts", "/proc/self", "/dev/shm")
+    write_prefixes: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/null", "/dev/tty", "/dev/pts", "/proc/self", "/dev/shm")
     pass_credentials: tuple[str, ...] = ()
     credential_patterns: tuple[str, ...] = ()
     injection_switches: tuple[tuple[str, str], ...] = ()  # scenario extras: (name, off value)

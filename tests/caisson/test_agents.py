@@ -176,3 +176,49 @@ def test_a_wrong_deny_list_lets_the_tool_run_and_tool_escape_fires(agent_image, 
     [result] = replay_runs([tmp_path / "run"], ensure_operator_key().verify_key)
     assert result.status == "void"
     assert any(r.startswith("tool_escape: strategy write") for r in result.reasons), result.reasons
+
+
+@pytest.mark.parametrize("model_server", ["codex_grep.toml"], indirect=True)
+def test_codex_runs_a_scripted_task_ungated_and_its_usage_is_kept_as_reported(agent_image, model_server, repo,
+                                                                              tmp_path):
+    path = tmp_path / "codex.toml"
+    path.write_text(f'''
+name = "codex"
+pass_credentials = ["OPENAI_API_KEY"]
+[[questions]]
+id = "where-answer"
+prompt = "In which file and line is the function `answer` defined? Use grep."
+required = [{{ subject = "answer", pattern = "src/app.py" }}]
+[[arms]]
+name = "no-shell"
+grant = ["read_file"]
+[egress]
+allow_hosts = ["api.openai.com"]
+upstream = {{ "api.openai.com" = "http://{model_server}" }}
+[agent]
+model = "gpt-5"
+''')
+    os.environ["OPENAI_API_KEY"] = "sk-openai-scripted-test-0000"
+    try:
+        assert main(["record", "--scenario", str(path), "--repo", str(repo), "--question", "where-answer",
+                     "--agent", "codex", "--arm", "no-shell", "--out", str(tmp_path / "refused")]) == 2
+        assert not (tmp_path / "refused").exists()  # an ungated agent cannot run an arm that withholds
+        assert main(["record", "--scenario", str(path), "--repo", str(repo), "--question", "where-answer",
+                     "--agent", "codex", "--out", str(tmp_path / "run")]) == 0
+    finally:
+        os.environ.pop("OPENAI_API_KEY")
+    events = [r.event for r in read_records(tmp_path / "run")]
+    started = events[0]
+    assert started.agent == {"name": "codex", "gating": "ungated"}
+    assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("exec_command", "executed")]
+    assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
+    calls = [e for e in events if isinstance(e, LlmCall)]
+    assert [(c.endpoint, c.stop_reason) for c in calls] == [("responses", "completed")] * 2
+    [usage] = [e for e in events if isinstance(e, AgentUsage)]
+    # OpenAI breakdowns: cached tokens are inside input, reasoning inside output, never added
+    assert usage.usage == {"input_tokens": 1480, "cached_input_tokens": 900, "cache_write_input_tokens": 0,
+                           "output_tokens": 42, "reasoning_output_tokens": 10}
+    assert (usage.normalized.input_tokens, usage.normalized.output_tokens) == (1480, 42)
+    assert sum(c.normalized.input_tokens for c in calls) == 1480
+    [result] = replay_runs([tmp_path / "run"], ensure_operator_key().verify_key)
+    assert result.status == "clean" and result.score == 1.0, result.reasons
