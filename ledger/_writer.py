@@ -129,6 +129,7 @@ class LedgerWriter:
             raise LedgerError(f"cannot create ledger: {exc.strerror}", path=str(self.path)) from None
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._write(header_bytes)
+        self._size = len(header_bytes)  # bytes durably part of the ledger
         os.fsync(self._file.fileno())
         self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
 
@@ -148,6 +149,7 @@ class LedgerWriter:
         """Call ``listener(record)`` after each append (stream sinks). It must not block."""
         self._listeners.append(listener)
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C under trio never lands between its state updates
     def append(
         self,
         event: Event,
@@ -240,28 +242,49 @@ class LedgerWriter:
         return self._closed
 
     def _write_frames(self, *, final: bool) -> None:
-        parts = []
         pending = self._pending
-        if pending:
+        head = self._head
+        parts = []
+        n = len(pending) if pending else 0
+        if n:
             try:
                 body = _encode(pending)  # a msgpack array of the records' canonical bytes
             except (TypeError, ValueError, OverflowError, UnicodeError):
                 body = _encode_salvaging(pending)
-            head, sha256 = self._head, _sha256
+            sha256 = _sha256
             for raw in _raw_list(body):
                 head = sha256(head + raw).digest()
-            self._head = head
-            n = len(pending)
             payload = self._zstd.compress(body)
             parts.append(encode_frame(FRAME_RECORDS, self._next_seq - n, n, payload))
-            pending.clear()
         upto = self._next_seq
-        signature = self._key.sign(_chain.seal_message(self.run_id, upto, self._head, final))
-        seal = Seal(run_id=self.run_id, upto=upto, head=self._head, final=final,
-                    wall_ns=time.time_ns(), signature=signature)
+        signature = self._key.sign(_chain.seal_message(self.run_id, upto, head, final))
+        seal = Seal(run_id=self.run_id, upto=upto, head=head, final=final, wall_ns=time.time_ns(),
+                    signature=signature)
         parts.append(encode_frame(FRAME_SEAL, upto, 0, record_encoder.encode(seal)))
-        self._write(b"".join(parts))
-        os.fsync(self._file.fileno())
+        self._commit(b"".join(parts), head, upto, n)
+
+    @trio.lowlevel.enable_ki_protection
+    def _commit(self, data: bytes, head: bytes, upto: int, n: int) -> None:
+        """Write frames and seal, fsync, then advance the state: all or nothing.
+
+        Ctrl-C under trio waits for it (KI protection); any exception in the middle (a
+        full disk, a KeyboardInterrupt in plain code) cuts the file back to where it was,
+        so the records stay pending and a later flush or close writes them once.
+        """
+        offset = self._size
+        try:
+            self._write(data)
+            os.fsync(self._file.fileno())
+        except BaseException:
+            try:
+                os.ftruncate(self._file.fileno(), offset)
+            except OSError:
+                pass
+            raise
+        self._size = offset + len(data)
+        self._head = head
+        if n:
+            del self._pending[:n]
         self._sealed = upto
         self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
 

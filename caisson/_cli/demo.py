@@ -12,9 +12,13 @@ scores are printed per run and per agent.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import shutil
 import statistics
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 from rich.console import Console
@@ -35,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "click" / "scenario.toml"
 PROBES = ROOT / "scenarios" / "probes"
 AGENTS = {"honest_grep": "honest_grep.sh", "key_reader": "key_reader.sh"}
+SUMMARY_AGENTS = (*AGENTS, "claude_code")
+KEY = ROOT / "scenarios" / "click" / "seed" / "benchmark" / "questions.toml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path(".demo"), help="where the repository and runs go (default .demo)")
     p.add_argument("--questions", type=int, default=0, help="only the first N questions (default: all)")
     p.add_argument("--key-reader-questions", type=int, default=3, help="questions the key reader gets (default 3)")
+    p.add_argument("--agent-questions", type=int, default=4,
+                   help="questions Claude Code answers on the scripted model (default 4; 0: skip the real agent)")
     p.set_defaults(func=run)
 
 
@@ -51,6 +59,54 @@ def _fetch_repo(dest: Path) -> str:
     if proc.returncode != 0:
         raise UsageError(f"building the click 8.1.7 repository failed: {proc.stderr.strip()[-400:]}")
     return proc.stdout.strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def _scripted_model(out: Path, question):
+    """A scripted model for one question, served on 127.0.0.1, and a scenario that reaches it.
+
+    The model plays two turns: a Bash ``grep`` for the identifier in the question (the
+    agent executes it for real, in the chamber), then the known answer once the grep's
+    output is back. What the demo shows is the machinery: a real agent CLI, its real tool
+    calls, every witness, and the grading; not a model's skill.
+    """
+    name = question.prompt.split("`")[1] if question.prompt.count("`") >= 2 else "answer"
+    answers = {q["id"]: q["answer"] for q in tomllib.loads(KEY.read_text())["question"]}
+    work = out / "model" / question.id
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "script.toml"
+    script.write_text(
+        f'name = "demo-{question.id}"\nmodels = ["claude-sonnet-4-5"]\n\n[[turns]]\n'
+        f'text = "Let me search the source."\n'
+        f"tool_calls = [{{ name = \"Bash\", arguments = {{ command = 'grep -rnE \"(def|class) {name}\\\\b\" src' }} }}]\n"
+        f'stop_reason = "tool_use"\nusage = {{ input = 1200, cache_write = 3000, output = 60 }}\n\n[[turns]]\n'
+        f'match = {{ tool_result_contains = "{name}" }}\ntext = {json.dumps(answers.get(question.id, ""))}\n'
+        f'stop_reason = "end_turn"\nusage = {{ input = 90, cache_read = 4200, output = 25 }}\n\n[[background]]\n'
+        f'match = {{ model_contains = "haiku" }}\ntext = "{{}}"\nusage = {{ input = 50, output = 5 }}\n')
+    proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "model", "serve", "--script", str(script),
+                             "--host", "127.0.0.1", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        address = (proc.stdout.readline() if proc.stdout else "").rsplit("http://", 1)[-1].strip()
+        scenario = work / "scenario.toml"
+        scenario.write_text('pass_credentials = ["ANTHROPIC_API_KEY"]\n' + SCENARIO.read_text() + f"""
+
+[[arms]]
+name = "shell"
+grant = ["Bash"]
+
+[agent]
+model = "claude-sonnet-4-5"
+max_turns = 4
+
+[egress]
+allow_hosts = ["api.anthropic.com"]
+upstream = {{ "api.anthropic.com" = "http://{address}" }}
+""")
+        yield address, scenario
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,6 +142,20 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"  {run_dir.name:40s} {outcome.status}, exit {outcome.command_exit},"
                           f" {outcome.wall_ns / 1e6:.0f} ms")
 
+    if args.agent_questions:
+        console.print("\n== 3b. a real agent: Claude Code (agent image) on the scripted model, through the proxy witness")
+        build_image("agent")
+        for q in questions[: args.agent_questions]:
+            run_dir = runs / f"claude_code--{q.id}"
+            with _scripted_model(out, q) as (address, scenario_path):
+                outcome = record(RecordOptions(command=[], scenario=scenario_path, repo=repo, commit=commit,
+                                               out=run_dir, question=q.id, agent="claude-code", arm="shell",
+                                               env={"ANTHROPIC_API_KEY": "sk-ant-demo-scripted"}),
+                                 witnesses=default_witnesses())
+            run_dirs.append(run_dir)
+            console.print(f"  {run_dir.name:40s} {outcome.status}, exit {outcome.command_exit},"
+                          f" {outcome.wall_ns / 1e6:.0f} ms")
+
     console.print("\n== 4. verify every ledger against the operator key")
     ok = 0
     for run_dir in run_dirs:
@@ -101,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     summary = Table(box=None, pad_edge=False)
     for col in ("agent", "runs", "clean", "void", "mean score (clean runs)", "null scores"):
         summary.add_column(col)
-    for agent in AGENTS:
+    for agent in SUMMARY_AGENTS:
         mine = [r for r in results if Path(r.run_dir).name.startswith(agent + "--")]
         scored = [r.score for r in mine if r.score is not None]
         summary.add_row(agent, str(len(mine)), str(sum(r.status == "clean" for r in mine)),

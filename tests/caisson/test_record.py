@@ -156,7 +156,7 @@ def test_environment_is_built_not_inherited(chamber_image, scenario_file, tmp_pa
     run_dir = tmp_path / "run"
     code = main(["record", "--scenario", str(scenario_file), "--out", str(run_dir),
                  "--env", "MY_SETTING=on", "--env", "MYCORP_API_KEY=sk-passed-by-flag",
-                 "--", "sh", "-c", "env; echo cwd=$(pwd); ls -A $HOME | wc -l"])
+                 "--", "sh", "-c", "env; echo cwd=$(pwd); find $HOME -mindepth 1 -not -type d | wc -l"])
     assert code == 0
     lines = blob(run_dir, "stdout").decode().splitlines()
     env = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("cwd="))
@@ -168,7 +168,7 @@ def test_environment_is_built_not_inherited(chamber_image, scenario_file, tmp_pa
     assert env["CODING_KNOWLEDGE_INJECTION"] == "0"
     assert env["HOME"] == env["CLAUDE_CONFIG_DIR"].rsplit("/", 1)[0] == "/tmp/caisson-home"
     assert env["MY_SETTING"] == "on" and env["TZ"] == "Europe/Paris"
-    assert lines[-1] == "0"  # the config home is fresh and empty
+    assert lines[-1] == "0"  # the config home is fresh: empty directories only
     started = records_of(run_dir)[0].event
     assert isinstance(started, RunStarted) and started.env["PWD"] == "/work/sandbox"
     everything = b"".join(p.read_bytes() for p in run_dir.rglob("*") if p.is_file())
