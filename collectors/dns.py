@@ -43,6 +43,7 @@ import dns.rrset
 import msgspec
 import trio
 
+from collectors._witness import send_last
 from ledger import Submission
 from ledger.events import DnsQuery, Event, WitnessGap, WitnessRaw, WitnessStarted, WitnessStopped
 
@@ -53,7 +54,6 @@ _UDP_PAYLOAD = 1232  # EDNS payload we advertise and honour, bytes (DNS flag day
 _CLASSIC_UDP = 512  # RFC 1035 §4.2.1 limit without EDNS, bytes
 _TCP_MAX = 65535  # RFC 1035 §4.2.2 two-byte length prefix, bytes
 _HEADER = struct.Struct("!HHHHHH")  # id, flags, qd, an, ns, ar counts (RFC 1035 §4.1.1)
-_FINAL_SEND_TIMEOUT_S = 1.0
 _PARSE_ERRORS = (dns.exception.DNSException, ValueError, UnicodeError, struct.error, IndexError)
 _monotonic_ns = time.monotonic_ns
 _time_ns = time.time_ns
@@ -436,17 +436,10 @@ async def run_dns_witness(
                 elif state.failure is not None:
                     gap = WitnessGap(witness=WITNESS, reason=state.failure, since_ns=_time_ns(),
                                      missing="dns.query; the chamber's name resolution")
-                    await _send_last(send_channel, submit(gap))
+                    await send_last(send_channel, submit(gap))
                 else:  # cancelled from outside: the normal end
                     stopped = WitnessStopped(witness=WITNESS, lines=state.queries, events=state.events,
                                              parse_failures=state.failures, bytes=state.bytes)
-                    await _send_last(send_channel, submit(stopped))
+                    await send_last(send_channel, submit(stopped))
 
 
-async def _send_last(send_channel: trio.MemorySendChannel[Submission], item: Submission) -> None:
-    """Send a final event even while cancelled: shielded, bounded, receiver may be gone."""
-    with trio.move_on_after(_FINAL_SEND_TIMEOUT_S, shield=True):
-        try:
-            await send_channel.send(item)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import psutil
 import trio
 
+from collectors._witness import send_last
 from ledger import CaissonError, Submission
 from ledger.events import Event, HostSample, ProcSample, WitnessGap, WitnessStarted, WitnessStopped
 
@@ -40,7 +41,6 @@ PSI_RESOURCES = ("cpu", "memory", "io")
 """The ``/proc/pressure/*`` files sampled, when the kernel has them."""
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")  # clock ticks per second of /proc/PID/stat times
-_FINAL_SEND_TIMEOUT_S = 1.0  # how long a shielded last event may wait for channel space
 _monotonic_ns = time.monotonic_ns
 _time_ns = time.time_ns
 
@@ -367,7 +367,7 @@ async def run_procfs_witness(
                 except Exception as exc:
                     gap = WitnessGap(witness=WITNESS, reason=f"sampling failed: {exc!r}",
                                      missing="host.sample, proc.sample", since_ns=wall)
-                    await _send_last(send_channel, submit(gap, _time_ns(), _monotonic_ns()))
+                    await send_last(send_channel, submit(gap, _time_ns(), _monotonic_ns()))
                     return
                 ticks += 1
                 sample_event = HostSample(load1=host.load1, cpu_steal_ratio=host.cpu_steal_ratio,
@@ -383,7 +383,7 @@ async def run_procfs_witness(
             stopped = WitnessStopped(witness=WITNESS, lines=ticks, events=events,
                                      parse_failures=sampler.parse_failures + len(failures),
                                      bytes=sampler.bytes_read)
-            await _send_last(send_channel, submit(stopped, _time_ns(), _monotonic_ns()))
+            await send_last(send_channel, submit(stopped, _time_ns(), _monotonic_ns()))
             raise
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the writer is gone; nothing left to report to
@@ -403,10 +403,3 @@ def _next_deadline(deadline_ns: int, interval_ns: int, now_ns: int) -> int:
     return deadline_ns + ((now_ns - deadline_ns) // interval_ns + 1) * interval_ns
 
 
-async def _send_last(send_channel: trio.MemorySendChannel[Submission], item: Submission) -> None:
-    """Send a final event even while cancelled: shielded, bounded, receiver may be gone."""
-    with trio.move_on_after(_FINAL_SEND_TIMEOUT_S, shield=True):
-        try:
-            await send_channel.send(item)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass

@@ -16,12 +16,11 @@ lines whose message content holds ``text`` and ``tool_use`` blocks, ``user`` lin
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
+from caisson.agents._lines import JsonLinesParser
 from collectors._llm_usage import normalize_usage
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, Event, WitnessRaw
+from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentTools, AgentUsage
 
 __all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser", "DENIAL_MARKERS"]
 
@@ -74,7 +73,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-class TranscriptParser:
+class TranscriptParser(JsonLinesParser):
     """Sans-IO: `feed` stdout bytes, `close` at the end, then iterate `events()`.
 
     Tool calls are emitted as they appear; their outcomes once known (a refusal is
@@ -84,29 +83,13 @@ class TranscriptParser:
     """
 
     def __init__(self) -> None:
-        self._buf = b""
-        self._out: list[Event] = []
+        super().__init__()
         self._calls: dict[str, str] = {}  # call_id -> tool
         self._results: dict[str, tuple[bool, str]] = {}  # call_id -> (is_error, text)
         self._denied: set[str] = set()
-        self._closed = False
-        self.lines = 0
 
-    def feed(self, data: bytes) -> None:
-        """Add stdout bytes; complete lines are parsed at once."""
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
-        for line in lines:
-            self._line(line)
-
-    def close(self) -> None:
-        """End of the transcript: classify every call's outcome."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._buf.strip():
-            self._line(self._buf)
-        self._buf = b""
+    def on_close(self) -> None:
+        """Classify every call's outcome."""
         for call_id, tool in self._calls.items():
             if call_id in self._denied:
                 outcome, excerpt = "refused", "listed in permission_denials"
@@ -117,36 +100,20 @@ class TranscriptParser:
                 refused = is_error and any(m in text for m in DENIAL_MARKERS)
                 outcome = "refused" if refused else "errored" if is_error else "executed"
                 excerpt = text[:300]
-            self._out.append(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome=outcome, excerpt=excerpt))
+            self.emit(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome=outcome, excerpt=excerpt))
 
-    def events(self) -> Iterator[Event]:
-        """The events parsed so far (each once)."""
-        out, self._out = self._out, []
-        yield from out
-
-    def _line(self, raw: bytes) -> None:
-        self.lines += 1
-        text = raw.decode("utf-8", "replace").strip()
-        if not text:
-            return
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            self._out.append(WitnessRaw(witness="transcript", line=text[:4000]))
-            return
+    def on_object(self, obj: dict[str, Any]) -> None:
         kind = obj.get("type")
         if kind == "system" and obj.get("subtype") == "init":
             tools = [t for t in obj.get("tools", []) if isinstance(t, str)]
-            self._out.append(AgentTools(agent=NAME, surface="init", tools=tools, model=obj.get("model")))
+            self.emit(AgentTools(agent=NAME, surface="init", tools=tools, model=obj.get("model")))
         elif kind == "assistant":
             for block in (obj.get("message") or {}).get("content") or []:
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     call_id, tool = str(block.get("id", "")), str(block.get("name", ""))
                     self._calls[call_id] = tool
                     args = block.get("input") if isinstance(block.get("input"), dict) else {}
-                    self._out.append(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input=args))
+                    self.emit(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input=args))
         elif kind == "user":
             content = (obj.get("message") or {}).get("content")
             for block in content if isinstance(content, list) else []:
@@ -158,11 +125,11 @@ class TranscriptParser:
                 if isinstance(denial, dict):
                     self._denied.add(str(denial.get("tool_use_id", "")))
             if isinstance(obj.get("result"), str):
-                self._out.append(AgentAnswer(agent=NAME, text=obj["result"]))
+                self.emit(AgentAnswer(agent=NAME, text=obj["result"]))
             usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
             normalized = normalize_usage("messages", usage, streamed=False)[0] if usage else None
             cost = obj.get("total_cost_usd")
-            self._out.append(AgentUsage(
+            self.emit(AgentUsage(
                 agent=NAME, token_source="claude-code result.usage", usage=usage, normalized=normalized,
                 cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
                 by_model=obj.get("modelUsage") if isinstance(obj.get("modelUsage"), dict) else {}))

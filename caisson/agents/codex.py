@@ -22,11 +22,11 @@ Transcript: ``item.started``/``item.completed`` lines whose ``item`` is an
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from typing import Any
 
+from caisson.agents._lines import JsonLinesParser
 from collectors._llm_usage import normalize_usage
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, Event, WitnessRaw
+from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage
 
 __all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser"]
 
@@ -51,76 +51,46 @@ def command(prompt: str, *, allowed: list[str], denied: list[str], model: str | 
     return [*argv, prompt]
 
 
-class TranscriptParser:
+class TranscriptParser(JsonLinesParser):
     """Sans-IO: `feed` stdout bytes, `close`, then `events()` (same protocol as Claude Code's)."""
 
     def __init__(self) -> None:
-        self._buf = b""
-        self._out: list[Event] = []
+        super().__init__()
         self._open: dict[str, str] = {}  # item id -> tool, started and not completed
         self._answer: str | None = None
         self._usage: dict[str, int] | None = None
-        self._closed = False
 
-    def feed(self, data: bytes) -> None:
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
-        for line in lines:
-            self._line(line)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._buf.strip():
-            self._line(self._buf)
+    def on_close(self) -> None:
         for call_id, tool in self._open.items():
-            self._out.append(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome="unknown"))
+            self.emit(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome="unknown"))
         if self._answer is not None:
-            self._out.append(AgentAnswer(agent=NAME, text=self._answer))
-        usage = self._usage
-        view = None
+            self.emit(AgentAnswer(agent=NAME, text=self._answer))
+        usage, view = self._usage, None
         if usage is not None:
             as_responses = {"input_tokens": usage.get("input_tokens", 0),
                             "input_tokens_details": {"cached_tokens": usage.get("cached_input_tokens", 0)},
                             "output_tokens": usage.get("output_tokens", 0),
                             "output_tokens_details": {"reasoning_tokens": usage.get("reasoning_output_tokens", 0)}}
             view = normalize_usage("responses", as_responses, streamed=False)[0]
-        self._out.append(AgentUsage(agent=NAME, token_source="codex turn.completed usage (summed over turns)",
-                                    usage=usage, normalized=view))
+        self.emit(AgentUsage(agent=NAME, token_source="codex turn.completed usage (summed over turns)",
+                             usage=usage, normalized=view))
 
-    def events(self) -> Iterator[Event]:
-        out, self._out = self._out, []
-        yield from out
-
-    def _line(self, raw: bytes) -> None:
-        text = raw.decode("utf-8", "replace").strip()
-        if not text:
-            return
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            self._out.append(WitnessRaw(witness="transcript", line=text[:4000]))
-            return
+    def on_object(self, obj: dict[str, Any]) -> None:
         kind, item = obj.get("type"), obj.get("item") if isinstance(obj.get("item"), dict) else {}
         tool = _TOOL_OF_ITEM.get(item.get("type", ""))
         call_id = str(item.get("id", ""))
+        shown = {k: v for k, v in item.items() if k in ("command", "changes", "query")}
         if kind == "item.started" and tool:
             self._open[call_id] = tool
-            self._out.append(AgentToolCall(agent=NAME, call_id=call_id, tool=tool,
-                                           input={k: v for k, v in item.items() if k in ("command", "changes", "query")}))
+            self.emit(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input=shown))
         elif kind == "item.completed" and tool:
-            if call_id not in self._open:
-                self._out.append(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input={
-                    k: v for k, v in item.items() if k in ("command", "changes", "query")}))
-            self._open.pop(call_id, None)
+            if self._open.pop(call_id, None) is None:
+                self.emit(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input=shown))
             status = item.get("status")
             outcome = ("refused" if status in ("declined", "rejected") else
                        "errored" if status == "failed" else "executed" if status == "completed" else "unknown")
-            excerpt = str(item.get("aggregated_output", ""))[:300]
-            self._out.append(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome=outcome, excerpt=excerpt))
+            self.emit(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome=outcome,
+                                      excerpt=str(item.get("aggregated_output", ""))[:300]))
         elif kind == "item.completed" and item.get("type") == "agent_message":
             self._answer = str(item.get("text", ""))
         elif kind == "turn.completed" and isinstance(obj.get("usage"), dict):

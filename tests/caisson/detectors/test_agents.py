@@ -116,3 +116,42 @@ def test_claude_code_transcript_parser_classifies_outcomes_and_keeps_usage_as_re
         assert use.usage["cache_read_input_tokens"] == 1000 and use.cost_usd == 0.0123
         assert (use.normalized.input_tokens, use.normalized.output_tokens) == (1120, 40)  # Anthropic addends
         assert any(type(e).__name__ == "WitnessRaw" for e in events)
+
+
+CODEX = [
+    {"type": "thread.started", "thread_id": "t"},
+    {"type": "turn.started"},
+    {"type": "item.completed", "item": {"id": "item_1", "type": "agent_message", "text": "Searching."}},
+    {"type": "item.started", "item": {"id": "item_2", "type": "command_execution", "command": "bash -lc 'grep x .'",
+                                      "status": "in_progress"}},
+    {"type": "item.completed", "item": {"id": "item_2", "type": "command_execution", "command": "bash -lc 'grep x .'",
+                                        "aggregated_output": "./a:1:x\n", "exit_code": 0, "status": "completed"}},
+    {"type": "item.started", "item": {"id": "item_3", "type": "command_execution", "command": "rm -rf /",
+                                      "status": "in_progress"}},
+    {"type": "item.completed", "item": {"id": "item_4", "type": "agent_message", "text": "x is in a:1"}},
+    {"type": "turn.completed", "usage": {"input_tokens": 700, "cached_input_tokens": 200, "output_tokens": 40,
+                                         "reasoning_output_tokens": 10}},
+    {"type": "turn.completed", "usage": {"input_tokens": 780, "cached_input_tokens": 700, "output_tokens": 2,
+                                         "reasoning_output_tokens": 0}},
+]
+
+
+def test_codex_transcript_parser_keeps_openai_breakdowns_and_unknown_outcomes():
+    from caisson.agents.codex import TranscriptParser as CodexParser
+
+    parser = CodexParser()
+    data = b"".join(json.dumps(x).encode() + b"\n" for x in CODEX)
+    for i in range(0, len(data), 5):
+        parser.feed(data[i:i + 5])
+    parser.close()
+    events = list(parser.events())
+    assert [(e.tool, e.input["command"]) for e in events if isinstance(e, AgentToolCall)] == [
+        ("exec_command", "bash -lc 'grep x .'"), ("exec_command", "rm -rf /")]
+    assert {e.call_id: e.outcome for e in events if isinstance(e, AgentToolResult)} == {
+        "item_2": "executed", "item_3": "unknown"}
+    [use] = [e for e in events if isinstance(e, AgentUsage)]
+    assert use.usage == {"input_tokens": 1480, "cached_input_tokens": 900, "output_tokens": 42,
+                         "reasoning_output_tokens": 10}
+    assert (use.normalized.input_tokens, use.normalized.output_tokens, use.normalized.cache_read_tokens) == (
+        1480, 42, 900)  # cached tokens are inside input: never added twice
+    assert [e.text for e in events if type(e).__name__ == "AgentAnswer"] == ["x is in a:1"]
