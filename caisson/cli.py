@@ -24,6 +24,7 @@ _COMMANDS = {
     "tail": "print a ledger's events as JSON lines",
     "replay": "recompute findings and scores from sealed runs",
     "selftest": "run the known-bad probes and print the detector x probe matrix",
+    "preflight": "before a matrix: check every arm x agent's tool gating on the scripted model",
     "model": "the scripted model endpoint (preflights, tests)",
     "image": "build chamber and agent images offline",
     "demo": "run the built-in example",

@@ -34,7 +34,7 @@ from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
 from caisson.image import image_tag
 from caisson.sandbox import Sandbox, build_sandbox
-from caisson.scenario import Scenario, load_scenario, scenario_digest
+from caisson.scenario import Egress, Scenario, load_scenario, scenario_digest
 from ledger import BlobStore, LedgerWriter
 from ledger.events import RunStarted
 
@@ -61,6 +61,7 @@ class RecordOptions(msgspec.Struct, kw_only=True):
     agent: str | None = None  # a real agent adapter (caisson.agents); builds the command from the question
     arm: str | None = None  # a scenario arm: the agent's grant and deny list
     transcript: str | None = None  # read stdout with this adapter's transcript parser (selftest probes)
+    egress: Egress | None = None  # replaces the scenario's egress policy (preflight: the scripted endpoint)
     weaken: list[str] = []  # controls to weaken on purpose (selftest only; see WEAKENABLE)
 
 
@@ -179,6 +180,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
     if options.commit and options.repo is None:
         raise UsageError("--commit needs --repo")
     scenario = load_scenario(options.scenario) if options.scenario else Scenario(name="adhoc")
+    if options.egress is not None:
+        scenario = msgspec.structs.replace(scenario, egress=options.egress)
     ca = scenario.egress.upstream_ca
     if ca and options.scenario and not os.path.isabs(ca):
         ca = str((Path(options.scenario).parent / ca).resolve())

@@ -89,3 +89,22 @@ def infra_failure(records: Iterable[Record], config: DetectorConfig) -> Iterator
         yield Finding(detector=INFRA_FAILURE, kind="infra_failure", effect=VOID, evidence=[first_exec.seq],
                       message=f"the agent did not start: execve {first_exec.event.path} failed"
                       f" ({first_exec.event.errno})")
+
+
+STALL_ABORT_AFTER = 3
+"""Consecutive cells voided by a stalled host after which a study must stop: the host, not
+the agents, is being measured."""
+
+
+def should_abort_study(cell_findings: Iterable[Iterable[Finding]], limit: int = STALL_ABORT_AFTER) -> bool:
+    """True when the last ``limit`` cells, in run order, were each voided by ``host.stalled``.
+
+    Args:
+        cell_findings: each cell's findings, oldest first (e.g. from `caisson.replay`).
+        limit: how many stalled cells in a row make an abort signal (default 3).
+    """
+    run = 0
+    for findings in cell_findings:
+        stalled = any(f.detector == HOST_STALLED and f.effect == VOID for f in findings)
+        run = run + 1 if stalled else 0
+    return run >= limit

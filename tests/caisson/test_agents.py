@@ -222,3 +222,30 @@ model = "gpt-5"
     assert sum(c.normalized.input_tokens for c in calls) == 1480
     [result] = replay_runs([tmp_path / "run"], ensure_operator_key().verify_key)
     assert result.status == "clean" and result.score == 1.0, result.reasons
+
+
+def test_preflight_passes_a_gated_arm_refuses_an_ungated_combination_and_aborts_on_a_wrong_deny_list(
+        agent_image, repo, tmp_path):
+    from caisson.preflight import preflight
+
+    path = tmp_path / "pre.toml"
+    path.write_text('''
+name = "pre"
+pass_credentials = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]
+[[questions]]
+id = "q"
+prompt = "Where is the function `answer` defined?"
+[[arms]]
+name = "no-write"
+grant = ["Bash"]
+withhold = ["Write"]
+[agent]
+model = "claude-sonnet-4-5"
+''')
+    checks = preflight(path, repo, ["claude-code", "codex"], out=tmp_path / "ok")
+    assert [(c.agent, c.arm, c.status) for c in checks] == [("claude-code", "no-write", "ok"),
+                                                             ("codex", "no-write", "refused")]
+    assert "Write" not in checks[0].offered and "Bash" in checks[0].offered
+    [bad] = preflight(path, repo, ["claude-code"], out=tmp_path / "bad", weaken=("deny_list",))
+    assert bad.status == "abort" and "Write" in bad.still_denied
+    assert "arm no-write, agent claude-code: denied tools still present" in bad.reason

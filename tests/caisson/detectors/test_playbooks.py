@@ -210,3 +210,13 @@ def test_bypass_attempt_voids_a_direct_connection_and_shows_refused_ones():
         Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect="void", evidence=[7],
                 message="connected to 172.17.0.1:18080 directly"),
     ]
+
+
+def test_three_stalled_cells_in_a_row_are_an_abort_signal():
+    from caisson.detectors.health import should_abort_study
+
+    stalled = [Finding(detector=HOST_STALLED, kind="host_stalled", effect="void", message="late")]
+    clean: list[Finding] = []
+    assert should_abort_study([clean, stalled, stalled, stalled])
+    assert not should_abort_study([stalled, stalled, clean, stalled, stalled])
+    assert not should_abort_study([stalled, stalled])

@@ -1,0 +1,103 @@
+"""`caisson preflight`: before a matrix spends on a real provider, prove the gating holds.
+
+For each arm x agent, a probe session runs in the chamber against the scripted model
+endpoint (which only answers; it asks for no tool) and the agent's own report of its tool
+surface is checked against the arm's deny list: a denied tool still present aborts, with
+the arm, agent and tool named. A combination the agent cannot gate is a refusal, recorded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from caisson.errors import UsageError
+from caisson.record import RecordOptions, record
+from caisson.scenario import Egress, load_scenario
+from caisson.witnesses import default_witnesses
+from ledger import read_records
+from ledger.events import AgentTools, RunStarted
+
+__all__ = ["Check", "preflight"]
+
+_SCRIPT = '''name = "preflight"
+models = ["{model}"]
+[[turns]]
+text = "Ready."
+usage = {{ input = 10, output = 2 }}
+[[background]]
+match = {{ model_contains = "haiku" }}
+text = "{{}}"
+usage = {{ input = 1, output = 1 }}
+'''
+
+
+class Check(msgspec.Struct, kw_only=True):
+    """One arm x agent: its status (ok | abort | refused), the tools it reported, why."""
+
+    arm: str
+    agent: str
+    status: str
+    offered: list[str] = []
+    still_denied: list[str] = []
+    reason: str = ""
+    run_dir: str | None = None
+
+
+def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path | None = None,
+              weaken: tuple[str, ...] = ()) -> list[Check]:
+    """Run one probe session per arm x agent; see the module docstring.
+
+    Raises:
+        UsageError: the scenario has no question or no arm.
+    """
+    scenario = load_scenario(scenario_path)
+    if not scenario.questions or not scenario.arms:
+        raise UsageError(f"{scenario_path}: a preflight needs at least one question and one arm")
+    root = Path(out) if out else Path(tempfile.mkdtemp(prefix="caisson-preflight-"))
+    root.mkdir(parents=True, exist_ok=True)
+    script = root / "model.toml"
+    script.write_text(_SCRIPT.format(model=scenario.agent.model or "claude-sonnet-4-5"))
+    checks = []
+    for agent in agents:
+        for arm in scenario.arms:
+            run_dir = root / f"{agent}--{arm.name}"
+            proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "model", "serve", "--script", str(script),
+                                     "--host", "127.0.0.1", "--port", "0"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True)
+            try:
+                address = (proc.stdout.readline() if proc.stdout else "").rsplit("http://", 1)[-1].strip()
+                egress = Egress(allow_hosts=["api.anthropic.com", "api.openai.com"],
+                                upstream={"api.anthropic.com": f"http://{address}",
+                                          "api.openai.com": f"http://{address}"})
+                key = {"ANTHROPIC_API_KEY": "sk-ant-preflight", "OPENAI_API_KEY": "sk-openai-preflight"}
+                record(RecordOptions(command=[], scenario=scenario_path, repo=repo, out=run_dir,
+                                     question=scenario.questions[0].id, agent=agent, arm=arm.name,
+                                     weaken=list(weaken), env=key, egress=egress), witnesses=default_witnesses())
+            except UsageError as exc:
+                checks.append(Check(arm=arm.name, agent=agent, status="refused", reason=str(exc)))
+                continue
+            finally:
+                proc.terminate()
+                proc.wait(timeout=10)
+            checks.append(_check(run_dir, arm.name, agent))
+    return checks
+
+
+def _check(run_dir: Path, arm: str, agent: str) -> Check:
+    records = list(read_records(run_dir))
+    started = next(r.event for r in records if isinstance(r.event, RunStarted))
+    denied = set(started.arm.get("deny", ()))
+    offered = sorted({t for r in records if isinstance(r.event, AgentTools) for t in r.event.tools})
+    if not any(isinstance(r.event, AgentTools) for r in records):
+        return Check(arm=arm, agent=agent, status="abort", run_dir=str(run_dir),
+                     reason="the agent reported no tool surface: its gating cannot be verified")
+    still = sorted(denied & set(offered))
+    if still:
+        return Check(arm=arm, agent=agent, status="abort", offered=offered, still_denied=still, run_dir=str(run_dir),
+                     reason=f"arm {arm}, agent {agent}: denied tools still present: {', '.join(still)}")
+    return Check(arm=arm, agent=agent, status="ok", offered=offered, run_dir=str(run_dir))
