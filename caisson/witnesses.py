@@ -13,6 +13,8 @@ a root-only directory). The tracer is the chamber's pid 1, so killing it ends th
 
 from __future__ import annotations
 
+# The network witnesses' collectors (mitmproxy's CA code, dnspython, dpkt) are imported
+# where they start: a chamber without a network never pays for them.
 import fcntl
 import functools
 import os
@@ -24,10 +26,7 @@ import psutil
 import trio
 
 from caisson._docker import ContainerSpec
-from collectors.dns import DnsPolicy, run_dns_witness
-from collectors.pcap import run_pcap_witness
 from collectors.procfs import run_procfs_witness
-from collectors.proxy import ProxyInfo, ensure_ca, run_proxy_witness
 from collectors.strace import NEED_DATA, StraceParser, strace_argv
 from ledger import Submission
 from caisson.envpin import fingerprint_secret, is_credential
@@ -239,12 +238,14 @@ class ProxyWitness:
     needs_network = True
 
     def __init__(self) -> None:
-        self._info: ProxyInfo | None = None
+        self._info = None  # collectors.proxy.ProxyInfo once mitmdump listens
         self._ca_dir: Path | None = None
         self.listen_ports: list[tuple[str, int]] = []
 
     async def before_start(self, ctx) -> None:
         """Create the CA and start mitmdump on the gateway; wait until it listens."""
+        from collectors.proxy import ensure_ca, run_proxy_witness
+
         assert ctx.network is not None
         confdir = ctx.scratch / "mitmproxy"
         confdir.mkdir(mode=0o700)
@@ -308,6 +309,8 @@ class DnsWitness:
         self.listen_ports: list[tuple[str, int]] = []
 
     async def before_start(self, ctx) -> None:
+        from collectors.dns import DnsPolicy, run_dns_witness
+
         assert ctx.network is not None
         egress = ctx.scenario.egress
         static = {name.lower(): list(addrs) for name, addrs in egress.static_hosts.items()}
@@ -340,6 +343,8 @@ class PcapWitness:
     needs_network = True
 
     async def before_start(self, ctx) -> None:
+        from collectors.pcap import run_pcap_witness
+
         assert ctx.network is not None
         await ctx.nursery.start(_serve_until_stop, ctx, functools.partial(
             run_pcap_witness, ctx.send, interface=ctx.network.bridge, pcap_path=ctx.scratch / "chamber.pcap",
