@@ -299,3 +299,82 @@ def test_absent_monitor_never_blocks_the_run(chamber_image, tmp_path):
     assert main(["record", "--monitor", f"unix:{tmp_path}/nobody.sock", "--out", str(run_dir), "--", "true"]) == 0
     assert time.monotonic() - t0 < 20
     assert verify_ledger(run_dir, ensure_operator_key().verify_key).status == "ok"
+
+
+class _EngineLine:
+    """A unix-socket forwarder to the real Docker engine that can be cut mid-run, as an
+    engine that dies would look to the recorder."""
+
+    def __init__(self, path: Path, target: str = "/var/run/docker.sock"):
+        import socket
+        import threading
+
+        self.path, self.target = path, target
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(str(path))
+        self.server.listen(16)
+        self.conns: list = []
+        self.alive = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while self.alive:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX)
+            upstream.connect(self.target)
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a, b) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        import socket
+
+        self.alive = False
+        self.server.close()
+        for s in self.conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+
+def test_the_engine_dying_mid_run_is_recorded_and_the_ledger_sealed(chamber_image, tmp_path, monkeypatch):
+    import threading
+
+    line = _EngineLine(tmp_path / "engine.sock")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/engine.sock")
+    timer = threading.Timer(3.0, line.cut)
+    timer.start()
+    run_dir = tmp_path / "run"
+    try:
+        code = main(["record", "--out", str(run_dir), "--", "sleep", "20"])
+    finally:
+        timer.cancel()
+        subprocess.run(["docker", "rm", "-f", *subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=caisson.run_dir={run_dir.resolve()}"],
+            capture_output=True, text=True).stdout.split()], capture_output=True)
+    assert code == 125
+    end = records_of(run_dir)[-1].event
+    assert isinstance(end, RunEnded) and end.status == "infra_failure" and "engine" in end.reason
+    assert verify_ledger(run_dir, ensure_operator_key().verify_key).status == "ok"
