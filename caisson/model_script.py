@@ -28,13 +28,13 @@ Usage is given once per turn in a provider-neutral form (`Usage`) and rendered p
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from caisson.errors import ScenarioError
+from caisson.scenario import read_toml
 
 __all__ = [
     "Conversation",
@@ -248,7 +248,6 @@ def render_usage(endpoint: str, usage: Usage) -> dict[str, Any]:
 
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<at>[^`]*)`)?$", re.S)
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
-_TOML_LINE = re.compile(r"\(at line (?P<line>\d+), column (?P<col>\d+)\)")
 
 
 def _check_turn(turn: Turn, where: str, path: str, *, background: bool) -> None:
@@ -313,17 +312,7 @@ def parse_model_script(data: bytes, name: str) -> ModelScript:
         ScenarioError: not UTF-8 TOML (the message names line and column), or not the
             schema (``field`` is the JSON path of the offending value).
     """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ScenarioError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name) from e
-    try:
-        obj = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = _TOML_LINE.search(str(e))
-        where = f"line {m['line']}, column {m['col']}: " if m else ""
-        raise ScenarioError(f"TOML syntax error: {where}{_TOML_LINE.sub('', str(e)).strip()}",
-                            path=name) from e
+    obj = read_toml(data, name)
     try:
         script = msgspec.convert(obj, ModelScript)
     except msgspec.ValidationError as e:

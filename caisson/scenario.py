@@ -44,6 +44,7 @@ __all__ = [
     "Question",
     "Scenario",
     "load_scenario",
+    "read_toml",
     "parse_scenario",
     "scenario_digest",
 ]
@@ -290,6 +291,25 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(data, name)
 
 
+def read_toml(data: bytes, name: str) -> dict:
+    """Decode a TOML file's bytes into a table.
+
+    Raises:
+        ScenarioError: not UTF-8, or a TOML syntax error (the message names line and column).
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name) from e
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = _TOML_LINE.search(str(e))
+        where = f"line {m['line']}, column {m['col']}: " if m else ""
+        msg = _TOML_LINE.sub("", str(e)).strip()
+        raise ScenarioError(f"TOML syntax error: {where}{msg}", path=name) from e
+
+
 def parse_scenario(data: bytes, name: str) -> Scenario:
     """Validate a scenario from its bytes (e.g. the copy a run keeps as a blob).
 
@@ -300,17 +320,7 @@ def parse_scenario(data: bytes, name: str) -> Scenario:
     Raises:
         ScenarioError: as `load_scenario`.
     """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ScenarioError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name) from e
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = _TOML_LINE.search(str(e))
-        where = f"line {m['line']}, column {m['col']}: " if m else ""
-        msg = _TOML_LINE.sub("", str(e)).strip()
-        raise ScenarioError(f"TOML syntax error: {where}{msg}", path=name) from e
+    data = read_toml(data, name)
     try:
         scenario = msgspec.convert(data, Scenario)
     except msgspec.ValidationError as e:
