@@ -30,7 +30,7 @@ from caisson.errors import ChamberError
 from caisson.sandbox import Sandbox
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
-from ledger.events import AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt
+from ledger.events import AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt, WitnessGap
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
            "WitnessContext", "run_session", "WITNESS_GRACE_S"]
@@ -150,14 +150,18 @@ async def run_session(s: Session) -> RunOutcome:
             if sink is not None:
                 await sink.aclose()
     finally:
-        _drain(receive, writer)
-        if not ended:
-            writer.append(RunEnded(status="interrupted", reason="interrupted (Ctrl-C or cancellation)"),
-                          source="recorder")
-        writer.close()
-        if network is not None:
-            with trio.CancelScope(shield=True), trio.move_on_after(30):
-                await s.engine.remove_network(network)
+        try:
+            try:
+                _drain(receive, writer)
+                if not ended:
+                    writer.append(RunEnded(status="interrupted", reason="interrupted (Ctrl-C or cancellation)"),
+                                  source="recorder")
+            finally:
+                writer.close()
+        finally:
+            if network is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(30):
+                    await s.engine.remove_network(network)
     return outcome
 
 
@@ -187,29 +191,47 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
         spec = msgspec.structs.replace(spec, network_mode=network.name, dns=[network.gateway])
     async with trio.open_nursery() as witness_nursery:
         for witness in s.witnesses:
-            contexts.append(WitnessContext(send=send.clone(), stop=stop, nursery=witness_nursery, run_dir=s.run_dir,
+            guarded = _GuardedNursery(witness_nursery, witness.name, send)
+            contexts.append(WitnessContext(send=send.clone(), stop=stop, nursery=guarded, run_dir=s.run_dir,
                                            scratch=s.scratch, blobs=s.writer.blobs, network=network,
                                            scenario=s.scenario, fingerprint_key=s.fingerprint_key, facts=facts))
+        alive = [True] * len(s.witnesses)
+
+        async def before(i: int) -> None:
+            hook = getattr(s.witnesses[i], "before_start", None)
+            if hook is not None and not await _guard(send, s.witnesses[i].name, hook(contexts[i])):
+                alive[i] = False
+
         async with trio.open_nursery() as starting:  # the network witnesses start side by side
-            for witness, ctx in zip(s.witnesses, contexts):
-                before = getattr(witness, "before_start", None)
-                if before is not None:
-                    starting.start_soon(before, ctx)
-        for witness, ctx in zip(s.witnesses, contexts):
-            spec = witness.prepare(spec, ctx)
+            for i in range(len(s.witnesses)):
+                starting.start_soon(before, i)
+        for i, (witness, ctx) in enumerate(zip(s.witnesses, contexts)):
+            if alive[i]:
+                try:
+                    spec = witness.prepare(spec, ctx)
+                except Exception as exc:  # a witness that cannot prepare is a gap, not a dead run
+                    alive[i] = False
+                    await _gap(send, witness.name, f"prepare failed: {exc!r}")
+        result: ContainerResult | ChamberError | None = None
         if network is not None and not s.network:  # weakened: the host's services stay reachable
-            ports = [p for w in s.witnesses for p in getattr(w, "listen_ports", ())]
-            guard = await trio.to_thread.run_sync(guard_bridge, network.bridge, ports)
+            ports = [p for w, ok in zip(s.witnesses, alive) if ok for p in getattr(w, "listen_ports", ())]
+            try:
+                guard = await trio.to_thread.run_sync(guard_bridge, network.bridge, ports)
+            except ChamberError as exc:
+                result = exc
 
         async def on_start(started: ContainerStarted) -> None:
-            for witness, ctx in zip(s.witnesses, contexts):
+            for i, (witness, ctx) in enumerate(zip(s.witnesses, contexts)):
                 ctx.started = started
-                await witness.start(ctx)
+                if alive[i]:
+                    await _guard(send, witness.name, witness.start(ctx))
 
-        end_status = "interrupted"
+        end_status = "infra_failure"
         try:
-            result: ContainerResult | ChamberError = await s.engine.run(spec, on_start=on_start)
-            end_status = "infra_failure" if result.error else "timeout" if result.timed_out else "completed"
+            if result is None:
+                end_status = "interrupted"
+                result = await s.engine.run(spec, on_start=on_start)
+                end_status = "infra_failure" if result.error else "timeout" if result.timed_out else "completed"
         except ChamberError as exc:
             result, end_status = exc, "infra_failure"
         finally:
@@ -220,6 +242,8 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(unguard_bridge, guard)
         witness_nursery.cancel_scope.deadline = trio.current_time() + WITNESS_GRACE_S
+    for ctx in contexts:  # a witness that never started never closed its channel clone
+        ctx.send.close()
     run_id = s.manifest.run_id
     if isinstance(result, ChamberError):
         return (RunOutcome(run_id=run_id, run_dir=s.run_dir, status="infra_failure", exit_code=EXIT_INFRA,
@@ -240,6 +264,45 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
     return outcome, end
 
 
+async def _gap(send: trio.MemorySendChannel[Submission], name: str, reason: str) -> None:
+    await send.send(Submission(source=name, event=WitnessGap(witness=name, reason=reason, missing="its evidence")))
+
+
+async def _guard(send: trio.MemorySendChannel[Submission], name: str, hook) -> bool:
+    """Await a witness hook; an exception becomes a ``witness.gap`` (the cell is void, the
+    run goes on and seals). Returns whether the hook succeeded."""
+    try:
+        await hook
+    except Exception as exc:
+        await _gap(send, name, f"failed: {exc!r}")
+        return False
+    return True
+
+
+class _GuardedNursery:
+    """The witness nursery as one witness sees it: a task that raises is recorded as that
+    witness's gap instead of cancelling the chamber."""
+
+    def __init__(self, nursery: trio.Nursery, name: str, send: trio.MemorySendChannel[Submission]):
+        self._nursery, self._name, self._send = nursery, name, send
+
+    @property
+    def cancel_scope(self) -> trio.CancelScope:
+        return self._nursery.cancel_scope
+
+    def start_soon(self, fn, *args) -> None:
+        self._nursery.start_soon(self._run, fn, args)
+
+    async def start(self, fn, *args):
+        return await self._nursery.start(self._run_started, fn, args)
+
+    async def _run(self, fn, args) -> None:
+        await _guard(self._send, self._name, fn(*args))
+
+    async def _run_started(self, fn, args, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await _guard(self._send, self._name, fn(*args, task_status=task_status))
+
+
 def _drain(receive: trio.MemoryReceiveChannel[Submission], writer: LedgerWriter) -> None:
     """Append whatever is still buffered in the channel (after a cancellation)."""
     while True:
@@ -257,6 +320,8 @@ def _artifacts(writer: LedgerWriter, result: ContainerResult, sandbox_dir: Path,
     assert writer.blobs is not None
     found = [("stdout", result.stdout), ("stderr", result.stderr)]
     answer = sandbox_dir / scenario.answer_file if scenario.answer_file else None
+    if answer is not None and not answer.resolve().is_relative_to(sandbox_dir.resolve()):
+        answer = None  # the agent linked it (or a parent) outside its tree: the host does not follow
     if answer is not None and answer.is_file() and not answer.is_symlink():
         found.append(("answer", answer.read_bytes()))
     elif answer_text is not None:

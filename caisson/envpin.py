@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
+import re
 from collections.abc import Mapping
 
 import msgspec
@@ -32,6 +33,7 @@ __all__ = [
     "build_env",
     "fingerprint_secret",
     "is_credential",
+    "looks_secret",
     "parse_env_assignments",
 ]
 
@@ -39,11 +41,19 @@ ALLOWED_FROM_CALLER = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 """The only names whose values are taken from the caller's environment."""
 
 CREDENTIAL_PATTERNS = (
+    "API_KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "*_KEY", "*_PASS", "*_PASSWD", "*CREDENTIALS*",
     "*_API_KEY", "*_APIKEY", "*_TOKEN", "*_SECRET", "*_SECRET_*", "*_PASSWORD", "*_ACCESS_KEY*",
     "AWS_*", "AZURE_*", "ARM_CLIENT_*", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_*", "GCP_*",
     "GCLOUD_*", "CLOUDSDK_*", "GITHUB_TOKEN", "GH_TOKEN", "NPM_TOKEN", "HF_TOKEN", "SSH_AUTH_SOCK",
 )
-"""Glob patterns (fnmatch, case-sensitive) of variables that carry credentials."""
+"""Glob patterns of variables that carry credentials, matched against the upper-cased name."""
+
+SECRET_VALUE = re.compile(
+    r"^(sk-|sk_|rk_|ghp_|gho_|ghs_|github_pat_|xox[abpr]-|AKIA|ASIA|AIza|glpat-|hf_|npm_)|://[^/@\s]+:[^/@\s]+@|"
+    r"^Bearer\s",
+)
+"""Values that look like keys or carry credentials in a URL (``user:pass@``), whatever
+the variable is called: recorded only as fingerprints."""
 
 INJECTION_SWITCHES = {"CODING_KNOWLEDGE_INJECTION": "0"}
 """Switches that inject outside knowledge into an agent, and the value that turns them off."""
@@ -78,8 +88,15 @@ def fingerprint_secret(value: str, key: bytes) -> str:
 
 
 def is_credential(name: str, extra_patterns: tuple[str, ...] | list[str] = ()) -> bool:
-    """True when ``name`` matches a credential pattern (built-in or scenario-declared)."""
-    return any(fnmatch.fnmatchcase(name, p) for p in (*CREDENTIAL_PATTERNS, *extra_patterns))
+    """True when ``name`` matches a credential pattern (built-in or scenario-declared),
+    whatever its case."""
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, p.upper()) for p in (*CREDENTIAL_PATTERNS, *extra_patterns))
+
+
+def looks_secret(value: str) -> bool:
+    """True when a value looks like a key or holds credentials in a URL (see `SECRET_VALUE`)."""
+    return bool(SECRET_VALUE.search(value))
 
 
 def parse_env_assignments(values: list[str]) -> dict[str, str]:
@@ -147,7 +164,8 @@ def build_env(
     })
     env.pop("OLDPWD", None)
     recorded = {
-        name: fingerprint_secret(value, fingerprint_key) if is_credential(name, scenario.credential_patterns) else value
+        name: fingerprint_secret(value, fingerprint_key)
+        if is_credential(name, scenario.credential_patterns) or looks_secret(value) else value
         for name, value in env.items()
     }
     return ChamberEnv(env=env, recorded=recorded, stripped=stripped)

@@ -209,6 +209,9 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
         networked = True
     if not networked:  # no network at all: nothing to witness there
         witnesses = [w for w in witnesses if not getattr(w, "needs_network", False)]
+    if any(w.name == "strace" for w in witnesses) and os.geteuid() != 0:
+        raise UsageError("the strace witness needs root: its FIFO and tracer must not belong to the agent's uid"
+                         " (run caisson record as root)")
     if any(w.name == "strace" for w in witnesses) and not scenario.user.isidentifier():
         raise UsageError(f"scenario user {scenario.user!r}: the strace witness needs a user name of the image"
                          " (agent or root)")

@@ -73,7 +73,11 @@ def replay_run(run_dir: Path, trusted: VerifyKey,
         detail = report.reason or f"not closed: {report.unsealed} records after the last seal"
         return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
                          status="unverified", detectors=names)
-    records = list(read_records(run_dir, trusted))
+    try:
+        records = list(read_records(run_dir, trusted))
+    except LedgerError as exc:
+        return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified="unreadable", verify_detail=str(exc),
+                         status="unverified", detectors=names)
     started = next((r.event for r in records if isinstance(r.event, RunStarted)), None)
     scenario_bytes = _blob(run_dir, records, "scenario")
     scenario: Scenario | None = parse_scenario(scenario_bytes, f"{run_dir}:scenario") if scenario_bytes else None

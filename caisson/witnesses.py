@@ -29,7 +29,7 @@ from caisson._docker import ContainerSpec
 from collectors.procfs import run_procfs_witness
 from collectors.strace import NEED_DATA, StraceParser, strace_argv
 from ledger import Submission
-from caisson.envpin import fingerprint_secret, is_credential
+from caisson.envpin import fingerprint_secret, is_credential, looks_secret
 from ledger.events import ProcessExec, ProcessExit, WitnessGap, WitnessStarted
 
 __all__ = ["StraceWitness", "ProcfsWitness", "ProxyWitness", "DnsWitness", "PcapWitness", "default_witnesses",
@@ -75,8 +75,9 @@ class HostPids:
 
 
 def _redact_env(env: dict[str, str], *, key: bytes, patterns: tuple[str, ...]) -> dict[str, str]:
-    """Replace the values of credential variables by keyed fingerprints."""
-    return {name: fingerprint_secret(value, key) if is_credential(name, patterns) else value
+    """Replace the values of credential variables, and values that look like keys, by
+    keyed fingerprints."""
+    return {name: fingerprint_secret(value, key) if is_credential(name, patterns) or looks_secret(value) else value
             for name, value in env.items()}
 
 

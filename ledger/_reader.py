@@ -21,7 +21,9 @@ from ledger._blobs import BlobStore
 from ledger._errors import LedgerError
 from ledger._format import (
     FRAME_RECORDS,
+    MAGIC,
     Envelope,
+    WireRecord,
     envelope_list_decoder,
     wire_list_decoder,
     NEED_DATA,
@@ -35,7 +37,7 @@ from ledger._format import (
 )
 from ledger._keys import VerifyKey
 from ledger._writer import BLOBS_DIR, LEDGER_FILE
-from ledger.events import BlobStored, decode_event
+from ledger.events import BlobStored, WitnessRaw, decode_event
 
 __all__ = [
     "LedgerChecker",
@@ -77,6 +79,24 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     def exit_code(self) -> int:
         """0 ok, 1 tampered, 3 intact but not closed (the `caisson verify` contract)."""
         return {"ok": 0, "tampered": 1, "unclosed": 3}[self.status]
+
+
+def _decode_events(body: bytes, envelopes: list[Envelope]) -> list:
+    """Typed records of a frame. An authentic record whose event does not decode (a newer
+    kind, or a field of the wrong type written by a buggy witness) is read as a
+    ``witness.raw`` describing it: signed evidence is never dropped, and never fatal."""
+    try:
+        return wire_list_decoder.decode(body)
+    except msgspec.DecodeError:
+        pass
+    out = []
+    for env in envelopes:
+        try:
+            event = decode_event(env.event)
+        except msgspec.DecodeError as exc:
+            event = WitnessRaw(witness=env.source, line=f"undecodable event ({exc}): {bytes(env.event)[:2000]!r}")
+        out.append(WireRecord(env.seq, env.wall_delta_ns, env.mono_delta_ns, env.source, event))
+    return out
 
 
 def _try_decode(raw: msgspec.Raw) -> object:
@@ -182,9 +202,11 @@ class LedgerChecker:
         try:
             body = self._dctx.decompress(frame.payload, max_output_size=_MAX_FRAME_BYTES)
             raws = raw_list_decoder.decode(body)
-            stored = (wire_list_decoder if self._decode else envelope_list_decoder).decode(body)
+            stored = envelope_list_decoder.decode(body)
         except (zstandard.ZstdError, msgspec.DecodeError) as exc:
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
+        if self._decode:
+            stored = _decode_events(body, stored)
         n = len(raws)
         if n != frame.count:
             raise _Tampered(f"frame holds {n} records, header says {frame.count}", frame.offset, self.sealed)
@@ -297,8 +319,16 @@ def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
         report.run_id = checker.header.run_id
         report.key_fingerprint = checker.header.key_fingerprint
     if checker.tampered is not None:
+        reason, offset, seq = checker.tampered
+        if not checker.final and offset >= len(MAGIC) and not data[offset:].strip(b"\0"):
+            # Zeros where the next frame would begin, to the end: space the file system
+            # allocated but a crash never filled (ext4, XFS after power loss). A torn tail.
+            report.unsealed = checker.expected - checker.sealed
+            report.torn_bytes = len(data) - offset
+            report.status = "unclosed"
+            return report
         report.status = "tampered"
-        report.reason, report.bad_offset, report.bad_seq = checker.tampered
+        report.reason, report.bad_offset, report.bad_seq = reason, offset, seq
         return report
     for seq, ref in checker.blob_refs:
         problem = blobs.check(ref.sha256)
@@ -315,7 +345,12 @@ def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
             return report
     report.unsealed = checker.expected - checker.sealed
     report.torn_bytes = checker.pending_bytes
-    if not checker.final:
+    if checker.final and checker.pending_bytes:
+        report.status = "tampered"
+        report.bad_seq, report.bad_offset = checker.expected, len(data) - checker.pending_bytes
+        report.reason = f"{checker.pending_bytes} bytes after the final seal"
+        report.torn_bytes = 0
+    elif not checker.final:
         report.status = "unclosed"
     return report
 

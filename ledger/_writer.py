@@ -106,11 +106,13 @@ class LedgerWriter:
         self._zstd = zstandard.ZstdCompressor(level=zstd_level)
         self._pending: list[tuple] | None = []  # None once closed
         self._listeners: list[RecordListener] = []
+        self.listener_failures = 0  # records a listener raised on (the ledger kept them)
         self._next_seq = 0
         self._last_wall = 0  # times are stored as deltas from the previous record
         self._last_mono = 0
         self._sealed = 0
         self._closed = False
+        self._broken = False
         header = Header(
             format_version=FORMAT_VERSION,
             run_id=run_id,
@@ -193,7 +195,10 @@ class LedgerWriter:
         if self._listeners:
             record = Record(seq=seq, wall_ns=wall_ns, mono_ns=mono_ns, source=source, event=event)
             for listener in self._listeners:
-                listener(record)
+                try:
+                    listener(record)
+                except Exception:  # a monitor never costs the ledger an event
+                    self.listener_failures += 1
         if len(pending) >= self.flush_records or now >= self._flush_at_ns:
             self.flush()
         return seq
@@ -271,6 +276,9 @@ class LedgerWriter:
         full disk, a KeyboardInterrupt in plain code) cuts the file back to where it was,
         so the records stay pending and a later flush or close writes them once.
         """
+        if self._broken:
+            raise LedgerError("an earlier write failed and could not be undone; the ledger stays unclosed",
+                              path=str(self.path))
         offset = self._size
         try:
             self._write(data)
@@ -279,7 +287,7 @@ class LedgerWriter:
             try:
                 os.ftruncate(self._file.fileno(), offset)
             except OSError:
-                pass
+                self._broken = True  # a partial frame stays: write nothing after it
             raise
         self._size = offset + len(data)
         self._head = head

@@ -84,15 +84,18 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
         if not isinstance(event, (FileOpen, FileChange)):
             continue
         ok = event.result is not None if isinstance(event, FileOpen) else event.result == 0
-        paths = [event.path] + ([event.target] if isinstance(event, FileChange) and event.target else [])
+        # (path, written?): a symlink's target is its text, not a file touched; a hard link's
+        # target is only read (the new name is the write).
+        paths = [(event.path, _writes(event))]
+        if isinstance(event, FileChange) and event.target and not event.syscall.startswith("symlink"):
+            paths.append((event.target, not event.syscall.startswith("link")))
         if isinstance(event, FileOpen) and event.real_path:  # a symlink cannot hide where it led
-            paths.append(event.real_path)
-        for raw in paths:
+            paths.append((event.real_path, _writes(event)))
+        for raw, write in paths:
             path = norm(raw, cwd or root)
             if any(under(path, p) for p in inside):
                 continue
             trap = next((what for p, what in traps if under(path, p)), None)
-            write = _writes(event)
             verb = "wrote" if write else "read"
             if trap is not None:
                 yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID if ok else INFO,

@@ -378,3 +378,54 @@ def test_the_engine_dying_mid_run_is_recorded_and_the_ledger_sealed(chamber_imag
     end = records_of(run_dir)[-1].event
     assert isinstance(end, RunEnded) and end.status == "infra_failure" and "engine" in end.reason
     assert verify_ledger(run_dir, ensure_operator_key().verify_key).status == "ok"
+
+
+def test_a_chamber_that_fails_to_start_is_an_infra_failure_not_a_hang(chamber_image, tmp_path):
+    import threading
+
+    from caisson.record import RecordOptions, record
+    from caisson.witnesses import ProcfsWitness
+
+
+    run_dir = tmp_path / "run"
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(outcome=record(
+        RecordOptions(command=["/no/such/agent"], out=run_dir, timeout_s=30), witnesses=[ProcfsWitness()])),
+        daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "record hung after the chamber failed to start"
+    outcome = box["outcome"]
+    assert (outcome.status, outcome.exit_code) == ("infra_failure", 125)
+    end = records_of(run_dir)[-1].event
+    assert isinstance(end, RunEnded) and end.status == "infra_failure"
+    assert verify_ledger(run_dir, ensure_operator_key().verify_key).status == "ok"
+
+
+def test_a_failing_witness_is_a_gap_and_the_run_goes_on(chamber_image, tmp_path):
+    from caisson.record import RecordOptions, record
+    from caisson.replay import replay_runs
+    from caisson.witnesses import ProcfsWitness
+    from ledger.events import WitnessGap
+
+    class Broken:
+        name = "broken"
+        needs_network = False
+
+        def prepare(self, spec, ctx):
+            return spec
+
+        async def start(self, ctx):
+            async def crash():
+                raise RuntimeError("witness bug")
+
+            ctx.nursery.start_soon(crash)
+
+    run_dir = tmp_path / "run"
+    outcome = record(RecordOptions(command=["sh", "-c", "sleep 1; echo done"], out=run_dir),
+                     witnesses=[Broken(), ProcfsWitness()])
+    assert outcome.status == "completed" and outcome.command_exit == 0
+    gaps = [r.event for r in read_records(run_dir) if isinstance(r.event, WitnessGap)]
+    assert gaps and gaps[0].witness == "broken" and "witness bug" in gaps[0].reason
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    assert result.status == "void" and any("broken" in r for r in result.reasons)

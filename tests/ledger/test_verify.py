@@ -258,3 +258,46 @@ def test_sigkill_at_random_moments_loses_only_the_unsealed_tail(tmp_path):
         texts = [r.event.text for r in read_records(ledger)]
         assert texts == [f"event {i}" for i in range(len(texts))]
         assert len(texts) == report.records >= report.sealed
+
+
+def test_bytes_after_the_final_seal_are_tampering_even_when_they_do_not_make_a_frame(tmp_path):
+    write_ledger(tmp_path / "run", _items(3))
+    data = (tmp_path / "run" / "ledger").read_bytes()
+    report = _verify_bytes(data + b"x" * 24)
+    assert report.status == "tampered" and "after the final seal" in report.reason
+
+
+def test_zeros_after_the_last_seal_of_a_crashed_ledger_are_a_torn_tail(tmp_path):
+    write_ledger(tmp_path / "run", _items(6), flush_records=3)
+    data = (tmp_path / "run" / "ledger").read_bytes()
+    spans = frame_map(data)
+    crashed = data[: spans[-2][1]]  # everything but the final seal: an unclosed ledger
+    report = _verify_bytes(crashed + bytes(100))
+    assert (report.status, report.sealed, report.torn_bytes) == ("unclosed", 6, 100)
+
+
+def test_an_authentic_record_that_does_not_decode_is_read_as_raw_not_lost(tmp_path):
+    from ledger import LedgerWriter
+    from ledger.events import FileOpen, WitnessRaw
+
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    w.append(Note(text="a"), source="t")
+    w.append(FileOpen(pid=1, path="/x", result=3.5), source="strace")  # a witness bug: float fd
+    w.append(Note(text="b"), source="t")
+    w.close()
+    assert verify_ledger(tmp_path / "ledger", KEY.verify_key).status == "ok"
+    events = [r.event for r in read_records(tmp_path / "ledger")]
+    assert events[0] == Note(text="a") and events[2] == Note(text="b")
+    assert isinstance(events[1], WitnessRaw) and "undecodable" in events[1].line
+
+
+def test_a_listener_that_raises_never_costs_the_ledger_an_event(tmp_path):
+    from ledger import LedgerWriter
+
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    w.add_listener(lambda record: 1 / 0)
+    for i in range(3):
+        w.append(Note(text=str(i)), source="t")
+    w.close()
+    assert w.listener_failures == 3
+    assert [r.event.text for r in read_records(tmp_path / "ledger")] == ["0", "1", "2"]

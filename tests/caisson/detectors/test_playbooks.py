@@ -220,3 +220,16 @@ def test_three_stalled_cells_in_a_row_are_an_abort_signal():
     assert should_abort_study([clean, stalled, stalled, stalled])
     assert not should_abort_study([stalled, stalled, clean, stalled, stalled])
     assert not should_abort_study([stalled, stalled])
+
+
+def test_outside_tree_does_not_read_a_symlink_text_as_a_write():
+    records = play(
+        start(),
+        FileChange(pid=1, syscall="symlink", path="/work/sandbox/.venv/bin/python", target="/usr/bin/python3"),
+        FileChange(pid=1, syscall="symlinkat", path="/work/sandbox/node_modules/.bin/tsc",
+                   target="../typescript/bin/tsc"),
+        FileChange(pid=1, syscall="link", path="/work/sandbox/copy", target="/etc/hostname"),
+        FileChange(pid=1, syscall="rename", path="/work/sandbox/a", target="/work/elsewhere/a"),
+    )
+    assert [f.message for f in outside_tree(records, CONFIG)] == [
+        "wrote /work/elsewhere/a outside the sandbox (rename)"]
