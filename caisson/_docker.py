@@ -158,6 +158,7 @@ class Engine:
         self._docker = docker
         self.url = url
         """Engine address, e.g. `unix:///var/run/docker.sock`."""
+        self.version: dict[str, Any] = {}  # the engine's answer to /version, set by open_engine
 
     async def _call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
         try:
@@ -211,7 +212,7 @@ class Engine:
         Raises:
             ChamberError: the engine failed.
         """
-        version = await self._call(self._docker.version)
+        version = self.version  # asked once, when the engine was opened
         info = await self._call(self._docker.system.info)
         return {
             "server_version": version.get("Version"),
@@ -455,7 +456,7 @@ async def open_engine(url: str | None = None) -> AsyncIterator[Engine]:
             try:
                 engine = Engine(docker, url)
                 try:
-                    await engine._call(docker.version)
+                    engine.version = await engine._call(docker.version)
                 except _EngineFailure as exc:
                     raise ChamberError(
                         f"Docker engine not reachable at {url} ({exc}): start dockerd"

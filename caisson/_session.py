@@ -26,6 +26,7 @@ import trio
 
 from caisson._docker import ChamberNetwork, ContainerResult, ContainerSpec, ContainerStarted, Engine
 from caisson._firewall import guard_bridge, unguard_bridge
+from caisson._paths import SANDBOX_PATH
 from caisson.errors import ChamberError
 from caisson.sandbox import Sandbox
 from caisson.scenario import Scenario
@@ -40,7 +41,6 @@ EXIT_INFRA = 125  # the chamber failed, as `docker run` reports its own errors
 EXIT_INTERRUPTED = 130
 WITNESS_GRACE_S = 5.0
 """How long witnesses may take to drain after the command ended before they are cancelled."""
-SANDBOX_PATH = "/work/sandbox"
 
 
 class RunOutcome(msgspec.Struct, kw_only=True):
@@ -285,10 +285,6 @@ class _GuardedNursery:
 
     def __init__(self, nursery: trio.Nursery, name: str, send: trio.MemorySendChannel[Submission]):
         self._nursery, self._name, self._send = nursery, name, send
-
-    @property
-    def cancel_scope(self) -> trio.CancelScope:
-        return self._nursery.cancel_scope
 
     def start_soon(self, fn, *args) -> None:
         self._nursery.start_soon(self._run, fn, args)

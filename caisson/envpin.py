@@ -15,15 +15,15 @@ Rules (DESIGN.md, Environment):
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import hmac
 import re
 from collections.abc import Mapping
 
 import msgspec
 
+from caisson._paths import CONFIG_HOME
 from caisson.errors import UsageError
 from caisson.scenario import Scenario
+from ledger import fingerprint_secret
 
 __all__ = [
     "ALLOWED_FROM_CALLER",
@@ -35,6 +35,7 @@ __all__ = [
     "is_credential",
     "looks_secret",
     "parse_env_assignments",
+    "redact_env",
 ]
 
 ALLOWED_FROM_CALLER = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
@@ -59,8 +60,6 @@ INJECTION_SWITCHES = {"CODING_KNOWLEDGE_INJECTION": "0"}
 """Switches that inject outside knowledge into an agent, and the value that turns them off."""
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-CONFIG_HOME = "/tmp/caisson-home"
-"""The agent's fresh config home inside the chamber (created empty for every run)."""
 
 
 class ChamberEnv(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,15 +75,6 @@ class ChamberEnv(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str]
     recorded: dict[str, str]
     stripped: list[str]
-
-
-def fingerprint_secret(value: str, key: bytes) -> str:
-    """A keyed fingerprint of a secret (HMAC-SHA256, first 16 hex), e.g. ``fp:1a2b...``.
-
-    The key is per operator, so a fingerprint tells two runs used the same secret
-    without letting anyone test guesses offline.
-    """
-    return "fp:" + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:16]
 
 
 def is_credential(name: str, extra_patterns: tuple[str, ...] | list[str] = ()) -> bool:
@@ -163,9 +153,12 @@ def build_env(
         "PWD": cwd,
     })
     env.pop("OLDPWD", None)
-    recorded = {
-        name: fingerprint_secret(value, fingerprint_key)
-        if is_credential(name, scenario.credential_patterns) or looks_secret(value) else value
-        for name, value in env.items()
-    }
+    recorded = redact_env(env, key=fingerprint_key, patterns=scenario.credential_patterns)
     return ChamberEnv(env=env, recorded=recorded, stripped=stripped)
+
+
+def redact_env(env: Mapping[str, str], *, key: bytes, patterns: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+    """The environment as the ledger may keep it: credential variables, and values that
+    look like keys, replaced by keyed fingerprints."""
+    return {name: fingerprint_secret(value, key) if is_credential(name, patterns) or looks_secret(value) else value
+            for name, value in env.items()}

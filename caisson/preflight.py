@@ -8,13 +8,12 @@ the arm, agent and tool named. A combination the agent cannot gate is a refusal,
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import msgspec
 
+from caisson._model_process import scripted_model
 from caisson.errors import UsageError
 from caisson.record import RecordOptions, record
 from caisson.scenario import Egress, load_scenario
@@ -34,6 +33,10 @@ match = {{ model_contains = "haiku" }}
 text = "{{}}"
 usage = {{ input = 1, output = 1 }}
 '''
+
+
+_PROVIDERS = ("api.anthropic.com", "api.openai.com")
+_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-preflight", "OPENAI_API_KEY": "sk-openai-preflight"}  # scripted: no secret
 
 
 class Check(msgspec.Struct, kw_only=True):
@@ -66,24 +69,17 @@ def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path |
     for agent in agents:
         for arm in scenario.arms:
             run_dir = root / f"{agent}--{arm.name}"
-            proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "model", "serve", "--script", str(script),
-                                     "--host", "127.0.0.1", "--port", "0"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True)
             try:
-                address = (proc.stdout.readline() if proc.stdout else "").rsplit("http://", 1)[-1].strip()
-                egress = Egress(allow_hosts=["api.anthropic.com", "api.openai.com"],
-                                upstream={"api.anthropic.com": f"http://{address}",
-                                          "api.openai.com": f"http://{address}"})
-                key = {"ANTHROPIC_API_KEY": "sk-ant-preflight", "OPENAI_API_KEY": "sk-openai-preflight"}
-                record(RecordOptions(command=[], scenario=scenario_path, repo=repo, out=run_dir,
-                                     question=scenario.questions[0].id, agent=agent, arm=arm.name,
-                                     weaken=list(weaken), env=key, egress=egress), witnesses=default_witnesses())
+                with scripted_model(script) as address:
+                    egress = Egress(allow_hosts=list(_PROVIDERS),
+                                    upstream={host: f"http://{address}" for host in _PROVIDERS})
+                    record(RecordOptions(command=[], scenario=scenario_path, repo=repo, out=run_dir,
+                                         question=scenario.questions[0].id, agent=agent, arm=arm.name,
+                                         weaken=list(weaken), env=_KEYS, egress=egress),
+                           witnesses=default_witnesses())
             except UsageError as exc:
                 checks.append(Check(arm=arm.name, agent=agent, status="refused", reason=str(exc)))
                 continue
-            finally:
-                proc.terminate()
-                proc.wait(timeout=10)
             checks.append(_check(run_dir, arm.name, agent))
     return checks
 

@@ -28,6 +28,7 @@ import trio
 
 from caisson import __version__
 from caisson._docker import ContainerSpec, Limits, open_engine
+from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson._session import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
 from caisson.envpin import build_env
 from caisson.errors import UsageError
@@ -40,9 +41,6 @@ from ledger.events import RunStarted
 
 __all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA"]
 
-SANDBOX_PATH = "/work/sandbox"
-"""Where the sandbox tree is mounted in the chamber; cwd and PWD point here."""
-CONFIG_HOME_PATH = "/tmp/caisson-home"
 _USERS = {"agent": (1000, 1000), "root": (0, 0)}
 
 class RecordOptions(msgspec.Struct, kw_only=True):
@@ -251,7 +249,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 overrides.update(CAISSON_QUESTION_ID=question.id, CAISSON_PROMPT=question.prompt)
             chamber_env = build_env(caller=os.environ, scenario=scenario, overrides=overrides,
                                     cwd=SANDBOX_PATH, fingerprint_key=fingerprint_key(key))
-            binds = [(str(sandbox_dir), SANDBOX_PATH, False), (str(config_home), CONFIG_HOME_PATH, False)]
+            binds = [(str(sandbox_dir), SANDBOX_PATH, False), (str(config_home), CONFIG_HOME, False)]
             if "env" in options.weaken:
                 leaked = {"OLDPWD": os.getcwd(), "PWD": os.getcwd(), "PLANTED_API_KEY": "sk-planted-by-selftest"}
                 chamber_env = msgspec.structs.replace(

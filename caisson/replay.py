@@ -19,7 +19,7 @@ from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
 from caisson.scoring import Grade, grade
-from ledger import LedgerError, Record, VerifyKey, locate, read_records, verify_ledger
+from ledger import LedgerError, Record, VerifyKey, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted
 
 __all__ = ["FINDINGS_FILE", "RunReplay", "replay_run", "replay_runs"]
@@ -65,18 +65,13 @@ def replay_run(run_dir: Path, trusted: VerifyKey,
     """
     names = [name for name, _ in detectors]
     try:
-        report = verify_ledger(run_dir, trusted)
+        report, records = verify_and_read(run_dir, trusted)  # one read of the file
     except LedgerError as exc:
         return RunReplay(run_dir=str(run_dir), verified="unreadable", verify_detail=str(exc), status="unverified",
                          detectors=names)
     if report.status != "ok":
         detail = report.reason or f"not closed: {report.unsealed} records after the last seal"
         return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
-                         status="unverified", detectors=names)
-    try:
-        records = list(read_records(run_dir, trusted))
-    except LedgerError as exc:
-        return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified="unreadable", verify_detail=str(exc),
                          status="unverified", detectors=names)
     started = next((r.event for r in records if isinstance(r.event, RunStarted)), None)
     scenario_bytes = _blob(run_dir, records, "scenario")

@@ -11,10 +11,10 @@ discriminate.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
-import sys
 import threading
 import tempfile
 from collections.abc import Callable
@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from caisson.detectors import DEFAULT_DETECTORS, VOID
-from caisson.errors import CaissonError
+from caisson._model_process import scripted_model
 from caisson.home import ensure_operator_key
 from caisson.record import RecordOptions, record
 from caisson.replay import WEAKENED, RunReplay, replay_runs
@@ -154,24 +154,6 @@ def _host_staller(pid: int, run_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(["sh", "-c", script])
 
 
-class _ScriptedModel:
-    """`caisson model serve` on 127.0.0.1 (a free port) for one case; ``address`` is host:port."""
-
-    def __init__(self, script: Path):
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "caisson.cli", "model", "serve", "--script", str(script), "--host", "127.0.0.1",
-             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        line = self._proc.stdout.readline() if self._proc.stdout else ""
-        self.address = line.rsplit("http://", 1)[-1].strip()
-        if ":" not in self.address:
-            self.close()
-            raise CaissonError(f"the scripted model did not start: {line!r}")
-
-    def close(self) -> None:
-        self._proc.terminate()
-        self._proc.wait(timeout=10)
-
-
 class _HostService:
     """A TCP service on all of the host's addresses, port 18080, as a host may have one:
     what the network escaper reaches when the host's side of the chamber network is open."""
@@ -212,25 +194,21 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
     fired: dict[str, list[str]] = {}
     for case in cases:
         run_dir = root / "runs" / case.name.replace("/", "__")
-        model = _ScriptedModel(PROBES.parent / "model" / case.model_script) if case.model_script else None
-        scenario = root / f"scenario-{case.name.replace('/', '__')}.toml"
-        text = SCENARIO + (EGRESS if case.model_script or case.companion == "listener" else "")
-        scenario.write_text(text.replace("MODEL_ADDRESS", model.address if model else "127.0.0.1:9"))
-        options = RecordOptions(command=case.command, scenario=scenario, repo=repo, out=run_dir,
-                                question="where-answer", weaken=list(case.weaken), timeout_s=90,
-                                agent=case.agent, arm=case.arm, transcript=case.transcript,
-                                env={"ANTHROPIC_API_KEY": "sk-ant-selftest-scripted"})
-        companion = _host_staller(os.getpid(), run_dir) if case.companion == "host_staller" else None
-        listener = _HostService() if case.companion == "listener" else None
-        try:
+        with contextlib.ExitStack() as stack:
+            address = (stack.enter_context(scripted_model(PROBES.parent / "model" / case.model_script))
+                       if case.model_script else "127.0.0.1:9")
+            scenario = root / f"scenario-{case.name.replace('/', '__')}.toml"
+            text = SCENARIO + (EGRESS if case.model_script or case.companion == "listener" else "")
+            scenario.write_text(text.replace("MODEL_ADDRESS", address))
+            options = RecordOptions(command=case.command, scenario=scenario, repo=repo, out=run_dir,
+                                    question="where-answer", weaken=list(case.weaken), timeout_s=90,
+                                    agent=case.agent, arm=case.arm, transcript=case.transcript,
+                                    env={"ANTHROPIC_API_KEY": "sk-ant-selftest-scripted"})
+            if case.companion == "listener":
+                stack.callback(_HostService().close)
+            if case.companion == "host_staller":
+                stack.callback(_host_staller(os.getpid(), run_dir).wait)
             record(options, witnesses=default_witnesses(weaken=case.weaken))
-        finally:
-            if companion is not None:
-                companion.wait()
-            if listener is not None:
-                listener.close()
-            if model is not None:
-                model.close()
         [result] = replay_runs([run_dir], key.verify_key)
         runs[case.name] = str(run_dir)
         fired[case.name] = _voiding(result)

@@ -29,7 +29,8 @@ from caisson._docker import ContainerSpec
 from collectors.procfs import run_procfs_witness
 from collectors.strace import NEED_DATA, StraceParser, strace_argv
 from ledger import Submission
-from caisson.envpin import fingerprint_secret, is_credential, looks_secret
+from caisson._paths import SANDBOX_PATH
+from caisson.envpin import redact_env
 from ledger.events import ProcessExec, ProcessExit, WitnessGap, WitnessStarted
 
 __all__ = ["StraceWitness", "ProcfsWitness", "ProxyWitness", "DnsWitness", "PcapWitness", "default_witnesses",
@@ -74,13 +75,6 @@ class HostPids:
                 continue
 
 
-def _redact_env(env: dict[str, str], *, key: bytes, patterns: tuple[str, ...]) -> dict[str, str]:
-    """Replace the values of credential variables, and values that look like keys, by
-    keyed fingerprints."""
-    return {name: fingerprint_secret(value, key) if is_credential(name, patterns) or looks_secret(value) else value
-            for name, value in env.items()}
-
-
 class StraceWitness:
     """strace in the chamber, started before the agent; see the module docstring.
 
@@ -116,7 +110,7 @@ class StraceWitness:
         self._fds = (rfd, wfd)
         self._argv = ["strace", *strace_argv(f"{WITNESS_DIR}/strace.fifo", seccomp=self.seccomp,
                                              verbose_env=True)]
-        self._redact = functools.partial(_redact_env, key=ctx.fingerprint_key,
+        self._redact = functools.partial(redact_env, key=ctx.fingerprint_key,
                                          patterns=tuple(ctx.scenario.credential_patterns))
         argv = list(self._argv)
         if self.weaken_user:
@@ -144,7 +138,7 @@ class StraceWitness:
         assert self._fds is not None
         rfd, wfd = self._fds
         send: trio.MemorySendChannel[Submission] = ctx.send
-        parser = StraceParser(root_cwd="/work/sandbox")
+        parser = StraceParser(root_cwd=SANDBOX_PATH)
         host_pids = HostPids(ctx.started.host_pid) if ctx.started else (lambda pid: None)
         root: list[int | None] = [None]
         exited: set[int] = set()
@@ -211,15 +205,8 @@ class ProcfsWitness:
 
     async def start(self, ctx) -> None:
         """Sample from now until the chamber has ended."""
-
-        async def until_stop() -> None:
-            async with trio.open_nursery() as inner:
-                inner.start_soon(functools.partial(
-                    run_procfs_witness, ctx.send, root_host_pid=ctx.started.host_pid, interval_s=self.interval_s))
-                await ctx.stop.wait()
-                inner.cancel_scope.cancel()
-
-        ctx.nursery.start_soon(until_stop)
+        await ctx.nursery.start(_serve_until_stop, ctx, functools.partial(
+            run_procfs_witness, ctx.send, root_host_pid=ctx.started.host_pid, interval_s=self.interval_s))
 
 
 CA_DIR = "/caisson/ca"
@@ -256,18 +243,11 @@ class ProxyWitness:
         shutil.copyfile(ca, self._ca_dir / "caisson-ca.pem")
         egress = ctx.scenario.egress
 
-        async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
-            async with trio.open_nursery() as inner:
-                self._info = await inner.start(functools.partial(
-                    run_proxy_witness, ctx.send, blobs=ctx.blobs, fingerprint_key=ctx.fingerprint_key,
-                    confdir=confdir, listen_host=ctx.network.gateway, listen_port=0,
-                    allow_hosts=list(egress.allow_hosts), upstream=dict(egress.upstream),
-                    upstream_trusted_ca=Path(egress.upstream_ca) if egress.upstream_ca else None))
-                task_status.started()
-                await ctx.stop.wait()
-                inner.cancel_scope.cancel()
-
-        await ctx.nursery.start(serve)
+        self._info = await ctx.nursery.start(_serve_until_stop, ctx, functools.partial(
+            run_proxy_witness, ctx.send, blobs=ctx.blobs, fingerprint_key=ctx.fingerprint_key,
+            confdir=confdir, listen_host=ctx.network.gateway, listen_port=0,
+            allow_hosts=list(egress.allow_hosts), upstream=dict(egress.upstream),
+            upstream_trusted_ca=Path(egress.upstream_ca) if egress.upstream_ca else None))
         ctx.facts["proxy"] = self._info
         self.listen_ports = [("tcp", self._info.port)]
 

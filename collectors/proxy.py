@@ -14,8 +14,7 @@ path is known before the proxy runs; `run_proxy_witness` calls it too.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import functools
 import shutil
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import trio
 from collectors._proxy_bodies import BodyDecoder, Redactor
 from collectors._proxy_exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler, Output
 from collectors._proxy_frames import NEED_DATA, Frame, FrameDecoder, FrameError, Hello, encode_frame
-from ledger import BlobStore, CaissonError, Submission
+from ledger import BlobStore, CaissonError, Submission, fingerprint_secret
 from ledger.events import Event, WitnessGap, WitnessRaw, WitnessStarted, WitnessStopped
 
 __all__ = [
@@ -72,11 +71,12 @@ class ProxyInfo(NamedTuple):
 
 
 def keyed_fingerprint(key: bytes) -> Callable[[str], str]:
-    """value -> ``"fp:" + HMAC-SHA256(key, value)[:16 hex]``, as `caisson.envpin` does."""
-    def fingerprint(value: str) -> str:
-        digest = hmac.new(key, value.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()
-        return "fp:" + digest[:16]
-    return fingerprint
+    """value -> `ledger.fingerprint_secret` (value, key): the assembler's redaction hook."""
+    return functools.partial(_fingerprint_with, key)
+
+
+def _fingerprint_with(key: bytes, value: str) -> str:
+    return fingerprint_secret(value, key)
 
 
 def ensure_ca(confdir: Path) -> Path:

@@ -21,12 +21,14 @@ from ledger._keys import (
     load_signing_key,
     load_verify_key,
 )
+from ledger._secrets import fingerprint_secret
 from ledger._reader import (
     LedgerChecker,
     VerifyReport,
     follow_records,
     locate,
     read_records,
+    verify_and_read,
     verify_ledger,
 )
 from ledger._writer import BLOBS_DIR, LEDGER_FILE, LedgerWriter, Submission, run_writer
@@ -51,6 +53,7 @@ __all__ = [
     "VerifyReport",
     "WriterClosedError",
     "fingerprint",
+    "fingerprint_secret",
     "follow_records",
     "generate_keypair",
     "load_signing_key",
@@ -58,5 +61,6 @@ __all__ = [
     "locate",
     "read_records",
     "run_writer",
+    "verify_and_read",
     "verify_ledger",
 ]

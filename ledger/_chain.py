@@ -9,7 +9,6 @@ Chain: ``h[-1] = sha256(GENESIS_TAG || header payload)`` and
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 
 GENESIS_TAG = b"caisson-ledger/1 genesis\x00"
 SEAL_TAG = b"caisson-ledger/1 seal\x00"
@@ -18,18 +17,6 @@ SEAL_TAG = b"caisson-ledger/1 seal\x00"
 def genesis(header_payload: bytes) -> bytes:
     """The chain value before the first record: 32 bytes bound to the header."""
     return hashlib.sha256(GENESIS_TAG + header_payload).digest()
-
-
-def extend(head: bytes, records: Iterable[bytes]) -> bytes:
-    """Extend the chain ``head`` over each record's canonical bytes, in order.
-
-    Returns:
-        The chain head after the last record (32 bytes); ``head`` itself if none.
-    """
-    sha256 = hashlib.sha256
-    for data in records:
-        head = sha256(head + data).digest()
-    return head
 
 
 def seal_message(run_id: str, upto: int, head: bytes, final: bool) -> bytes:

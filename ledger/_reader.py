@@ -44,6 +44,7 @@ __all__ = [
     "VerifyReport",
     "locate",
     "verify_ledger",
+    "verify_and_read",
     "read_records",
     "follow_records",
 ]
@@ -143,7 +144,6 @@ class LedgerChecker:
         self.final_offset: int | None = None
         self.tampered: tuple[str, int, int] | None = None
         self.blob_refs: list[tuple[int, BlobStored]] = []
-        self.envelopes = 0  # records checked without decoding (decode=False)
         self._wall = 0  # running sums restoring absolute times
         self._mono = 0
 
@@ -228,7 +228,6 @@ class LedgerChecker:
                 if isinstance(event, BlobStored):
                     self.blob_refs.append((r.seq, event))
         if not self._decode:
-            self.envelopes += n
             return
         wall, mono = self._wall, self._mono
         for r in stored:
@@ -308,12 +307,32 @@ def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
         NotALedgerError: the file is not a ledger.
         LedgerError: unreadable, or an unsupported format version.
     """
+    return _verify(path, trusted, decode=False)[0]
+
+
+def verify_and_read(path: Path, trusted: VerifyKey) -> tuple[VerifyReport, list[Record]]:
+    """`verify_ledger` and the decoded records, from one read of the file (for replay).
+
+    The records are those of complete frames, whatever the report says; use them only
+    when ``report.status`` is what the caller accepts.
+
+    Raises:
+        As `verify_ledger`.
+    """
+    return _verify(path, trusted, decode=True)
+
+
+def _verify(path: Path, trusted: VerifyKey, *, decode: bool) -> tuple[VerifyReport, list[Record]]:
     ledger_path, blobs = locate(path)
     data = _read_all(ledger_path)
-    checker = LedgerChecker(trusted, decode=False)
+    checker = LedgerChecker(trusted, decode=decode)
     checker.feed(data)
-    for _ in checker.records():
-        pass
+    records = list(checker.records())
+    report = _report(checker, data, ledger_path, blobs)
+    return report, records
+
+
+def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobStore) -> VerifyReport:
     report = VerifyReport(path=str(ledger_path), records=checker.expected, sealed=checker.sealed, final=checker.final)
     if checker.header is not None:
         report.run_id = checker.header.run_id

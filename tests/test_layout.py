@@ -40,9 +40,9 @@ def test_ledger_public_surface_is_pinned():
     assert sorted(ledger.__all__) == sorted([
         "BLOBS_DIR", "BlobStore", "CaissonError", "FORMAT_VERSION", "Header", "KeyFileError", "LEDGER_FILE",
         "LedgerChecker", "LedgerError", "LedgerWriter", "NotALedgerError", "Record", "Seal", "SigningKey",
-        "Submission", "VerifyKey", "VerifyReport", "WriterClosedError", "fingerprint", "follow_records",
+        "Submission", "VerifyKey", "VerifyReport", "WriterClosedError", "fingerprint", "fingerprint_secret", "follow_records",
         "generate_keypair", "load_signing_key", "load_verify_key", "locate", "read_records", "run_writer",
-        "verify_ledger",
+        "verify_and_read", "verify_ledger",
     ])
     for name in ledger.__all__:
         assert getattr(ledger, name) is not None

@@ -17,7 +17,6 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from caisson._cli.replay import table
+from caisson._model_process import scripted_model
 from caisson._cli.verify import describe
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, operator_key_paths
@@ -83,11 +83,7 @@ def _scripted_model(out: Path, question):
         f'match = {{ tool_result_contains = "{name}" }}\ntext = {json.dumps(answers.get(question.id, ""))}\n'
         f'stop_reason = "end_turn"\nusage = {{ input = 90, cache_read = 4200, output = 25 }}\n\n[[background]]\n'
         f'match = {{ model_contains = "haiku" }}\ntext = "{{}}"\nusage = {{ input = 50, output = 5 }}\n')
-    proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "model", "serve", "--script", str(script),
-                             "--host", "127.0.0.1", "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    try:
-        address = (proc.stdout.readline() if proc.stdout else "").rsplit("http://", 1)[-1].strip()
+    with scripted_model(script) as address:
         scenario = work / "scenario.toml"
         scenario.write_text('pass_credentials = ["ANTHROPIC_API_KEY"]\n' + SCENARIO.read_text() + f"""
 
@@ -104,9 +100,6 @@ allow_hosts = ["api.anthropic.com"]
 upstream = {{ "api.anthropic.com" = "http://{address}" }}
 """)
         yield address, scenario
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from caisson.envpin import parse_env_assignments
 from caisson.record import RecordOptions, record
+from caisson.witnesses import default_witnesses
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,17 +43,8 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout, env=parse_env_assignments(args.env), monitor=args.monitor, image=args.image,
         question=args.question, agent=args.agent, arm=args.arm,
     )
-    outcome = record(options, witnesses=default_witnesses())
+    outcome = record(options, witnesses=default_witnesses(weaken=options.weaken))
     detail = f"exit {outcome.command_exit}" if outcome.status == "completed" else outcome.reason
     print(f"{outcome.run_dir}")
     print(f"run {outcome.run_id}: {outcome.status} ({detail}, {outcome.wall_ns / 1e9:.2f} s)", file=sys.stderr)
     return outcome.exit_code
-
-
-def default_witnesses() -> list:
-    """The witnesses `caisson record` runs by default (see caisson.witnesses)."""
-    try:
-        from caisson.witnesses import default_witnesses as defaults
-    except ImportError:
-        return []
-    return defaults()

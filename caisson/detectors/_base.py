@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 
+from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from ledger import Record
 from ledger.events import RunStarted, SandboxBuilt
 
@@ -36,8 +37,8 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
 class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     """What detectors need to know about a run, from its own records and scenario."""
 
-    sandbox_path: str = "/work/sandbox"
-    config_home: str = "/tmp/caisson-home"
+    sandbox_path: str = SANDBOX_PATH
+    config_home: str = CONFIG_HOME
     excluded_paths: tuple[str, ...] = ()  # repo-relative, from sandbox.built
     exclusion_globs: tuple[tuple[str, str], ...] = ()  # (category, glob) from the scenario
     live_repo: str | None = None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from caisson._model_process import scripted_model
 from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
@@ -25,16 +26,8 @@ KEY = "sk-ant-scripted-test-0000"
 @pytest.fixture
 def model_server(request):
     """``caisson model serve`` on 127.0.0.1 (a free port) playing the script named by the test."""
-    script = SCRIPTS / request.param
-    proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "model", "serve", "--script", str(script),
-                             "--host", "127.0.0.1", "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline() or proc.stderr.readline()
-    address = line.rsplit("http://", 1)[-1].strip()
-    assert ":" in address, line
-    yield address
-    proc.terminate()
-    proc.wait(timeout=10)
+    with scripted_model(SCRIPTS / request.param) as address:
+        yield address
 
 
 @pytest.fixture

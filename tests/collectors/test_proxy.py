@@ -324,7 +324,12 @@ def test_no_secret_reaches_events_or_blobs(witness):
 
 
 def test_fingerprint_matches_envpin():
-    assert keyed_fingerprint(KEY)("sk-test") == fingerprint_secret("sk-test", KEY)
+    import hashlib
+    import hmac
+
+    # pinned to the definition (HMAC-SHA256 with the operator's key, 16 hex), not to itself
+    expected = "fp:" + hmac.new(KEY, b"sk-test", hashlib.sha256).hexdigest()[:16]
+    assert keyed_fingerprint(KEY)("sk-test") == fingerprint_secret("sk-test", KEY) == expected
 
 
 # --- lifecycle: started, stopped on cancel, gap when mitmdump dies -----------------------

@@ -1,0 +1,6 @@
+"""Where things are inside the chamber (one definition for the recorder, witnesses, detectors)."""
+
+SANDBOX_PATH = "/work/sandbox"
+"""Where the sandbox tree is mounted in the chamber; cwd and PWD point here."""
+CONFIG_HOME = "/tmp/caisson-home"
+"""The agent's fresh config home inside the chamber (created empty for every run)."""
