@@ -5,7 +5,8 @@ Usage: python benchmarks/ledger_bench.py [--events N] [--out DIR]
 Writes N strace-like events through the ledger and through the baseline, then
 verifies (ledger) and reads (baseline) both. Last line:
 ``append_ratio=A verify_ratio=V bytes_per_event=B events_per_s=E`` where the ratios are
-ledger throughput / baseline throughput (targets: A >= 0.6, V >= 0.6, B <= 12).
+ledger throughput / baseline throughput, each the median over alternated back-to-back
+pairs (targets: A >= 0.6, V >= 0.6, B <= 12).
 ``--out DIR`` keeps the ledger as a run directory signed with the operator key of
 ``$CAISSON_HOME`` (created when missing), so `caisson verify DIR` checks it.
 """
@@ -13,12 +14,15 @@ ledger throughput / baseline throughput (targets: A >= 0.6, V >= 0.6, B <= 12).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 import zstandard
@@ -27,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from caisson.home import ensure_operator_key  # noqa: E402
 from caisson.synthetic import strace_like  # noqa: E402
-from ledger import BlobStore, LedgerWriter, Record, verify_ledger  # noqa: E402
+from ledger import BlobStore, LedgerWriter, Record, _chain, verify_ledger  # noqa: E402
 from ledger._format import msgpack_array_header  # noqa: E402
 
 FRAME = 4096
@@ -75,15 +79,29 @@ def ledger_write(run_dir: Path, items: list, key) -> None:
             writer.append(event, source="strace", wall_ns=wall, mono_ns=mono)
 
 
-def best_of_pairs(baseline, ledger, repeat: int) -> tuple[float, float]:
-    """Best wall time (s) of each, with runs alternated so drift hits both alike."""
-    best = [float("inf"), float("inf")]
-    for _ in range(repeat):
-        for i, fn in enumerate((baseline, ledger)):
+class Paired(NamedTuple):
+    """Timings of alternated runs: each ratio compares a baseline and a ledger run made
+    back to back, so a slower phase of a shared machine hits both sides of it alike."""
+
+    ratio: float  # median of per-pair baseline time / ledger time (ledger throughput / baseline's)
+    baseline_s: float  # best baseline wall time, s
+    ledger_s: float  # best ledger wall time, s
+
+
+def paired(baseline, ledger, repeat: int) -> Paired:
+    """Run ``repeat`` pairs, swapping which side goes first each time."""
+    ratios, base_times, ledger_times = [], [], []
+    for i in range(repeat):
+        times = {}
+        for name, fn in ((("baseline", baseline), ("ledger", ledger))[:: 1 if i % 2 == 0 else -1]):
+            gc.collect()
             t0 = time.perf_counter()
             fn()
-            best[i] = min(best[i], time.perf_counter() - t0)
-    return best[0], best[1]
+            times[name] = time.perf_counter() - t0
+        ratios.append(times["baseline"] / times["ledger"])
+        base_times.append(times["baseline"])
+        ledger_times.append(times["ledger"])
+    return Paired(statistics.median(ratios), min(base_times), min(ledger_times))
 
 
 def main() -> int:
@@ -103,26 +121,27 @@ def main() -> int:
             d = work / f"run{next(runs)}"
             ledger_write(d, items, key)
 
-        t_base_w, t_led_w = best_of_pairs(lambda: baseline_write(base, items), write_ledger, args.repeat)
+        append = paired(lambda: baseline_write(base, items), write_ledger, args.repeat)
         last_run = sorted(work.glob("run*"), key=lambda p: int(p.name[3:]))[-1]
         report = verify_ledger(last_run, key.verify_key)
         assert report.status == "ok" and report.records == args.events, report
-        t_base_r, t_led_v = best_of_pairs(
+        verify = paired(
             lambda: baseline_read(base), lambda: verify_ledger(last_run, key.verify_key), args.repeat
         )
         size = (last_run / "ledger").stat().st_size
         n = args.events
-        print(f"events={n} baseline_bytes={base.stat().st_size} ledger_bytes={size}")
-        print(f"append: ledger {n / t_led_w:,.0f} ev/s, baseline {n / t_base_w:,.0f} ev/s")
-        print(f"verify: ledger {n / t_led_v:,.0f} ev/s, baseline read {n / t_base_r:,.0f} ev/s")
+        chain = "native (ledger/_chainc.c)" if _chain.NATIVE else "pure Python (the native module is not built)"
+        print(f"events={n} baseline_bytes={base.stat().st_size} ledger_bytes={size} chain={chain}")
+        print(f"append: ledger {n / append.ledger_s:,.0f} ev/s, baseline {n / append.baseline_s:,.0f} ev/s (best runs)")
+        print(f"verify: ledger {n / verify.ledger_s:,.0f} ev/s, baseline read {n / verify.baseline_s:,.0f} ev/s")
         if args.out:
             if args.out.exists():
                 shutil.rmtree(args.out)
             shutil.copytree(last_run, args.out)
             print(f"kept the ledger run directory at {args.out} (caisson verify {args.out})")
         print(
-            f"append_ratio={t_base_w / t_led_w:.2f} verify_ratio={t_base_r / t_led_v:.2f}"
-            f" bytes_per_event={size / n:.2f} events_per_s={n / t_led_w:.0f}"
+            f"append_ratio={append.ratio:.2f} verify_ratio={verify.ratio:.2f}"
+            f" bytes_per_event={size / n:.2f} events_per_s={n / append.ledger_s:.0f}"
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -106,7 +106,6 @@ class Envelope(msgspec.Struct, frozen=True, array_like=True):
 record_encoder = msgspec.msgpack.Encoder()
 wire_list_decoder = msgspec.msgpack.Decoder(list[WireRecord])
 envelope_list_decoder = msgspec.msgpack.Decoder(list[Envelope])
-raw_list_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
 seal_decoder = msgspec.msgpack.Decoder(Seal)
 header_decoder = msgspec.msgpack.Decoder(Header)
 

@@ -3,13 +3,16 @@
 Usable from plain code (`LedgerWriter`) and from trio (`run_writer`, a task fed by a
 memory channel). Flush policy: a frame is flushed and sealed every ``flush_records``
 records or ``flush_interval_s`` seconds, whichever comes first; each seal is fsynced, so
-a crash loses at most the records appended since the last seal.
+a crash loses at most the records appended since the last seal. The fsync of a flush that
+an append triggers runs in a background thread (`_Syncer`): frames and seals are written at
+once, the event loop never waits on the disk, and `LedgerWriter.sealed` counts only what an
+fsync has made durable. `flush` and `close` fsync before they return.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +36,6 @@ from ledger._format import (
     encode_frame,
     encode_header,
     msgpack_array_header,
-    raw_list_decoder,
     record_encoder,
 )
 from ledger._keys import SigningKey
@@ -45,26 +47,82 @@ LEDGER_FILE = "ledger"
 BLOBS_DIR = "blobs"
 
 RecordListener = Callable[[Record], None]
-_sha256 = hashlib.sha256
 _encode = record_encoder.encode
 _monotonic_ns = time.monotonic_ns
 _time_ns = time.time_ns
-_raw_list = raw_list_decoder.decode
 _EVENT_TYPES = frozenset(EVENT_TYPES)
-_NS_LIMIT = 1 << 63
 
 
 def _encode_salvaging(pending: list[tuple]) -> bytes:
     """Encode records one by one; one that cannot be encoded (an int over 64 bits, a lone
-    surrogate) is kept as a ``witness.raw`` event describing it, so its seq is not lost."""
+    surrogate, nesting deeper than msgspec's recursion limit) is kept as a ``witness.raw``
+    event describing it, so its seq is not lost."""
     parts = []
     for seq, wall_delta, mono_delta, source, event in pending:
         try:
             parts.append(_encode((seq, wall_delta, mono_delta, source, event)))
-        except (TypeError, ValueError, OverflowError, UnicodeError) as exc:
-            note = WitnessRaw(witness=source, line=f"unencodable event ({exc}): {ascii(event)[:4000]}")
+        except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError) as exc:
+            note = WitnessRaw(witness=source, line=f"unencodable event ({exc}): {_describe(event)}")
             parts.append(_encode((seq, wall_delta, mono_delta, source, note)))
     return msgpack_array_header(len(parts)) + b"".join(parts)
+
+
+def _describe(event: object) -> str:
+    try:
+        return ascii(event)[:4000]
+    except RecursionError:
+        return f"{type(event).__name__}(...) nested too deep to show"
+
+
+class _Syncer:
+    """fsyncs one file in a background thread, as a group commit: an fsync covers every
+    write made before it started, so requests made while one runs are served by the next.
+
+    ``durable`` is the highest seal position (``upto``) an fsync has covered; ``error`` is
+    the OSError of a failed fsync, after which the thread stops (Linux may have dropped the
+    unwritten pages: nothing written after it can be trusted to be durable).
+    """
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._cond = threading.Condition()
+        self._requested = 0
+        self.durable = 0
+        self.error: OSError | None = None
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def request(self, upto: int) -> None:
+        """Ask for an fsync covering everything written so far, up to seal position ``upto``."""
+        with self._cond:
+            self._requested = max(self._requested, upto)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ledger-fsync", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def stop(self) -> None:
+        """Finish the fsync requested so far, then end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._requested <= self.durable and not self._stopping:
+                    self._cond.wait()
+                if self._requested <= self.durable:
+                    return
+                target = self._requested
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                self.error = exc
+                return
+            self.durable = target
 
 
 class LedgerWriter:
@@ -110,7 +168,8 @@ class LedgerWriter:
         self._next_seq = 0
         self._last_wall = 0  # times are stored as deltas from the previous record
         self._last_mono = 0
-        self._sealed = 0
+        self._sealed = 0  # records covered by a seal this thread fsynced
+        self._written = 0  # records covered by a seal written to the file
         self._closed = False
         self._broken = False
         header = Header(
@@ -133,6 +192,7 @@ class LedgerWriter:
         self._write(header_bytes)
         self._size = len(header_bytes)  # bytes durably part of the ledger
         os.fsync(self._file.fileno())
+        self._syncer = _Syncer(self._file.fileno())
         self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
 
     # -- appending ------------------------------------------------------------------
@@ -144,8 +204,8 @@ class LedgerWriter:
 
     @property
     def sealed(self) -> int:
-        """How many records are covered by a fsynced seal."""
-        return self._sealed
+        """How many records are covered by a fsynced seal (a background fsync included)."""
+        return max(self._sealed, self._syncer.durable)
 
     def add_listener(self, listener: RecordListener) -> None:
         """Call ``listener(record)`` after each append (stream sinks). It must not block."""
@@ -178,12 +238,11 @@ class LedgerWriter:
             raise WriterClosedError(f"{self.path}: append after close")
         if type(event) not in _EVENT_TYPES:
             raise TypeError(f"not a ledger event: {type(event).__name__}")
-        now = _monotonic_ns()
+        if mono_ns is None:
+            mono_ns = _monotonic_ns()
         if wall_ns is None:
             wall_ns = _time_ns()
-        if mono_ns is None:
-            mono_ns = now
-        if not (0 <= wall_ns < _NS_LIMIT and 0 <= mono_ns < _NS_LIMIT):
+        if (wall_ns | mono_ns) >> 63:  # either one negative, or 2**63 ns and over
             raise ValueError(f"timestamps must be in 0..2**63-1 ns, got wall_ns={wall_ns} mono_ns={mono_ns}")
         seq = self._next_seq
         # The stored form is WireRecord: [seq, wall delta, mono delta, source, event]; the
@@ -199,8 +258,10 @@ class LedgerWriter:
                     listener(record)
                 except Exception:  # a monitor never costs the ledger an event
                     self.listener_failures += 1
-        if len(pending) >= self.flush_records or now >= self._flush_at_ns:
-            self.flush()
+        # The flush clock is the record's own monotonic time (when its witness saw it),
+        # which saves reading the clock per record; `flush_if_due` covers a quiet stream.
+        if len(pending) >= self.flush_records or mono_ns >= self._flush_at_ns:
+            self._flush(wait=False)
         return seq
 
     def put_blob(self, data: bytes, *, role: str, media_type: str = "application/octet-stream",
@@ -220,25 +281,47 @@ class LedgerWriter:
     # -- flushing and sealing -------------------------------------------------------
 
     def flush_if_due(self) -> None:
-        """Flush when records are pending and the flush interval has passed."""
+        """Flush when records are pending and the flush interval has passed; the fsync
+        runs in the background, as for a flush an append triggers."""
         if self._pending and time.monotonic_ns() >= self._flush_at_ns:
-            self.flush()
+            self._flush(wait=False)
 
     def flush(self) -> None:
-        """Write pending records as one frame, then a seal over them, and fsync."""
+        """Write pending records as one frame, then a seal over them, and fsync.
+
+        Raises:
+            LedgerError: an earlier write or background fsync failed; the ledger stays
+                unclosed, its durable prefix intact.
+            OSError: the write or fsync failed (the frame is cut back; records stay pending).
+        """
+        if self._closed:
+            return
+        if self._pending:
+            self._write_frames(final=False, wait=True)
+        elif self.sealed < self._written:  # the last flush's fsync is still in the background
+            self._raise_if_unsound()
+            os.fsync(self._file.fileno())
+            self._sealed = self._written
+
+    def _flush(self, *, wait: bool) -> None:
         if self._closed or not self._pending:
             return
-        self._write_frames(final=False)
+        self._write_frames(final=False, wait=wait)
 
     def close(self) -> None:
-        """Flush, write the final seal, fsync and close. Idempotent."""
+        """Flush, write the final seal, fsync and close. Idempotent.
+
+        Raises:
+            LedgerError, OSError: as `flush`; the file is closed all the same.
+        """
         if self._closed:
             return
         try:
-            self._write_frames(final=True)
+            self._write_frames(final=True, wait=True)
         finally:
             self._closed = True
             self._pending = None
+            self._syncer.stop()
             self._file.close()
 
     @property
@@ -246,7 +329,7 @@ class LedgerWriter:
         """True after `close`."""
         return self._closed
 
-    def _write_frames(self, *, final: bool) -> None:
+    def _write_frames(self, *, final: bool, wait: bool) -> None:
         pending = self._pending
         head = self._head
         parts = []
@@ -254,11 +337,9 @@ class LedgerWriter:
         if n:
             try:
                 body = _encode(pending)  # a msgpack array of the records' canonical bytes
-            except (TypeError, ValueError, OverflowError, UnicodeError):
+            except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError):
                 body = _encode_salvaging(pending)
-            sha256 = _sha256
-            for raw in _raw_list(body):
-                head = sha256(head + raw).digest()
+            head, _ = _chain.chain_frame(head, body)
             payload = self._zstd.compress(body)
             parts.append(encode_frame(FRAME_RECORDS, self._next_seq - n, n, payload))
         upto = self._next_seq
@@ -266,23 +347,23 @@ class LedgerWriter:
         seal = Seal(run_id=self.run_id, upto=upto, head=head, final=final, wall_ns=time.time_ns(),
                     signature=signature)
         parts.append(encode_frame(FRAME_SEAL, upto, 0, record_encoder.encode(seal)))
-        self._commit(b"".join(parts), head, upto, n)
+        self._commit(b"".join(parts), head, upto, n, wait=wait)
 
     @trio.lowlevel.enable_ki_protection
-    def _commit(self, data: bytes, head: bytes, upto: int, n: int) -> None:
-        """Write frames and seal, fsync, then advance the state: all or nothing.
+    def _commit(self, data: bytes, head: bytes, upto: int, n: int, *, wait: bool) -> None:
+        """Write frames and seal, then advance the state: all or nothing. With ``wait``,
+        fsync first; else ask the syncer for a background fsync.
 
         Ctrl-C under trio waits for it (KI protection); any exception in the middle (a
         full disk, a KeyboardInterrupt in plain code) cuts the file back to where it was,
         so the records stay pending and a later flush or close writes them once.
         """
-        if self._broken:
-            raise LedgerError("an earlier write failed and could not be undone; the ledger stays unclosed",
-                              path=str(self.path))
+        self._raise_if_unsound()
         offset = self._size
         try:
             self._write(data)
-            os.fsync(self._file.fileno())
+            if wait:
+                os.fsync(self._file.fileno())
         except BaseException:
             try:
                 os.ftruncate(self._file.fileno(), offset)
@@ -293,8 +374,21 @@ class LedgerWriter:
         self._head = head
         if n:
             del self._pending[:n]
-        self._sealed = upto
+        self._written = upto
+        if wait:
+            self._sealed = upto
+        else:
+            self._syncer.request(upto)
         self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
+
+    def _raise_if_unsound(self) -> None:
+        if self._syncer.error is not None:
+            self._broken = True  # Linux may have dropped unwritten pages: no later seal is trustworthy
+            raise LedgerError(f"a background fsync failed ({self._syncer.error}); the ledger stays unclosed",
+                              path=str(self.path))
+        if self._broken:
+            raise LedgerError("an earlier write failed and could not be undone; the ledger stays unclosed",
+                              path=str(self.path))
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)

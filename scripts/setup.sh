@@ -6,6 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(docker.io strace tcpdump debootstrap git ca-certificates python3-venv iptables dnsutils curl)
+# The ledger's native chain loop (ledger/_chainc.c) builds with a C compiler and OpenSSL's
+# headers; without them caisson still installs, with a slower pure-Python chain.
+PACKAGES+=(gcc libc6-dev libssl-dev)
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || PACKAGES+=(python3-dev)
 # The agent image installs the agent CLIs with the host's npm; Debian's npm when there is none.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 missing=()
@@ -20,16 +26,22 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     echo "setup: creating .venv with $($PYTHON --version)"
     "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.caisson-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ ledger/_chainc.c -nt "$stamp" ]; then
     echo "setup: installing caisson and its dependencies into .venv"
-    .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v -i warning || true
-    .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -i warning || true
-    .venv/bin/python -c "import caisson, ledger, collectors, trio, msgspec, zstandard, cryptography" 
+    log=$(mktemp)
+    if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e '.[test]'; } >"$log" 2>&1; then
+        cat "$log"
+        echo "setup: pip install failed (full log above)" >&2
+        exit 1
+    fi
+    rm -f "$log"
+    .venv/bin/python -c "import caisson, ledger, collectors, trio, msgspec, zstandard, cryptography"
+    .venv/bin/python -c "import ledger._chainc" 2>/dev/null \
+        || echo "setup: warning: the native ledger chain did not build (gcc, libssl-dev); using the slower pure-Python one"
     touch "$stamp"
 fi

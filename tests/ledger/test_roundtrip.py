@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import tempfile
+import threading
+import time
 from pathlib import Path
 
+import pytest
 import trio
 from hypothesis import given, settings
 
@@ -73,8 +76,12 @@ def test_flush_by_time_seals_pending_records(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     w = LedgerWriter(run / "ledger", run_id="r", key=KEY, flush_records=1000, flush_interval_s=0.0)
-    w.append(Note(text="a"), source="t")
-    assert w.sealed == 1  # interval 0: every append is due
+    w.append(Note(text="a"), source="t")  # interval 0: every append is due
+    assert verify_ledger(run / "ledger", KEY.verify_key).sealed == 1  # written at once
+    deadline = time.monotonic() + 10
+    while w.sealed < 1 and time.monotonic() < deadline:  # fsynced in the background
+        time.sleep(0.001)
+    assert w.sealed == 1
     w2 = LedgerWriter(run / "ledger2", run_id="r", key=KEY, flush_records=1000, flush_interval_s=3600)
     w2.append(Note(text="a"), source="t")
     w2.flush_if_due()
@@ -140,3 +147,46 @@ def test_an_unencodable_event_is_kept_as_raw_and_its_seq_not_lost(tmp_path):
     events = [r.event for r in read_records(tmp_path / "ledger")]
     assert events[0] == Note(text="before") and events[2] == Note(text="after")
     assert isinstance(events[1], WitnessRaw) and "unencodable" in events[1].line and events[1].witness == "strace"
+
+
+def test_a_failed_background_fsync_stops_the_writer_and_leaves_the_durable_prefix(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from ledger import LedgerError
+
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY, flush_records=2, flush_interval_s=3600)
+    for text in "ab":
+        w.append(Note(text=text), source="t")
+    w.flush()
+    assert w.sealed == 2
+    real_fsync = os.fsync
+
+    def failing_fsync(fd):
+        if threading.current_thread().name == "ledger-fsync":
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    for text in "cd":  # the second append flushes; its fsync fails in the background
+        w.append(Note(text=text), source="t")
+    w._syncer.stop()
+    assert w.sealed == 2
+    with pytest.raises(LedgerError, match="background fsync failed"):
+        w.append(Note(text="e"), source="t")
+        w.append(Note(text="f"), source="t")
+    with pytest.raises(LedgerError):
+        w.close()
+    assert w.closed
+    report = verify_ledger(tmp_path / "ledger", KEY.verify_key)
+    assert report.status == "unclosed" and report.sealed == 4  # written, never known durable
+
+
+def test_close_ends_the_fsync_thread(tmp_path):
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY, flush_records=1, flush_interval_s=3600)
+    for i in range(20):
+        w.append(Note(text=str(i)), source="t")
+    assert any(t.name == "ledger-fsync" for t in threading.enumerate())
+    w.close()
+    assert w.sealed == 20
+    assert not any(t.name == "ledger-fsync" for t in threading.enumerate())

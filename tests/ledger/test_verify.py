@@ -301,3 +301,50 @@ def test_a_listener_that_raises_never_costs_the_ledger_an_event(tmp_path):
     w.close()
     assert w.listener_failures == 3
     assert [r.event.text for r in read_records(tmp_path / "ledger")] == ["0", "1", "2"]
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_an_event_too_deep_to_encode_is_salvaged_not_fatal(tmp_path):
+    from ledger import LedgerWriter
+    from ledger.events import WitnessRaw, WitnessStarted
+
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    w.append(Note(text="a"), source="t")
+    w.append(WitnessStarted(witness="w", detail={"deep": _nested(5000)}), source="recorder")
+    w.append(Note(text="b"), source="t")
+    w.close()
+    assert verify_ledger(tmp_path / "ledger", KEY.verify_key).status == "ok"
+    events = [r.event for r in read_records(tmp_path / "ledger")]
+    assert events[0] == Note(text="a") and events[2] == Note(text="b")
+    assert isinstance(events[1], WitnessRaw) and "unencodable" in events[1].line
+
+
+def test_a_frame_nested_too_deep_to_decode_is_reported_not_raised(tmp_path, monkeypatch):
+    """msgspec raises RecursionError (not DecodeError) on deep nesting; a reader must not."""
+    import msgspec
+
+    from ledger import LedgerError, LedgerWriter, _writer
+
+    deep = b"\x91" * 5000 + b"\x90"
+    real_encode = _writer._encode
+
+    def encode(obj):  # the record's event bytes replaced by a deep array, then signed
+        return real_encode(obj).replace(real_encode(Note(text="deep")), deep)
+
+    monkeypatch.setattr(_writer, "_encode", encode)
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    w.append(Note(text="a"), source="t")
+    w.append(Note(text="deep"), source="t")
+    w.close()
+    with pytest.raises(RecursionError):
+        msgspec.msgpack.decode(deep)
+    report = verify_ledger(tmp_path / "ledger", KEY.verify_key)
+    assert (report.status, report.bad_seq) == ("tampered", 0) and "nested deeper" in report.reason
+    with pytest.raises(LedgerError, match="nested deeper"):
+        list(read_records(tmp_path / "ledger"))
