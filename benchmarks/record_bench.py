@@ -6,6 +6,9 @@ Runs the two commands alternately (pairs), in one run, on the same chamber image
 Last line: ``startup_overhead_ratio=R median_ms=M`` where R is the median wall time of
 `caisson record` over the median of `docker run`, and M the median of `caisson record`
 in ms (target: R <= 3).
+
+Run it after `make setup` (or `scripts/setup.sh`): it compiles caisson's bytecode, which
+an environment with PYTHONDONTWRITEBYTECODE set would otherwise recompile on every start.
 """
 
 from __future__ import annotations

@@ -17,20 +17,51 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import aiodocker
-import aiohttp
 import msgspec
 import trio
 import trio_asyncio
-from aiodocker.exceptions import DockerError
 
 from caisson.errors import ChamberError
+
+
+def _import_aiohttp() -> None:
+    """Import aiohttp without parsing the system's CA bundle twice.
+
+    aiohttp builds two default SSL contexts when imported (``aiohttp/connector.py``), each
+    loading the system trust store: 60-90 ms of a 0.8 s ``caisson record -- true`` here.
+    caisson reaches the engine over its unix socket, or over TLS with the context aiodocker
+    builds from ``DOCKER_CERT_PATH``; it never uses those defaults. So OpenSSL's
+    ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` point nowhere while aiohttp loads: its default
+    contexts trust no CA, and a request through them fails verification, never passes
+    it. The caller's values of both variables are back once aiohttp is imported.
+    """
+    if "aiohttp" in sys.modules:
+        return
+    names = ("SSL_CERT_FILE", "SSL_CERT_DIR")
+    saved = {name: os.environ.get(name) for name in names}
+    for name in names:
+        os.environ[name] = "/nonexistent/caisson-no-default-trust-store"
+    try:
+        import aiohttp  # noqa: F401
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+_import_aiohttp()
+import aiodocker  # noqa: E402
+import aiohttp  # noqa: E402
+from aiodocker.exceptions import DockerError  # noqa: E402
 
 __all__ = [
     "RUN_LABEL",

@@ -7,6 +7,7 @@ Exit codes (all commands): 0 ok; 1 a finding (tampered ledger, failed check);
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 
@@ -69,5 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The console script: `main`, then exit with its code.
+
+    Before the interpreter tears down, every object still alive is frozen out of the
+    garbage collector (`gc.freeze`): its final collection would otherwise walk everything
+    trio, aiohttp and the ledger imported, about 60-90 ms of a 0.8 s `caisson record`.
+    Finalisation itself (atexit handlers, flushing files) runs as usual.
+    """
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
