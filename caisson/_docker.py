@@ -65,6 +65,8 @@ from aiodocker.exceptions import DockerError  # noqa: E402
 
 __all__ = [
     "RUN_LABEL",
+    "LOG_CAP_BYTES",
+    "demux_stdcopy",
     "Limits",
     "ContainerSpec",
     "ContainerStarted",
@@ -78,6 +80,10 @@ RUN_LABEL = "caisson.run"
 """Label key set on every container; its value is the run id."""
 
 _CLEANUP_S = 30.0
+_LOG_FILE_BYTES = 64 * 2**20
+_LOG_FILES = 4
+LOG_CAP_BYTES = _LOG_FILE_BYTES * _LOG_FILES
+"""The most stdout and stderr (together) the engine keeps for one container, bytes."""
 _DEFAULT_URL = "unix:///var/run/docker.sock"
 
 
@@ -164,8 +170,11 @@ class ContainerResult(msgspec.Struct, frozen=True, kw_only=True):
     """True when the deadline passed and caisson killed the container."""
     stdout: bytes
     stderr: bytes
-    """Captured separately; as kept by the json-file log driver (UTF-8, invalid bytes
-    replaced by U+FFFD)."""
+    """Captured separately, byte for byte (the engine's ``local`` log driver keeps raw
+    bytes; its cap is `LOG_CAP_BYTES` for both together, the oldest output dropped first)."""
+    output_truncated: bool = False
+    """True when stdout and stderr together reached the log driver's rotation threshold,
+    so the engine may have dropped the oldest output."""
     started_ns: int
     """Wall clock when start returned, ns since the Unix epoch."""
     ended_ns: int
@@ -376,8 +385,7 @@ class Engine:
                 signal = 9
             elif 128 < exit_code <= 128 + 64:
                 signal = exit_code - 128
-            stdout = await self._logs(container, stdout=True)
-            stderr = await self._logs(container, stderr=True)
+            stdout, stderr = await self._output(container)
         except _EngineFailure as exc:
             ended_ns = time.time_ns()
             exit_code = signal = None
@@ -391,14 +399,28 @@ class Engine:
             timed_out=timed_out,
             stdout=stdout,
             stderr=stderr,
+            output_truncated=_may_be_truncated(stdout, stderr),
             started_ns=started_ns,
             ended_ns=ended_ns,
             error=error,
         )
 
-    async def _logs(self, container: Any, **which: bool) -> bytes:
-        chunks = await self._call(container.log, **which)
-        return "".join(chunks).encode("utf-8", "surrogateescape")
+    async def _output(self, container: Any) -> tuple[bytes, bytes]:
+        """stdout and stderr as the container wrote them: one logs request, demultiplexed.
+
+        aiodocker's public ``log()`` decodes the output as UTF-8 (and asks for the
+        container's state first); its ``_query`` is the transport its public methods use.
+        """
+        async def fetch() -> bytes:
+            async with self._docker._query(f"containers/{container.id}/logs",
+                                           params={"stdout": True, "stderr": True, "follow": False}) as response:
+                return await response.read()
+
+        data = await self._call(fetch)
+        try:
+            return demux_stdcopy(data)
+        except ValueError as exc:
+            raise _EngineFailure(f"unreadable logs stream: {exc}", status=None) from exc
 
     async def _kill(self, container: Any) -> None:
         try:
@@ -417,6 +439,47 @@ class Engine:
         return None
 
 
+def _may_be_truncated(stdout: bytes, stderr: bytes) -> bool:
+    """Whether the ``local`` log driver may have rotated output away.
+
+    It stores one protobuf entry per line (lines split at 16 KiB), about 27 bytes of
+    overhead each (measured on dockerd 20.10; 32 assumed), and rotates a file before it
+    exceeds ``max-size``. Output is lost only after ``max-file`` files filled, and then at
+    least ``max-file - 1`` nearly full files remain: an estimate of the stored size at
+    that level says "maybe". Never a false "no"; a "maybe" just under the cap is possible.
+    """
+    entries = sum(data.count(b"\n") + len(data) // 16384 + 1 for data in (stdout, stderr))
+    stored = len(stdout) + len(stderr) + 32 * entries
+    return stored >= (_LOG_FILES - 1) * (_LOG_FILE_BYTES - 32 * 1024)
+
+
+def demux_stdcopy(data: bytes) -> tuple[bytes, bytes]:
+    """Split a multiplexed engine stream into (stdout, stderr), bytes exactly as written.
+
+    The stream is a sequence of frames: an 8-byte header ``[stream, 0, 0, 0, size (u32
+    BE)]`` and ``size`` bytes, where stream 1 is stdout and 2 stderr (Docker Engine API,
+    "Attach to a container", Stream format; a container without a TTY).
+
+    Raises:
+        ValueError: a frame with an unknown stream, or the data ends inside a frame.
+    """
+    out = {1: bytearray(), 2: bytearray()}
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < 8:
+            raise ValueError(f"{len(view) - pos} bytes left at offset {pos}, a frame header is 8")
+        stream, size = view[pos], int.from_bytes(view[pos + 4 : pos + 8], "big")
+        if stream not in out:
+            raise ValueError(f"frame at offset {pos} is for stream {stream}, not stdout (1) or stderr (2)")
+        end = pos + 8 + size
+        if end > len(view):
+            raise ValueError(f"frame at offset {pos} declares {size} bytes, {len(view) - pos - 8} follow")
+        out[stream] += view[pos + 8 : end]
+        pos = end
+    return bytes(out[1]), bytes(out[2])
+
+
 def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
     for host, inside, _ in spec.binds:
         if not os.path.isabs(host) or not os.path.isabs(inside):
@@ -426,7 +489,9 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
         "Binds": [f"{h}:{c}:{'ro' if ro else 'rw'}" for h, c, ro in spec.binds],
         "AutoRemove": False,
         "Init": spec.init,
-        "LogConfig": {"Type": "json-file", "Config": {}},
+        # json-file stores lines as JSON strings, replacing invalid UTF-8: evidence lost.
+        "LogConfig": {"Type": "local", "Config": {"max-size": str(_LOG_FILE_BYTES), "max-file": str(_LOG_FILES),
+                                                  "compress": "false"}},
         "CapAdd": list(spec.cap_add),
     }
     if spec.dns:

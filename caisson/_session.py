@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from caisson._docker import ChamberNetwork, ContainerResult, ContainerSpec, ContainerStarted, Engine
+from caisson._docker import LOG_CAP_BYTES, ChamberNetwork, ContainerResult, ContainerSpec, ContainerStarted, Engine
 from caisson._firewall import guard_bridge, unguard_bridge
 from caisson._paths import SANDBOX_PATH
 from caisson.errors import ChamberError
@@ -344,6 +344,9 @@ def _ended(result: ContainerResult, run_id: str, run_dir: Path) -> tuple[RunEnde
     reason = result.error or ("wall deadline reached; the chamber was killed" if result.timed_out else "")
     if result.oom_killed:
         reason = (reason + "; " if reason else "") + "out of memory (killed by the engine)"
+    if result.output_truncated:
+        reason = (reason + "; " if reason else "") + (
+            f"stdout and stderr reached the engine's log cap ({LOG_CAP_BYTES // 2**20} MiB): the oldest may be lost")
     end = RunEnded(exit_code=result.exit_code if not result.timed_out else None, signal=signame, wall_ns=wall,
                    timed_out=result.timed_out, status=status, reason=reason)
     return end, RunOutcome(run_id=run_id, run_dir=run_dir, status=status, exit_code=code,

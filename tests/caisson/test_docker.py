@@ -55,6 +55,26 @@ def test_non_ascii_output_round_trips(chamber_image):
     assert result.stdout == "café ✓\n".encode()
 
 
+def test_output_is_captured_byte_for_byte(chamber_image):
+    code = ("import sys; sys.stdout.buffer.write(b'a\\xff\\xfeb\\n\\x00c' * 3);"
+            " sys.stderr.buffer.write(b'err\\xc3\\r')")
+    result = run_in_chamber(py(code, chamber_image))
+    assert result.stdout == b"a\xff\xfeb\n\x00c" * 3  # no U+FFFD, no line handling
+    assert result.stderr == b"err\xc3\r"
+    assert not result.output_truncated
+
+
+def test_output_over_the_log_cap_is_flagged(chamber_image, monkeypatch):
+    import caisson._docker as adapter
+
+    monkeypatch.setattr(adapter, "_LOG_FILE_BYTES", 2**20)  # 4 files of 1 MiB
+    code = "import sys\nfor i in range(6000): sys.stdout.write(f'{i:07d}' + 'x' * 1016 + '\\n')"
+    result = run_in_chamber(py(code, chamber_image))
+    assert result.output_truncated
+    assert not result.stdout.startswith(b"0000000") and len(result.stdout) < 6000 * 1024  # oldest dropped
+    assert result.stdout.endswith(b"0005999" + b"x" * 1016 + b"\n")
+
+
 def test_deadline_kills_and_removes(chamber_image):
     spec = ContainerSpec(
         image=chamber_image, cmd=["sleep", "30"], deadline_s=1.0, run_id="t-deadline"
