@@ -7,7 +7,8 @@ Chain: ``h[-1] = sha256(GENESIS_TAG || header payload)`` and
 
 `chain_frame` extends the chain over a whole frame. It runs in native code
 (``ledger/_chainc.c``, OpenSSL's SHA-256) when that extension was built, else in the
-pure-Python `chain_frame_py`; both give the same bytes (a property test pins this).
+pure-Python `chain_frame_py`; both give the same bytes (a property test pins this), except
+that the pure-Python one refuses nesting deeper than the interpreter's recursion limit.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def chain_frame_py(head: bytes, body: bytes) -> tuple[bytes, int]:
         raws = _raw_list(body)
     except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from None
+    except RecursionError:  # msgspec's walk recurses; the native one is iterative, any depth
+        raise ValueError("msgpack nested deeper than this Python's recursion limit") from None
     sha256 = hashlib.sha256
     for raw in raws:
         head = sha256(head + raw).digest()

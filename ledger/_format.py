@@ -249,7 +249,7 @@ class FrameParser:
             return self._damage(0, "header checksum mismatch", 0)
         try:
             header = header_decoder.decode(payload)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # msgspec recurses into unknown keys
             return self._damage(0, f"header undecodable: {exc}", 0)
         if header.format_version != FORMAT_VERSION:
             raise LedgerError(

@@ -238,7 +238,7 @@ class LedgerChecker:
     def _on_seal(self, frame: Frame) -> None:
         try:
             seal = seal_decoder.decode(frame.payload)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # msgspec recurses into unknown keys
             raise _Tampered(f"seal undecodable: {exc}", frame.offset, self.sealed) from None
         assert self.header is not None
         if seal.run_id != self.header.run_id:

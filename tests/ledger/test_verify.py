@@ -342,3 +342,40 @@ def test_a_frame_nested_too_deep_to_decode_is_reported_not_raised(tmp_path, monk
     assert (report.status, report.bad_seq) == ("tampered", 0) and "nested deeper" in report.reason
     with pytest.raises(LedgerError, match="nested deeper"):
         list(read_records(tmp_path / "ledger"))
+
+
+def test_a_header_or_seal_with_a_deeply_nested_extra_key_is_tampering_not_a_crash(tmp_path):
+    """An unknown key is skipped by msgspec, recursively: a CRC-valid header or seal with
+    one nested too deep must be reported, not raise RecursionError."""
+    import zlib
+
+    import msgspec
+
+    from ledger import LedgerWriter
+    from ledger import _format as F
+
+    deep = b"\xa1x" + b"\x91" * 5000 + b"\xc0"  # key "x": a 5000-deep array
+
+    def with_deep_key(payload: bytes) -> bytes:  # a fixmap with one more entry
+        assert payload[0] & 0xF0 == 0x80
+        return bytes([payload[0] + 1]) + payload[1:] + deep
+
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    w.append(Note(text="a"), source="t")
+    w.close()
+    data = (tmp_path / "ledger").read_bytes()
+    header = with_deep_key(msgspec.msgpack.encode(msgspec.structs.asdict(w.header)))
+    prefix = F._HEADER_PREFIX.pack(F.MAGIC, len(header), zlib.crc32(header))
+    header_start = F.HEADER_PREFIX_SIZE + len(msgspec.msgpack.encode(msgspec.structs.asdict(w.header)))
+    bad_header = prefix + F._HEADER_PREFIX_CRC.pack(zlib.crc32(prefix)) + header + data[header_start:]
+    seal_offset, seal_end, _ = frame_map(data)[-1]  # the final seal
+    seal = F.seal_decoder.decode(data[seal_offset + FRAME_HEADER_SIZE : seal_end])
+    seal_payload = with_deep_key(msgspec.msgpack.encode(msgspec.structs.asdict(seal)))
+    bad_seal = data[:seal_offset] + F.encode_frame(F.FRAME_SEAL, seal.upto, 0, seal_payload)
+    for name, bad in (("header", bad_header), ("seal", bad_seal)):
+        report = _verify_bytes(bad)
+        assert report.status == "tampered" and f"{name} undecodable" in report.reason, (name, report)
+        path = tmp_path / name
+        path.write_bytes(bad)
+        with pytest.raises(LedgerError, match=f"{name} undecodable"):
+            list(read_records(path))
