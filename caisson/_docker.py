@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import ssl
 import sys
 import time
 import uuid
@@ -37,7 +38,8 @@ def _import_aiohttp() -> None:
     aiohttp builds two default SSL contexts when imported (``aiohttp/connector.py``), each
     loading the system trust store: 60-90 ms of a 0.8 s ``caisson record -- true`` here.
     caisson reaches the engine over its unix socket, or over TLS with the context aiodocker
-    builds from ``DOCKER_CERT_PATH``; it never uses those defaults. So OpenSSL's
+    builds from ``DOCKER_CERT_PATH``, or for a plain ``https://`` engine one `_connect`
+    builds with the system trust store; it never uses those defaults. So OpenSSL's
     ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` point nowhere while aiohttp loads: its default
     contexts trust no CA, and a request through them fails verification, never passes
     it. The caller's values of both variables are back once aiohttp is imported.
@@ -524,7 +526,12 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
 
 async def _connect(url: str) -> aiodocker.Docker:
     # aiohttp connectors need a running asyncio loop, so build the client inside one.
-    return aiodocker.Docker(url=url)
+    ssl_context = None
+    if url.startswith("https://") and os.environ.get("DOCKER_TLS_VERIFY", "0") != "1":
+        # aiodocker would use aiohttp's default context, which trusts no CA here
+        # (`_import_aiohttp`): verify against the system trust store, as it would have.
+        ssl_context = ssl.create_default_context()
+    return aiodocker.Docker(url=url, ssl_context=ssl_context)
 
 
 @asynccontextmanager

@@ -14,6 +14,7 @@ that the pure-Python one refuses nesting deeper than the interpreter's recursion
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import msgspec
 
@@ -34,18 +35,43 @@ def seal_message(run_id: str, upto: int, head: bytes, final: bool) -> bytes:
 
 
 _raw_list = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
+MAX_DEPTH_CAP = 255  # the native walk's fixed stack
 
 
-def chain_frame_py(head: bytes, body: bytes) -> tuple[bytes, int]:
+def _nesting(raw: bytes) -> int:
+    """How deep arrays and maps nest in one msgpack object (a scalar is 0)."""
+    try:
+        value = msgspec.msgpack.decode(raw)
+    except RecursionError:
+        return sys.maxsize
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            deepest = max(deepest, depth)
+            stack.extend((item, depth + 1) for pair in value.items() for item in pair)
+        elif isinstance(value, (list, tuple)):
+            deepest = max(deepest, depth)
+            stack.extend((item, depth + 1) for item in value)
+    return deepest
+
+
+def chain_frame_py(head: bytes, body: bytes, max_depth: int = 0) -> tuple[bytes, int]:
     """Extend the chain over a frame body; returns (new head, number of records).
 
     Args:
         head: the 32-byte chain value before the frame's first record.
         body: the frame's canonical bytes, one msgpack array of records.
+        max_depth: when not 0 (1 to 255), refuse a record whose arrays and maps nest
+            deeper (the record array itself is depth 1).
 
     Raises:
-        ValueError: ``body`` is not a well-formed msgpack array, or ``head`` is not 32 bytes.
+        ValueError: ``body`` is not a well-formed msgpack array, a record nests deeper
+            than ``max_depth``, or ``head`` is not 32 bytes.
     """
+    if not 0 <= max_depth <= MAX_DEPTH_CAP:
+        raise ValueError(f"max_depth must be 0 (no limit) to {MAX_DEPTH_CAP}")
     if len(head) != 32:
         raise ValueError("chain head must be 32 bytes")
     try:
@@ -54,10 +80,22 @@ def chain_frame_py(head: bytes, body: bytes) -> tuple[bytes, int]:
         raise ValueError(str(exc)) from None
     except RecursionError:  # msgspec's walk recurses; the native one is iterative, any depth
         raise ValueError("msgpack nested deeper than this Python's recursion limit") from None
+    if max_depth and any(_nesting(raw) > max_depth for raw in raws):
+        raise ValueError("msgpack nested deeper than max_depth")
     sha256 = hashlib.sha256
     for raw in raws:
         head = sha256(head + raw).digest()
     return head, len(raws)
+
+
+def within_depth(record: bytes, max_depth: int) -> bool:
+    """Whether one record's arrays and maps nest at most ``max_depth`` deep (1 to 255),
+    as `chain_frame` counts them (the record array is 1)."""
+    try:
+        chain_frame(bytes(32), b"\x91" + record, max_depth)  # as a one-record frame
+    except ValueError:
+        return False
+    return True
 
 
 try:

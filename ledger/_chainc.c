@@ -1,6 +1,6 @@
 /* The ledger's hash chain over one frame, in native code.
  *
- * chain_frame(head, body) -> (head, count)
+ * chain_frame(head, body, max_depth=0) -> (head, count)
  *
  * `body` is a frame's canonical bytes: one msgpack array whose elements are the records'
  * canonical bytes. For each element in order, head = SHA-256(head || element bytes)
@@ -29,10 +29,17 @@ static uint64_t read_be(const unsigned char *p, size_t n) {
     return v;
 }
 
-/* Advance *pos past one msgpack object in buf[0:len]. Returns 0, or -1 with *why set. */
-static int skip_object(const unsigned char *buf, size_t len, size_t *pos, const char **why) {
+#define MAX_DEPTH_CAP 255
+
+/* Advance *pos past one msgpack object in buf[0:len]. With max_depth > 0, an object
+ * with arrays or maps nested more than max_depth deep is refused (the object itself,
+ * when an array or map, is depth 1). Returns 0, or -1 with *why set. */
+static int skip_object(const unsigned char *buf, size_t len, size_t *pos, int max_depth, const char **why) {
     uint64_t remaining = 1; /* objects still to skip, nested ones included */
+    uint64_t left[MAX_DEPTH_CAP + 1]; /* with max_depth: objects still to skip at each open level */
+    int depth = 0;
     size_t p = *pos;
+    left[0] = 1;
     while (remaining) {
         /* every object takes at least one byte: more pending objects than bytes is malformed */
         if (p >= len || remaining > len - p) { *why = "truncated msgpack"; return -1; }
@@ -83,6 +90,13 @@ static int skip_object(const unsigned char *buf, size_t len, size_t *pos, const 
         if (payload > len - p) { *why = "truncated msgpack"; return -1; }
         p += (size_t)payload;
         remaining += children;
+        if (max_depth) {
+            int container = (t >= 0x80 && t <= 0x9f) || (t >= 0xdc && t <= 0xdf);
+            left[depth]--;
+            if (container && depth >= max_depth) { *why = "msgpack nested deeper than max_depth"; return -1; }
+            if (children) left[++depth] = children;
+            while (depth > 0 && left[depth] == 0) depth--;
+        }
     }
     *pos = p;
     return 0;
@@ -90,13 +104,18 @@ static int skip_object(const unsigned char *buf, size_t len, size_t *pos, const 
 
 static PyObject *chain_frame(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer head, body;
-    if (!PyArg_ParseTuple(args, "y*y*:chain_frame", &head, &body)) return NULL;
+    int max_depth = 0;
+    if (!PyArg_ParseTuple(args, "y*y*|i:chain_frame", &head, &body, &max_depth)) return NULL;
     PyObject *result = NULL;
     const char *why = NULL;
     unsigned char h[SHA256_DIGEST_LENGTH];
     uint64_t count = 0;
     if (head.len != 32) {
         PyErr_SetString(PyExc_ValueError, "chain head must be 32 bytes");
+        goto done;
+    }
+    if (max_depth < 0 || max_depth > MAX_DEPTH_CAP) {
+        PyErr_Format(PyExc_ValueError, "max_depth must be 0 (no limit) to %d", MAX_DEPTH_CAP);
         goto done;
     }
     memcpy(h, head.buf, 32);
@@ -114,7 +133,7 @@ static PyObject *chain_frame(PyObject *Py_UNUSED(module), PyObject *args) {
         for (uint64_t i = 0; !failed && i < count; i++) {
             size_t start = pos;
             SHA256_CTX ctx;
-            if (skip_object(buf, len, &pos, &why) < 0) { failed = 1; break; }
+            if (skip_object(buf, len, &pos, max_depth, &why) < 0) { failed = 1; break; }
             if (!SHA256_Init(&ctx) || !SHA256_Update(&ctx, h, 32)
                 || !SHA256_Update(&ctx, buf + start, pos - start) || !SHA256_Final(h, &ctx)) {
                 why = "OpenSSL SHA-256 failed";
@@ -137,8 +156,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"chain_frame", chain_frame, METH_VARARGS,
-     "chain_frame(head, body) -> (head, count): extend the chain over a msgpack array of records.\n\n"
-     "Raises ValueError on malformed msgpack or a head that is not 32 bytes."},
+     "chain_frame(head, body, max_depth=0) -> (head, count): extend the chain over a msgpack array of\n"
+     "records. With max_depth (1..255), a record whose arrays and maps nest deeper is refused.\n\n"
+     "Raises ValueError on malformed msgpack, a refused record or a head that is not 32 bytes."},
     {NULL, NULL, 0, NULL},
 };
 

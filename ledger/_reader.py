@@ -202,7 +202,7 @@ class LedgerChecker:
             stored = envelope_list_decoder.decode(body)
         except (zstandard.ZstdError, msgspec.DecodeError) as exc:
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
-        except RecursionError:  # msgspec's depth limit; our writer never writes such a frame
+        except RecursionError:  # msgspec's depth limit; our writer stays under MAX_RECORD_DEPTH
             raise _Tampered("frame undecodable: msgpack nested deeper than the reader's limit",
                             frame.offset, self.sealed) from None
         if self._decode:

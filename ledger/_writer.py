@@ -3,10 +3,11 @@
 Usable from plain code (`LedgerWriter`) and from trio (`run_writer`, a task fed by a
 memory channel). Flush policy: a frame is flushed and sealed every ``flush_records``
 records or ``flush_interval_s`` seconds, whichever comes first; each seal is fsynced, so
-a crash loses at most the records appended since the last seal. The fsync of a flush that
-an append triggers runs in a background thread (`_Syncer`): frames and seals are written at
-once, the event loop never waits on the disk, and `LedgerWriter.sealed` counts only what an
-fsync has made durable. `flush` and `close` fsync before they return.
+a crash loses at most the records appended since the last seal. fsyncs run in a thread of
+their own (`_Syncer`): frames and seals are written at once, a flush that an append triggers
+does not wait for the disk (nor does the event loop), `flush` and `close` do, and
+`LedgerWriter.sealed` counts only what an fsync has made durable. A failed fsync leaves the
+ledger unclosed; it is never retried into a claim of durability.
 """
 
 from __future__ import annotations
@@ -53,14 +54,26 @@ _time_ns = time.time_ns
 _EVENT_TYPES = frozenset(EVENT_TYPES)
 
 
+MAX_RECORD_DEPTH = 64
+"""How deep arrays and maps may nest in a stored record (the record is 1, its event 2).
+
+msgspec decodes recursively, so how deep it can go depends on how deep the reader's own
+stack already is (about 1000 levels at most): an event the writer could just encode might
+not decode in a verifier, and an agent controls the nesting of its tool calls' input.
+Records stay far below that; a deeper event is stored as a ``witness.raw`` describing it."""
+
+
 def _encode_salvaging(pending: list[tuple]) -> bytes:
     """Encode records one by one; one that cannot be encoded (an int over 64 bits, a lone
-    surrogate, nesting deeper than msgspec's recursion limit) is kept as a ``witness.raw``
-    event describing it, so its seq is not lost."""
+    surrogate, nesting deeper than `MAX_RECORD_DEPTH`) is kept as a ``witness.raw`` event
+    describing it, so its seq is not lost."""
     parts = []
     for seq, wall_delta, mono_delta, source, event in pending:
         try:
-            parts.append(_encode((seq, wall_delta, mono_delta, source, event)))
+            raw = _encode((seq, wall_delta, mono_delta, source, event))
+            if not _chain.within_depth(raw, MAX_RECORD_DEPTH):
+                raise ValueError(f"arrays and maps nested deeper than {MAX_RECORD_DEPTH} levels")
+            parts.append(raw)
         except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError) as exc:
             note = WitnessRaw(witness=source, line=f"unencodable event ({exc}): {_describe(event)}")
             parts.append(_encode((seq, wall_delta, mono_delta, source, note)))
@@ -75,12 +88,14 @@ def _describe(event: object) -> str:
 
 
 class _Syncer:
-    """fsyncs one file in a background thread, as a group commit: an fsync covers every
+    """fsyncs one file in a thread of its own, as a group commit: an fsync covers every
     write made before it started, so requests made while one runs are served by the next.
+    Every fsync of the writer's frames runs here, so no fsync error can be reported to one
+    thread and missed by another (Linux reports a writeback error once per open file).
 
     ``durable`` is the highest seal position (``upto``) an fsync has covered; ``error`` is
-    the OSError of a failed fsync, after which the thread stops (Linux may have dropped the
-    unwritten pages: nothing written after it can be trusted to be durable).
+    the OSError of a failed fsync, after which the thread stops: Linux may have dropped the
+    unwritten pages, so nothing written before or after it is known to be durable.
     """
 
     def __init__(self, fd: int):
@@ -96,16 +111,29 @@ class _Syncer:
         """Ask for an fsync covering everything written so far, up to seal position ``upto``."""
         with self._cond:
             self._requested = max(self._requested, upto)
-            if self._thread is None:
+            if self._thread is None and not self._stopping:
                 self._thread = threading.Thread(target=self._run, name="ledger-fsync", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            self._cond.notify_all()
+
+    def wait(self, upto: int) -> None:
+        """Request an fsync up to ``upto`` and block until it is done.
+
+        Raises:
+            OSError: that fsync (or an earlier one) failed.
+        """
+        self.request(upto)
+        with self._cond:
+            while self.durable < upto and self.error is None:
+                self._cond.wait()
+        if self.error is not None:
+            raise self.error
 
     def stop(self) -> None:
-        """Finish the fsync requested so far, then end the thread."""
+        """Finish the fsyncs requested so far, then end the thread."""
         with self._cond:
             self._stopping = True
-            self._cond.notify()
+            self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
 
@@ -120,9 +148,13 @@ class _Syncer:
             try:
                 os.fsync(self._fd)
             except OSError as exc:
-                self.error = exc
+                with self._cond:
+                    self.error = exc
+                    self._cond.notify_all()
                 return
-            self.durable = target
+            with self._cond:
+                self.durable = target
+                self._cond.notify_all()
 
 
 class LedgerWriter:
@@ -168,7 +200,6 @@ class LedgerWriter:
         self._next_seq = 0
         self._last_wall = 0  # times are stored as deltas from the previous record
         self._last_mono = 0
-        self._sealed = 0  # records covered by a seal this thread fsynced
         self._written = 0  # records covered by a seal written to the file
         self._closed = False
         self._broken = False
@@ -204,8 +235,8 @@ class LedgerWriter:
 
     @property
     def sealed(self) -> int:
-        """How many records are covered by a fsynced seal (a background fsync included)."""
-        return max(self._sealed, self._syncer.durable)
+        """How many records are covered by a seal that an fsync made durable."""
+        return self._syncer.durable
 
     def add_listener(self, listener: RecordListener) -> None:
         """Call ``listener(record)`` after each append (stream sinks). It must not block."""
@@ -238,8 +269,9 @@ class LedgerWriter:
             raise WriterClosedError(f"{self.path}: append after close")
         if type(event) not in _EVENT_TYPES:
             raise TypeError(f"not a ledger event: {type(event).__name__}")
+        now = _monotonic_ns()  # the flush clock: a witness's mono_ns may lag, or be from elsewhere
         if mono_ns is None:
-            mono_ns = _monotonic_ns()
+            mono_ns = now
         if wall_ns is None:
             wall_ns = _time_ns()
         if (wall_ns | mono_ns) >> 63:  # either one negative, or 2**63 ns and over
@@ -258,9 +290,7 @@ class LedgerWriter:
                     listener(record)
                 except Exception:  # a monitor never costs the ledger an event
                     self.listener_failures += 1
-        # The flush clock is the record's own monotonic time (when its witness saw it),
-        # which saves reading the clock per record; `flush_if_due` covers a quiet stream.
-        if len(pending) >= self.flush_records or mono_ns >= self._flush_at_ns:
+        if len(pending) >= self.flush_records or now >= self._flush_at_ns:
             self._flush(wait=False)
         return seq
 
@@ -287,21 +317,20 @@ class LedgerWriter:
             self._flush(wait=False)
 
     def flush(self) -> None:
-        """Write pending records as one frame, then a seal over them, and fsync.
+        """Write pending records as one frame and a seal over them; return once everything
+        written is fsynced.
 
         Raises:
-            LedgerError: an earlier write or background fsync failed; the ledger stays
-                unclosed, its durable prefix intact.
-            OSError: the write or fsync failed (the frame is cut back; records stay pending).
+            LedgerError: an fsync failed (now or in the background), or an earlier write
+                could not be undone; the ledger stays unclosed, its durable prefix intact.
+            OSError: the write failed (the frame is cut back; records stay pending).
         """
         if self._closed:
             return
         if self._pending:
             self._write_frames(final=False, wait=True)
-        elif self.sealed < self._written:  # the last flush's fsync is still in the background
-            self._raise_if_unsound()
-            os.fsync(self._file.fileno())
-            self._sealed = self._written
+        else:
+            self._wait_durable()
 
     def _flush(self, *, wait: bool) -> None:
         if self._closed or not self._pending:
@@ -321,8 +350,10 @@ class LedgerWriter:
         finally:
             self._closed = True
             self._pending = None
-            self._syncer.stop()
-            self._file.close()
+            try:
+                self._syncer.stop()
+            finally:  # a Ctrl-C during the join still closes the file
+                self._file.close()
 
     @property
     def closed(self) -> bool:
@@ -339,7 +370,11 @@ class LedgerWriter:
                 body = _encode(pending)  # a msgpack array of the records' canonical bytes
             except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError):
                 body = _encode_salvaging(pending)
-            head, _ = _chain.chain_frame(head, body)
+            try:
+                head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
+            except ValueError:  # a record nested too deep: kept as witness.raw instead
+                body = _encode_salvaging(pending)
+                head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
             payload = self._zstd.compress(body)
             parts.append(encode_frame(FRAME_RECORDS, self._next_seq - n, n, payload))
         upto = self._next_seq
@@ -351,19 +386,18 @@ class LedgerWriter:
 
     @trio.lowlevel.enable_ki_protection
     def _commit(self, data: bytes, head: bytes, upto: int, n: int, *, wait: bool) -> None:
-        """Write frames and seal, then advance the state: all or nothing. With ``wait``,
-        fsync first; else ask the syncer for a background fsync.
+        """Write frames and seal, advance the state, then fsync: wait for it with ``wait``,
+        else leave it to the syncer's thread.
 
-        Ctrl-C under trio waits for it (KI protection); any exception in the middle (a
-        full disk, a KeyboardInterrupt in plain code) cuts the file back to where it was,
-        so the records stay pending and a later flush or close writes them once.
+        The write is all or nothing: Ctrl-C under trio waits for it (KI protection), and
+        any exception in it (a full disk, a KeyboardInterrupt in plain code) cuts the file
+        back to where it was, so the records stay pending and a later flush or close
+        writes them once. A failed fsync is not retried: the ledger stays unclosed.
         """
         self._raise_if_unsound()
         offset = self._size
         try:
             self._write(data)
-            if wait:
-                os.fsync(self._file.fileno())
         except BaseException:
             try:
                 os.ftruncate(self._file.fileno(), offset)
@@ -375,16 +409,25 @@ class LedgerWriter:
         if n:
             del self._pending[:n]
         self._written = upto
+        self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
         if wait:
-            self._sealed = upto
+            self._wait_durable()
         else:
             self._syncer.request(upto)
-        self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
+
+    def _wait_durable(self) -> None:
+        """Block until everything written is fsynced. Raises LedgerError if an fsync failed."""
+        self._raise_if_unsound()
+        if self._syncer.durable < self._written:
+            try:
+                self._syncer.wait(self._written)
+            except OSError:
+                self._raise_if_unsound()
 
     def _raise_if_unsound(self) -> None:
         if self._syncer.error is not None:
             self._broken = True  # Linux may have dropped unwritten pages: no later seal is trustworthy
-            raise LedgerError(f"a background fsync failed ({self._syncer.error}); the ledger stays unclosed",
+            raise LedgerError(f"an fsync failed ({self._syncer.error}); the ledger stays unclosed",
                               path=str(self.path))
         if self._broken:
             raise LedgerError("an earlier write failed and could not be undone; the ledger stays unclosed",

@@ -10,8 +10,10 @@ PACKAGES=(docker.io strace tcpdump debootstrap git ca-certificates python3-venv 
 # headers; without them caisson still installs, with a slower pure-Python chain.
 PACKAGES+=(gcc libc6-dev libssl-dev)
 PYTHON="${PYTHON:-python3}"
-"$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
-    || PACKAGES+=(python3-dev)
+builder="$PYTHON"  # the interpreter that will build the extension: the venv's, once it exists
+[ -x .venv/bin/python ] && builder=.venv/bin/python
+"$builder" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    2>/dev/null || PACKAGES+=(python3-dev)
 # The agent image installs the agent CLIs with the host's npm; Debian's npm when there is none.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 missing=()
@@ -46,11 +48,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stam
     fi
     rm -f "$log"
     .venv/bin/python -c "import caisson, ledger, collectors, trio, msgspec, zstandard, cryptography"
-    .venv/bin/python -c "import ledger._chainc" 2>/dev/null \
-        || echo "setup: warning: the native ledger chain did not build (gcc, libssl-dev); using the slower pure-Python one"
-    touch "$stamp"
+    if .venv/bin/python -c "import ledger._chainc" 2>/dev/null; then
+        touch "$stamp"
+    else  # no stamp: the next setup tries the build again
+        echo "setup: warning: the native ledger chain did not build (gcc, libssl-dev); using the slower pure-Python one"
+    fi
 fi
 # Bytecode for the checkout, as pip writes it for installed packages: with
 # PYTHONDONTWRITEBYTECODE set (some images set it) every command would otherwise compile
 # caisson's sources anew, about 100 ms per `caisson record`. Only changed files recompile.
-.venv/bin/python -m compileall -q caisson ledger collectors >/dev/null
+.venv/bin/python -m compileall -q caisson ledger collectors

@@ -59,3 +59,28 @@ def test_demux_splits_frames_byte_for_byte(frames):
 def test_demux_refuses_a_malformed_stream(data, message):
     with pytest.raises(ValueError, match=message):
         demux_stdcopy(data)
+
+
+def test_an_https_engine_is_verified_against_the_system_trust_store(monkeypatch):
+    import trio
+    import trio_asyncio
+
+    import caisson._docker as adapter
+
+    seen = {}
+
+    class FakeDocker:
+        def __init__(self, url, ssl_context=None):
+            seen[url] = ssl_context
+
+    monkeypatch.setattr(adapter.aiodocker, "Docker", FakeDocker)
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+
+    async def connect_both():
+        async with trio_asyncio.open_loop():
+            for url in ("https://engine.example:2376", "unix:///var/run/docker.sock"):
+                await trio_asyncio.aio_as_trio(adapter._connect)(url)
+
+    trio.run(connect_both)
+    assert seen["https://engine.example:2376"].cert_store_stats()["x509_ca"] > 0
+    assert seen["unix:///var/run/docker.sock"] is None

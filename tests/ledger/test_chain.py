@@ -31,9 +31,9 @@ def _native():
     return chain_frame
 
 
-def _outcome(fn, head, body):
+def _outcome(fn, head, body, *max_depth):
     try:
-        return fn(head, body)
+        return fn(head, body, *max_depth)
     except ValueError:
         return "refused"
 
@@ -81,3 +81,35 @@ def test_head_must_be_32_bytes():
     for fn in (_native(), _chain.chain_frame_py):
         with pytest.raises(ValueError, match="32 bytes"):
             fn(b"short", msgspec.msgpack.encode([1]))
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@settings(max_examples=200, deadline=None)
+@given(heads, st.lists(st.integers(0, 80).map(_nested) | msgpack_values, min_size=1, max_size=5),
+       st.integers(1, 70))
+def test_the_depth_cap_is_the_same_in_both(head, records, max_depth):
+    body = msgspec.msgpack.encode(records)
+    assert _outcome(_native(), head, body, max_depth) == _outcome(_chain.chain_frame_py, head, body, max_depth)
+
+
+def test_the_writer_keeps_an_event_at_the_depth_cap_and_salvages_one_over(tmp_path):
+    from ledger import LedgerWriter, read_records
+    from ledger._writer import MAX_RECORD_DEPTH
+    from ledger.events import AgentToolCall, WitnessRaw
+    from tests.ledger.conftest import KEY
+
+    def call(depth: int) -> AgentToolCall:  # record 1, event 2, input 3, then the lists
+        return AgentToolCall(agent="a", call_id="c", tool="Bash", input={"x": _nested(depth - 4)})
+
+    with LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY) as w:
+        w.append(call(MAX_RECORD_DEPTH), source="t")
+        w.append(call(MAX_RECORD_DEPTH + 1), source="t")
+    kept, salvaged = [r.event for r in read_records(tmp_path / "ledger")]
+    assert kept == call(MAX_RECORD_DEPTH)
+    assert isinstance(salvaged, WitnessRaw) and f"deeper than {MAX_RECORD_DEPTH}" in salvaged.line

@@ -149,37 +149,59 @@ def test_an_unencodable_event_is_kept_as_raw_and_its_seq_not_lost(tmp_path):
     assert isinstance(events[1], WitnessRaw) and "unencodable" in events[1].line and events[1].witness == "strace"
 
 
-def test_a_failed_background_fsync_stops_the_writer_and_leaves_the_durable_prefix(tmp_path, monkeypatch):
+def _failing_fsync(monkeypatch):
+    """From now on, every fsync fails with EIO, as on a dying disk."""
     import errno
     import os
 
-    from ledger import LedgerError
+    def fsync(fd):
+        raise OSError(errno.EIO, "Input/output error")
 
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def _writer_with_two_durable(tmp_path) -> LedgerWriter:
     w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY, flush_records=2, flush_interval_s=3600)
     for text in "ab":
         w.append(Note(text=text), source="t")
     w.flush()
     assert w.sealed == 2
-    real_fsync = os.fsync
+    return w
 
-    def failing_fsync(fd):
-        if threading.current_thread().name == "ledger-fsync":
-            raise OSError(errno.EIO, "Input/output error")
-        real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", failing_fsync)
+def test_a_failed_background_fsync_stops_the_writer_and_close_says_so(tmp_path, monkeypatch):
+    from ledger import LedgerError
+
+    w = _writer_with_two_durable(tmp_path)
+    _failing_fsync(monkeypatch)
     for text in "cd":  # the second append flushes; its fsync fails in the background
         w.append(Note(text=text), source="t")
-    w._syncer.stop()
-    assert w.sealed == 2
-    with pytest.raises(LedgerError, match="background fsync failed"):
-        w.append(Note(text="e"), source="t")
-        w.append(Note(text="f"), source="t")
-    with pytest.raises(LedgerError):
+    deadline = time.monotonic() + 10
+    while w._syncer.error is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with pytest.raises(LedgerError, match="fsync failed"):  # close never reports success
         w.close()
-    assert w.closed
+    assert w.closed and w.sealed == 2
     report = verify_ledger(tmp_path / "ledger", KEY.verify_key)
     assert report.status == "unclosed" and report.sealed == 4  # written, never known durable
+
+
+def test_a_failed_fsync_is_not_retried_into_a_durable_claim(tmp_path, monkeypatch):
+    from ledger import LedgerError
+
+    w = _writer_with_two_durable(tmp_path)
+    w.append(Note(text="c"), source="t")
+    _failing_fsync(monkeypatch)
+    with pytest.raises(LedgerError, match="fsync failed"):
+        w.flush()
+    monkeypatch.undo()  # the disk "recovers": Linux may have dropped the pages all the same
+    with pytest.raises(LedgerError, match="fsync failed"):
+        w.flush()
+    with pytest.raises(LedgerError):
+        w.append(Note(text="d"), source="t")
+        w.close()
+    assert w.sealed == 2
+    assert verify_ledger(tmp_path / "ledger", KEY.verify_key).status == "unclosed"
 
 
 def test_close_ends_the_fsync_thread(tmp_path):

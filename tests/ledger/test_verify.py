@@ -295,22 +295,25 @@ def _nested(depth: int) -> list:
     return value
 
 
-def _bad_event(kind: str):
-    from ledger.events import FileOpen, WitnessStarted
+def _bad_event(kind: str, depth: int):
+    from ledger.events import AgentToolCall, FileOpen
 
     if kind == "undecodable":  # a witness bug: a float fd; written, but not read as a FileOpen
         return FileOpen(pid=1, path="/x", result=3.5)
-    return WitnessStarted(witness="w", detail={"deep": _nested(5000)})  # deeper than msgspec encodes
+    # An agent's tool call input, nested: 991 encodes but may not decode in a deeper stack,
+    # 5000 does not encode at all; both are over MAX_RECORD_DEPTH, as is 63 (+ record, event, dict).
+    return AgentToolCall(agent="a", call_id="c", tool="Bash", input={"deep": _nested(depth)})
 
 
-@pytest.mark.parametrize("kind", ["undecodable", "unencodable"])
-def test_a_bad_record_is_kept_as_raw_between_its_neighbours(tmp_path, kind):
+@pytest.mark.parametrize("kind, depth", [("undecodable", 0), ("unencodable", 63), ("unencodable", 991),
+                                         ("unencodable", 5000)])
+def test_a_bad_record_is_kept_as_raw_between_its_neighbours(tmp_path, kind, depth):
     from ledger import LedgerWriter
     from ledger.events import WitnessRaw
 
     w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
     w.append(Note(text="a"), source="t")
-    w.append(_bad_event(kind), source="witness")
+    w.append(_bad_event(kind, depth), source="witness")
     w.append(Note(text="b"), source="t")
     w.close()
     assert verify_ledger(tmp_path / "ledger", KEY.verify_key).status == "ok"
@@ -332,6 +335,7 @@ def test_a_frame_nested_too_deep_to_decode_is_reported_not_raised(tmp_path, monk
         return real_encode(obj).replace(real_encode(Note(text="deep")), deep)
 
     monkeypatch.setattr(_writer, "_encode", encode)
+    monkeypatch.setattr(_writer, "MAX_RECORD_DEPTH", 0)  # a writer without our depth cap
     w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
     w.append(Note(text="a"), source="t")
     w.append(Note(text="deep"), source="t")
