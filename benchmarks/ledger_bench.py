@@ -108,7 +108,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--out", type=Path, help="keep the ledger as this run directory")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=9, help="alternated pairs per measurement (default 9)")
     args = ap.parse_args()
     key = ensure_operator_key()
     items = list(strace_like(args.events))
