@@ -112,8 +112,9 @@ class _Syncer:
         with self._cond:
             self._requested = max(self._requested, upto)
             if self._thread is None and not self._stopping:
-                self._thread = threading.Thread(target=self._run, name="ledger-fsync", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="ledger-fsync", daemon=True)
+                thread.start()  # RuntimeError when no thread can be made: the next request retries
+                self._thread = thread
             self._cond.notify_all()
 
     def wait(self, upto: int) -> None:

@@ -212,3 +212,21 @@ def test_close_ends_the_fsync_thread(tmp_path):
     w.close()
     assert w.sealed == 20
     assert not any(t.name == "ledger-fsync" for t in threading.enumerate())
+
+
+def test_a_thread_that_could_not_start_is_started_by_the_next_request(tmp_path, monkeypatch):
+    w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY, flush_records=1, flush_interval_s=3600)
+
+    def no_thread(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    with pytest.raises(RuntimeError):
+        w.append(Note(text="a"), source="t")  # written; its fsync thread could not start
+    monkeypatch.undo()
+    closer = threading.Thread(target=w.close, daemon=True)
+    closer.start()
+    closer.join(10)
+    assert not closer.is_alive(), "close() hung waiting for an fsync thread that never ran"
+    assert w.sealed == 1
+    assert verify_ledger(tmp_path / "ledger", KEY.verify_key).status == "ok"
