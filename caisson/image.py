@@ -254,8 +254,7 @@ def build_image(
         ChamberError: the recipe is missing or invalid, docker or debootstrap is not
             installed, the engine is not reachable, we are not root, or a build step fails.
     """
-    root = recipe_dir(name)
-    digest = recipe_digest(name)
+    digest = recipe_digest(name)  # raises ChamberError for a missing or invalid recipe
     tag = f"caisson/{name}:{digest[:16]}"
     _require_engine()
     existing = image_id(tag)

@@ -29,7 +29,7 @@ import trio
 from caisson import __version__
 from caisson._docker import ContainerSpec, Limits, open_engine
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
-from caisson._session import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
+from caisson._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
 from caisson.envpin import build_env
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key

@@ -35,7 +35,6 @@ import signal
 import struct
 import subprocess
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 

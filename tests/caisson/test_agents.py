@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from ledger import read_records, verify_ledger
 from ledger.events import (
     AgentAnswer, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, FileOpen, LlmCall, ProcessExec,
 )
+from tests.helpers import commit_all
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scenarios" / "model"
@@ -35,10 +34,7 @@ def repo(tmp_path) -> Path:
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
     (repo / "src" / "app.py").write_text("def answer():\n    return 42\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@x.invalid"}
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "code"]):
-        subprocess.run(["git", *args], cwd=repo, env=env, check=True)
+    commit_all(repo, "code")
     return repo
 
 

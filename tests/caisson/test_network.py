@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from caisson.cli import main
-from caisson.home import ensure_operator_key
 from collectors.llm import LlmCallBuilder
-from ledger import read_records, verify_ledger
+from ledger import read_records
 from ledger.events import DnsQuery, HttpExchange, LlmCall, NetConnect, NetFlow
 from tests.collectors.llm_server import FIXTURES, LlmServer
+from tests.helpers import commit_all
 
 SECRETS = ("sk-ant-chamber-secret-1234", "Bearer sk-openai-chamber-5678", "session=chamber-cookie-9012")
 
@@ -64,17 +64,12 @@ except OSError: pass"
 
 
 def test_llm_calls_through_the_chamber_proxy(chamber_image, llm_server, tmp_path):
-    import subprocess
-
     repo = tmp_path / "repo"
     (repo / "fixtures").mkdir(parents=True)
     for name in ("anthropic_request.json", "anthropic_request_stream.json", "openai_chat_request.json",
                  "openai_responses_request_stream.json"):
         (repo / "fixtures" / name).write_bytes((FIXTURES / name).read_bytes())
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@x.invalid", "PATH": "/usr/bin:/bin"}
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "fixtures"]):
-        subprocess.run(["git", *args], cwd=repo, env=env, check=True)
+    commit_all(repo, "fixtures")
     run_dir = tmp_path / "run"
     assert main(["record", "--scenario", str(scenario(tmp_path, llm_server)), "--repo", str(repo),
                  "--out", str(run_dir), "--", "sh", "-c", CLIENT]) == 0

@@ -17,17 +17,9 @@ from caisson.cli import main
 from caisson.home import ensure_operator_key
 from ledger import read_records, verify_ledger
 from ledger.events import BlobStored, RunEnded, RunStarted, SandboxBuilt
+from tests.helpers import commit_all, git
 
 ROOT = Path(__file__).resolve().parents[2]
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}).stdout
-
-
 @pytest.fixture
 def live_repo(tmp_path: Path) -> Path:
     """A live repo: commit 1 (the one under test) with an answer key, then a later commit."""
@@ -39,11 +31,9 @@ def live_repo(tmp_path: Path) -> Path:
     (repo / "benchmark").mkdir()
     (repo / "benchmark" / "answers.json").write_text('{"q1": "src/app.py:1 secret-answer-key"}\n')
     (repo / "CLAUDE.md").write_text("Agent instructions that must not leak.\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "under test")
+    commit_all(repo, "under test")
     (repo / "src" / "later.py").write_text("LATER_COMMIT_ONLY = True\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "later")
+    commit_all(repo, "later")
     git(repo, "tag", "v-later")
     return repo
 

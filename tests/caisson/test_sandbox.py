@@ -23,15 +23,7 @@ from caisson.sandbox import (
     tree_digest,
 )
 from caisson.scenario import ExclusionCategory, Question, Scenario
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
+from tests.helpers import git
 
 PROMPT = "Which function loads the configuration file and where is it defined?"
 
@@ -67,13 +59,6 @@ EXCLUDED = {
     "docs/reports/2024/summary.md": "published_reports",
     "grading/check.py": "grading",
 }
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, **GIT_ENV}
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
-    ).stdout
 
 
 def write_files(root: Path, files: dict[str, str]) -> None:

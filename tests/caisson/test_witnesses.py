@@ -6,17 +6,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from caisson.cli import main
 from caisson.home import ensure_operator_key
 from ledger import read_records, verify_ledger
 from ledger.events import (
-    FileOpen, HostSample, ProcessExec, ProcessExit, ProcSample, RunEnded, RunStarted, WitnessGap, WitnessRaw,
+    FileOpen, HostSample, ProcessExec, ProcessExit, ProcSample, RunEnded, WitnessGap, WitnessRaw,
     WitnessStarted, WitnessStopped,
 )
 

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from ledger import BlobStore, LedgerWriter, SigningKey
 from ledger.events import (
-    BlobStored,
     FileChange,
     FileOpen,
     HttpExchange,
