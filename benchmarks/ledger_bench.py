@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from caisson.home import ensure_operator_key  # noqa: E402
 from caisson.synthetic import strace_like  # noqa: E402
-from ledger import BlobStore, LedgerWriter, Record, _chain, verify_ledger  # noqa: E402
+from ledger import BlobStore, LedgerWriter, Record, _append, _chain, verify_ledger  # noqa: E402
 
 FRAME = 4096
 
@@ -129,8 +129,10 @@ def main() -> int:
         )
         size = (last_run / "ledger").stat().st_size
         n = args.events
-        chain = "native (ledger/_chainc.c)" if _chain.NATIVE else "pure Python (the native module is not built)"
-        print(f"events={n} baseline_bytes={base.stat().st_size} ledger_bytes={size} chain={chain}")
+        native = {"chain": _chain.NATIVE, "append": _append.NATIVE}
+        code = " ".join(f"{part}={'native' if built else 'python'}" for part, built in native.items())
+        print(f"events={n} baseline_bytes={base.stat().st_size} ledger_bytes={size} {code}"
+              + ("" if all(native.values()) else " (a native module is not built: slower)"))
         print(f"append: ledger {n / append.ledger_s:,.0f} ev/s, baseline {n / append.baseline_s:,.0f} ev/s (best runs)")
         print(f"verify: ledger {n / verify.ledger_s:,.0f} ev/s, baseline read {n / verify.baseline_s:,.0f} ev/s")
         if args.out:

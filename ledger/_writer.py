@@ -7,7 +7,9 @@ a crash loses at most the records appended since the last seal. fsyncs run in a 
 their own (`_Syncer`): frames and seals are written at once, a flush that an append triggers
 does not wait for the disk (nor does the event loop), `flush` and `close` do, and
 `LedgerWriter.sealed` counts only what an fsync has made durable. A failed fsync leaves the
-ledger unclosed; it is never retried into a claim of durability.
+ledger unclosed; it is never retried into a claim of durability. Each append is one call
+into `ledger._append.Appender` (native code when built), which calls back here when a
+flush is due.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ import trio
 import zstandard
 
 from ledger import _chain
+from ledger._append import Appender
 from ledger._blobs import BlobStore
 from ledger._errors import LedgerError, WriterClosedError
 from ledger._format import (
@@ -49,9 +53,8 @@ BLOBS_DIR = "blobs"
 
 RecordListener = Callable[[Record], None]
 _encode = record_encoder.encode
-_monotonic_ns = time.monotonic_ns
-_time_ns = time.time_ns
 _EVENT_TYPES = frozenset(EVENT_TYPES)
+_MAX_NS = 2**63 - 1  # "never" for a flush deadline
 
 
 MAX_RECORD_DEPTH = 64
@@ -158,6 +161,37 @@ class _Syncer:
                 self._cond.notify_all()
 
 
+def _flush_records(value: int) -> int:
+    if not isinstance(value, int):
+        raise TypeError(f"flush_records must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"flush_records must be at least 1, got {value}")
+    return min(value, _MAX_NS)
+
+
+class _Callbacks:
+    """What the appender calls back, holding the writer weakly: a writer dropped unclosed is
+    freed at once, its file closed, as any file object is (no writer <-> appender cycle).
+    KI-protected like the appender's own append, so Ctrl-C under trio waits for them."""
+
+    __slots__ = ("_writer",)
+
+    def __init__(self, writer: "LedgerWriter"):
+        self._writer = weakref.ref(writer)
+
+    @trio.lowlevel.enable_ki_protection
+    def flush_due(self) -> None:
+        writer = self._writer()
+        if writer is not None:
+            writer._flush(wait=False)
+
+    @trio.lowlevel.enable_ki_protection
+    def notify(self, seq: int, wall_ns: int, mono_ns: int, source: str, event: Event) -> None:
+        writer = self._writer()
+        if writer is not None:
+            writer._notify(seq, wall_ns, mono_ns, source, event)
+
+
 class LedgerWriter:
     """Appends records to a new ledger file and seals them.
 
@@ -166,14 +200,15 @@ class LedgerWriter:
         run_id: the run this ledger belongs to; every seal is bound to it.
         key: the operator's signing key.
         blobs: the blob store beside the ledger, or None when the caller has none.
-        flush_records: records per frame before a flush (default 4096).
+        flush_records: records per frame before a flush (default 4096; at least 1).
         flush_interval_s: seconds after which pending records are flushed on the next
-            append or `flush_if_due` call (default 1.0).
+            append or `flush_if_due` call (default 1.0; ``math.inf``: by count only).
         zstd_level: zstd compression level of record frames.
         created_ns: header creation time, ns since the Unix epoch (default: now).
 
     Raises:
         LedgerError: the file exists or cannot be created.
+        TypeError, ValueError: a flush setting out of range (before any file is made).
     """
 
     def __init__(
@@ -191,16 +226,15 @@ class LedgerWriter:
         self.path = Path(path)
         self.run_id = run_id
         self.blobs = blobs
-        self.flush_records = flush_records
-        self.flush_interval_ns = int(flush_interval_s * 1e9)
+        flush_records = _flush_records(flush_records)
+        if not flush_interval_s >= 0:  # NaN too
+            raise ValueError(f"flush_interval_s must be >= 0, got {flush_interval_s!r}")
+        self.flush_interval_ns = int(min(flush_interval_s * 1e9, _MAX_NS))
         self._key = key
         self._zstd = zstandard.ZstdCompressor(level=zstd_level)
-        self._pending: list[tuple] | None = []  # None once closed
+        self._pending: list[tuple] | None = []  # stored records not yet flushed; None once closed
         self._listeners: list[RecordListener] = []
         self.listener_failures = 0  # records a listener raised on (the ledger kept them)
-        self._next_seq = 0
-        self._last_wall = 0  # times are stored as deltas from the previous record
-        self._last_mono = 0
         self._written = 0  # records covered by a seal written to the file
         self._closed = False
         self._broken = False
@@ -225,14 +259,30 @@ class LedgerWriter:
         self._size = len(header_bytes)  # bytes durably part of the ledger
         os.fsync(self._file.fileno())
         self._syncer = _Syncer(self._file.fileno())
-        self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
+        self._callbacks = _Callbacks(self)
+        self._appender = Appender(pending=self._pending, event_types=_EVENT_TYPES, on_due=self._callbacks.flush_due,
+                                  flush_records=flush_records, flush_at_ns=self._flush_deadline(),
+                                  closed_error=WriterClosedError, path=str(self.path))
+        self.append = self._appender.append  # the hot path: the same call, without a Python frame
+
+    def _flush_deadline(self) -> int:
+        return min(time.monotonic_ns() + self.flush_interval_ns, _MAX_NS)
+
+    @property
+    def flush_records(self) -> int:
+        """Records per frame before a flush; writable."""
+        return self._appender.flush_records
+
+    @flush_records.setter
+    def flush_records(self, value: int) -> None:
+        self._appender.flush_records = _flush_records(value)
 
     # -- appending ------------------------------------------------------------------
 
     @property
     def next_seq(self) -> int:
         """The sequence number the next appended record will get."""
-        return self._next_seq
+        return self._appender.next_seq
 
     @property
     def sealed(self) -> int:
@@ -242,8 +292,8 @@ class LedgerWriter:
     def add_listener(self, listener: RecordListener) -> None:
         """Call ``listener(record)`` after each append (stream sinks). It must not block."""
         self._listeners.append(listener)
+        self._appender.on_record = self._callbacks.notify
 
-    @trio.lowlevel.enable_ki_protection  # Ctrl-C under trio never lands between its state updates
     def append(
         self,
         event: Event,
@@ -252,7 +302,10 @@ class LedgerWriter:
         wall_ns: int | None = None,
         mono_ns: int | None = None,
     ) -> int:
-        """Append one event; returns its sequence number.
+        """Append one event; returns its sequence number. May flush (by count or time).
+
+        Each instance replaces this method with its `ledger._append.Appender`'s, which
+        behaves the same; this one documents it.
 
         Args:
             event: the event, built by the witness.
@@ -262,38 +315,21 @@ class LedgerWriter:
 
         Raises:
             WriterClosedError: the writer is closed (our misuse).
-            TypeError: ``event`` is not one of `ledger.events.EVENT_TYPES`.
+            TypeError: ``event`` is not one of `ledger.events.EVENT_TYPES`, ``source`` is
+                not a str, or a time is not an int.
             ValueError: a timestamp outside 0 .. 2**63-1 ns.
+            LedgerError, OSError: a flush this append made due failed, as `flush`'s
+                (the record is kept).
         """
-        pending = self._pending
-        if pending is None:
-            raise WriterClosedError(f"{self.path}: append after close")
-        if type(event) not in _EVENT_TYPES:
-            raise TypeError(f"not a ledger event: {type(event).__name__}")
-        now = _monotonic_ns()  # the flush clock: a witness's mono_ns may lag, or be from elsewhere
-        if mono_ns is None:
-            mono_ns = now
-        if wall_ns is None:
-            wall_ns = _time_ns()
-        if (wall_ns | mono_ns) >> 63:  # either one negative, or 2**63 ns and over
-            raise ValueError(f"timestamps must be in 0..2**63-1 ns, got wall_ns={wall_ns} mono_ns={mono_ns}")
-        seq = self._next_seq
-        # The stored form is WireRecord: [seq, wall delta, mono delta, source, event]; the
-        # frame's records are encoded together at flush, then chained one by one.
-        pending.append((seq, wall_ns - self._last_wall, mono_ns - self._last_mono, source, event))
-        self._last_wall = wall_ns
-        self._last_mono = mono_ns
-        self._next_seq = seq + 1
-        if self._listeners:
-            record = Record(seq=seq, wall_ns=wall_ns, mono_ns=mono_ns, source=source, event=event)
-            for listener in self._listeners:
-                try:
-                    listener(record)
-                except Exception:  # a monitor never costs the ledger an event
-                    self.listener_failures += 1
-        if len(pending) >= self.flush_records or now >= self._flush_at_ns:
-            self._flush(wait=False)
-        return seq
+        return self._appender.append(event, source=source, wall_ns=wall_ns, mono_ns=mono_ns)
+
+    def _notify(self, seq: int, wall_ns: int, mono_ns: int, source: str, event: Event) -> None:
+        record = Record(seq=seq, wall_ns=wall_ns, mono_ns=mono_ns, source=source, event=event)
+        for listener in self._listeners:
+            try:
+                listener(record)
+            except Exception:  # a monitor never costs the ledger an event
+                self.listener_failures += 1
 
     def put_blob(self, data: bytes, *, role: str, media_type: str = "application/octet-stream",
                  source: str = "recorder") -> str:
@@ -314,7 +350,7 @@ class LedgerWriter:
     def flush_if_due(self) -> None:
         """Flush when records are pending and the flush interval has passed; the fsync
         runs in the background, as for a flush an append triggers."""
-        if self._pending and time.monotonic_ns() >= self._flush_at_ns:
+        if self._pending and time.monotonic_ns() >= self._appender.flush_at_ns:
             self._flush(wait=False)
 
     def flush(self) -> None:
@@ -349,6 +385,7 @@ class LedgerWriter:
         try:
             self._write_frames(final=True, wait=True)
         finally:
+            self._appender.close()  # first: no append may land in a list no flush will read
             self._closed = True
             self._pending = None
             try:
@@ -377,8 +414,8 @@ class LedgerWriter:
                 body = _encode_salvaging(pending)
                 head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
             payload = self._zstd.compress(body)
-            parts.append(encode_frame(FRAME_RECORDS, self._next_seq - n, n, payload))
-        upto = self._next_seq
+            parts.append(encode_frame(FRAME_RECORDS, self._appender.next_seq - n, n, payload))
+        upto = self._appender.next_seq
         signature = self._key.sign(_chain.seal_message(self.run_id, upto, head, final))
         seal = Seal(run_id=self.run_id, upto=upto, head=head, final=final, wall_ns=time.time_ns(),
                     signature=signature)
@@ -410,7 +447,7 @@ class LedgerWriter:
         if n:
             del self._pending[:n]
         self._written = upto
-        self._flush_at_ns = time.monotonic_ns() + self.flush_interval_ns
+        self._appender.flush_at_ns = self._flush_deadline()
         if wait:
             self._wait_durable()
         else:

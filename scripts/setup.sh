@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(docker.io strace tcpdump debootstrap git ca-certificates python3-venv iptables dnsutils curl)
-# The ledger's native chain loop (ledger/_chainc.c) builds with a C compiler and OpenSSL's
-# headers; without them caisson still installs, with a slower pure-Python chain.
+# The ledger's native modules (ledger/_chainc.c, the chain loop, and ledger/_appendc.c, the
+# writer's append) build with a C compiler and OpenSSL's headers; without them caisson
+# still installs, with their slower pure-Python twins.
 PACKAGES+=(gcc libc6-dev libssl-dev)
 PYTHON="${PYTHON:-python3}"
 builder="$PYTHON"  # the interpreter that will build the extension: the venv's, once it exists
@@ -33,7 +34,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.caisson-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ ledger/_chainc.c -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ ledger/_chainc.c -nt "$stamp" ] || [ ledger/_appendc.c -nt "$stamp" ]; then
     echo "setup: installing caisson and its dependencies into .venv"
     log=$(mktemp)
     # "compat" editable mode puts the checkout on sys.path with a plain .pth; the default
@@ -48,10 +49,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stam
     fi
     rm -f "$log"
     .venv/bin/python -c "import caisson, ledger, collectors, trio, msgspec, zstandard, cryptography"
-    if .venv/bin/python -c "import ledger._chainc" 2>/dev/null; then
+    if .venv/bin/python -c "import ledger._chainc, ledger._appendc" 2>/dev/null; then
         touch "$stamp"
     else  # no stamp: the next setup tries the build again
-        echo "setup: warning: the native ledger chain did not build (gcc, libssl-dev); using the slower pure-Python one"
+        echo "setup: warning: the ledger's native modules did not build (gcc, libssl-dev); using the slower pure-Python ones"
     fi
 fi
 # Bytecode for the checkout, as pip writes it for installed packages: with

@@ -132,6 +132,10 @@ def test_append_rejects_what_is_not_an_event_or_out_of_range_times(tmp_path):
         w.append(Note(text="x"), source="t", wall_ns=-1)
     with pytest.raises(ValueError):
         w.append(Note(text="x"), source="t", wall_ns=1, mono_ns=2**63)
+    with pytest.raises(TypeError, match="source must be a str"):  # a reader could not decode it
+        w.append(Note(text="x"), source=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="wall_ns must be an int"):
+        w.append(Note(text="x"), source="t", wall_ns=1.5)  # type: ignore[arg-type]
     w.close()
     assert verify_ledger(tmp_path / "ledger", KEY.verify_key).records == 0
 
