@@ -32,9 +32,10 @@ def _timestamp(value: Any, name: str) -> int:
     """
     if not isinstance(value, int):
         raise TypeError(f"{name} must be an int (ns), got {type(value).__name__}")
-    if not 0 <= value <= _MAX_NS:
+    ns = int.__int__(value)  # before comparing: a subclass's comparisons are not consulted
+    if not 0 <= ns <= _MAX_NS:
         raise ValueError(f"{name} must be in 0..2**63-1 ns, got {value!r}")
-    return int.__int__(value)
+    return ns
 
 
 class AppenderPy:
@@ -65,6 +66,8 @@ class AppenderPy:
 
     def __init__(self, *, pending: list[tuple], event_types: frozenset[type], on_due: Callable[[], Any],
                  flush_records: int, flush_at_ns: int, closed_error: type[Exception], path: str):
+        if hasattr(self, "next_seq"):  # a second init would restart the seqs on the same records
+            raise RuntimeError("an Appender is initialised once")
         self._pending: list[tuple] | None = pending
         self._event_types = event_types
         self._on_due = on_due

@@ -239,6 +239,10 @@ static int Appender_init(Appender *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "closed_error must be an exception class");
         return -1;
     }
+    if (self->event_types != NULL) { /* a second init would restart the seqs on the same records */
+        PyErr_SetString(PyExc_RuntimeError, "an Appender is initialised once");
+        return -1;
+    }
     Py_XSETREF(self->pending, Py_NewRef(pending));
     Py_XSETREF(self->event_types, Py_NewRef(event_types));
     Py_XSETREF(self->on_due, Py_NewRef(on_due));

@@ -15,6 +15,7 @@ flush is due.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import weakref
@@ -78,9 +79,19 @@ def _encode_salvaging(pending: list[tuple]) -> bytes:
                 raise ValueError(f"arrays and maps nested deeper than {MAX_RECORD_DEPTH} levels")
             parts.append(raw)
         except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError) as exc:
+            source = _storable(source)  # the fault may be the source's own
             note = WitnessRaw(witness=source, line=f"unencodable event ({exc}): {_describe(event)}")
             parts.append(_encode((seq, wall_delta, mono_delta, source, note)))
     return msgpack_array_header(len(parts)) + b"".join(parts)
+
+
+def _storable(text: str) -> str:
+    """``text``, or its ascii() form when UTF-8 cannot hold it (a lone surrogate)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return ascii(text)
+    return text
 
 
 def _describe(event: object) -> str:
@@ -162,11 +173,20 @@ class _Syncer:
 
 
 def _flush_records(value: int) -> int:
-    if not isinstance(value, int):
+    if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"flush_records must be an int, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"flush_records must be at least 1, got {value}")
-    return min(value, _MAX_NS)
+    return min(value, sys.maxsize)  # more than a list can hold: by time only
+
+
+def _interval_ns(value: float, name: str, ns_per_unit: float) -> int:
+    """A flush interval in whole ns, at most `_MAX_NS` (``math.inf``: never)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not value >= 0:  # NaN too
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return int(min(value * ns_per_unit, _MAX_NS))
 
 
 class _Callbacks:
@@ -227,9 +247,7 @@ class LedgerWriter:
         self.run_id = run_id
         self.blobs = blobs
         flush_records = _flush_records(flush_records)
-        if not flush_interval_s >= 0:  # NaN too
-            raise ValueError(f"flush_interval_s must be >= 0, got {flush_interval_s!r}")
-        self.flush_interval_ns = int(min(flush_interval_s * 1e9, _MAX_NS))
+        self._flush_interval_ns = _interval_ns(flush_interval_s, "flush_interval_s", 1e9)
         self._key = key
         self._zstd = zstandard.ZstdCompressor(level=zstd_level)
         self._pending: list[tuple] | None = []  # stored records not yet flushed; None once closed
@@ -238,6 +256,7 @@ class LedgerWriter:
         self._written = 0  # records covered by a seal written to the file
         self._closed = False
         self._broken = False
+        self._flushing = False  # in _write_frames
         header = Header(
             format_version=FORMAT_VERSION,
             run_id=run_id,
@@ -264,9 +283,21 @@ class LedgerWriter:
                                   flush_records=flush_records, flush_at_ns=self._flush_deadline(),
                                   closed_error=WriterClosedError, path=str(self.path))
         self.append = self._appender.append  # the hot path: the same call, without a Python frame
+        # Whoever still holds that bound method once this writer is gone gets WriterClosedError,
+        # not seqs for records that no flush will ever write.
+        weakref.finalize(self, self._appender.close)
 
     def _flush_deadline(self) -> int:
         return min(time.monotonic_ns() + self.flush_interval_ns, _MAX_NS)
+
+    @property
+    def flush_interval_ns(self) -> int:
+        """The flush interval, ns; writable (it counts from the next flush)."""
+        return self._flush_interval_ns
+
+    @flush_interval_ns.setter
+    def flush_interval_ns(self, value: float) -> None:
+        self._flush_interval_ns = _interval_ns(value, "flush_interval_ns", 1)
 
     @property
     def flush_records(self) -> int:
@@ -382,10 +413,10 @@ class LedgerWriter:
         """
         if self._closed:
             return
+        self._appender.close()  # first: no append may land in a list no flush will read
         try:
             self._write_frames(final=True, wait=True)
         finally:
-            self._appender.close()  # first: no append may land in a list no flush will read
             self._closed = True
             self._pending = None
             try:
@@ -399,23 +430,39 @@ class LedgerWriter:
         return self._closed
 
     def _write_frames(self, *, final: bool, wait: bool) -> None:
+        """Write the pending records as a frame, and a seal over them.
+
+        The garbage collector may run a finaliser in here that appends (its records wait
+        for the next flush: the frame is the records pending when this started) or that
+        flushes (ignored: this flush is not re-entered).
+        """
+        if self._flushing:
+            return
+        self._flushing = True
+        try:
+            self._write_frames_once(final=final, wait=wait)
+        finally:
+            self._flushing = False
+
+    def _write_frames_once(self, *, final: bool, wait: bool) -> None:
         pending = self._pending
+        records = pending[: len(pending)] if pending else []  # the length is read before the copy is made
         head = self._head
         parts = []
-        n = len(pending) if pending else 0
+        n = len(records)
         if n:
             try:
-                body = _encode(pending)  # a msgpack array of the records' canonical bytes
+                body = _encode(records)  # a msgpack array of the records' canonical bytes
             except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError):
-                body = _encode_salvaging(pending)
+                body = _encode_salvaging(records)
             try:
                 head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
             except ValueError:  # a record nested too deep: kept as witness.raw instead
-                body = _encode_salvaging(pending)
+                body = _encode_salvaging(records)
                 head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
             payload = self._zstd.compress(body)
-            parts.append(encode_frame(FRAME_RECORDS, self._appender.next_seq - n, n, payload))
-        upto = self._appender.next_seq
+            parts.append(encode_frame(FRAME_RECORDS, records[0][0], n, payload))
+        upto = records[0][0] + n if n else self._written
         signature = self._key.sign(_chain.seal_message(self.run_id, upto, head, final))
         seal = Seal(run_id=self.run_id, upto=upto, head=head, final=final, wall_ns=time.time_ns(),
                     signature=signature)

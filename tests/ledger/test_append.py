@@ -24,7 +24,7 @@ from ledger import LedgerWriter, read_records, verify_ledger
 from ledger import _append, _writer
 from ledger._append import AppenderPy
 from ledger._errors import WriterClosedError
-from ledger.events import EVENT_TYPES, FileOpen, Note
+from ledger.events import EVENT_TYPES, FileOpen, Note, WitnessRaw
 from tests.ledger.conftest import KEY, events, write_ledger
 
 native = pytest.mark.skipif(not _append.NATIVE and os.environ.get("CI") != "true",
@@ -304,10 +304,11 @@ def test_finalisers_run_by_the_collector_inside_an_append_neither_reuse_a_seq_no
 @both
 def test_a_finaliser_that_closes_inside_an_append_makes_it_raise_not_vanish(cls):
     h = Harness(_cls(cls), flush_records=10**9, flush_at_ns=NEVER, listen=False)
+    event = Note(text="x")  # built once: an append's record is the loop's only tracked allocation
     armed = [True]
 
     def close_once(phase, info):
-        if phase == "start" and armed[0]:
+        if phase == "start" and armed[0] and len(h.pending) >= 3:
             armed[0] = False
             h.appender.close()  # as a __del__ or weakref callback run by this collection would
 
@@ -317,12 +318,35 @@ def test_a_finaliser_that_closes_inside_an_append_makes_it_raise_not_vanish(cls)
     gc.set_threshold(1)
     try:
         with pytest.raises(WriterClosedError):
-            for i in range(100):  # the tuple's allocation runs the collector
-                h.appender.append(Note(text="x"), source="s", wall_ns=i, mono_ns=i)
+            for i in range(1000):  # the record's allocation runs the collector
+                h.appender.append(event, source="s", wall_ns=i, mono_ns=i)
     finally:
         gc.set_threshold(*thresholds)
         gc.callbacks.remove(close_once)
-    assert len(h.pending) == h.appender.next_seq  # every seq handed out is stored
+    assert len(h.pending) == h.appender.next_seq >= 3  # every seq handed out is stored
+
+
+@both
+def test_an_appender_is_initialised_once(cls):
+    h = Harness(_cls(cls), flush_records=10, flush_at_ns=NEVER, listen=False)
+    h.appender.append(Note(text="x"), source="s", wall_ns=1, mono_ns=1)
+    with pytest.raises(RuntimeError, match="initialised once"):  # it would restart the seqs
+        h.appender.__init__(pending=h.pending, event_types=frozenset(EVENT_TYPES), on_due=h.on_due,
+                            flush_records=10, flush_at_ns=NEVER, closed_error=WriterClosedError, path="p")
+    assert h.appender.append(Note(text="y"), source="s", wall_ns=1, mono_ns=1) == 1
+
+
+def test_the_python_twin_checks_the_int_value_not_a_subclass_s_comparisons():
+    class Lying(int):
+        def __ge__(self, other):
+            return True
+
+        __le__ = __ge__
+
+    h = Harness(AppenderPy, flush_records=10, flush_at_ns=NEVER, listen=False)
+    with pytest.raises(ValueError, match="wall_ns"):
+        h.appender.append(Note(text="x"), source="s", wall_ns=Lying(-5), mono_ns=1)
+    assert h.pending == []
 
 
 @native
@@ -385,6 +409,88 @@ def test_the_python_appenders_append_is_ki_protected_under_trio():
     assert seen == [True]
 
 
+def test_an_append_held_past_its_writer_is_refused_not_lost(tmp_path):
+    writer = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    append = writer.append  # keeps the appender, not the writer
+    append(Note(text="a"), source="t")
+    del writer
+    gc.collect()
+    with pytest.raises(WriterClosedError):
+        append(Note(text="b"), source="t")
+
+
+@pytest.mark.parametrize("during", ["close", "flush", "a flush an append made due"])
+def test_appends_from_finalisers_during_a_flush_keep_the_ledger_intact(tmp_path, during):
+    """Each collection that starts inside the flush, in turn, runs a finaliser that appends:
+    the frame is the records pending when the flush began, the seal numbers them right,
+    and the finaliser's record is written later or refused, never lost."""
+    collections = 1
+    while True:
+        run = tmp_path / f"run{collections}"
+        run.mkdir()
+        writer = LedgerWriter(run / "ledger", run_id="r", key=KEY, flush_interval_s=3600,
+                              flush_records=6 if during.startswith("a flush") else 10**6)
+        for i in range(5):
+            writer.append(Note(text=str(i)), source="t")
+        seen, outcomes = [0], []
+
+        def finaliser(phase, info):
+            if phase == "start":
+                seen[0] += 1
+                if seen[0] == collections:
+                    try:
+                        outcomes.append(writer.append(Note(text="finaliser"), source="gc"))
+                    except WriterClosedError:
+                        outcomes.append("refused")
+
+        gc.collect()
+        thresholds = gc.get_threshold()
+        gc.callbacks.append(finaliser)
+        gc.set_threshold(1)
+        try:
+            {"close": writer.close, "flush": writer.flush,
+             "a flush an append made due": lambda: writer.append(Note(text="5"), source="t")}[during]()
+        finally:
+            gc.set_threshold(*thresholds)
+            gc.callbacks.remove(finaliser)
+        writer.close()
+        report = verify_ledger(run / "ledger", KEY.verify_key)
+        assert (report.status, report.records) == ("ok", writer.next_seq), (collections, outcomes)
+        if collections > seen[0]:
+            break
+        collections += 1
+    assert collections > 3  # the sweep did reach into the flush
+
+
+def test_a_source_that_utf8_cannot_hold_is_kept_in_ascii_form(tmp_path):
+    writer = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    writer.append(Note(text="before"), source="t")
+    writer.append(Note(text="x"), source="\ud800")  # a lone surrogate: no UTF-8 form
+    writer.append(Note(text="after"), source="t")
+    writer.close()
+    assert verify_ledger(tmp_path / "ledger", KEY.verify_key).status == "ok"
+    records = list(read_records(tmp_path / "ledger"))
+    assert [r.source for r in records] == ["t", "'\\ud800'", "t"]
+    assert isinstance(records[1].event, WitnessRaw) and "Note(text='x')" in records[1].event.line
+
+
+def test_an_append_while_close_writes_the_final_seal_is_refused(tmp_path, monkeypatch):
+    writer = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY)
+    writer.append(Note(text="a"), source="t")
+    write_frames, outcome = writer._write_frames, []
+
+    def append_then_write(**kwargs):
+        try:
+            outcome.append(writer.append(Note(text="late"), source="t"))
+        except WriterClosedError:
+            outcome.append("refused")
+        return write_frames(**kwargs)
+
+    monkeypatch.setattr(writer, "_write_frames", append_then_write)
+    writer.close()
+    assert outcome == ["refused"] and verify_ledger(tmp_path / "ledger", KEY.verify_key).records == 1
+
+
 def test_a_writer_dropped_unclosed_is_freed_at_once(tmp_path):
     gc.disable()  # no cycle collection: freed by its reference count, as a plain file is
     try:
@@ -416,6 +522,10 @@ def test_flush_settings_are_checked_before_a_file_is_made_and_never_means_never(
     writer.flush_records = 1  # takes effect at the next append
     writer.append(Note(text="5"), source="t")
     assert not writer._pending
+    writer.flush_interval_ns = 0.5e9  # a float is taken as whole ns
+    assert writer.flush_interval_ns == 500_000_000
+    with pytest.raises(ValueError):
+        writer.flush_interval_ns = -1
     writer.close()
     assert verify_ledger(tmp_path / "ledger", KEY.verify_key).records == 6
 
