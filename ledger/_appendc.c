@@ -89,12 +89,11 @@ static int take(PyObject **slot, PyObject *value, const char *name) {
     return 0;
 }
 
-static int closed_error(Appender *self) {
+static void raise_closed(Appender *self) {
     if (self->event_types == NULL) /* never initialised, or cleared by the garbage collector */
         PyErr_SetString(PyExc_RuntimeError, "this Appender is not initialised");
     else
         PyErr_Format(self->closed_error, "%U: append after close", self->path);
-    return -1;
 }
 
 static PyObject *Appender_append(Appender *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
@@ -123,7 +122,7 @@ static PyObject *Appender_append(Appender *self, PyObject *const *args, Py_ssize
         return NULL;
     }
     if (self->pending == NULL) {
-        closed_error(self);
+        raise_closed(self);
         return NULL;
     }
     int known = PySet_Contains(self->event_types, (PyObject *)Py_TYPE(event));
@@ -153,7 +152,7 @@ static PyObject *Appender_append(Appender *self, PyObject *const *args, Py_ssize
     if (record == NULL) return NULL;
     if (self->pending == NULL) {
         Py_DECREF(record);
-        closed_error(self);
+        raise_closed(self);
         return NULL;
     }
     long long seq = self->next_seq;
