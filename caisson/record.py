@@ -123,7 +123,7 @@ def _agent_command(options: RecordOptions, scenario: Scenario, question):
         raise UsageError("--agent needs --question ID (the prompt it is given)")
     arm = None
     if options.arm is not None:
-        arm = next((a for a in scenario.arms if a.name == options.arm), None)
+        arm = scenario.arm(options.arm)
         if arm is None:
             known = ", ".join(a.name for a in scenario.arms) or "none"
             raise UsageError(f"--arm {options.arm}: not in the scenario; its arms: {known}")
@@ -189,7 +189,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
         raise UsageError(f"cannot weaken {', '.join(unknown)}: known controls are {', '.join(sorted(WEAKENABLE))}")
     question = None
     if options.question is not None:
-        question = next((q for q in scenario.questions if q.id == options.question), None)
+        question = scenario.question(options.question)
         if question is None:
             known = ", ".join(q.id for q in scenario.questions) or "none (pass --scenario)"
             raise UsageError(f"--question {options.question}: not in the scenario; its questions: {known}")

@@ -87,7 +87,7 @@ def replay_run(run_dir: Path, trusted: VerifyKey,
     out.status = "void" if out.reasons else "clean"
     question = None
     if scenario is not None and out.question_id is not None:
-        question = next((q for q in scenario.questions if q.id == out.question_id), None)
+        question = scenario.question(out.question_id)
     if question is not None:
         answer = _blob(run_dir, records, "answer")
         if answer is None:

@@ -218,6 +218,14 @@ class Scenario(_Strict):
     agent: AgentSettings = AgentSettings()
     """Settings for real agents (`caisson record --agent NAME`)."""
 
+    def question(self, question_id: str) -> Question | None:
+        """The question with id ``question_id``, or None."""
+        return next((q for q in self.questions if q.id == question_id), None)
+
+    def arm(self, name: str) -> Arm | None:
+        """The arm named ``name``, or None."""
+        return next((a for a in self.arms if a.name == name), None)
+
 
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<at>[^`]*)`)?$", re.S)
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")

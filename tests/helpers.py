@@ -1,8 +1,10 @@
 """Helpers shared by test modules: git repositories made with a fixed identity and none of
-the machine's git configuration, so a test sees the same repository everywhere."""
+the machine's git configuration, so a test sees the same repository everywhere; an
+image as the Docker engine reports it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -31,3 +33,11 @@ def commit_all(repo: Path, message: str) -> str:
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", message)
     return git(repo, "rev-parse", "HEAD").strip()
+
+
+def image_inspect(tag: str) -> dict:
+    """What ``docker image inspect TAG`` says of the image (``Id``, ``Config`` with its
+    labels, user, working dir, ...). Raises CalledProcessError when there is no such image."""
+    out = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, text=True, check=True).stdout
+    [info] = json.loads(out)
+    return info

@@ -6,7 +6,6 @@ the `agent` user with no network.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 
 from caisson import image
 from caisson.errors import ChamberError
+from tests.helpers import image_inspect
 
 
 def _pins(filename: str) -> dict[str, str]:
@@ -85,10 +85,7 @@ def test_base_cycle_is_a_chamber_error(tmp_path, monkeypatch):
 
 @pytest.mark.docker
 def test_agent_image_is_labelled_with_recipe_and_base(agent_image):
-    out = subprocess.run(
-        ["docker", "image", "inspect", agent_image], capture_output=True, text=True, check=True
-    ).stdout
-    [info] = json.loads(out)
+    info = image_inspect(agent_image)
     labels = info["Config"]["Labels"]
     assert labels["caisson.recipe"] == "agent"
     assert labels["caisson.recipe.digest"] == image.recipe_digest("agent")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 from caisson import image
 from caisson._cli import image as image_cli
 from caisson.errors import ChamberError
+from tests.helpers import image_inspect
 
 
 def test_digest_is_stable_and_tag_uses_its_prefix():
@@ -51,10 +51,7 @@ def test_missing_image_has_no_id(docker_available):
 
 @pytest.mark.docker
 def test_image_is_labelled_with_its_recipe(chamber_image):
-    out = subprocess.run(
-        ["docker", "image", "inspect", chamber_image], capture_output=True, text=True, check=True
-    ).stdout
-    [info] = json.loads(out)
+    info = image_inspect(chamber_image)
     labels = info["Config"]["Labels"]
     assert labels["caisson.recipe"] == "chamber"
     assert labels["caisson.recipe.digest"] == image.recipe_digest("chamber")
