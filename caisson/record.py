@@ -108,6 +108,20 @@ def _host_facts(engine_info: dict) -> dict:
     return facts
 
 
+def _pick(lookup, wanted: str | None, flag: str, what: str, names: list[str], *, none: str = "none"):
+    """``lookup(wanted)``, or None when ``wanted`` is None.
+
+    Raises:
+        UsageError: the scenario has no such item (the message lists ``names``).
+    """
+    if wanted is None:
+        return None
+    found = lookup(wanted)
+    if found is None:
+        raise UsageError(f"{flag} {wanted}: not in the scenario; its {what}: {', '.join(names) or none}")
+    return found
+
+
 def _agent_command(options: RecordOptions, scenario: Scenario, question):
     """The command, agent and arm facts, and transcript parser of a real-agent run.
 
@@ -121,12 +135,7 @@ def _agent_command(options: RecordOptions, scenario: Scenario, question):
         raise UsageError("--agent builds the command itself: give no command after --")
     if question is None:
         raise UsageError("--agent needs --question ID (the prompt it is given)")
-    arm = None
-    if options.arm is not None:
-        arm = scenario.arm(options.arm)
-        if arm is None:
-            known = ", ".join(a.name for a in scenario.arms) or "none"
-            raise UsageError(f"--arm {options.arm}: not in the scenario; its arms: {known}")
+    arm = _pick(scenario.arm, options.arm, "--arm", "arms", [a.name for a in scenario.arms])
     grant = list(arm.grant) if arm else []
     deny = deny_list(spec.static_tools, grant, arm.withhold) if arm else []
     if deny and spec.gating != "enforced":
@@ -187,12 +196,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
     unknown = sorted(set(options.weaken) - set(WEAKENABLE))
     if unknown:
         raise UsageError(f"cannot weaken {', '.join(unknown)}: known controls are {', '.join(sorted(WEAKENABLE))}")
-    question = None
-    if options.question is not None:
-        question = scenario.question(options.question)
-        if question is None:
-            known = ", ".join(q.id for q in scenario.questions) or "none (pass --scenario)"
-            raise UsageError(f"--question {options.question}: not in the scenario; its questions: {known}")
+    question = _pick(scenario.question, options.question, "--question", "questions",
+                     [q.id for q in scenario.questions], none="none (pass --scenario)")
     agent_info, arm_info, transcript = {}, {}, None
     if options.transcript is not None:
         from caisson.agents import adapter

@@ -419,3 +419,19 @@ def test_a_failing_witness_is_a_gap_and_the_run_goes_on(chamber_image, tmp_path)
     assert gaps and gaps[0].witness == "broken" and "witness bug" in gaps[0].reason
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
     assert result.status == "void" and any("broken" in r for r in result.reasons)
+
+
+def test_an_unknown_question_or_arm_is_a_usage_error_naming_the_scenarios_own(tmp_path):
+    from caisson.errors import UsageError
+    from caisson.record import RecordOptions, record
+
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\n[[questions]]\nid = "q1"\nprompt = "?"\n[[arms]]\nname = "shell"\n'
+                    'grant = ["Bash"]\n')
+    with pytest.raises(UsageError, match=r"--question nope: not in the scenario; its questions: q1$"):
+        record(RecordOptions(command=["true"], scenario=path, question="nope", out=tmp_path / "a"))
+    with pytest.raises(UsageError, match=r"its questions: none \(pass --scenario\)"):
+        record(RecordOptions(command=["true"], question="q1", out=tmp_path / "b"))
+    with pytest.raises(UsageError, match=r"--arm nope: not in the scenario; its arms: shell$"):
+        record(RecordOptions(command=[], scenario=path, question="q1", agent="claude-code", arm="nope",
+                             out=tmp_path / "c"))
