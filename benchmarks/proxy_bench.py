@@ -136,8 +136,8 @@ def chamber(args: argparse.Namespace) -> None:
     import json
     import subprocess
 
-    from caisson.record import RecordOptions, record
-    from caisson.witnesses import default_witnesses
+    from caisson.run.record import RecordOptions, record
+    from caisson.run.witnesses import default_witnesses
     from ledger import read_records
     from ledger.events import BlobStored
 

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from caisson.image import build_image, image_tag  # noqa: E402
+from caisson.chamber.image import build_image, image_tag  # noqa: E402
 
 
 def timed(cmd: list[str]) -> float:

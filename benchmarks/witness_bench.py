@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from caisson.image import build_image  # noqa: E402
-from caisson.record import RecordOptions, record  # noqa: E402
-from caisson.witnesses import ProcfsWitness, StraceWitness  # noqa: E402
+from caisson.chamber.image import build_image  # noqa: E402
+from caisson.run.record import RecordOptions, record  # noqa: E402
+from caisson.run.witnesses import ProcfsWitness, StraceWitness  # noqa: E402
 from ledger import read_records  # noqa: E402
 from ledger.events import RunEnded  # noqa: E402
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import platformdirs
 
-from ledger import SigningKey, VerifyKey, generate_keypair, load_signing_key, load_verify_key
+from ledger import SigningKey, derive_fingerprint_key, VerifyKey, generate_keypair, load_signing_key, load_verify_key
 
 __all__ = ["caisson_home", "operator_key_paths", "operator_key", "trusted_key", "ensure_operator_key", "fingerprint_key"]
 
@@ -60,6 +60,4 @@ def trusted_key(path: str | os.PathLike[str] | None) -> VerifyKey:
 
 def fingerprint_key(key: SigningKey) -> bytes:
     """The operator's key for secret fingerprints, derived from the signing key (32 bytes)."""
-    import hashlib
-
-    return hashlib.sha256(b"caisson secret fingerprint key\x00" + key.to_pem()).digest()
+    return derive_fingerprint_key(key.to_pem())

@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from caisson.errors import ScenarioError
+from ledger import is_credential
 
 __all__ = [
     "CATEGORIES",
@@ -110,7 +111,7 @@ class ExclusionCategory(_Strict):
     """Paths withheld from the sandbox, under one category.
 
     Globs are matched against repo-relative POSIX paths, anchored at the repository root
-    (see `caisson.sandbox.glob_to_regex`): `*` and `?` stay inside one path segment, a
+    (see `caisson.chamber.sandbox.glob_to_regex`): `*` and `?` stay inside one path segment, a
     whole `**` segment matches zero or more segments, and a glob that matches a directory
     excludes everything below it.
     """
@@ -267,8 +268,6 @@ def _check(scenario: Scenario, path: str) -> None:
 
 
 def _no_literal_credentials(scenario: Scenario, path: str) -> None:
-    from caisson.envpin import is_credential
-
     for name in scenario.env:
         if is_credential(name, scenario.credential_patterns):
             raise ScenarioError(

@@ -21,7 +21,18 @@ from ledger._keys import (
     load_signing_key,
     load_verify_key,
 )
-from ledger._secrets import fingerprint_secret
+from ledger._secrets import (
+    CREDENTIAL_PATTERNS,
+    SECRET_HEADERS,
+    SECRET_QUERY_PARAMS,
+    Redactor,
+    derive_fingerprint_key,
+    fingerprint_secret,
+    is_credential,
+    keyed_fingerprint,
+    looks_secret,
+    redact_env,
+)
 from ledger._reader import (
     LedgerChecker,
     VerifyReport,
@@ -34,6 +45,15 @@ from ledger._reader import (
 from ledger._writer import BLOBS_DIR, LEDGER_FILE, LedgerWriter, Submission, run_writer
 
 __all__ = [
+    "CREDENTIAL_PATTERNS",
+    "SECRET_HEADERS",
+    "SECRET_QUERY_PARAMS",
+    "Redactor",
+    "derive_fingerprint_key",
+    "is_credential",
+    "keyed_fingerprint",
+    "looks_secret",
+    "redact_env",
     "BLOBS_DIR",
     "BlobStore",
     "CaissonError",

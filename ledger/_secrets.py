@@ -1,11 +1,47 @@
-"""Keyed fingerprints: how a secret is named in the ledger without being written there."""
+"""Secrets, in one place: how caisson recognises them and how they are named in the ledger.
+
+Secrets never reach the ledger (docs/architecture.md, "ledger"): a credential is replaced by a
+keyed fingerprint before any event is built. Recognition, from the name or from the value:
+
+- environment variables whose name matches `CREDENTIAL_PATTERNS` (plus a scenario's own),
+  and any value that looks like a key (`SECRET_VALUE`): `is_credential`, `looks_secret`,
+  `redact_env`;
+- HTTP header names in `SECRET_HEADERS` and query parameter names in `SECRET_QUERY_PARAMS`
+  (RFC 9110 section 11.6.2 Authorization, RFC 6265 Cookie/Set-Cookie, and the providers'
+  own key headers): `Redactor`, which also scrubs the values it has seen from bodies.
+
+The fingerprint key is derived from the operator's signing key (`derive_fingerprint_key`),
+so a fingerprint tells two runs used the same secret without letting anyone test guesses
+offline.
+"""
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import hashlib
 import hmac
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final
+from urllib.parse import quote, unquote
 
-__all__ = ["fingerprint_secret"]
+__all__ = [
+    "CREDENTIAL_PATTERNS",
+    "MIN_SCRUB_CHARS",
+    "SECRET_HEADERS",
+    "SECRET_QUERY_PARAMS",
+    "SECRET_VALUE",
+    "Redactor",
+    "derive_fingerprint_key",
+    "fingerprint_secret",
+    "is_credential",
+    "keyed_fingerprint",
+    "looks_secret",
+    "redact_env",
+]
+
+_FINGERPRINT_KEY_TAG = b"caisson secret fingerprint key\x00"
 
 
 def fingerprint_secret(value: str, key: bytes) -> str:
@@ -16,3 +52,143 @@ def fingerprint_secret(value: str, key: bytes) -> str:
     by ``surrogateescape``) are fingerprinted as the bytes they stand for.
     """
     return "fp:" + hmac.new(key, value.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()[:16]
+
+
+def keyed_fingerprint(key: bytes) -> Callable[[str], str]:
+    """value -> `fingerprint_secret` (value, key): the hook a `Redactor` takes."""
+    return functools.partial(_fingerprint_with, key)
+
+
+def _fingerprint_with(key: bytes, value: str) -> str:
+    return fingerprint_secret(value, key)
+
+
+def derive_fingerprint_key(signing_key_pem: bytes) -> bytes:
+    """The fingerprint key (32 bytes): SHA-256 over a fixed tag and the signing key's PEM."""
+    return hashlib.sha256(_FINGERPRINT_KEY_TAG + signing_key_pem).digest()
+
+
+CREDENTIAL_PATTERNS = (
+    "API_KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "*_KEY", "*_PASS", "*_PASSWD", "*CREDENTIALS*",
+    "*_API_KEY", "*_APIKEY", "*_TOKEN", "*_SECRET", "*_SECRET_*", "*_PASSWORD", "*_ACCESS_KEY*",
+    "AWS_*", "AZURE_*", "ARM_CLIENT_*", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_*", "GCP_*",
+    "GCLOUD_*", "CLOUDSDK_*", "GITHUB_TOKEN", "GH_TOKEN", "NPM_TOKEN", "HF_TOKEN", "SSH_AUTH_SOCK",
+)
+"""Glob patterns of variables that carry credentials, matched against the upper-cased name."""
+
+SECRET_VALUE = re.compile(
+    r"^(sk-|sk_|rk_|ghp_|gho_|ghs_|github_pat_|xox[abpr]-|AKIA|ASIA|AIza|glpat-|hf_|npm_)|://[^/@\s]+:[^/@\s]+@|"
+    r"^Bearer\s",
+)
+"""Values that look like keys or carry credentials in a URL (``user:pass@``), whatever
+the variable is called: recorded only as fingerprints."""
+
+
+def is_credential(name: str, extra_patterns: tuple[str, ...] | list[str] = ()) -> bool:
+    """True when ``name`` matches a credential pattern (built-in or scenario-declared),
+    whatever its case."""
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, p.upper()) for p in (*CREDENTIAL_PATTERNS, *extra_patterns))
+
+
+def looks_secret(value: str) -> bool:
+    """True when a value looks like a key or holds credentials in a URL (see `SECRET_VALUE`)."""
+    return bool(SECRET_VALUE.search(value))
+
+
+def redact_env(env: Mapping[str, str], *, key: bytes, patterns: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+    """The environment as the ledger may keep it: credential variables, and values that
+    look like keys, replaced by keyed fingerprints."""
+    return {name: fingerprint_secret(value, key) if is_credential(name, patterns) or looks_secret(value) else value
+            for name, value in env.items()}
+
+
+SECRET_HEADERS: Final = frozenset({
+    "authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie",
+    "x-goog-api-key", "x-auth-token", "x-amz-security-token", "proxy-authenticate-info",
+})
+"""Header names (lowercase) whose values are fingerprinted."""
+SECRET_QUERY_PARAMS: Final = frozenset({
+    "key", "api_key", "api-key", "apikey", "token", "access_token", "auth", "secret",
+    "password", "client_secret", "sig", "signature",
+})
+"""Query parameter names (lowercase) whose values are fingerprinted."""
+MIN_SCRUB_CHARS: Final = 8
+"""Secret values shorter than this are fingerprinted in headers but not searched for in
+bodies (a short cookie value like ``1`` would corrupt unrelated bytes)."""
+
+
+class Redactor:
+    """Replace secrets with keyed fingerprints, and remember them to scrub bodies.
+
+    Args:
+        fingerprint: value -> keyed fingerprint, e.g. ``"fp:1a2b..."``.
+
+    Attributes:
+        replaced: how many secret values were replaced so far (headers, query, bodies).
+    """
+
+    def __init__(self, fingerprint: Callable[[str], str]):
+        self._fingerprint = fingerprint
+        self._known: dict[bytes, bytes] = {}  # secret bytes (raw and percent-encoded) -> fp
+        self._order: list[bytes] = []  # longest first, so a secret inside another goes last
+        self.replaced = 0
+
+    def _fp(self, value: str) -> str:
+        fp = self._fingerprint(value)
+        self.replaced += 1
+        if len(value) >= MIN_SCRUB_CHARS:
+            for form in {value, quote(value, safe=""), unquote(value)}:
+                key = form.encode("utf-8", "surrogateescape")
+                if key not in self._known:
+                    self._known[key] = fp.encode()
+                    self._order = sorted(self._known, key=len, reverse=True)
+        return fp
+
+    def header(self, name: str, value: str) -> str:
+        """The header value to record (unchanged unless ``name`` is a credential)."""
+        lname = name.lower()
+        if lname not in SECRET_HEADERS or not value:
+            return value
+        if lname in ("authorization", "proxy-authorization"):
+            scheme, sep, cred = value.strip().partition(" ")
+            return f"{scheme} {self._fp(cred.strip())}" if sep and cred.strip() else self._fp(value)
+        if lname == "cookie":
+            return "; ".join(self._pair(p.strip()) for p in value.split(";") if p.strip())
+        if lname == "set-cookie":
+            first, sep, attrs = value.partition(";")
+            return self._pair(first.strip()) + sep + attrs
+        return self._fp(value)
+
+    def _pair(self, pair: str) -> str:
+        name, sep, val = pair.partition("=")
+        return f"{name}={self._fp(val)}" if sep and val else (pair if sep else self._fp(pair))
+
+    def headers(self, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Redacted ``(name, value)`` pairs, in order."""
+        return [(k, self.header(k, v)) for k, v in headers]
+
+    def path(self, path: str) -> str:
+        """The request target with credential query parameter values fingerprinted."""
+        base, sep, query = path.partition("?")
+        if not sep:
+            return path
+        frag_sep, fragment = "", ""
+        if "#" in query:
+            query, fragment = query.split("#", 1)
+            frag_sep = "#"
+        parts = []
+        for item in query.split("&"):
+            name, eq, val = item.partition("=")
+            if eq and val and unquote(name).lower() in SECRET_QUERY_PARAMS:
+                item = f"{name}={self._fp(unquote(val))}"
+            parts.append(item)
+        return base + "?" + "&".join(parts) + frag_sep + fragment
+
+    def scrub(self, data: bytes) -> bytes:
+        """``data`` with every remembered secret (>= `MIN_SCRUB_CHARS`) fingerprinted."""
+        for secret in self._order:
+            if secret in data:
+                self.replaced += data.count(secret)
+                data = data.replace(secret, self._known[secret])
+        return data

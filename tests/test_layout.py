@@ -38,7 +38,8 @@ def test_asyncio_is_confined_to_the_docker_adapter():
 
 def test_ledger_public_surface_is_pinned():
     assert sorted(ledger.__all__) == sorted([
-        "BLOBS_DIR", "BlobStore", "CaissonError", "FORMAT_VERSION", "Header", "KeyFileError", "LEDGER_FILE",
+        "BLOBS_DIR", "BlobStore", "CREDENTIAL_PATTERNS", "SECRET_HEADERS", "SECRET_QUERY_PARAMS", "Redactor",
+        "derive_fingerprint_key", "is_credential", "keyed_fingerprint", "looks_secret", "redact_env", "CaissonError", "FORMAT_VERSION", "Header", "KeyFileError", "LEDGER_FILE",
         "LedgerChecker", "LedgerError", "LedgerWriter", "NotALedgerError", "Record", "Seal", "SigningKey",
         "Submission", "VerifyKey", "VerifyReport", "WriterClosedError", "fingerprint", "fingerprint_secret", "follow_records",
         "generate_keypair", "load_signing_key", "load_verify_key", "locate", "read_records", "run_writer",
@@ -46,3 +47,80 @@ def test_ledger_public_surface_is_pinned():
     ])
     for name in ledger.__all__:
         assert getattr(ledger, name) is not None
+
+
+PACKAGES = ("ledger", "collectors", "caisson")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_sources() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def _imported_modules(path: Path, modules: dict[str, Path], *, top_level_only: bool) -> set[str]:
+    """The project modules a file imports (``from a.b import c`` counts a.b.c when it is a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    if top_level_only:  # module scope, including module-level if/try blocks, never function bodies
+        stack, nodes = list(tree.body), []
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            if isinstance(node, (ast.If, ast.Try)):
+                stack.extend(node.body + node.orelse + getattr(node, "finalbody", [])
+                             + [s for h in getattr(node, "handlers", []) for s in h.body])
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in modules:
+            submodules = {f"{node.module}.{a.name}" for a in node.names} & set(modules)
+            found.update(submodules)
+            if len(submodules) < len(node.names):  # names defined in the module itself
+                found.add(node.module)
+    return found
+
+
+def test_no_module_imports_another_packages_private_module():
+    """A private module (``_name``) is imported only from inside the package that holds it."""
+    modules = _package_sources()
+    bad = []
+    for name, path in modules.items():
+        importer = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for target in _imported_modules(path, modules, top_level_only=False):
+            parts = target.split(".")
+            for i, part in enumerate(parts):
+                if part.startswith("_") and not part.startswith("__"):
+                    owner = ".".join(parts[:i])
+                    if importer != owner and not importer.startswith(owner + "."):
+                        bad.append(f"{name} imports {target}, private to {owner}")
+                    break
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycle():
+    """Module-level imports form no cycle (a package's __init__ counts as importing what it re-exports;
+    a submodule that imports names from its own package's __init__ closes a cycle)."""
+    modules = _package_sources()
+    graph = {name: _imported_modules(path, modules, top_level_only=True) - {name} for name, path in modules.items()}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from caisson import image
+from caisson.chamber import image
 from caisson.errors import ChamberError
 
 EXIT_OK = 0

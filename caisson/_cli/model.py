@@ -1,7 +1,7 @@
 """`caisson model serve|check --script FILE`: the scripted model endpoint.
 
 ``serve`` answers Anthropic Messages, OpenAI Chat Completions and Responses requests
-from the script (see `caisson.model_server`), prints the bound address on stdout, and
+from the script (see `caisson.model.server`), prints the bound address on stdout, and
 runs until Ctrl-C or SIGTERM; then it prints what was played. ``check`` only validates the script.
 
 Exit codes: 0 ok (``serve``: every turn played and nothing unexpected); 1 ``serve``:
@@ -20,8 +20,8 @@ from pathlib import Path
 import trio
 
 from caisson.errors import UsageError
-from caisson.model_script import load_model_script
-from caisson.model_server import (
+from caisson.model.script import load_model_script
+from caisson.model.server import (
     ScriptPlayer,
     open_model_listeners,
     serve_model,

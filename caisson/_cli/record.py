@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from caisson.envpin import parse_env_assignments
-from caisson.record import RecordOptions, record
-from caisson.witnesses import default_witnesses
+from caisson.chamber.envpin import parse_env_assignments
+from caisson.run.record import RecordOptions, record
+from caisson.run.witnesses import default_witnesses
 
 
 def register(sub: argparse._SubParsersAction) -> None:

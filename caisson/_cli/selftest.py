@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from caisson.detectors import DEFAULT_DETECTORS
-from caisson.selftest import CASES, run_selftest
+from caisson.probes.selftest import CASES, run_selftest
 
 
 def register(sub: argparse._SubParsersAction) -> None:

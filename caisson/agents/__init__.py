@@ -1,6 +1,6 @@
 """Agent adapters: how each real agent CLI is invoked, gated, and read back.
 
-Each adapter names its gating capability as DESIGN.md defines it: ``enforced`` (its real
+Each adapter names its gating capability as docs/architecture.md defines it: ``enforced`` (its real
 flags restrict tools, verified against the CLI), ``not_enforced`` (it could gate, no
 verified mapping yet) or ``ungated`` (it cannot gate). `deny_list` is the arm's deny list:
 every tool the adapter knows (its static list, unioned with what sessions discovered)

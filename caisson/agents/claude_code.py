@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from caisson.agents._lines import JsonLinesParser
-from collectors._llm_usage import normalize_usage
+from collectors.llm import normalize_usage
 from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentTools, AgentUsage
 
 __all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser", "DENIAL_MARKERS"]

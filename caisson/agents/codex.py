@@ -11,7 +11,7 @@ Gating is **ungated**: Codex has no per-tool allow or deny list, only its own sa
 and approval policy, and its sandbox cannot engage in the chamber (bubblewrap cannot
 create namespaces under Docker's default seccomp profile). It runs with
 ``--dangerously-bypass-approvals-and-sandbox``; the chamber is the sandbox. An arm that
-withholds something cannot be run with it (`caisson.record` refuses the combination).
+withholds something cannot be run with it (`caisson.run.record` refuses the combination).
 
 Transcript: ``item.started``/``item.completed`` lines whose ``item`` is an
 ``agent_message`` (text), a ``command_execution`` (command, exit code, status), a
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from caisson.agents._lines import JsonLinesParser
-from collectors._llm_usage import normalize_usage
+from collectors.llm import normalize_usage
 from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage
 
 __all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, norm, under
-from caisson.sandbox import glob_to_regex
+from caisson.chamber.sandbox import glob_to_regex
 from ledger import Record
 from ledger.events import FileChange, FileOpen, ProcessExec
 

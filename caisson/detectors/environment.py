@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import VOID, DetectorConfig, Finding, norm, under
-from caisson.envpin import INJECTION_SWITCHES, is_credential
+from caisson.chamber.envpin import INJECTION_SWITCHES
+from ledger import is_credential
 from ledger import Record
 from ledger.events import ProcessExec, RunStarted
 

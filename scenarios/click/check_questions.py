@@ -10,11 +10,11 @@ REPO is the repository built by `scenarios/click/fetch_repo.sh`. The checks:
    prompt's backticks (`def NAME` / `class NAME`), and the required line pattern accepts
    `PATH:LINE` for that definition's line; a trap's forbidden claim names another file;
 4. absence questions: nothing in the pristine tree defines or assigns the identifier;
-5. the containment scan (caisson._containment, same normalisation and 5-word windows) finds
+5. the containment scan (caisson.chamber._containment, same normalisation and 5-word windows) finds
    no prompt window and no leak term in HEAD minus the scenario's exclusions, while the
    answer key does hold every prompt and the canary (so the exclusion is what keeps the
    run clean);
-6. unless --no-sandbox: `caisson.sandbox.build_sandbox(REPO, "HEAD", ...)` succeeds with
+6. unless --no-sandbox: `caisson.chamber.sandbox.build_sandbox(REPO, "HEAD", ...)` succeeds with
    the scenario, and is refused (ContainmentError) when the answer_key exclusion is dropped.
 
 Exits 0 when every check passes, 1 otherwise; prints one line per check.
@@ -36,9 +36,9 @@ import msgspec
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
-from caisson._containment import containment_hits  # noqa: E402
+from caisson.chamber._containment import containment_hits  # noqa: E402
 from caisson.errors import ContainmentError  # noqa: E402
-from caisson.sandbox import _excluded_by, build_sandbox, glob_to_regex  # noqa: E402
+from caisson.chamber.sandbox import _excluded_by, build_sandbox, glob_to_regex  # noqa: E402
 from caisson.scenario import Scenario, load_scenario  # noqa: E402
 
 _BACKTICK = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")

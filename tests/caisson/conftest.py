@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from caisson import image
+from caisson.chamber import image
 
 
 def _docker_problem() -> str | None:

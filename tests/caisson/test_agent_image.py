@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from caisson import image
+from caisson.chamber import image
 from caisson.errors import ChamberError
 from tests.helpers import image_inspect
 

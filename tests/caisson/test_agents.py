@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from caisson._model_process import scripted_model
+from caisson.model._process import scripted_model
 from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
@@ -144,8 +144,8 @@ def test_without_a_grant_the_permission_denial_shows_in_the_transcript(agent_ima
 
 @pytest.mark.parametrize("model_server", ["asks_for_write.toml"], indirect=True)
 def test_a_wrong_deny_list_lets_the_tool_run_and_tool_escape_fires(agent_image, model_server, repo, tmp_path):
-    from caisson.record import RecordOptions, record
-    from caisson.witnesses import default_witnesses
+    from caisson.run.record import RecordOptions, record
+    from caisson.run.witnesses import default_witnesses
 
     os.environ["ANTHROPIC_API_KEY"] = KEY
     try:
@@ -215,7 +215,7 @@ model = "gpt-5"
 
 def test_preflight_passes_a_gated_arm_refuses_an_ungated_combination_and_aborts_on_a_wrong_deny_list(
         agent_image, repo, tmp_path):
-    from caisson.preflight import preflight
+    from caisson.probes.preflight import preflight
 
     path = tmp_path / "pre.toml"
     path.write_text('''

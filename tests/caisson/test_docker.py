@@ -1,4 +1,4 @@
-"""caisson._docker against a real engine: capture, exit codes, deadlines, cleanup."""
+"""caisson.chamber._docker against a real engine: capture, exit codes, deadlines, cleanup."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 import trio
 
-from caisson._docker import RUN_LABEL, ContainerSpec, ContainerStarted, Limits, open_engine
+from caisson.chamber._docker import RUN_LABEL, ContainerSpec, ContainerStarted, Limits, open_engine
 from caisson.errors import ChamberError
 
 pytestmark = pytest.mark.docker
@@ -65,7 +65,7 @@ def test_output_is_captured_byte_for_byte(chamber_image):
 
 
 def test_output_over_the_log_cap_is_flagged(chamber_image, monkeypatch):
-    import caisson._docker as adapter
+    import caisson.chamber._docker as adapter
 
     monkeypatch.setattr(adapter, "_LOG_FILE_BYTES", 2**20)  # 4 files of 1 MiB
     code = "import sys\nfor i in range(6000): sys.stdout.write(f'{i:07d}' + 'x' * 1016 + '\\n')"

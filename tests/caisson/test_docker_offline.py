@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from caisson._docker import demux_stdcopy
+from caisson.chamber._docker import demux_stdcopy
 
 ROOT = Path(__file__).resolve().parents[2]
 
 _CHECK = """
 import os, ssl
 before = dict(os.environ)
-import caisson._docker
+import caisson.chamber._docker
 import aiohttp.connector as connector
 assert dict(os.environ) == before, "the environment changed"
 for context in (connector._SSL_CONTEXT_VERIFIED, connector._SSL_CONTEXT_UNVERIFIED):
@@ -65,7 +65,7 @@ def test_an_https_engine_is_verified_against_the_system_trust_store(monkeypatch)
     import trio
     import trio_asyncio
 
-    import caisson._docker as adapter
+    import caisson.chamber._docker as adapter
 
     seen = {}
 

@@ -1,4 +1,4 @@
-"""caisson.image: recipe digest and tag scheme, cached offline build, image contents."""
+"""caisson.chamber.image: recipe digest and tag scheme, cached offline build, image contents."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from caisson import image
+from caisson.chamber import image
 from caisson._cli import image as image_cli
 from caisson.errors import ChamberError
 from tests.helpers import image_inspect

@@ -24,8 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson.errors import ScenarioError
-from caisson.model_script import load_model_script, parse_model_script
-from caisson.model_server import Reply, ScriptPlayer, serve_model, server_ssl_context
+from caisson.model.script import load_model_script, parse_model_script
+from caisson.model.server import Reply, ScriptPlayer, serve_model, server_ssl_context
 from collectors.llm import LlmCallBuilder
 from collectors.sse import NEED_DATA, SseParser
 

@@ -373,8 +373,8 @@ def test_the_engine_dying_mid_run_is_recorded_and_the_ledger_sealed(chamber_imag
 def test_a_chamber_that_fails_to_start_is_an_infra_failure_not_a_hang(chamber_image, tmp_path):
     import threading
 
-    from caisson.record import RecordOptions, record
-    from caisson.witnesses import ProcfsWitness
+    from caisson.run.record import RecordOptions, record
+    from caisson.run.witnesses import ProcfsWitness
 
 
     run_dir = tmp_path / "run"
@@ -393,9 +393,9 @@ def test_a_chamber_that_fails_to_start_is_an_infra_failure_not_a_hang(chamber_im
 
 
 def test_a_failing_witness_is_a_gap_and_the_run_goes_on(chamber_image, tmp_path):
-    from caisson.record import RecordOptions, record
+    from caisson.run.record import RecordOptions, record
     from caisson.replay import replay_runs
-    from caisson.witnesses import ProcfsWitness
+    from caisson.run.witnesses import ProcfsWitness
     from ledger.events import WitnessGap
 
     class Broken:
@@ -423,7 +423,7 @@ def test_a_failing_witness_is_a_gap_and_the_run_goes_on(chamber_image, tmp_path)
 
 def test_an_unknown_question_or_arm_is_a_usage_error_naming_the_scenarios_own(tmp_path):
     from caisson.errors import UsageError
-    from caisson.record import RecordOptions, record
+    from caisson.run.record import RecordOptions, record
 
     path = tmp_path / "s.toml"
     path.write_text('name = "s"\n[[questions]]\nid = "q1"\nprompt = "?"\n[[arms]]\nname = "shell"\n'

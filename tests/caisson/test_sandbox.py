@@ -1,4 +1,4 @@
-"""Tests for caisson.sandbox and caisson._containment: the tree the agent sees."""
+"""Tests for caisson.chamber.sandbox and caisson.chamber._containment: the tree the agent sees."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caisson._containment import containment_hits, normalize_words, prompt_windows
+from caisson.chamber._containment import containment_hits, normalize_words, prompt_windows
 from caisson.errors import ContainmentError, SandboxError
-from caisson.sandbox import (
+from caisson.chamber.sandbox import (
     ExcludedPath,
     build_sandbox,
     glob_to_regex,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from caisson.errors import ScenarioError
 from caisson.scenario import Claim, Fact, Question
-from caisson.scoring import Grade, Summary, grade, split_sentences, summarize
+from caisson.replay.scoring import Grade, Summary, grade, split_sentences, summarize
 
 LOCATE = Question(
     id="q1",

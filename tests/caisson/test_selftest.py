@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from caisson.cli import main
-from caisson.selftest import CASES
+from caisson.probes.selftest import CASES
 
 
 def test_selftest_matrix_discriminates(chamber_image, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Tests for `caisson.stream`: monitor addresses, the gap tracker, and real monitor sockets."""
+"""Tests for `caisson.run.stream`: monitor addresses, the gap tracker, and real monitor sockets."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from caisson.errors import UsageError
-from caisson.stream import (
+from caisson.run.stream import (
     Gap,
     GapTracker,
     MonitorAddress,

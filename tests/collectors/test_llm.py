@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors._llm_usage import (
+from collectors.llm._usage import (
     RULES,
     STREAMED_ANTHROPIC_SUFFIX,
     STREAMED_CHAT_SUFFIX,

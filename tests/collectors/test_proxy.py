@@ -28,9 +28,9 @@ import msgspec
 import pytest
 import trio
 
-from caisson.envpin import fingerprint_secret
+from ledger import fingerprint_secret, keyed_fingerprint
 from collectors.llm import LlmCallBuilder
-from collectors.proxy import ProxyInfo, keyed_fingerprint, run_proxy_witness
+from collectors.proxy import ProxyInfo, run_proxy_witness
 from ledger import BlobStore, Submission
 from ledger.events import HttpExchange, LlmCall, WitnessGap, WitnessRaw, WitnessStarted, WitnessStopped
 from tests.collectors.llm_server import FIXTURES, ROUTES, LlmServer

@@ -13,12 +13,14 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors._proxy_bodies import BodyDecoder, Redactor
-from collectors._proxy_frames import (
+from collectors.proxy._bodies import BodyDecoder
+from ledger import Redactor
+from collectors.proxy._frames import (
     Chunk, ConnError, Denied, Dropped, FrameDecoder, FrameError, Hello, ProxyError, Request,
     RequestBody, ResponseEnd, ResponseStart, encode_frame,
 )
-from collectors.proxy import NEED_DATA, ExchangeAssembler, Output, keyed_fingerprint
+from collectors.proxy import NEED_DATA, ExchangeAssembler, Output
+from ledger import keyed_fingerprint
 from ledger.events import BlobStored, HttpExchange, LlmCall, WitnessGap, WitnessRaw
 from tests.collectors.llm_server import FIXTURES
 
@@ -277,7 +279,7 @@ def test_fatal_frame_error_is_a_gap():
 
 
 def test_addon_allow_list_and_upstream_spec():
-    from collectors.proxy_addon import host_allowed, parse_upstream
+    from collectors.proxy.addon import host_allowed, parse_upstream
 
     allow = ("api.anthropic.com", "*.openai.com")
     assert host_allowed("API.anthropic.com.", allow) and host_allowed("api.openai.com", allow)

@@ -1,4 +1,4 @@
-"""The mitmproxy addon of the proxy witness, loaded by ``mitmdump -s proxy_addon.py``.
+"""The mitmproxy addon of the proxy witness, loaded by ``mitmdump -s addon.py``.
 
 It runs inside mitmdump (its own process) and stays thin: it enforces the egress allow
 list, rewrites chosen hosts to local upstreams, and copies every exchange, as it passes,

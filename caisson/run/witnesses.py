@@ -2,7 +2,7 @@
 
 A witness has a ``name``, may ``prepare`` the container spec before the chamber starts
 (the strace witness wraps the command), and ``start``s its tasks once the chamber runs
-(see `caisson.record.WitnessContext`). The parsing is in `collectors`; this module only
+(see `caisson.run.record.WitnessContext`). The parsing is in `collectors`; this module only
 moves bytes and events.
 
 The strace witness runs *inside* the chamber as root, with the agent started under it
@@ -25,12 +25,11 @@ import msgspec
 import psutil
 import trio
 
-from caisson._docker import ContainerSpec
+from caisson.chamber import ContainerSpec
 from collectors.procfs import run_procfs_witness
 from collectors.strace import NEED_DATA, StraceParser, strace_argv
-from ledger import Submission
+from ledger import Submission, redact_env
 from caisson._paths import SANDBOX_PATH
-from caisson.envpin import redact_env
 from ledger.events import ProcessExec, ProcessExit, WitnessGap, WitnessStarted
 
 __all__ = ["StraceWitness", "ProcfsWitness", "ProxyWitness", "DnsWitness", "PcapWitness", "default_witnesses",

@@ -1,6 +1,6 @@
 """Frames from the proxy addon: typed structs and a sans-IO decoder of the byte stream.
 
-The wire format is documented in `collectors.proxy_addon`: a u32 big-endian length, then
+The wire format is documented in `collectors.proxy.addon`: a u32 big-endian length, then
 a msgpack map tagged by ``t``. `FrameDecoder` turns bytes into typed frames; a frame
 whose map does not match its struct is reported (`FrameError`, ``fatal=False``) and the
 stream goes on; a length past `MAX_FRAME_BYTES` means the stream lost sync and nothing

@@ -1,6 +1,6 @@
 """Sans-IO assembly of proxy frames into ledger events: `ExchangeAssembler`.
 
-Frames in (`collectors._proxy_frames`), outputs out: for each finished exchange, in this
+Frames in (`collectors.proxy._frames`), outputs out: for each finished exchange, in this
 order, the request body blob and the response body blob (an `Output` whose ``blob`` is
 the bytes to store before its ``blob.stored`` event is appended), the ``http.exchange``,
 and for a model API (`collectors.llm.classify`) the ``llm.call``. Anything odd (a frame
@@ -22,12 +22,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-from collectors._proxy_bodies import BodyDecoder, Redactor
-from collectors._proxy_frames import (
+from collectors.proxy._bodies import BodyDecoder
+from collectors.proxy._frames import (
     NEED_DATA, Chunk, ConnError, Denied, Dropped, Frame, FrameError, Hello, ProxyError,
     Request, RequestBody, ResponseEnd, ResponseStart,
 )
 from collectors.llm import LlmCallBuilder, classify
+from ledger import Redactor
 from ledger.events import BlobStored, Event, HttpExchange, WitnessGap, WitnessRaw
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ExchangeAssembler", "Output"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from caisson.model_script import Turn, render_usage
+from caisson.model.script import Turn, render_usage
 
 __all__ = ["Reply", "error_reply", "json_reply", "render_turn"]
 

@@ -27,14 +27,14 @@ import msgspec
 import trio
 
 from caisson import __version__
-from caisson._docker import ContainerSpec, Limits, open_engine
+from caisson.chamber import ContainerSpec, Limits, open_engine
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
-from caisson._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
-from caisson.envpin import build_env
+from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
+from caisson.chamber.envpin import build_env
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
-from caisson.image import image_tag
-from caisson.sandbox import Sandbox, build_sandbox
+from caisson.chamber.image import image_tag
+from caisson.chamber.sandbox import Sandbox, build_sandbox
 from caisson.scenario import Egress, Scenario, load_scenario, scenario_digest
 from ledger import BlobStore, LedgerWriter
 from ledger.events import RunStarted

@@ -24,11 +24,11 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from caisson._docker import LOG_CAP_BYTES, ChamberNetwork, ContainerResult, ContainerSpec, ContainerStarted, Engine
-from caisson._firewall import guard_bridge, unguard_bridge
+from caisson.chamber import LOG_CAP_BYTES, ChamberNetwork, ContainerResult, ContainerSpec, ContainerStarted, Engine
+from caisson.chamber import guard_bridge, unguard_bridge
 from caisson._paths import SANDBOX_PATH
 from caisson.errors import ChamberError
-from caisson.sandbox import Sandbox
+from caisson.chamber.sandbox import Sandbox
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
 from ledger.events import AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt, WitnessGap
@@ -88,7 +88,7 @@ class WitnessContext(msgspec.Struct, kw_only=True):
 
 
 class Witness(Protocol):
-    """A witness as the session drives it (see `caisson.witnesses`)."""
+    """A witness as the session drives it (see `caisson.run.witnesses`)."""
 
     name: str
     needs_network: bool
@@ -104,7 +104,7 @@ class Witness(Protocol):
 
 
 class Session(msgspec.Struct, kw_only=True):
-    """Everything `run_session` needs, prepared (and checked) by `caisson.record`."""
+    """Everything `run_session` needs, prepared (and checked) by `caisson.run.record`."""
 
     engine: Engine
     writer: LedgerWriter
@@ -137,7 +137,7 @@ async def run_session(s: Session) -> RunOutcome:
         async with trio.open_nursery() as nursery:
             await nursery.start(run_writer, writer, receive.clone())
             if s.monitor is not None:
-                from caisson.stream import MonitorSink, parse_monitor_address
+                from caisson.run.stream import MonitorSink, parse_monitor_address
 
                 sink = MonitorSink(parse_monitor_address(s.monitor))
                 writer.add_listener(sink.offer)

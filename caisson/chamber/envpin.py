@@ -1,10 +1,10 @@
 """The chamber's environment is built, never inherited.
 
-Rules (DESIGN.md, Environment):
+Rules (docs/architecture.md, "Detectors and scoring", environment):
 - Only an allow list of harmless variables is taken from the caller (`ALLOWED_FROM_CALLER`);
   everything else comes from the scenario's ``env`` and ``--env`` values.
 - ``PWD`` is pinned to the sandbox path (the cwd); ``OLDPWD`` is never set.
-- Credential variables (`CREDENTIAL_PATTERNS`, plus the scenario's ``credential_patterns``)
+- Credential variables (`ledger.is_credential`, plus the scenario's ``credential_patterns``)
   are stripped, unless the scenario names them in ``pass_credentials``; passed ones are
   recorded only as keyed fingerprints.
 - Knowledge-injection switches are set off (`INJECTION_SWITCHES` plus the scenario's).
@@ -14,8 +14,6 @@ Rules (DESIGN.md, Environment):
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from collections.abc import Mapping
 
 import msgspec
@@ -23,38 +21,18 @@ import msgspec
 from caisson._paths import CONFIG_HOME
 from caisson.errors import UsageError
 from caisson.scenario import Scenario
-from ledger import fingerprint_secret
+from ledger import is_credential, redact_env
 
 __all__ = [
     "ALLOWED_FROM_CALLER",
-    "CREDENTIAL_PATTERNS",
     "INJECTION_SWITCHES",
     "ChamberEnv",
     "build_env",
-    "fingerprint_secret",
-    "is_credential",
-    "looks_secret",
     "parse_env_assignments",
-    "redact_env",
 ]
 
 ALLOWED_FROM_CALLER = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 """The only names whose values are taken from the caller's environment."""
-
-CREDENTIAL_PATTERNS = (
-    "API_KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "*_KEY", "*_PASS", "*_PASSWD", "*CREDENTIALS*",
-    "*_API_KEY", "*_APIKEY", "*_TOKEN", "*_SECRET", "*_SECRET_*", "*_PASSWORD", "*_ACCESS_KEY*",
-    "AWS_*", "AZURE_*", "ARM_CLIENT_*", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_*", "GCP_*",
-    "GCLOUD_*", "CLOUDSDK_*", "GITHUB_TOKEN", "GH_TOKEN", "NPM_TOKEN", "HF_TOKEN", "SSH_AUTH_SOCK",
-)
-"""Glob patterns of variables that carry credentials, matched against the upper-cased name."""
-
-SECRET_VALUE = re.compile(
-    r"^(sk-|sk_|rk_|ghp_|gho_|ghs_|github_pat_|xox[abpr]-|AKIA|ASIA|AIza|glpat-|hf_|npm_)|://[^/@\s]+:[^/@\s]+@|"
-    r"^Bearer\s",
-)
-"""Values that look like keys or carry credentials in a URL (``user:pass@``), whatever
-the variable is called: recorded only as fingerprints."""
 
 INJECTION_SWITCHES = {"CODING_KNOWLEDGE_INJECTION": "0"}
 """Switches that inject outside knowledge into an agent, and the value that turns them off."""
@@ -75,18 +53,6 @@ class ChamberEnv(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str]
     recorded: dict[str, str]
     stripped: list[str]
-
-
-def is_credential(name: str, extra_patterns: tuple[str, ...] | list[str] = ()) -> bool:
-    """True when ``name`` matches a credential pattern (built-in or scenario-declared),
-    whatever its case."""
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, p.upper()) for p in (*CREDENTIAL_PATTERNS, *extra_patterns))
-
-
-def looks_secret(value: str) -> bool:
-    """True when a value looks like a key or holds credentials in a URL (see `SECRET_VALUE`)."""
-    return bool(SECRET_VALUE.search(value))
 
 
 def parse_env_assignments(values: list[str]) -> dict[str, str]:
@@ -157,8 +123,3 @@ def build_env(
     return ChamberEnv(env=env, recorded=recorded, stripped=stripped)
 
 
-def redact_env(env: Mapping[str, str], *, key: bytes, patterns: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
-    """The environment as the ledger may keep it: credential variables, and values that
-    look like keys, replaced by keyed fingerprints."""
-    return {name: fingerprint_secret(value, key) if is_credential(name, patterns) or looks_secret(value) else value
-            for name, value in env.items()}

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import msgspec
 
-from caisson._model_process import scripted_model
+from caisson.model import scripted_model
 from caisson.errors import UsageError
-from caisson.record import RecordOptions, record
+from caisson.run.record import RecordOptions, record
 from caisson.scenario import Egress, load_scenario
-from caisson.witnesses import default_witnesses
+from caisson.run.witnesses import default_witnesses
 from ledger import read_records
 from ledger.events import AgentTools, RunStarted
 

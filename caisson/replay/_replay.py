@@ -18,7 +18,7 @@ import msgspec
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, run_detectors
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
-from caisson.scoring import Grade, grade
+from caisson.replay.scoring import Grade, grade
 from ledger import LedgerError, Record, VerifyKey, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted
 

@@ -18,9 +18,8 @@ are stored as sent.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
-from typing import Final, Protocol
-from urllib.parse import quote, unquote
+from collections.abc import Callable
+from typing import Protocol
 
 import zstandard
 
@@ -29,21 +28,8 @@ try:  # brotli comes with mitmproxy; without it, br bodies are kept raw
 except ImportError:  # pragma: no cover
     brotli = None
 
-__all__ = ["SECRET_HEADERS", "SECRET_QUERY_PARAMS", "BodyDecoder", "Redactor"]
+__all__ = ["BodyDecoder"]
 
-SECRET_HEADERS: Final = frozenset({
-    "authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie",
-    "x-goog-api-key", "x-auth-token", "x-amz-security-token", "proxy-authenticate-info",
-})
-"""Header names (lowercase) whose values are fingerprinted."""
-SECRET_QUERY_PARAMS: Final = frozenset({
-    "key", "api_key", "api-key", "apikey", "token", "access_token", "auth", "secret",
-    "password", "client_secret", "sig", "signature",
-})
-"""Query parameter names (lowercase) whose values are fingerprinted."""
-MIN_SCRUB_CHARS: Final = 8
-"""Secret values shorter than this are fingerprinted in headers but not searched for in
-bodies (a short cookie value like ``1`` would corrupt unrelated bytes)."""
 
 
 class _Stage(Protocol):
@@ -167,77 +153,3 @@ class BodyDecoder:
             self.problem = "content-encoded body ended before its encoded stream did"
 
 
-class Redactor:
-    """Replace secrets with keyed fingerprints, and remember them to scrub bodies.
-
-    Args:
-        fingerprint: value -> keyed fingerprint, e.g. ``"fp:1a2b..."``.
-
-    Attributes:
-        replaced: how many secret values were replaced so far (headers, query, bodies).
-    """
-
-    def __init__(self, fingerprint: Callable[[str], str]):
-        self._fingerprint = fingerprint
-        self._known: dict[bytes, bytes] = {}  # secret bytes (raw and percent-encoded) -> fp
-        self._order: list[bytes] = []  # longest first, so a secret inside another goes last
-        self.replaced = 0
-
-    def _fp(self, value: str) -> str:
-        fp = self._fingerprint(value)
-        self.replaced += 1
-        if len(value) >= MIN_SCRUB_CHARS:
-            for form in {value, quote(value, safe=""), unquote(value)}:
-                key = form.encode("utf-8", "surrogateescape")
-                if key not in self._known:
-                    self._known[key] = fp.encode()
-                    self._order = sorted(self._known, key=len, reverse=True)
-        return fp
-
-    def header(self, name: str, value: str) -> str:
-        """The header value to record (unchanged unless ``name`` is a credential)."""
-        lname = name.lower()
-        if lname not in SECRET_HEADERS or not value:
-            return value
-        if lname in ("authorization", "proxy-authorization"):
-            scheme, sep, cred = value.strip().partition(" ")
-            return f"{scheme} {self._fp(cred.strip())}" if sep and cred.strip() else self._fp(value)
-        if lname == "cookie":
-            return "; ".join(self._pair(p.strip()) for p in value.split(";") if p.strip())
-        if lname == "set-cookie":
-            first, sep, attrs = value.partition(";")
-            return self._pair(first.strip()) + sep + attrs
-        return self._fp(value)
-
-    def _pair(self, pair: str) -> str:
-        name, sep, val = pair.partition("=")
-        return f"{name}={self._fp(val)}" if sep and val else (pair if sep else self._fp(pair))
-
-    def headers(self, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-        """Redacted ``(name, value)`` pairs, in order."""
-        return [(k, self.header(k, v)) for k, v in headers]
-
-    def path(self, path: str) -> str:
-        """The request target with credential query parameter values fingerprinted."""
-        base, sep, query = path.partition("?")
-        if not sep:
-            return path
-        frag_sep, fragment = "", ""
-        if "#" in query:
-            query, fragment = query.split("#", 1)
-            frag_sep = "#"
-        parts = []
-        for item in query.split("&"):
-            name, eq, val = item.partition("=")
-            if eq and val and unquote(name).lower() in SECRET_QUERY_PARAMS:
-                item = f"{name}={self._fp(unquote(val))}"
-            parts.append(item)
-        return base + "?" + "&".join(parts) + frag_sep + fragment
-
-    def scrub(self, data: bytes) -> bytes:
-        """``data`` with every remembered secret (>= `MIN_SCRUB_CHARS`) fingerprinted."""
-        for secret in self._order:
-            if secret in data:
-                self.replaced += data.count(secret)
-                data = data.replace(secret, self._known[secret])
-        return data

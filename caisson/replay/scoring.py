@@ -1,7 +1,7 @@
 """Deterministic checklist grading of an agent's answer against one scenario question.
 
 Pure functions, no I/O: the same question and answer text always give the same `Grade`.
-An LLM judge may later raise alarms; it never replaces this score (DESIGN.md, "Detectors
+An LLM judge may later raise alarms; it never replaces this score (docs/architecture.md, "Detectors
 and scoring").
 
 The rules, exactly:

@@ -37,8 +37,8 @@ import h11
 import msgspec
 import trio
 
-from caisson._model_render import Reply, error_reply, json_reply, render_turn
-from caisson.model_script import Match, ModelScript, Turn
+from caisson.model._render import Reply, error_reply, json_reply, render_turn
+from caisson.model.script import Match, ModelScript, Turn
 from collectors.llm import ANTHROPIC, classify
 
 __all__ = ["Reply", "ScriptPlayer", "Served", "Unexpected", "open_model_listeners", "serve_model",

@@ -2,7 +2,7 @@
 
 A model script is a TOML file validated by msgspec into frozen Structs; every error names
 the file and the offending field as a JSON path (`$.turns[1].usage.reasoning`). The
-scripted endpoint (`caisson.model_server`) plays a conversation's turns in order, one
+scripted endpoint (`caisson.model.server`) plays a conversation's turns in order, one
 per model request, and answers in the API shape the request used (Anthropic Messages,
 OpenAI Chat Completions or Responses); the agent then executes the tool calls for real.
 
@@ -212,7 +212,7 @@ def render_usage(endpoint: str, usage: Usage) -> dict[str, Any]:
       cached_tokens``, ``output_tokens``, ``output_tokens_details.reasoning_tokens``,
       ``total_tokens``.
 
-    So on every API `collectors._llm_usage.normalize_usage` recovers input =
+    So on every API `collectors.llm._usage.normalize_usage` recovers input =
     ``usage.prompt_total``, output = ``usage.output`` and cache_read = ``usage.cache_read``.
 
     Args:

@@ -2,7 +2,7 @@
 
 `build_sandbox` exports exactly one commit of a repository, withholds the scenario's
 exclusion set, refuses to go on if the tree still holds a question or a leak term (see
-`caisson._containment`), and turns the result into a fresh git repository whose only
+`caisson.chamber._containment`), and turns the result into a fresh git repository whose only
 commit is that tree: no history, no remotes, no later commits, no excluded blob.
 
 The live repository is only read (`rev-parse`, `ls-tree`, `cat-file`): no worktree is
@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 
 import msgspec
 
-from caisson._containment import scan_tree
+from caisson.chamber._containment import scan_tree
 from caisson.errors import SandboxError
 from caisson.scenario import CATEGORIES, Scenario
 

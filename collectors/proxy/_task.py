@@ -1,6 +1,6 @@
 """The proxy witness: mitmdump with our addon, its frames turned into ledger events.
 
-- `collectors.proxy_addon` runs inside mitmdump (its own process): egress allow list,
+- `collectors.proxy.addon` runs inside mitmdump (its own process): egress allow list,
   upstream rewrites, and frames copied from every exchange as it passes.
 - Sans-IO: `FrameDecoder` (bytes -> frames) and `ExchangeAssembler` (frames -> blobs,
   ``http.exchange``, ``llm.call``, ``witness.raw``, ``witness.gap``).
@@ -14,32 +14,31 @@ path is known before the proxy runs; `run_proxy_witness` calls it too.
 
 from __future__ import annotations
 
-import functools
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 import trio
 
-from collectors._proxy_bodies import BodyDecoder, Redactor
-from collectors._proxy_exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler, Output
-from collectors._proxy_frames import NEED_DATA, Frame, FrameDecoder, FrameError, Hello, encode_frame
-from ledger import BlobStore, CaissonError, Submission, fingerprint_secret
+from collectors.proxy._bodies import BodyDecoder
+from collectors.proxy._exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler, Output
+from collectors.proxy._frames import NEED_DATA, Frame, FrameDecoder, FrameError, Hello, encode_frame
+from ledger import BlobStore, CaissonError, Submission, keyed_fingerprint
 from ledger.events import Event, WitnessGap, WitnessRaw, WitnessStarted, WitnessStopped
 
 __all__ = [
     "ADDON_PATH", "CA_CERT_FILE", "NEED_DATA", "BodyDecoder", "ExchangeAssembler", "Frame",
-    "FrameDecoder", "FrameError", "Output", "ProxyInfo", "ProxyStartError", "Redactor",
-    "encode_frame", "ensure_ca", "keyed_fingerprint", "mitmdump_command", "run_proxy_witness",
+    "FrameDecoder", "FrameError", "Output", "ProxyInfo", "ProxyStartError",
+    "encode_frame", "ensure_ca", "mitmdump_command", "run_proxy_witness",
 ]
 
 WITNESS = "proxy"
-ADDON_PATH = Path(__file__).with_name("proxy_addon.py")
+ADDON_PATH = Path(__file__).with_name("addon.py")
 CA_CERT_FILE = "mitmproxy-ca-cert.pem"
 """The CA certificate (PEM) in ``confdir`` that the chamber must trust."""
 _FINAL_SEND_TIMEOUT_S = 1.0  # how long each shielded last event may wait for channel space
@@ -68,15 +67,6 @@ class ProxyInfo(NamedTuple):
     port: int  # TCP port actually bound (chosen by the kernel when 0 was asked)
     ca_cert_path: Path  # PEM of mitmproxy's CA: install it in the chamber's trust store
     pid: int  # mitmdump's host pid
-
-
-def keyed_fingerprint(key: bytes) -> Callable[[str], str]:
-    """value -> `ledger.fingerprint_secret` (value, key): the assembler's redaction hook."""
-    return functools.partial(_fingerprint_with, key)
-
-
-def _fingerprint_with(key: bytes, value: str) -> str:
-    return fingerprint_secret(value, key)
 
 
 def ensure_ca(confdir: Path) -> Path:

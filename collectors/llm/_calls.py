@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from collectors._llm_streams import STREAMS, StreamState, error_detail
-from collectors._llm_usage import normalize_usage
+from collectors.llm._streams import STREAMS, StreamState, error_detail
+from collectors.llm._usage import normalize_usage
 from collectors.sse import NEED_DATA, ParserClosedError, SseParser
 from ledger.events import LlmCall
 

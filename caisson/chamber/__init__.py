@@ -1,0 +1,56 @@
+"""The chamber: where a run happens, and what it is made of.
+
+The container runtime (Docker through aiodocker, confined to `caisson.chamber._docker`),
+the bridge firewall, the sandbox (a one-commit worktree minus the exclusion set) with its
+containment scan, the chamber's environment (`caisson.chamber.envpin`) and the images built
+offline from `images/` (`caisson.chamber.image`). Knows nothing of witnesses or detectors.
+"""
+
+from caisson.chamber._containment import containment_hits, prompt_windows, scan_tree
+from caisson.chamber._docker import (
+    LOG_CAP_BYTES,
+    RUN_LABEL,
+    ChamberNetwork,
+    ContainerResult,
+    ContainerSpec,
+    ContainerStarted,
+    Engine,
+    Limits,
+    demux_stdcopy,
+    open_engine,
+)
+from caisson.chamber._firewall import guard_bridge, unguard_bridge
+from caisson.chamber.envpin import INJECTION_SWITCHES, ChamberEnv, build_env, parse_env_assignments
+from caisson.chamber.image import build_image, image_id, image_tag, recipe_digest
+from caisson.chamber.sandbox import ExcludedPath, Sandbox, build_sandbox, remove_sandbox, tree_digest
+
+__all__ = [
+    "INJECTION_SWITCHES",
+    "LOG_CAP_BYTES",
+    "RUN_LABEL",
+    "ChamberEnv",
+    "ChamberNetwork",
+    "ContainerResult",
+    "ContainerSpec",
+    "ContainerStarted",
+    "Engine",
+    "ExcludedPath",
+    "Limits",
+    "Sandbox",
+    "build_env",
+    "build_image",
+    "build_sandbox",
+    "containment_hits",
+    "demux_stdcopy",
+    "guard_bridge",
+    "image_id",
+    "image_tag",
+    "open_engine",
+    "parse_env_assignments",
+    "prompt_windows",
+    "recipe_digest",
+    "remove_sandbox",
+    "scan_tree",
+    "tree_digest",
+    "unguard_bridge",
+]

@@ -1,0 +1,21 @@
+"""The scripted model endpoint: model turns played in the providers' real API shapes.
+
+`caisson.model.script` reads a script (TOML), `caisson.model.server` serves it (Anthropic
+Messages, OpenAI Chat Completions and Responses, streamed or not), and `scripted_model`
+runs it as its own process for a test, a demo or a preflight.
+"""
+
+from caisson.model._process import scripted_model
+from caisson.model.script import ModelScript, load_model_script, parse_model_script
+from caisson.model.server import ScriptPlayer, open_model_listeners, serve_model, server_ssl_context
+
+__all__ = [
+    "ModelScript",
+    "ScriptPlayer",
+    "load_model_script",
+    "open_model_listeners",
+    "parse_model_script",
+    "scripted_model",
+    "serve_model",
+    "server_ssl_context",
+]

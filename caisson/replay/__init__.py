@@ -1,0 +1,21 @@
+"""Replay: a sealed run's ledger through the detectors and the checklist grading, offline.
+
+Findings and scores are derived data: written beside the run (``findings.json``), never into
+its ledger, so a detector fix changes them without touching the evidence.
+"""
+
+from caisson.replay._replay import FINDINGS_FILE, WEAKENED, RunReplay, check_replayable, replay_run, replay_runs
+from caisson.replay.scoring import Grade, Summary, grade, summarize
+
+__all__ = [
+    "FINDINGS_FILE",
+    "WEAKENED",
+    "Grade",
+    "RunReplay",
+    "Summary",
+    "check_replayable",
+    "grade",
+    "replay_run",
+    "replay_runs",
+    "summarize",
+]

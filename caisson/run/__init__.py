@@ -1,0 +1,25 @@
+"""One run: the record orchestration (I/O only), the witnesses' wiring and the monitor stream.
+
+`record` builds the sandbox and the chamber, starts the witnesses (`default_witnesses`)
+and the ledger writer in one trio nursery, and seals the ledger. The witnesses' parsing
+lives in `collectors`; the chamber in `caisson.chamber`.
+"""
+
+from caisson.run._session import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_TIMEOUT, RunOutcome
+from caisson.run.record import RecordOptions, record
+from caisson.run.stream import MonitorAddress, MonitorSink, parse_monitor_address, record_json
+from caisson.run.witnesses import default_witnesses
+
+__all__ = [
+    "EXIT_INFRA",
+    "EXIT_INTERRUPTED",
+    "EXIT_TIMEOUT",
+    "MonitorAddress",
+    "MonitorSink",
+    "RecordOptions",
+    "RunOutcome",
+    "default_witnesses",
+    "parse_monitor_address",
+    "record",
+    "record_json",
+]

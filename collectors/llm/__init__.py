@@ -1,0 +1,8 @@
+"""LLM API calls as the proxy sees them: which provider and endpoint a request is for,
+the requested and served model, and the usage fields exactly as sent, with a normalised
+view that states its rule (sans-IO; bodies and SSE streams in, `ledger.events.LlmCall` out)."""
+
+from collectors.llm._calls import ANTHROPIC, ENDPOINTS, OPENAI, LlmCallBuilder, classify
+from collectors.llm._usage import RULES, normalize_usage
+
+__all__ = ["ANTHROPIC", "ENDPOINTS", "OPENAI", "RULES", "LlmCallBuilder", "classify", "normalize_usage"]
