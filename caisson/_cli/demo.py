@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -24,23 +25,24 @@ from rich.console import Console
 from rich.table import Table
 
 from caisson._cli.replay import table
-from caisson._model_process import scripted_model
+from caisson.model import scripted_model
 from caisson._cli.verify import describe
 from caisson.errors import UsageError
+from caisson.resources import resource_dir
 from caisson.home import ensure_operator_key, operator_key_paths
-from caisson.image import build_image
-from caisson.record import RecordOptions, record
+from caisson.chamber.image import build_image
+from caisson.run.record import RecordOptions, record
 from caisson.replay import replay_runs
 from caisson.scenario import load_scenario
-from caisson.witnesses import default_witnesses
+from caisson.run.witnesses import default_witnesses
 from ledger import verify_ledger
 
-ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = ROOT / "scenarios" / "click" / "scenario.toml"
-PROBES = ROOT / "scenarios" / "probes"
+SCENARIOS = resource_dir("scenarios")
+SCENARIO = SCENARIOS / "click" / "scenario.toml"
+PROBES = SCENARIOS / "probes"
 AGENTS = {"honest_grep": "honest_grep.sh", "key_reader": "key_reader.sh"}
 SUMMARY_AGENTS = (*AGENTS, "claude_code")
-KEY = ROOT / "scenarios" / "click" / "seed" / "benchmark" / "questions.toml"
+KEY = SCENARIOS / "click" / "seed" / "benchmark" / "questions.toml"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _fetch_repo(dest: Path) -> str:
-    script = ROOT / "scenarios" / "click" / "fetch_repo.sh"
+    script = SCENARIOS / "click" / "fetch_repo.sh"
     proc = subprocess.run(["bash", str(script), str(dest)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise UsageError(f"building the click 8.1.7 repository failed: {proc.stderr.strip()[-400:]}")
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     commit = _fetch_repo(repo)
     scenario = load_scenario(SCENARIO)
     questions = scenario.questions[: args.questions] if args.questions else scenario.questions
-    console.print(f"  {repo} at {commit[:12]}; {len(questions)} questions in {SCENARIO.relative_to(ROOT)}")
+    console.print(f"  {repo} at {commit[:12]}; {len(questions)} questions in {os.path.relpath(SCENARIO)}")
 
     console.print("\n== 2. the chamber image (built offline from images/chamber, cached by recipe digest)")
     build_image("chamber")
