@@ -17,7 +17,7 @@ import zstandard
 
 from ledger import _chain
 from ledger._blobs import BlobStore
-from ledger._errors import LedgerError
+from ledger._errors import LedgerError, NotALedgerError
 from ledger._format import (
     FRAME_RECORDS,
     MAGIC,
@@ -57,7 +57,8 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     ``status`` is ``ok`` (intact and closed by a final seal), ``tampered`` (some complete
     bytes fail a check: ``bad_seq``, ``bad_offset`` and ``reason`` say the first) or
     ``unclosed`` (intact, but no final seal: a crash or a run still going; ``unsealed``
-    records follow the last seal and ``torn_bytes`` of a torn frame were cut).
+    records follow the last seal and ``torn_bytes`` of a torn frame were cut; a file that
+    ends inside its header is unclosed with ``run_id`` None).
     """
 
     path: str
@@ -300,10 +301,11 @@ def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
             proves nothing: anyone can re-sign a rewritten ledger).
 
     Returns:
-        A `VerifyReport`; its ``exit_code`` is the `caisson verify` exit status.
+        A `VerifyReport`; its ``exit_code`` is the `caisson verify` exit status. A file
+        that ends inside its header is ``unclosed`` (torn), with ``run_id`` None.
 
     Raises:
-        NotALedgerError: the file is not a ledger.
+        NotALedgerError: the file is empty, or does not start with the ledger magic.
         LedgerError: unreadable, or an unsupported format version.
     """
     return _verify(path, trusted, decode=False)[0]
@@ -321,9 +323,24 @@ def verify_and_read(path: Path, trusted: VerifyKey) -> tuple[VerifyReport, list[
     return _verify(path, trusted, decode=True)
 
 
+def _read_ledger(ledger_path: Path) -> bytes:
+    """The bytes of a whole ledger file.
+
+    Raises:
+        NotALedgerError: the file is empty. A ledger begins with a header, fsynced as the
+            file is created; a file that ends inside its header is torn (a crash), but a
+            file with no byte at all holds no evidence that it was ever a ledger.
+        LedgerError: the file cannot be read.
+    """
+    data = _read_all(ledger_path)
+    if not data:
+        raise NotALedgerError("empty file: not a caisson ledger (no header)", path=str(ledger_path))
+    return data
+
+
 def _verify(path: Path, trusted: VerifyKey, *, decode: bool) -> tuple[VerifyReport, list[Record]]:
     ledger_path, blobs = locate(path)
-    data = _read_all(ledger_path)
+    data = _read_ledger(ledger_path)
     checker = LedgerChecker(trusted, decode=decode)
     checker.feed(data)
     records = list(checker.records())
@@ -380,12 +397,12 @@ def read_records(path: Path, trusted: VerifyKey | None = None) -> Iterator[Recor
     that matters).
 
     Raises:
-        NotALedgerError: the file is not a ledger.
+        NotALedgerError: the file is empty, or does not start with the ledger magic.
         LedgerError: a check fails (the message names the offset and reason).
     """
     ledger_path, _ = locate(path)
     checker = LedgerChecker(trusted, decode=True)
-    checker.feed(_read_all(ledger_path))
+    checker.feed(_read_ledger(ledger_path))
     yield from checker.records()
     if checker.tampered is not None:
         reason, offset, seq = checker.tampered

@@ -80,6 +80,18 @@ def test_verify_exit_codes(op_key, tmp_path, capsys):
     assert main(["verify", str(tmp_path / "nope")]) == 2
 
 
+def test_verify_says_an_empty_file_is_not_a_ledger_and_a_partial_header_is_torn(op_key, tmp_path, capsys):
+    run = _run_dir(tmp_path, op_key)
+    data = (run / "ledger").read_bytes()
+    (run / "ledger").write_bytes(b"")
+    assert main(["verify", str(run)]) == 2
+    assert "empty file: not a caisson ledger" in capsys.readouterr().err
+
+    (run / "ledger").write_bytes(data[:30])
+    assert main(["verify", str(run)]) == 3
+    assert "ends inside its header (30 bytes)" in capsys.readouterr().out
+
+
 def test_tail_prints_json_lines_and_filters_by_kind(op_key, tmp_path, capsys):
     run = _run_dir(tmp_path, op_key)
     assert main(["tail", str(run)]) == 0

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from ledger import (
     LedgerChecker,
     LedgerError,
+    NotALedgerError,
     SigningKey,
     read_records,
     verify_ledger,
@@ -104,7 +105,9 @@ def test_every_single_byte_flip_is_detected(sample):
 
 def test_truncation_at_any_offset_keeps_the_sealed_prefix(sample):
     ledger, spans = sample
-    for cut in range(len(ledger)):
+    with pytest.raises(NotALedgerError, match="empty"):  # cut at 0: no header, no evidence
+        _verify_bytes(b"")
+    for cut in range(1, len(ledger)):
         report = _verify_bytes(ledger[:cut])
         assert report.status == "unclosed", (cut, report)
         assert report.exit_code == 3
@@ -122,6 +125,26 @@ def _sealed_after(ledger: bytes, end: int) -> int:
     for _ in checker.records():
         pass
     return checker.sealed
+
+
+def test_an_empty_file_is_not_a_ledger(tmp_path):
+    """No byte, no evidence that it ever was a ledger: exit 2, not "not closed"."""
+    path = tmp_path / "ledger"
+    path.write_bytes(b"")
+    with pytest.raises(NotALedgerError, match="empty"):
+        verify_ledger(path, KEY.verify_key)
+    with pytest.raises(NotALedgerError, match="empty"):
+        list(read_records(path))
+
+
+def test_a_partial_header_is_a_torn_ledger_with_no_run(sample):
+    """From one byte of the magic to all but the header's last byte: a crash as the file
+    was created, reported as unclosed (exit 3) with no run id and no records."""
+    ledger, spans = sample
+    for cut in range(1, spans[0][1]):
+        report = _verify_bytes(ledger[:cut])
+        assert (report.status, report.records, report.torn_bytes, report.run_id) == ("unclosed", 0, cut, None)
+        assert report.exit_code == 3
 
 
 def test_unsealed_tail_is_counted(tmp_path):
