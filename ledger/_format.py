@@ -7,12 +7,14 @@ A ledger file is a header followed by frames::
     frame    u8 type | u64 first_seq | u32 count | u32 length | u32 crc32(payload)
              | u32 crc32(previous 21 bytes) | payload
 
-All integers are big-endian. A ``records`` frame's payload is the zstd-compressed
-msgpack array of the frame's records; a ``seal`` frame's payload is msgpack(Seal),
-uncompressed. The header checksum of each frame protects its length, so a damaged
-length is told apart from a file that simply ends early: as in SQLite's WAL and
-Kafka's log segments, a frame whose declared bytes run past the end of the file is a
-*torn* tail (a crash), while a complete frame that fails its checksum is damage.
+All integers are big-endian. A ``records`` frame's payload is exactly one zstd frame
+(RFC 8878) that declares its content size, with nothing before or after it, holding the
+msgpack array of the frame's records (``count`` of them, at least one); a ``seal`` frame's
+payload is msgpack(Seal), uncompressed, and its ``count`` is 0. The header checksum of
+each frame protects its length, so a damaged length is told apart from a file that simply
+ends early: as in SQLite's WAL and Kafka's log segments, a frame whose declared bytes run
+past the end of the file is a *torn* tail (a crash), while a complete frame that fails its
+checksum is damage.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import zlib
 from typing import Final
 
 import msgspec
+import zstandard
 
 from ledger._errors import LedgerError, NotALedgerError
 from ledger.events import Event
@@ -40,6 +43,8 @@ _FRAME_HEAD = struct.Struct(">BQIII")
 _FRAME_HEAD_CRC = struct.Struct(">I")
 FRAME_HEADER_SIZE: Final = _FRAME_HEAD.size + _FRAME_HEAD_CRC.size  # 25 bytes
 MAX_PAYLOAD: Final = 1 << 30
+MAX_BODY: Final = 1 << 30  # largest decompressed records frame, bytes
+ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"  # RFC 8878 frame magic, little-endian 0xFD2FB528
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,6 +135,40 @@ def msgpack_array_header(n: int) -> bytes:
     if n < 1 << 16:
         return b"\xdc" + n.to_bytes(2, "big")
     return b"\xdd" + n.to_bytes(4, "big")
+
+
+def decompress_records(dctx: zstandard.ZstdDecompressor, payload: bytes) -> bytes:
+    """The body of a records frame, when its payload is exactly one zstd frame.
+
+    Refuses what would let two byte strings stand for one body, or let another zstd
+    reader decode other bytes than ours: a skippable frame, a second frame, any byte
+    after the frame, a frame that does not declare its content size or that names a
+    dictionary.
+
+    Args:
+        dctx: a reusable decompressor.
+        payload: the frame's payload bytes.
+
+    Returns:
+        The decompressed body, at most `MAX_BODY` bytes.
+
+    Raises:
+        ValueError: the payload breaks one of those rules or does not decompress.
+    """
+    if payload[:4] != ZSTD_MAGIC:
+        raise ValueError(f"payload does not start with a zstd frame (starts with {payload[:4].hex()})")
+    try:
+        params = zstandard.get_frame_parameters(payload)
+        if params.content_size >= zstandard.CONTENTSIZE_ERROR:
+            raise ValueError("zstd frame does not declare its content size")
+        if params.content_size > MAX_BODY:
+            raise ValueError(f"zstd frame declares {params.content_size} bytes, over {MAX_BODY}")
+        if params.dict_id:
+            raise ValueError(f"zstd frame names dictionary {params.dict_id}")
+        # allow_extra_data=False: a skippable frame, a second frame or junk after it is refused
+        return dctx.decompress(payload, max_output_size=MAX_BODY, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"zstd: {exc}") from None
 
 
 class Frame(msgspec.Struct, frozen=True):

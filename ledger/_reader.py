@@ -21,17 +21,19 @@ from ledger._errors import LedgerError, NotALedgerError
 from ledger._format import (
     FRAME_RECORDS,
     MAGIC,
-    Envelope,
-    WireRecord,
-    envelope_list_decoder,
-    wire_list_decoder,
     NEED_DATA,
     Damage,
+    Envelope,
     Frame,
     FrameParser,
     Header,
     Record,
+    WireRecord,
+    decompress_records,
+    envelope_list_decoder,
+    msgpack_array_header,
     seal_decoder,
+    wire_list_decoder,
 )
 from ledger._keys import VerifyKey
 from ledger._writer import BLOBS_DIR, LEDGER_FILE
@@ -47,7 +49,6 @@ __all__ = [
     "follow_records",
 ]
 
-_MAX_FRAME_BYTES = 1 << 30
 _READ_CHUNK = 1 << 20
 
 
@@ -198,25 +199,34 @@ class LedgerChecker:
                 frame.offset,
                 self.expected,
             )
+        if frame.count == 0:
+            raise _Tampered("records frame holds no records (the writer never writes one)", frame.offset,
+                            self.sealed)
         try:
-            body = self._dctx.decompress(frame.payload, max_output_size=_MAX_FRAME_BYTES)
+            body = decompress_records(self._dctx, frame.payload)
+        except ValueError as exc:
+            raise _Tampered(f"frame payload is not exactly one zstd frame: {exc}", frame.offset,
+                            self.sealed) from None
+        try:
             stored = envelope_list_decoder.decode(body)
-        except (zstandard.ZstdError, msgspec.DecodeError) as exc:
+        except msgspec.DecodeError as exc:
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
         except RecursionError:  # msgspec's depth limit; our writer stays under MAX_RECORD_DEPTH
             raise _Tampered("frame undecodable: msgpack nested deeper than the reader's limit",
                             frame.offset, self.sealed) from None
-        if self._decode:
-            stored = _decode_events(body, stored)
         n = len(stored)
         if n != frame.count:
             raise _Tampered(f"frame holds {n} records, header says {frame.count}", frame.offset, self.sealed)
+        if not body.startswith(msgpack_array_header(n)):  # the records are chained, not this prefix
+            raise _Tampered("frame's record array header is not in its shortest form", frame.offset, self.sealed)
         first = self.expected
         if [r.seq for r in stored] != list(range(first, first + n)):
             bad = next(i for i, r in enumerate(stored) if r.seq != first + i)
             raise _Tampered(
                 f"sequence gap: expected seq {first + bad}, found {stored[bad].seq}", frame.offset, self.sealed
             )
+        if self._decode:
+            stored = _decode_events(body, stored)
         try:
             self.head, _ = _chain.chain_frame(self.head, body)
         except ValueError as exc:  # msgspec read it, so this is unexpected; still never fatal
@@ -242,6 +252,8 @@ class LedgerChecker:
         except (msgspec.DecodeError, RecursionError) as exc:  # msgspec recurses into unknown keys
             raise _Tampered(f"seal undecodable: {exc}", frame.offset, self.sealed) from None
         assert self.header is not None
+        if frame.count != 0:
+            raise _Tampered(f"seal frame header says {frame.count} records, not 0", frame.offset, self.sealed)
         if seal.run_id != self.header.run_id:
             raise _Tampered(f"seal is bound to run {seal.run_id!r}, not {self.header.run_id!r}", frame.offset, self.sealed)
         if seal.upto != self.expected or frame.first_seq != seal.upto:
