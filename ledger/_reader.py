@@ -32,6 +32,7 @@ from ledger._format import (
     decompress_records,
     envelope_list_decoder,
     msgpack_array_header,
+    record_encoder,
     seal_decoder,
     wire_list_decoder,
 )
@@ -50,6 +51,8 @@ __all__ = [
 ]
 
 _READ_CHUNK = 1 << 20
+V1_NOTE = ("format version 1: its seals do not bind the file's raw bytes, only the records' hash chain;"
+           " the same records recompressed, or a seal's time changed, still verify")
 
 
 class VerifyReport(msgspec.Struct, kw_only=True):
@@ -64,6 +67,7 @@ class VerifyReport(msgspec.Struct, kw_only=True):
 
     path: str
     status: str = "ok"
+    format_version: int | None = None  # from the header; None when the header is torn
     run_id: str | None = None
     key_fingerprint: str | None = None
     records: int = 0  # records in complete, checksum-valid frames
@@ -75,6 +79,7 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     bad_offset: int | None = None  # byte offset of the frame where it was found
     reason: str | None = None
     blobs_checked: int = 0
+    note: str | None = None  # what the format version does not guarantee (version 1)
 
     @property
     def exit_code(self) -> int:
@@ -144,6 +149,7 @@ class LedgerChecker:
         self.final_offset: int | None = None
         self.tampered: tuple[str, int, int] | None = None
         self.blob_refs: list[tuple[int, BlobStored]] = []
+        self._bound_offset = 0  # the bytes before it are bound by a verified version 2 seal
         self._wall = 0  # running sums restoring absolute times
         self._mono = 0
 
@@ -269,14 +275,35 @@ class LedgerChecker:
                 frame.offset,
                 self.sealed,
             )
-        if self._trusted is not None:
+        if self.header.format_version >= 2:
+            message = self._seal_message_v2(seal, frame)
+        else:
             message = _chain.seal_message(seal.run_id, seal.upto, seal.head, seal.final)
-            if not self._trusted.verify(seal.signature, message):
-                raise _Tampered("bad signature on seal", frame.offset, self.sealed)
+        if self._trusted is not None and not self._trusted.verify(seal.signature, message):
+            raise _Tampered("bad signature on seal", frame.offset, self.sealed)
         self.sealed = seal.upto
+        if seal.size is not None:
+            self._bound_offset = seal.size
         if seal.final:
             self.final = True
             self.final_offset = frame.offset
+
+    def _seal_message_v2(self, seal, frame: Frame) -> bytes:
+        """Check a version 2 seal's binding to the file's bytes; returns what it signs."""
+        if record_encoder.encode(seal) != frame.payload:
+            raise _Tampered("seal is not in canonical form (bytes our writer would not write)", frame.offset,
+                            self.sealed)
+        if seal.size != frame.offset:
+            raise _Tampered(f"file bytes inserted or removed: the seal binds the first {seal.size} bytes"
+                            f" of the file, and starts at byte {frame.offset}", frame.offset, self.sealed)
+        if seal.file_hash != frame.prefix_sha256:
+            raise _Tampered(f"file bytes changed between byte {self._bound_offset} and byte {frame.offset}:"
+                            " their sha256 is not the one the seal signs", frame.offset, self.sealed)
+        try:
+            return _chain.seal_message_v2(seal.run_id, seal.upto, seal.head, seal.final, seal.wall_ns,
+                                          seal.size, seal.file_hash)
+        except ValueError as exc:
+            raise _Tampered(f"seal undecodable: {exc}", frame.offset, self.sealed) from None
 
 
 def locate(path: Path) -> tuple[Path, BlobStore]:
@@ -363,8 +390,11 @@ def _verify(path: Path, trusted: VerifyKey, *, decode: bool) -> tuple[VerifyRepo
 def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobStore) -> VerifyReport:
     report = VerifyReport(path=str(ledger_path), records=checker.expected, sealed=checker.sealed, final=checker.final)
     if checker.header is not None:
+        report.format_version = checker.header.format_version
         report.run_id = checker.header.run_id
         report.key_fingerprint = checker.header.key_fingerprint
+        if report.format_version == 1:
+            report.note = V1_NOTE
     if checker.tampered is not None:
         reason, offset, seq = checker.tampered
         if not checker.final and offset >= len(MAGIC) and not data[offset:].strip(b"\0"):

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def describe(report: VerifyReport) -> str:
     """Human-readable lines for a verify report: one, and one per detail that applies
-    (records verified before a failure)."""
+    (records verified before a failure, a format version's note)."""
     lines = []
     if report.status == "ok":
         lines.append(
@@ -49,6 +49,8 @@ def describe(report: VerifyReport) -> str:
             f"NOT CLOSED {report.path}: run {report.run_id}, {report.sealed} records sealed and intact;"
             f" {report.unsealed} records follow the last seal; {torn}; no final seal (crash or still running)"
         )
+    if report.note:
+        lines.append(f"  note: {report.note}")
     return "\n".join(lines)
 
 

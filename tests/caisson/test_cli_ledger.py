@@ -92,6 +92,13 @@ def test_verify_says_an_empty_file_is_not_a_ledger_and_a_partial_header_is_torn(
     assert "ends inside its header (30 bytes)" in capsys.readouterr().out
 
 
+def test_verify_states_what_a_version_1_ledger_does_not_guarantee(capsys):
+    golden = ROOT / "tests" / "ledger" / "test_golden" / "v1"
+    assert main(["verify", str(golden), "--key", str(golden / "signer.pub")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("OK ") and "note: format version 1: its seals do not bind the file's raw bytes" in out
+
+
 def test_tail_prints_json_lines_and_filters_by_kind(op_key, tmp_path, capsys):
     run = _run_dir(tmp_path, op_key)
     assert main(["tail", str(run)]) == 0
