@@ -8,6 +8,7 @@ from a file that is still being written.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,10 +60,11 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     """What `verify_ledger` found.
 
     ``status`` is ``ok`` (intact and closed by a final seal), ``tampered`` (some complete
-    bytes fail a check: ``bad_seq``, ``bad_offset`` and ``reason`` say the first) or
-    ``unclosed`` (intact, but no final seal: a crash or a run still going; ``unsealed``
-    records follow the last seal and ``torn_bytes`` of a torn frame were cut; a file that
-    ends inside its header is unclosed with ``run_id`` None).
+    bytes fail a check: ``bad_seq``, ``bad_offset`` and ``reason`` say the first; for a
+    fork, two records claiming one sequence number, ``fork_seq`` and ``fork_offsets``
+    say which and where) or ``unclosed`` (intact, but no final seal: a crash or a run
+    still going; ``unsealed`` records follow the last seal and ``torn_bytes`` of a torn
+    frame were cut; a file that ends inside its header is unclosed with ``run_id`` None).
     """
 
     path: str
@@ -78,6 +80,8 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     bad_seq: int | None = None  # first record whose integrity cannot be established
     bad_offset: int | None = None  # byte offset of the frame where it was found
     reason: str | None = None
+    fork_seq: int | None = None  # a sequence number two records claim
+    fork_offsets: list[int] | None = None  # byte offsets of the frames holding them: [first, second]
     blobs_checked: int = 0
     note: str | None = None  # what the format version does not guarantee (version 1)
 
@@ -113,9 +117,9 @@ def _try_decode(raw: msgspec.Raw) -> object:
 
 
 class _Tampered(Exception):
-    def __init__(self, reason: str, offset: int, seq: int):
+    def __init__(self, reason: str, offset: int, seq: int, fork: tuple[int, int, int] | None = None):
         super().__init__(reason)
-        self.reason, self.offset, self.seq = reason, offset, seq
+        self.reason, self.offset, self.seq, self.fork = reason, offset, seq, fork
 
 
 class LedgerChecker:
@@ -129,7 +133,8 @@ class LedgerChecker:
             verify, which reads the count from ``expected``).
 
     After a check fails, `tampered` holds (reason, offset, seq) and no more records
-    are yielded.
+    are yielded; when the failure is a fork, `fork` holds (seq, offset of the frame
+    that first held it, offset of the frame that claims it again).
 
     Raises:
         NotALedgerError: from `records()`, when the bytes are not a ledger at all.
@@ -148,7 +153,10 @@ class LedgerChecker:
         self.final = False
         self.final_offset: int | None = None
         self.tampered: tuple[str, int, int] | None = None
+        self.fork: tuple[int, int, int] | None = None
         self.blob_refs: list[tuple[int, BlobStored]] = []
+        self._frame_seqs: list[int] = []  # first seq of each records frame read, ascending
+        self._frame_offsets: list[int] = []  # and its byte offset
         self._bound_offset = 0  # the bytes before it are bound by a verified version 2 seal
         self._wall = 0  # running sums restoring absolute times
         self._mono = 0
@@ -176,6 +184,8 @@ class LedgerChecker:
                     continue
                 assert isinstance(item, Frame)
                 if self.final:
+                    if item.kind == FRAME_RECORDS and 0 <= item.first_seq < self.expected:
+                        raise self._fork(item.first_seq, item.offset, " after the final seal")
                     raise _Tampered("data after the final seal", item.offset, self.expected)
                 if item.kind == FRAME_RECORDS:
                     yield from self._on_records(item)
@@ -183,7 +193,18 @@ class LedgerChecker:
                     self._on_seal(item)
             except _Tampered as exc:
                 self.tampered = (exc.reason, exc.offset, exc.seq)
+                self.fork = exc.fork
                 self._parser.damaged = True
+
+    def _fork(self, seq: int, offset: int, where: str = "") -> _Tampered:
+        """The error for a frame at ``offset`` holding ``seq`` again (0 <= seq < expected,
+        or a seq earlier in that same frame)."""
+        i = bisect.bisect_right(self._frame_seqs, seq) - 1
+        first = self._frame_offsets[i] if i >= 0 and seq < self.expected else offset
+        return _Tampered(
+            f"fork: seq {seq} is recorded twice, in the frame at byte {first} and the frame at byte {offset}{where}",
+            offset, self.sealed, (seq, first, offset),
+        )
 
     def _on_header(self, header: Header) -> None:
         self.header = header
@@ -199,6 +220,8 @@ class LedgerChecker:
             )
 
     def _on_records(self, frame: Frame) -> Iterator[Record]:
+        if 0 <= frame.first_seq < self.expected:
+            raise self._fork(frame.first_seq, frame.offset)
         if frame.first_seq != self.expected:
             raise _Tampered(
                 f"sequence gap: expected seq {self.expected}, frame starts at {frame.first_seq}",
@@ -228,9 +251,10 @@ class LedgerChecker:
         first = self.expected
         if [r.seq for r in stored] != list(range(first, first + n)):
             bad = next(i for i, r in enumerate(stored) if r.seq != first + i)
-            raise _Tampered(
-                f"sequence gap: expected seq {first + bad}, found {stored[bad].seq}", frame.offset, self.sealed
-            )
+            seq = stored[bad].seq
+            if 0 <= seq < first + bad:  # this seq was read before: here or in an earlier frame
+                raise self._fork(seq, frame.offset)
+            raise _Tampered(f"sequence gap: expected seq {first + bad}, found {seq}", frame.offset, self.sealed)
         if self._decode:
             stored = _decode_events(body, stored)
         try:
@@ -238,6 +262,8 @@ class LedgerChecker:
         except ValueError as exc:  # msgspec read it, so this is unexpected; still never fatal
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
         self.expected = first + n
+        self._frame_seqs.append(first)
+        self._frame_offsets.append(frame.offset)
         if b"blob.stored" in body:
             for r in stored:
                 event = r.event if self._decode else _try_decode(r.event)
@@ -406,6 +432,9 @@ def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobS
             return report
         report.status = "tampered"
         report.reason, report.bad_offset, report.bad_seq = reason, offset, seq
+        if checker.fork is not None:
+            seq, first, second = checker.fork
+            report.fork_seq, report.fork_offsets = seq, [first, second]
         return report
     for seq, ref in checker.blob_refs:
         problem = blobs.check(ref.sha256)

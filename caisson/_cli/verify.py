@@ -1,8 +1,9 @@
 """`caisson verify PATH [--key PUBKEY] [--json]`: check a ledger's chain, seals and blobs.
 
-Exit codes: 0 intact and closed; 1 tampered (first bad record, offset, why); 3 intact but
-not closed (records after the last seal, torn frame cut; or a file that ends inside its
-header); 2 not a ledger (an empty file included), unreadable, or usage.
+Exit codes: 0 intact and closed; 1 tampered (first bad record, offset, why; a fork names
+the sequence number two records claim and both frames' offsets); 3 intact but not closed
+(records after the last seal, torn frame cut; or a file that ends inside its header);
+2 not a ledger (an empty file included), unreadable, or usage.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def describe(report: VerifyReport) -> str:
     """Human-readable lines for a verify report: one, and one per detail that applies
-    (records verified before a failure, a format version's note)."""
+    (records verified before a failure, the two frames of a fork, a format version's note)."""
     lines = []
     if report.status == "ok":
         lines.append(
@@ -36,6 +37,10 @@ def describe(report: VerifyReport) -> str:
     elif report.status == "tampered":
         where = f" at byte {report.bad_offset}" if report.bad_offset is not None else ""
         lines.append(f"TAMPERED {report.path}: first bad record seq {report.bad_seq}{where}: {report.reason}")
+        if report.fork_seq is not None and report.fork_offsets is not None:
+            first, second = report.fork_offsets
+            lines.append(f"  fork: two records claim seq {report.fork_seq}, in the frames at byte {first}"
+                         f" and byte {second}")
         if report.sealed:
             lines.append(f"  records 0..{report.sealed - 1} verified before it")
     elif report.run_id is None:
