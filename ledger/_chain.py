@@ -1,9 +1,16 @@
 """The hash chain and the seal message.
 
 Chain: ``h[-1] = sha256(GENESIS_TAG || header payload)`` and
-``h[i] = sha256(h[i-1] || canonical msgpack bytes of record i)``. A seal signs
-``SEAL_TAG || run_id || 0x00 || upto (u64 BE) || head || final (1 byte)`` with Ed25519
-(RFC 8032), so a seal cannot be replayed onto another run or another position.
+``h[i] = sha256(h[i-1] || canonical msgpack bytes of record i)`` (both format versions).
+A seal signs, with Ed25519 (RFC 8032), in format version 2::
+
+    SEAL_TAG_V2 || run_id || 0x00 || upto (u64 BE) || head (32) || final (1 byte)
+                || wall_ns (u64 BE) || size (u64 BE) || file_hash (32)
+
+where ``size`` is the byte offset of the seal's frame and ``file_hash`` the SHA-256 of the
+file's bytes before it; in version 1, ``SEAL_TAG || run_id || 0x00 || upto || head ||
+final``. Either way a seal cannot be replayed onto another run or another position; only a
+version 2 seal binds the file's raw bytes and its own time.
 
 `chain_frame` extends the chain over a whole frame. It runs in native code
 (``ledger/_chainc.c``, OpenSSL's SHA-256) when that extension was built, else in the
@@ -20,6 +27,7 @@ import msgspec
 
 GENESIS_TAG = b"caisson-ledger/1 genesis\x00"
 SEAL_TAG = b"caisson-ledger/1 seal\x00"
+SEAL_TAG_V2 = b"caisson-ledger/2 seal\x00"
 
 
 def genesis(header_payload: bytes) -> bytes:
@@ -28,10 +36,37 @@ def genesis(header_payload: bytes) -> bytes:
 
 
 def seal_message(run_id: str, upto: int, head: bytes, final: bool) -> bytes:
-    """The exact bytes a seal signs (see the module docstring)."""
+    """The exact bytes a format version 1 seal signs (see the module docstring)."""
     return b"".join(
         (SEAL_TAG, run_id.encode(), b"\x00", upto.to_bytes(8, "big"), head, b"\x01" if final else b"\x00")
     )
+
+
+def seal_message_v2(run_id: str, upto: int, head: bytes, final: bool, wall_ns: int, size: int,
+                    file_hash: bytes) -> bytes:
+    """The exact bytes a format version 2 seal signs (see the module docstring).
+
+    Args:
+        run_id: the run the seal is bound to.
+        upto: records covered, seq 0 .. upto-1.
+        head: the 32-byte chain head after record upto-1.
+        final: whether this seal closes the ledger.
+        wall_ns: when it was signed, ns since the Unix epoch.
+        size: bytes of the file before the seal's frame.
+        file_hash: SHA-256 of those bytes, 32 bytes.
+
+    Raises:
+        ValueError: ``head`` or ``file_hash`` is not 32 bytes, or an integer is outside
+            0 .. 2**64-1 (a reader meets these in tampered seals).
+    """
+    if len(head) != 32 or len(file_hash) != 32:
+        raise ValueError("head and file_hash must be 32 bytes")
+    try:
+        numbers = upto.to_bytes(8, "big"), wall_ns.to_bytes(8, "big"), size.to_bytes(8, "big")
+    except OverflowError:
+        raise ValueError("upto, wall_ns and size must be in 0 .. 2**64-1") from None
+    return b"".join((SEAL_TAG_V2, run_id.encode(), b"\x00", numbers[0], head, b"\x01" if final else b"\x00",
+                     numbers[1], numbers[2], file_hash))
 
 
 _raw_list = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode

@@ -1,4 +1,4 @@
-"""Byte layout of a ledger file, format version 1, and a sans-IO frame parser.
+"""Byte layout of a ledger file, format versions 1 and 2, and a sans-IO frame parser.
 
 A ledger file is a header followed by frames::
 
@@ -7,26 +7,37 @@ A ledger file is a header followed by frames::
     frame    u8 type | u64 first_seq | u32 count | u32 length | u32 crc32(payload)
              | u32 crc32(previous 21 bytes) | payload
 
-All integers are big-endian. A ``records`` frame's payload is the zstd-compressed
-msgpack array of the frame's records; a ``seal`` frame's payload is msgpack(Seal),
-uncompressed. The header checksum of each frame protects its length, so a damaged
-length is told apart from a file that simply ends early: as in SQLite's WAL and
-Kafka's log segments, a frame whose declared bytes run past the end of the file is a
-*torn* tail (a crash), while a complete frame that fails its checksum is damage.
+All integers are big-endian. A ``records`` frame's payload is exactly one zstd frame
+(RFC 8878) that declares its content size, with nothing before or after it, holding the
+msgpack array of the frame's records (``count`` of them, at least one); a ``seal`` frame's
+payload is msgpack(Seal), uncompressed, and its ``count`` is 0. The header checksum of
+each frame protects its length, so a damaged length is told apart from a file that simply
+ends early: as in SQLite's WAL and Kafka's log segments, a frame whose declared bytes run
+past the end of the file is a *torn* tail (a crash), while a complete frame that fails its
+checksum is damage.
+
+Version 2 binds raw bytes: each seal carries ``size``, the byte offset of its own frame,
+and ``file_hash``, the SHA-256 of the file's bytes 0..size-1, and signs them with every
+other seal field, so any change to a sealed prefix fails the next seal. Its header and seal
+payloads must be exactly the bytes this module encodes for them. Version 1 seals sign only
+(run id, upto, chain head, final): they bind the records, not the bytes that hold them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import zlib
 from typing import Final
 
 import msgspec
+import zstandard
 
 from ledger._errors import LedgerError, NotALedgerError
 from ledger.events import Event
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2  # what the writer writes
+READABLE_VERSIONS: Final = (1, 2)  # what the reader reads
 MAGIC: Final = b"\x89CSNLDG\n"
 HASH_ALG: Final = "sha256"
 
@@ -40,6 +51,8 @@ _FRAME_HEAD = struct.Struct(">BQIII")
 _FRAME_HEAD_CRC = struct.Struct(">I")
 FRAME_HEADER_SIZE: Final = _FRAME_HEAD.size + _FRAME_HEAD_CRC.size  # 25 bytes
 MAX_PAYLOAD: Final = 1 << 30
+MAX_BODY: Final = 1 << 30  # largest decompressed records frame, bytes
+ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"  # RFC 8878 frame magic, little-endian 0xFD2FB528
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,13 +96,19 @@ class WireRecord(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Seal(msgspec.Struct, frozen=True, kw_only=True):
-    """An Ed25519 signature over (run id, number of records, chain head, final)."""
+    """An Ed25519 signature over every other field (version 2; see `ledger._chain`).
+
+    Version 1 seals have no ``size`` and ``file_hash`` (None here) and sign only
+    (run id, upto, head, final).
+    """
 
     run_id: str
     upto: int  # number of records covered: seq 0 .. upto-1
     head: bytes  # chain hash after record upto-1 (32 bytes)
     final: bool  # True only for the seal written by a clean close
     wall_ns: int  # when it was signed, ns since the Unix epoch
+    size: int | None = None  # bytes of the file before this seal's frame (version 2)
+    file_hash: bytes | None = None  # sha256 of those bytes, 32 bytes (version 2)
     signature: bytes  # 64 bytes
 
 
@@ -132,6 +151,40 @@ def msgpack_array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
+def decompress_records(dctx: zstandard.ZstdDecompressor, payload: bytes) -> bytes:
+    """The body of a records frame, when its payload is exactly one zstd frame.
+
+    Refuses what would let two byte strings stand for one body, or let another zstd
+    reader decode other bytes than ours: a skippable frame, a second frame, any byte
+    after the frame, a frame that does not declare its content size or that names a
+    dictionary.
+
+    Args:
+        dctx: a reusable decompressor.
+        payload: the frame's payload bytes.
+
+    Returns:
+        The decompressed body, at most `MAX_BODY` bytes.
+
+    Raises:
+        ValueError: the payload breaks one of those rules or does not decompress.
+    """
+    if payload[:4] != ZSTD_MAGIC:
+        raise ValueError(f"payload does not start with a zstd frame (starts with {payload[:4].hex()})")
+    try:
+        params = zstandard.get_frame_parameters(payload)
+        if params.content_size >= zstandard.CONTENTSIZE_ERROR:
+            raise ValueError("zstd frame does not declare its content size")
+        if params.content_size > MAX_BODY:
+            raise ValueError(f"zstd frame declares {params.content_size} bytes, over {MAX_BODY}")
+        if params.dict_id:
+            raise ValueError(f"zstd frame names dictionary {params.dict_id}")
+        # allow_extra_data=False: a skippable frame, a second frame or junk after it is refused
+        return dctx.decompress(payload, max_output_size=MAX_BODY, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"zstd: {exc}") from None
+
+
 class Frame(msgspec.Struct, frozen=True):
     """A complete, checksum-valid frame as the parser yields it."""
 
@@ -140,6 +193,7 @@ class Frame(msgspec.Struct, frozen=True):
     count: int
     offset: int  # byte offset of the frame header in the file
     payload: bytes
+    prefix_sha256: bytes = b""  # seal frames: sha256 of the file's bytes 0..offset-1
 
 
 class Damage(msgspec.Struct, frozen=True):
@@ -160,10 +214,12 @@ class FrameParser:
     `next_item()` returns the `Header` first, then one `Frame` per complete frame, a
     `Damage` when complete bytes fail their checks (after which the parser stops), or
     `NEED_DATA`. After the last `feed`, `pending` tells how many bytes of an
-    incomplete (torn) item remain.
+    incomplete (torn) item remain. It hashes the bytes it parses (SHA-256, as it goes):
+    each seal `Frame` carries the hash of the file before it.
 
     Raises:
-        NotALedgerError: the stream does not start with the ledger magic.
+        NotALedgerError: from `next_item`, the stream does not start with the ledger magic.
+        LedgerError: from `next_item`, a format version this reader does not read.
     """
 
     def __init__(self) -> None:
@@ -173,6 +229,7 @@ class FrameParser:
         self.header: Header | None = None
         self.header_payload: bytes | None = None
         self.damaged = False
+        self._sha256 = hashlib.sha256()  # of the bytes before self.offset
 
     def feed(self, data: bytes) -> None:
         """Append bytes read from the file."""
@@ -215,7 +272,9 @@ class FrameParser:
         payload = bytes(buf[start : start + length])
         if zlib.crc32(payload) != crc:
             return self._damage(self.offset, "frame checksum mismatch", first_seq)
-        frame = Frame(kind, first_seq, count, self.offset, payload)
+        prefix = self._sha256.copy().digest() if kind == FRAME_SEAL else b""
+        frame = Frame(kind, first_seq, count, self.offset, payload, prefix)
+        self._sha256.update(memoryview(buf)[pos : start + length])
         self._pos = start + length
         self._compact()
         return frame
@@ -251,13 +310,16 @@ class FrameParser:
             header = header_decoder.decode(payload)
         except (msgspec.DecodeError, RecursionError) as exc:  # msgspec recurses into unknown keys
             return self._damage(0, f"header undecodable: {exc}", 0)
-        if header.format_version != FORMAT_VERSION:
+        if header.format_version not in READABLE_VERSIONS:
             raise LedgerError(
                 f"unsupported ledger format version {header.format_version}"
-                f" (this caisson reads version {FORMAT_VERSION})",
+                f" (this caisson reads versions {', '.join(map(str, READABLE_VERSIONS))})",
                 offset=0,
             )
+        if header.format_version >= 2 and record_encoder.encode(header) != payload:
+            return self._damage(0, "header is not in canonical form (bytes our writer would not write)", 0)
         self.header = header
         self.header_payload = payload
+        self._sha256.update(memoryview(buf)[:end])
         self._pos = end
         return header

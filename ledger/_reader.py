@@ -8,6 +8,7 @@ from a file that is still being written.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,21 +18,24 @@ import zstandard
 
 from ledger import _chain
 from ledger._blobs import BlobStore
-from ledger._errors import LedgerError
+from ledger._errors import LedgerError, NotALedgerError
 from ledger._format import (
     FRAME_RECORDS,
     MAGIC,
-    Envelope,
-    WireRecord,
-    envelope_list_decoder,
-    wire_list_decoder,
     NEED_DATA,
     Damage,
+    Envelope,
     Frame,
     FrameParser,
     Header,
     Record,
+    WireRecord,
+    decompress_records,
+    envelope_list_decoder,
+    msgpack_array_header,
+    record_encoder,
     seal_decoder,
+    wire_list_decoder,
 )
 from ledger._keys import VerifyKey
 from ledger._writer import BLOBS_DIR, LEDGER_FILE
@@ -47,21 +51,25 @@ __all__ = [
     "follow_records",
 ]
 
-_MAX_FRAME_BYTES = 1 << 30
 _READ_CHUNK = 1 << 20
+V1_NOTE = ("format version 1: its seals do not bind the file's raw bytes, only the records' hash chain;"
+           " the same records recompressed, or a seal's time changed, still verify")
 
 
 class VerifyReport(msgspec.Struct, kw_only=True):
     """What `verify_ledger` found.
 
     ``status`` is ``ok`` (intact and closed by a final seal), ``tampered`` (some complete
-    bytes fail a check: ``bad_seq``, ``bad_offset`` and ``reason`` say the first) or
-    ``unclosed`` (intact, but no final seal: a crash or a run still going; ``unsealed``
-    records follow the last seal and ``torn_bytes`` of a torn frame were cut).
+    bytes fail a check: ``bad_seq``, ``bad_offset`` and ``reason`` say the first; for a
+    fork, two records claiming one sequence number, ``fork_seq`` and ``fork_offsets``
+    say which and where) or ``unclosed`` (intact, but no final seal: a crash or a run
+    still going; ``unsealed`` records follow the last seal and ``torn_bytes`` of a torn
+    frame were cut; a file that ends inside its header is unclosed with ``run_id`` None).
     """
 
     path: str
     status: str = "ok"
+    format_version: int | None = None  # from the header; None when the header is torn
     run_id: str | None = None
     key_fingerprint: str | None = None
     records: int = 0  # records in complete, checksum-valid frames
@@ -72,7 +80,10 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     bad_seq: int | None = None  # first record whose integrity cannot be established
     bad_offset: int | None = None  # byte offset of the frame where it was found
     reason: str | None = None
+    fork_seq: int | None = None  # a sequence number two records claim
+    fork_offsets: list[int] | None = None  # byte offsets of the frames holding them: [first, second]
     blobs_checked: int = 0
+    note: str | None = None  # what the format version does not guarantee (version 1)
 
     @property
     def exit_code(self) -> int:
@@ -106,9 +117,9 @@ def _try_decode(raw: msgspec.Raw) -> object:
 
 
 class _Tampered(Exception):
-    def __init__(self, reason: str, offset: int, seq: int):
+    def __init__(self, reason: str, offset: int, seq: int, fork: tuple[int, int, int] | None = None):
         super().__init__(reason)
-        self.reason, self.offset, self.seq = reason, offset, seq
+        self.reason, self.offset, self.seq, self.fork = reason, offset, seq, fork
 
 
 class LedgerChecker:
@@ -122,7 +133,8 @@ class LedgerChecker:
             verify, which reads the count from ``expected``).
 
     After a check fails, `tampered` holds (reason, offset, seq) and no more records
-    are yielded.
+    are yielded; when the failure is a fork, `fork` holds (seq, offset of the frame
+    that first held it, offset of the frame that claims it again).
 
     Raises:
         NotALedgerError: from `records()`, when the bytes are not a ledger at all.
@@ -141,7 +153,11 @@ class LedgerChecker:
         self.final = False
         self.final_offset: int | None = None
         self.tampered: tuple[str, int, int] | None = None
+        self.fork: tuple[int, int, int] | None = None
         self.blob_refs: list[tuple[int, BlobStored]] = []
+        self._frame_seqs: list[int] = []  # first seq of each records frame read, ascending
+        self._frame_offsets: list[int] = []  # and its byte offset
+        self._bound_offset = 0  # the bytes before it are bound by a verified version 2 seal
         self._wall = 0  # running sums restoring absolute times
         self._mono = 0
 
@@ -168,6 +184,8 @@ class LedgerChecker:
                     continue
                 assert isinstance(item, Frame)
                 if self.final:
+                    if item.kind == FRAME_RECORDS and 0 <= item.first_seq < self.expected:
+                        raise self._fork(item.first_seq, item.offset, " after the final seal")
                     raise _Tampered("data after the final seal", item.offset, self.expected)
                 if item.kind == FRAME_RECORDS:
                     yield from self._on_records(item)
@@ -175,7 +193,18 @@ class LedgerChecker:
                     self._on_seal(item)
             except _Tampered as exc:
                 self.tampered = (exc.reason, exc.offset, exc.seq)
+                self.fork = exc.fork
                 self._parser.damaged = True
+
+    def _fork(self, seq: int, offset: int, where: str = "") -> _Tampered:
+        """The error for a frame at ``offset`` holding ``seq`` again (0 <= seq < expected,
+        or a seq earlier in that same frame)."""
+        i = bisect.bisect_right(self._frame_seqs, seq) - 1
+        first = self._frame_offsets[i] if i >= 0 and seq < self.expected else offset
+        return _Tampered(
+            f"fork: seq {seq} is recorded twice, in the frame at byte {first} and the frame at byte {offset}{where}",
+            offset, self.sealed, (seq, first, offset),
+        )
 
     def _on_header(self, header: Header) -> None:
         self.header = header
@@ -191,36 +220,50 @@ class LedgerChecker:
             )
 
     def _on_records(self, frame: Frame) -> Iterator[Record]:
+        if 0 <= frame.first_seq < self.expected:
+            raise self._fork(frame.first_seq, frame.offset)
         if frame.first_seq != self.expected:
             raise _Tampered(
                 f"sequence gap: expected seq {self.expected}, frame starts at {frame.first_seq}",
                 frame.offset,
                 self.expected,
             )
+        if frame.count == 0:
+            raise _Tampered("records frame holds no records (the writer never writes one)", frame.offset,
+                            self.sealed)
         try:
-            body = self._dctx.decompress(frame.payload, max_output_size=_MAX_FRAME_BYTES)
+            body = decompress_records(self._dctx, frame.payload)
+        except ValueError as exc:
+            raise _Tampered(f"frame payload is not exactly one zstd frame: {exc}", frame.offset,
+                            self.sealed) from None
+        try:
             stored = envelope_list_decoder.decode(body)
-        except (zstandard.ZstdError, msgspec.DecodeError) as exc:
+        except msgspec.DecodeError as exc:
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
         except RecursionError:  # msgspec's depth limit; our writer stays under MAX_RECORD_DEPTH
             raise _Tampered("frame undecodable: msgpack nested deeper than the reader's limit",
                             frame.offset, self.sealed) from None
-        if self._decode:
-            stored = _decode_events(body, stored)
         n = len(stored)
         if n != frame.count:
             raise _Tampered(f"frame holds {n} records, header says {frame.count}", frame.offset, self.sealed)
+        if not body.startswith(msgpack_array_header(n)):  # the records are chained, not this prefix
+            raise _Tampered("frame's record array header is not in its shortest form", frame.offset, self.sealed)
         first = self.expected
         if [r.seq for r in stored] != list(range(first, first + n)):
             bad = next(i for i, r in enumerate(stored) if r.seq != first + i)
-            raise _Tampered(
-                f"sequence gap: expected seq {first + bad}, found {stored[bad].seq}", frame.offset, self.sealed
-            )
+            seq = stored[bad].seq
+            if 0 <= seq < first + bad:  # this seq was read before: here or in an earlier frame
+                raise self._fork(seq, frame.offset)
+            raise _Tampered(f"sequence gap: expected seq {first + bad}, found {seq}", frame.offset, self.sealed)
+        if self._decode:
+            stored = _decode_events(body, stored)
         try:
             self.head, _ = _chain.chain_frame(self.head, body)
         except ValueError as exc:  # msgspec read it, so this is unexpected; still never fatal
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
         self.expected = first + n
+        self._frame_seqs.append(first)
+        self._frame_offsets.append(frame.offset)
         if b"blob.stored" in body:
             for r in stored:
                 event = r.event if self._decode else _try_decode(r.event)
@@ -241,6 +284,8 @@ class LedgerChecker:
         except (msgspec.DecodeError, RecursionError) as exc:  # msgspec recurses into unknown keys
             raise _Tampered(f"seal undecodable: {exc}", frame.offset, self.sealed) from None
         assert self.header is not None
+        if frame.count != 0:
+            raise _Tampered(f"seal frame header says {frame.count} records, not 0", frame.offset, self.sealed)
         if seal.run_id != self.header.run_id:
             raise _Tampered(f"seal is bound to run {seal.run_id!r}, not {self.header.run_id!r}", frame.offset, self.sealed)
         if seal.upto != self.expected or frame.first_seq != seal.upto:
@@ -256,14 +301,35 @@ class LedgerChecker:
                 frame.offset,
                 self.sealed,
             )
-        if self._trusted is not None:
+        if self.header.format_version >= 2:
+            message = self._seal_message_v2(seal, frame)
+        else:
             message = _chain.seal_message(seal.run_id, seal.upto, seal.head, seal.final)
-            if not self._trusted.verify(seal.signature, message):
-                raise _Tampered("bad signature on seal", frame.offset, self.sealed)
+        if self._trusted is not None and not self._trusted.verify(seal.signature, message):
+            raise _Tampered("bad signature on seal", frame.offset, self.sealed)
         self.sealed = seal.upto
+        if seal.size is not None:
+            self._bound_offset = seal.size
         if seal.final:
             self.final = True
             self.final_offset = frame.offset
+
+    def _seal_message_v2(self, seal, frame: Frame) -> bytes:
+        """Check a version 2 seal's binding to the file's bytes; returns what it signs."""
+        if record_encoder.encode(seal) != frame.payload:
+            raise _Tampered("seal is not in canonical form (bytes our writer would not write)", frame.offset,
+                            self.sealed)
+        if seal.size != frame.offset:
+            raise _Tampered(f"file bytes inserted or removed: the seal binds the first {seal.size} bytes"
+                            f" of the file, and starts at byte {frame.offset}", frame.offset, self.sealed)
+        if seal.file_hash != frame.prefix_sha256:
+            raise _Tampered(f"file bytes changed between byte {self._bound_offset} and byte {frame.offset}:"
+                            " their sha256 is not the one the seal signs", frame.offset, self.sealed)
+        try:
+            return _chain.seal_message_v2(seal.run_id, seal.upto, seal.head, seal.final, seal.wall_ns,
+                                          seal.size, seal.file_hash)
+        except ValueError as exc:
+            raise _Tampered(f"seal undecodable: {exc}", frame.offset, self.sealed) from None
 
 
 def locate(path: Path) -> tuple[Path, BlobStore]:
@@ -300,10 +366,11 @@ def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
             proves nothing: anyone can re-sign a rewritten ledger).
 
     Returns:
-        A `VerifyReport`; its ``exit_code`` is the `caisson verify` exit status.
+        A `VerifyReport`; its ``exit_code`` is the `caisson verify` exit status. A file
+        that ends inside its header is ``unclosed`` (torn), with ``run_id`` None.
 
     Raises:
-        NotALedgerError: the file is not a ledger.
+        NotALedgerError: the file is empty, or does not start with the ledger magic.
         LedgerError: unreadable, or an unsupported format version.
     """
     return _verify(path, trusted, decode=False)[0]
@@ -321,9 +388,24 @@ def verify_and_read(path: Path, trusted: VerifyKey) -> tuple[VerifyReport, list[
     return _verify(path, trusted, decode=True)
 
 
+def _read_ledger(ledger_path: Path) -> bytes:
+    """The bytes of a whole ledger file.
+
+    Raises:
+        NotALedgerError: the file is empty. A ledger begins with a header, fsynced as the
+            file is created; a file that ends inside its header is torn (a crash), but a
+            file with no byte at all holds no evidence that it was ever a ledger.
+        LedgerError: the file cannot be read.
+    """
+    data = _read_all(ledger_path)
+    if not data:
+        raise NotALedgerError("empty file: not a caisson ledger (no header)", path=str(ledger_path))
+    return data
+
+
 def _verify(path: Path, trusted: VerifyKey, *, decode: bool) -> tuple[VerifyReport, list[Record]]:
     ledger_path, blobs = locate(path)
-    data = _read_all(ledger_path)
+    data = _read_ledger(ledger_path)
     checker = LedgerChecker(trusted, decode=decode)
     checker.feed(data)
     records = list(checker.records())
@@ -334,8 +416,11 @@ def _verify(path: Path, trusted: VerifyKey, *, decode: bool) -> tuple[VerifyRepo
 def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobStore) -> VerifyReport:
     report = VerifyReport(path=str(ledger_path), records=checker.expected, sealed=checker.sealed, final=checker.final)
     if checker.header is not None:
+        report.format_version = checker.header.format_version
         report.run_id = checker.header.run_id
         report.key_fingerprint = checker.header.key_fingerprint
+        if report.format_version == 1:
+            report.note = V1_NOTE
     if checker.tampered is not None:
         reason, offset, seq = checker.tampered
         if not checker.final and offset >= len(MAGIC) and not data[offset:].strip(b"\0"):
@@ -347,6 +432,9 @@ def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobS
             return report
         report.status = "tampered"
         report.reason, report.bad_offset, report.bad_seq = reason, offset, seq
+        if checker.fork is not None:
+            seq, first, second = checker.fork
+            report.fork_seq, report.fork_offsets = seq, [first, second]
         return report
     for seq, ref in checker.blob_refs:
         problem = blobs.check(ref.sha256)
@@ -380,12 +468,12 @@ def read_records(path: Path, trusted: VerifyKey | None = None) -> Iterator[Recor
     that matters).
 
     Raises:
-        NotALedgerError: the file is not a ledger.
+        NotALedgerError: the file is empty, or does not start with the ledger magic.
         LedgerError: a check fails (the message names the offset and reason).
     """
     ledger_path, _ = locate(path)
     checker = LedgerChecker(trusted, decode=True)
-    checker.feed(_read_all(ledger_path))
+    checker.feed(_read_ledger(ledger_path))
     yield from checker.records()
     if checker.tampered is not None:
         reason, offset, seq = checker.tampered

@@ -14,6 +14,7 @@ flush is due.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import threading
@@ -275,7 +276,8 @@ class LedgerWriter:
             raise LedgerError(f"cannot create ledger: {exc.strerror}", path=str(self.path)) from None
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._write(header_bytes)
-        self._size = len(header_bytes)  # bytes durably part of the ledger
+        self._size = len(header_bytes)  # bytes written to the ledger
+        self._sha256 = hashlib.sha256(header_bytes)  # of those bytes, for the seals (format version 2)
         os.fsync(self._file.fileno())
         self._syncer = _Syncer(self._file.fileno())
         self._callbacks = _Callbacks(self)
@@ -448,6 +450,8 @@ class LedgerWriter:
         pending = self._pending
         records = pending[: len(pending)] if pending else []  # the length is read before the copy is made
         head = self._head
+        sha256 = self._sha256.copy()  # the file's bytes so far; this flush's go in once written
+        size = self._size
         parts = []
         n = len(records)
         if n:
@@ -460,19 +464,26 @@ class LedgerWriter:
             except ValueError:  # a record nested too deep: kept as witness.raw instead
                 body = _encode_salvaging(records)
                 head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
-            payload = self._zstd.compress(body)
-            parts.append(encode_frame(FRAME_RECORDS, records[0][0], n, payload))
+            frame = encode_frame(FRAME_RECORDS, records[0][0], n, self._zstd.compress(body))
+            parts.append(frame)
+            sha256.update(frame)
+            size += len(frame)
         upto = records[0][0] + n if n else self._written
-        signature = self._key.sign(_chain.seal_message(self.run_id, upto, head, final))
-        seal = Seal(run_id=self.run_id, upto=upto, head=head, final=final, wall_ns=time.time_ns(),
-                    signature=signature)
-        parts.append(encode_frame(FRAME_SEAL, upto, 0, record_encoder.encode(seal)))
-        self._commit(b"".join(parts), head, upto, n, wait=wait)
+        wall_ns = time.time_ns()
+        file_hash = sha256.digest()
+        signature = self._key.sign(_chain.seal_message_v2(self.run_id, upto, head, final, wall_ns, size, file_hash))
+        seal = Seal(run_id=self.run_id, upto=upto, head=head, final=final, wall_ns=wall_ns, size=size,
+                    file_hash=file_hash, signature=signature)
+        seal_frame = encode_frame(FRAME_SEAL, upto, 0, record_encoder.encode(seal))
+        parts.append(seal_frame)
+        sha256.update(seal_frame)
+        self._commit(b"".join(parts), head, upto, n, sha256, wait=wait)
 
     @trio.lowlevel.enable_ki_protection
-    def _commit(self, data: bytes, head: bytes, upto: int, n: int, *, wait: bool) -> None:
-        """Write frames and seal, advance the state, then fsync: wait for it with ``wait``,
-        else leave it to the syncer's thread.
+    def _commit(self, data: bytes, head: bytes, upto: int, n: int, sha256: Any, *, wait: bool) -> None:
+        """Write frames and seal, advance the state (chain head, records written, the
+        running SHA-256 of the file, now over ``data`` too), then fsync: wait for it with
+        ``wait``, else leave it to the syncer's thread.
 
         The write is all or nothing: Ctrl-C under trio waits for it (KI protection), and
         any exception in it (a full disk, a KeyboardInterrupt in plain code) cuts the file
@@ -490,6 +501,7 @@ class LedgerWriter:
                 self._broken = True  # a partial frame stays: write nothing after it
             raise
         self._size = offset + len(data)
+        self._sha256 = sha256
         self._head = head
         if n:
             del self._pending[:n]

@@ -10,7 +10,7 @@ module, and decoded by one reused typed decoder (`decode_event`). Rules:
 - Timestamps and ids are passed in by the witness that builds the event; nothing here
   reads a clock, so replay builds identical events.
 - New fields get defaults; a kind is never renamed. `SCHEMA_VERSION` grows when kinds or
-  fields are added, and every older ledger stays readable (tests/ledger/golden/).
+  fields are added, and every older ledger stays readable (tests/ledger/test_golden/).
 - Processes carry both identities: ``pid`` as the chamber saw it and ``host_pid`` as the
   host did (a pid alone is not unique across namespaces).
 """

@@ -1,8 +1,9 @@
 """`caisson verify PATH [--key PUBKEY] [--json]`: check a ledger's chain, seals and blobs.
 
-Exit codes: 0 intact and closed; 1 tampered (first bad record, offset, why); 3 intact
-but not closed (records after the last seal, torn frame cut); 2 not a ledger,
-unreadable, or usage.
+Exit codes: 0 intact and closed; 1 tampered (first bad record, offset, why; a fork names
+the sequence number two records claim and both frames' offsets); 3 intact but not closed
+(records after the last seal, torn frame cut; or a file that ends inside its header);
+2 not a ledger (an empty file included), unreadable, or usage.
 """
 
 from __future__ import annotations
@@ -25,26 +26,37 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def describe(report: VerifyReport) -> str:
-    """One human-readable line (two for failures) for a verify report."""
+    """Human-readable lines for a verify report: one, and one per detail that applies
+    (records verified before a failure, the two frames of a fork, a format version's note)."""
+    lines = []
     if report.status == "ok":
-        return (
+        lines.append(
             f"OK {report.path}: run {report.run_id}, {report.records} records sealed and closed,"
             f" signed by {report.key_fingerprint}, {report.blobs_checked} blobs checked"
         )
-    if report.status == "tampered":
+    elif report.status == "tampered":
         where = f" at byte {report.bad_offset}" if report.bad_offset is not None else ""
-        return (
-            f"TAMPERED {report.path}: first bad record seq {report.bad_seq}{where}: {report.reason}\n"
-            f"  records 0..{report.sealed - 1} verified before it" if report.sealed else
-            f"TAMPERED {report.path}: first bad record seq {report.bad_seq}{where}: {report.reason}"
+        lines.append(f"TAMPERED {report.path}: first bad record seq {report.bad_seq}{where}: {report.reason}")
+        if report.fork_seq is not None and report.fork_offsets is not None:
+            first, second = report.fork_offsets
+            lines.append(f"  fork: two records claim seq {report.fork_seq}, in the frames at byte {first}"
+                         f" and byte {second}")
+        if report.sealed:
+            lines.append(f"  records 0..{report.sealed - 1} verified before it")
+    elif report.run_id is None:
+        lines.append(
+            f"NOT CLOSED {report.path}: the file ends inside its header ({report.torn_bytes} bytes):"
+            " no records; a crash as the ledger was created"
         )
-    torn = (
-        f"a torn frame of {report.torn_bytes} bytes was cut" if report.torn_bytes else "no torn frame"
-    )
-    return (
-        f"NOT CLOSED {report.path}: run {report.run_id}, {report.sealed} records sealed and intact;"
-        f" {report.unsealed} records follow the last seal; {torn}; no final seal (crash or still running)"
-    )
+    else:
+        torn = f"a torn frame of {report.torn_bytes} bytes was cut" if report.torn_bytes else "no torn frame"
+        lines.append(
+            f"NOT CLOSED {report.path}: run {report.run_id}, {report.sealed} records sealed and intact;"
+            f" {report.unsealed} records follow the last seal; {torn}; no final seal (crash or still running)"
+        )
+    if report.note:
+        lines.append(f"  note: {report.note}")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ import pytest
 from caisson.cli import main
 from caisson.home import operator_key
 from ledger import BlobStore, LedgerWriter, SigningKey
+from ledger import _format as F
 from ledger.events import FileOpen, Note, ProcessExec, RunEnded
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,6 +79,46 @@ def test_verify_exit_codes(op_key, tmp_path, capsys):
     assert main(["verify", str(tmp_path / "junk")]) == 2
     assert "not a caisson ledger" in capsys.readouterr().err
     assert main(["verify", str(tmp_path / "nope")]) == 2
+
+
+def test_verify_says_an_empty_file_is_not_a_ledger_and_a_partial_header_is_torn(op_key, tmp_path, capsys):
+    run = _run_dir(tmp_path, op_key)
+    data = (run / "ledger").read_bytes()
+    (run / "ledger").write_bytes(b"")
+    assert main(["verify", str(run)]) == 2
+    assert "empty file: not a caisson ledger" in capsys.readouterr().err
+
+    (run / "ledger").write_bytes(data[:30])
+    assert main(["verify", str(run)]) == 3
+    assert "ends inside its header (30 bytes)" in capsys.readouterr().out
+
+
+def test_verify_names_a_fork_with_both_offsets(op_key, tmp_path, capsys):
+    run = _run_dir(tmp_path, op_key)
+    data = (run / "ledger").read_bytes()
+    parser = F.FrameParser()
+    parser.feed(data)
+    frames = [item for item in iter(parser.next_item, F.NEED_DATA) if isinstance(item, F.Frame)]
+    first, seal = frames[0], frames[1]  # records 0..1, and their seal
+    end = seal.offset + F.FRAME_HEADER_SIZE + len(seal.payload)
+    copy = data[first.offset : seal.offset]
+    (run / "ledger").write_bytes(data[:end] + copy + data[end:])  # seqs 0..1 again
+    assert main(["verify", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("TAMPERED") and "sequence gap" not in out
+    assert f"fork: two records claim seq 0, in the frames at byte {first.offset} and byte {end}" in out
+    assert main(["verify", str(run), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert (report["status"], report["fork_seq"], report["fork_offsets"], report["exit_code"]) == (
+        "tampered", 0, [first.offset, end], 1)
+    assert report["format_version"] == 2 and report["note"] is None
+
+
+def test_verify_states_what_a_version_1_ledger_does_not_guarantee(capsys):
+    golden = ROOT / "tests" / "ledger" / "test_golden" / "v1"
+    assert main(["verify", str(golden), "--key", str(golden / "signer.pub")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("OK ") and "note: format version 1: its seals do not bind the file's raw bytes" in out
 
 
 def test_tail_prints_json_lines_and_filters_by_kind(op_key, tmp_path, capsys):

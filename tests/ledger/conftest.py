@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import strategies as st
 
 from ledger import BlobStore, LedgerWriter, SigningKey
+from ledger import _format as F
 from ledger.events import (
     FileChange,
     FileOpen,
@@ -65,6 +67,46 @@ def write_ledger(run_dir: Path, items, *, flush_records: int = 4, close: bool = 
     if close:
         writer.close()
     return writer
+
+
+class Item(msgspec.Struct):
+    """The header or one frame of a ledger file, with its byte range."""
+
+    start: int
+    end: int
+    kind: int  # 0 for the header
+    first_seq: int = 0
+    count: int = 0
+    payload: bytes = b""
+    sealed_before: int = 0  # records covered by the seals before this item
+
+
+def items_of(data: bytes) -> list[Item]:
+    """Parse a well-formed ledger into its header and frames."""
+    parser = F.FrameParser()
+    parser.feed(data)
+    out: list[Item] = []
+    start = sealed = 0
+    while (item := parser.next_item()) is not F.NEED_DATA:
+        end = parser.offset
+        if isinstance(item, F.Header):
+            out.append(Item(0, end, 0))
+        else:
+            assert isinstance(item, F.Frame)
+            out.append(Item(start, end, item.kind, item.first_seq, item.count, item.payload, sealed))
+            if item.kind == F.FRAME_SEAL:
+                sealed = item.first_seq
+        start = end
+    assert start == len(data)
+    return out
+
+
+def replace_frame(data: bytes, item: Item, **changes) -> bytes:
+    """``data`` with one frame re-encoded (kind, first_seq, count, payload), CRCs recomputed."""
+    fields = {"kind": item.kind, "first_seq": item.first_seq, "count": item.count, "payload": item.payload}
+    fields.update(changes)
+    frame = F.encode_frame(fields["kind"], fields["first_seq"], fields["count"], fields["payload"])
+    return data[: item.start] + frame + data[item.end :]
 
 
 @pytest.fixture

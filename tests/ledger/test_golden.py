@@ -1,24 +1,39 @@
-"""Every ledger format version stays readable: a committed golden ledger per version."""
+"""Every ledger format version stays readable: a committed golden ledger per version.
+
+The goldens are in test_golden/v<N>/ (v1 predates the script; v2 on was written by
+test_golden/make_golden.py, once, when its version was the current one).
+"""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
-from ledger import load_verify_key, read_records, verify_ledger
+import pytest
+
+from ledger import FORMAT_VERSION, load_verify_key, read_records, verify_ledger
+from ledger import _format as F
 from ledger.events import FileOpen, LlmCall, ProcessExec, RunEnded, RunStarted
 
 GOLDEN = Path(__file__).parent / "test_golden"
+T0 = 1_767_225_600_000_000_000
 
 
-def test_v1_golden_ledger_verifies_and_reads():
-    run = GOLDEN / "v1"
+@pytest.mark.parametrize("version", [1, 2])
+def test_golden_ledger_verifies_and_reads(version):
+    run = GOLDEN / f"v{version}"
     key = load_verify_key(run / "signer.pub")
     report = verify_ledger(run, key)
-    assert (report.status, report.run_id, report.records, report.blobs_checked) == ("ok", "golden-v1", 7, 1)
+    assert (report.status, report.run_id, report.records, report.blobs_checked) == (
+        "ok", f"golden-v{version}", 7, 1)
+    assert report.format_version == version and (report.note is not None) == (version == 1)
     records = list(read_records(run))
-    t0 = 1_767_225_600_000_000_000
     assert [r.seq for r in records] == list(range(7))
-    assert [r.wall_ns - t0 for r in records] == [0, 1000, 2000, records[3].wall_ns - t0, 3000, 4000, 5000]
+    walls = [r.wall_ns - T0 for r in records]
+    if version == 1:  # its blob event took the clock's time, the others did not advance for it
+        assert walls[:3] + walls[4:] == [0, 1000, 2000, 3000, 4000, 5000]
+    else:
+        assert walls == [0, 1000, 2000, 3000, 4000, 5000, 6000]
     assert [r.source for r in records] == ["recorder", "strace", "strace", "recorder", "proxy", "strace", "recorder"]
     assert isinstance(records[0].event, RunStarted) and records[0].event.command == ["sh", "-c", "echo hi"]
     assert records[1].event == ProcessExec(pid=1, host_pid=4242, path="/bin/sh", argv=["sh", "-c", "echo hi"],
@@ -28,3 +43,21 @@ def test_v1_golden_ledger_verifies_and_reads():
     assert records[3].event.sha256 == "98ea6e4f216f2fb4b69fff9b3a44842c38686ca685f3f55dc48c5d3fb1107be4"
     assert isinstance(records[4].event, LlmCall) and records[4].event.usage == {"input_tokens": 10, "output_tokens": 5}
     assert records[6].event == RunEnded(exit_code=0, wall_ns=4000)
+
+
+def test_v2_seals_bind_the_file_bytes_before_them():
+    """What a third party can check with sha256sum: each seal names the bytes before it."""
+    data = (GOLDEN / "v2" / "ledger").read_bytes()
+    parser = F.FrameParser()
+    parser.feed(data)
+    items = list(iter(parser.next_item, F.NEED_DATA))
+    assert items[0].format_version == 2
+    seals = [F.seal_decoder.decode(f.payload) for f in items[1:] if f.kind == F.FRAME_SEAL]
+    offsets = [f.offset for f in items[1:] if f.kind == F.FRAME_SEAL]
+    assert [s.upto for s in seals] == [3, 6, 7] and seals[-1].final
+    for seal, offset in zip(seals, offsets):
+        assert seal.size == offset and seal.file_hash == hashlib.sha256(data[:offset]).digest()
+
+
+def test_there_is_a_golden_for_the_current_version():
+    assert (GOLDEN / f"v{FORMAT_VERSION}" / "ledger").is_file()

@@ -10,20 +10,23 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import (
     LedgerChecker,
     LedgerError,
+    NotALedgerError,
     SigningKey,
     read_records,
     verify_ledger,
 )
 from ledger._format import FRAME_HEADER_SIZE, FRAME_RECORDS, NEED_DATA, Frame, FrameParser, Header
 from ledger.events import Note
-from tests.ledger.conftest import KEY, write_ledger
+from tests.ledger.conftest import KEY, items_of, replace_frame, write_ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,7 +107,9 @@ def test_every_single_byte_flip_is_detected(sample):
 
 def test_truncation_at_any_offset_keeps_the_sealed_prefix(sample):
     ledger, spans = sample
-    for cut in range(len(ledger)):
+    with pytest.raises(NotALedgerError, match="empty"):  # cut at 0: no header, no evidence
+        _verify_bytes(b"")
+    for cut in range(1, len(ledger)):
         report = _verify_bytes(ledger[:cut])
         assert report.status == "unclosed", (cut, report)
         assert report.exit_code == 3
@@ -122,6 +127,26 @@ def _sealed_after(ledger: bytes, end: int) -> int:
     for _ in checker.records():
         pass
     return checker.sealed
+
+
+def test_an_empty_file_is_not_a_ledger(tmp_path):
+    """No byte, no evidence that it ever was a ledger: exit 2, not "not closed"."""
+    path = tmp_path / "ledger"
+    path.write_bytes(b"")
+    with pytest.raises(NotALedgerError, match="empty"):
+        verify_ledger(path, KEY.verify_key)
+    with pytest.raises(NotALedgerError, match="empty"):
+        list(read_records(path))
+
+
+def test_a_partial_header_is_a_torn_ledger_with_no_run(sample):
+    """From one byte of the magic to all but the header's last byte: a crash as the file
+    was created, reported as unclosed (exit 3) with no run id and no records."""
+    ledger, spans = sample
+    for cut in range(1, spans[0][1]):
+        report = _verify_bytes(ledger[:cut])
+        assert (report.status, report.records, report.torn_bytes, report.run_id) == ("unclosed", 0, cut, None)
+        assert report.exit_code == 3
 
 
 def test_unsealed_tail_is_counted(tmp_path):
@@ -180,6 +205,7 @@ def test_removed_frame_is_a_sequence_gap(tmp_path):
     cut = data[: spans[3][0]] + data[spans[5][0] :]
     report = _verify_bytes(cut)
     assert report.status == "tampered" and report.bad_seq == 3 and "sequence gap" in report.reason
+    assert report.fork_seq is None and report.fork_offsets is None
 
 
 def test_seal_from_another_run_is_rejected(tmp_path):
@@ -381,3 +407,58 @@ def test_a_header_or_seal_with_a_deeply_nested_extra_key_is_tampering_not_a_cras
         path.write_bytes(bad)
         with pytest.raises(LedgerError, match=f"{name} undecodable"):
             list(read_records(path))
+
+
+# -- forks: two records claiming one sequence number ------------------------------------------
+
+
+def _records_frames(data: bytes):
+    return [i for i in items_of(data) if i.kind == FRAME_RECORDS]
+
+
+def _body(item) -> bytes:
+    return zstandard.ZstdDecompressor().decompress(item.payload)
+
+
+def test_a_frame_repeated_later_is_a_fork_with_both_offsets(sample):
+    ledger, _ = sample
+    first = _records_frames(ledger)[1]  # seqs 3..5
+    seal = items_of(ledger)[4]  # the seal after it
+    forked = ledger[: seal.end] + ledger[first.start : first.end] + ledger[seal.end :]
+    report = _verify_bytes(forked)
+    assert report.status == "tampered" and "sequence gap" not in report.reason
+    assert report.reason == (f"fork: seq 3 is recorded twice, in the frame at byte {first.start}"
+                             f" and the frame at byte {seal.end}")
+    assert (report.fork_seq, report.fork_offsets) == (3, [first.start, seal.end])
+    assert (report.bad_offset, report.bad_seq) == (seal.end, 6)
+
+
+def test_a_frame_repeated_after_the_final_seal_is_a_fork(sample):
+    ledger, _ = sample
+    first = _records_frames(ledger)[0]
+    report = _verify_bytes(ledger + ledger[first.start : first.end])
+    assert (report.status, report.fork_seq, report.fork_offsets) == ("tampered", 0, [first.start, len(ledger)])
+    assert report.reason.endswith("after the final seal")
+
+
+def test_a_record_repeated_inside_a_frame_is_a_fork(sample):
+    ledger, _ = sample
+    frame = _records_frames(ledger)[1]  # seqs 3..5
+    raws = msgspec.msgpack.decode(_body(frame), type=list[msgspec.Raw])
+    second = msgspec.msgpack.decode(raws[1])
+    second[0] = 3  # the second record claims seq 3 too
+    body = b"\x93" + bytes(raws[0]) + msgspec.msgpack.encode(second) + bytes(raws[2])
+    report = _verify_bytes(replace_frame(ledger, frame, payload=zstandard.ZstdCompressor().compress(body)))
+    assert report.status == "tampered" and report.reason.startswith("fork: seq 3")
+    assert (report.fork_seq, report.fork_offsets, report.bad_seq) == (3, [frame.start, frame.start], 3)
+
+
+def test_a_frame_whose_records_restart_at_an_earlier_seq_is_a_fork(sample):
+    """Its header claims the next seq, but its records say 1, 2, 3: seq 1 was in frame 0."""
+    ledger, _ = sample
+    frames = _records_frames(ledger)
+    frame = frames[1]
+    raws = msgspec.msgpack.decode(_body(frame), type=list[msgspec.Raw])
+    body = msgspec.msgpack.encode([[1 + i] + msgspec.msgpack.decode(raw)[1:] for i, raw in enumerate(raws)])
+    report = _verify_bytes(replace_frame(ledger, frame, payload=zstandard.ZstdCompressor().compress(body)))
+    assert (report.status, report.fork_seq, report.fork_offsets) == ("tampered", 1, [frames[0].start, frame.start])
