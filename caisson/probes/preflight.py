@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -44,7 +45,7 @@ class Check(msgspec.Struct, kw_only=True):
 
     arm: str
     agent: str
-    status: str
+    status: Literal["ok", "abort", "refused"]
     offered: list[str] = []
     still_denied: list[str] = []
     reason: str = ""

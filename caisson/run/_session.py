@@ -31,7 +31,8 @@ from caisson.errors import ChamberError
 from caisson.chamber.sandbox import Sandbox
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
-from ledger.events import AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt, WitnessGap
+from ledger.events import (AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, RunStatus, SandboxBuilt,
+                           WitnessGap)
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
            "WitnessContext", "run_session", "WITNESS_GRACE_S"]
@@ -48,11 +49,11 @@ class RunOutcome(msgspec.Struct, kw_only=True):
 
     run_id: str
     run_dir: Path
-    status: str  # completed | timeout | interrupted | infra_failure
+    status: RunStatus
     exit_code: int  # the CLI's exit status: the command's, 124 timeout, 125 infra, 130 Ctrl-C
     command_exit: int | None = None
     signal: int | None = None
-    wall_ns: int = 0
+    duration_ns: int = 0  # how long the command ran, ns (run.ended's duration_ns)
     reason: str = ""
 
 
@@ -84,7 +85,7 @@ class WitnessContext(msgspec.Struct, kw_only=True):
     fingerprint_key: bytes
     facts: dict[str, Any]
     started: ContainerStarted | None = None
-    end_status: str | None = None
+    end_status: RunStatus | None = None
 
 
 class Witness(Protocol):
@@ -347,7 +348,7 @@ def _ended(result: ContainerResult, run_id: str, run_dir: Path) -> tuple[RunEnde
     if result.output_truncated:
         reason = (reason + "; " if reason else "") + (
             f"stdout and stderr reached the engine's log cap ({LOG_CAP_BYTES // 2**20} MiB): the oldest may be lost")
-    end = RunEnded(exit_code=result.exit_code if not result.timed_out else None, signal=signame, wall_ns=wall,
+    end = RunEnded(exit_code=result.exit_code if not result.timed_out else None, signal=signame, duration_ns=wall,
                    timed_out=result.timed_out, status=status, reason=reason)
     return end, RunOutcome(run_id=run_id, run_dir=run_dir, status=status, exit_code=code,
-                           command_exit=result.exit_code, signal=result.signal, wall_ns=wall, reason=reason)
+                           command_exit=result.exit_code, signal=result.signal, duration_ns=wall, reason=reason)
