@@ -16,7 +16,8 @@ import msgspec
 
 from caisson.model import scripted_model
 from caisson.errors import UsageError
-from caisson.run.record import RecordOptions, record
+from caisson.run.plan import RecordOptions, plan_run
+from caisson.run.record import record
 from caisson.scenario import Egress, load_scenario
 from caisson.run.witnesses import default_witnesses
 from ledger import read_records
@@ -70,14 +71,18 @@ def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path |
     for agent in agents:
         for arm in scenario.arms:
             run_dir = root / f"{agent}--{arm.name}"
+            options = RecordOptions(command=[], scenario=scenario_path, repo=repo, out=run_dir,
+                                    question=scenario.questions[0].id, agent=agent, arm=arm.name,
+                                    weaken=list(weaken), env=_KEYS)
             try:
+                refusal = plan_run(options, scenario).refusal
+                if refusal is not None:  # planned, never started
+                    checks.append(Check(arm=arm.name, agent=agent, status="refused", reason=f"refused: {refusal.reason}"))
+                    continue
                 with scripted_model(script) as address:
                     egress = Egress(allow_hosts=list(_PROVIDERS),
                                     upstream={host: f"http://{address}" for host in _PROVIDERS})
-                    record(RecordOptions(command=[], scenario=scenario_path, repo=repo, out=run_dir,
-                                         question=scenario.questions[0].id, agent=agent, arm=arm.name,
-                                         weaken=list(weaken), env=_KEYS, egress=egress),
-                           witnesses=default_witnesses())
+                    record(msgspec.structs.replace(options, egress=egress), witnesses=default_witnesses())
             except UsageError as exc:
                 checks.append(Check(arm=arm.name, agent=agent, status="refused", reason=str(exc)))
                 continue

@@ -29,6 +29,7 @@ from caisson.chamber import guard_bridge, unguard_bridge
 from caisson._paths import SANDBOX_PATH
 from caisson.errors import ChamberError
 from caisson.chamber.sandbox import Sandbox
+from caisson.run.stream import MonitorAddress
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
 from ledger.events import (AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, RunStatus, SandboxBuilt,
@@ -118,7 +119,7 @@ class Session(msgspec.Struct, kw_only=True):
     run_dir: Path
     scratch: Path
     witnesses: list
-    monitor: str | None
+    monitor: MonitorAddress | None  # parsed by the plan, so a bad address never reaches a run
     fingerprint_key: bytes
     network: bool = False  # weakened: a network with a route out and no firewall
     transcript: Any = None  # the agent adapter's transcript parser factory, or None
@@ -138,9 +139,9 @@ async def run_session(s: Session) -> RunOutcome:
         async with trio.open_nursery() as nursery:
             await nursery.start(run_writer, writer, receive.clone())
             if s.monitor is not None:
-                from caisson.run.stream import MonitorSink, parse_monitor_address
+                from caisson.run.stream import MonitorSink
 
-                sink = MonitorSink(parse_monitor_address(s.monitor))
+                sink = MonitorSink(s.monitor)
                 writer.add_listener(sink.offer)
                 await nursery.start(sink.run)
             async with send:
