@@ -8,6 +8,7 @@ the arm, agent and tool named. A combination the agent cannot gate is a refusal,
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Literal
@@ -16,6 +17,7 @@ import msgspec
 
 from caisson.model import scripted_model
 from caisson.errors import UsageError
+from caisson.resources import resource_dir
 from caisson.run.plan import RecordOptions, plan_run
 from caisson.run.record import record
 from caisson.scenario import Egress, load_scenario
@@ -25,16 +27,13 @@ from ledger.events import AgentTools, RunStarted
 
 __all__ = ["Check", "preflight"]
 
-_SCRIPT = '''name = "preflight"
-models = ["{model}"]
-[[turns]]
-text = "Ready."
-usage = {{ input = 10, output = 2 }}
-[[background]]
-match = {{ model_contains = "haiku" }}
-text = "{{}}"
-usage = {{ input = 1, output = 1 }}
-'''
+SCRIPT = resource_dir("scenarios") / "model" / "preflight.toml"
+"""The scripted model of a preflight: it answers once and asks for no tool."""
+
+
+def preflight_script(model: str) -> str:
+    """`SCRIPT`'s text, with the ``models`` it lists set to ``[model]`` (the scenario's)."""
+    return f"models = [{json.dumps(model)}]\n" + SCRIPT.read_text()
 
 
 _PROVIDERS = ("api.anthropic.com", "api.openai.com")
@@ -66,7 +65,7 @@ def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path |
     root = Path(out) if out else Path(tempfile.mkdtemp(prefix="caisson-preflight-"))
     root.mkdir(parents=True, exist_ok=True)
     script = root / "model.toml"
-    script.write_text(_SCRIPT.format(model=scenario.agent.model or "claude-sonnet-4-5"))
+    script.write_text(preflight_script(scenario.agent.model or "claude-sonnet-4-5"))
     checks = []
     for agent in agents:
         for arm in scenario.arms:
