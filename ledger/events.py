@@ -17,7 +17,7 @@ module, and decoded by one reused typed decoder (`decode_event`). Rules:
   Unix epoch) or a duration (``duration_ns``, ``cpu_ns``, ``timer_lateness_ns``); the
   name ``wall_ns`` means a record's timestamp (`ledger.Record.wall_ns`), never a duration.
 - Closed vocabularies are ``Literal`` types (`RunStatus`, `Category`, `FileAccess`,
-  `ToolOutcome`, `ToolSurface`, `Gating`): a value outside one does not decode, and the
+  `ToolOutcome`, `ToolSurface`, `Provider`, `LlmEndpoint`, `Gating`): a value outside one does not decode, and the
   reader keeps such a record as a ``witness.raw`` describing it.
 - Processes carry both identities: ``pid`` as the chamber saw it and ``host_pid`` as the
   host did (a pid alone is not unique across namespaces).
@@ -34,6 +34,8 @@ __all__ = [
     "Category",
     "FileAccess",
     "Gating",
+    "LlmEndpoint",
+    "Provider",
     "RunStatus",
     "ToolOutcome",
     "ToolSurface",
@@ -91,6 +93,12 @@ ToolOutcome = Literal["executed", "refused", "errored", "unknown"]
 
 ToolSurface = Literal["init", "request"]
 """Where an agent's tool list comes from: what it reports (``init``), what it sends the model (``request``)."""
+
+Provider = Literal["anthropic", "openai"]
+"""The LLM API a model call went to (``llm.call.provider``)."""
+
+LlmEndpoint = Literal["messages", "chat.completions", "responses"]
+"""The API endpoint of a model call: Anthropic Messages, OpenAI Chat Completions or Responses."""
 
 Gating = Literal["enforced", "not_enforced", "ungated"]
 """An agent's gating capability (``run.started.agent["gating"]``): its flags restrict tools
@@ -338,8 +346,8 @@ class LlmUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     """A model call seen first-hand by the proxy witness."""
 
-    provider: str  # anthropic | openai
-    endpoint: str  # messages | chat.completions | responses
+    provider: Provider
+    endpoint: LlmEndpoint
     requested_model: str | None = None
     served_model: str | None = None  # as the response says
     stop_reason: str | None = None

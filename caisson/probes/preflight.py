@@ -76,7 +76,8 @@ def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path |
             try:
                 refusal = plan_run(options, scenario).refusal
                 if refusal is not None:  # planned, never started
-                    checks.append(Check(arm=arm.name, agent=agent, status="refused", reason=f"refused: {refusal.reason}"))
+                    checks.append(Check(arm=arm.name, agent=agent, status="refused",
+                                        reason=f"refused: {refusal.reason}"))
                     continue
                 with scripted_model(script) as address:
                     egress = Egress(allow_hosts=list(_PROVIDERS),

@@ -263,7 +263,10 @@ def plan_run(options: RecordOptions, scenario: Scenario | None = None, *,
         raise UsageError(f"--arm {options.arm}: an arm sets an agent's tools; give --agent NAME too")
     transcript = None
     if options.transcript is not None:
-        transcript = _adapter(options.transcript).name
+        try:
+            transcript = _adapter(options.transcript).name
+        except UsageError:
+            raise UsageError(f"transcript {options.transcript}: no agent adapter of that name") from None
     command, env, image_recipe = tuple(options.command), dict(options.env), "chamber"
     agent = arm = refusal = None
     if options.agent is not None:

@@ -32,12 +32,12 @@ from caisson import __version__
 from caisson.chamber import ContainerSpec, Limits, open_engine
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
-from caisson.chamber.envpin import build_env
+from caisson.chamber.envpin import ChamberEnv, build_env
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
 from caisson.chamber.image import image_tag
 from caisson.chamber.sandbox import Sandbox, build_sandbox
-from caisson.run.plan import WEAKENABLE, RecordOptions, plan_run
+from caisson.run.plan import WEAKENABLE, RecordOptions, RunPlan, plan_run
 from caisson.scenario import Scenario, load_scenario, scenario_digest
 from ledger import BlobStore, LedgerWriter
 from ledger.events import RunStarted
@@ -112,8 +112,6 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
     run_id = new_run_id()
     run_dir = _prepare_run_dir(options.out, run_id)
     tag = plan.image or image_tag(plan.image_recipe)
-    weakened = plan.weakened
-    uid, gid = plan.uid, plan.gid
     async with open_engine() as engine:
         image_id = await engine.image_id(tag)
         if image_id is None:
@@ -121,39 +119,12 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
         engine_info = await engine.info()
         scratch = Path(tempfile.mkdtemp(prefix=f"caisson-{run_id}-"))
         try:
-            sandbox_dir, config_home = scratch / "sandbox", scratch / "home"
-            sandbox: Sandbox | None = None
-            if options.repo is not None:
-                rules = scenario
-                if weakened.exclusions:
-                    rules = msgspec.structs.replace(scenario, exclusions=[], questions=[], leak_terms=[])
-                sandbox = await trio.to_thread.run_sync(
-                    build_sandbox, options.repo, options.commit or "HEAD", rules, sandbox_dir
-                )
-            else:
-                sandbox_dir.mkdir()
-            config_home.mkdir()
-            for sub in (".config", ".cache", ".claude", ".codex"):  # what the pinned variables name
-                (config_home / sub).mkdir()
-            _chown_tree(sandbox_dir, uid, gid)
-            _chown_tree(config_home, uid, gid)
+            sandbox, binds = await _build_trees(plan, options, scenario, scratch)
             key = ensure_operator_key()
             run_dir.mkdir(parents=True, exist_ok=True)
             writer = LedgerWriter(run_dir / "ledger", run_id=run_id, key=key, blobs=BlobStore(run_dir / "blobs"),
                                   flush_records=1024, flush_interval_s=0.5)
-            chamber_env = build_env(caller=os.environ, scenario=scenario, overrides=plan.env,
-                                    cwd=SANDBOX_PATH, fingerprint_key=fingerprint_key(key))
-            binds = [(str(sandbox_dir), SANDBOX_PATH, False), (str(config_home), CONFIG_HOME, False)]
-            if weakened.env:
-                leaked = {"OLDPWD": os.getcwd(), "PWD": os.getcwd(), "PLANTED_API_KEY": "sk-planted-by-selftest"}
-                chamber_env = msgspec.structs.replace(
-                    chamber_env, env={**chamber_env.env, **leaked},
-                    recorded={**chamber_env.recorded, **leaked, "PLANTED_API_KEY": "fp:planted"})
-            if weakened.live_repo and options.repo is not None:
-                copy = scratch / "live-copy"
-                await trio.to_thread.run_sync(lambda: shutil.copytree(options.repo, copy, symlinks=True))
-                _chown_tree(copy, uid, gid)
-                binds.append((str(copy), str(Path(options.repo).resolve()), False))
+            chamber_env = _chamber_env(plan, scenario, fingerprint_key(key))
             limits = scenario.limits
             manifest = RunStarted(
                 run_id=run_id,
@@ -171,7 +142,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 question_id=plan.question.id if plan.question else None,
                 caller={"cwd": os.getcwd(), "home": os.path.expanduser("~")},
                 witnesses=[w.name for w in witnesses],
-                weakened=weakened.names,
+                weakened=plan.weakened.names,
                 agent=plan.agent_facts(),
                 arm=plan.arm_facts(),
             )
@@ -180,7 +151,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 cmd=list(plan.command),
                 env=chamber_env.env,
                 workdir=SANDBOX_PATH,
-                user=f"{uid}:{gid}",
+                user=f"{plan.uid}:{plan.gid}",
                 binds=binds,
                 labels={"caisson.run_dir": str(run_dir.resolve())},
                 limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
@@ -191,14 +162,62 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             )
             scenario_bytes = Path(options.scenario).read_bytes() if options.scenario else None
             session = Session(engine=engine, writer=writer, spec=spec, manifest=manifest, sandbox=sandbox,
-                              sandbox_dir=sandbox_dir, scenario=scenario, scenario_bytes=scenario_bytes,
+                              sandbox_dir=scratch / "sandbox", scenario=scenario, scenario_bytes=scenario_bytes,
                               run_dir=run_dir, scratch=scratch, witnesses=witnesses, monitor=plan.monitor,
-                              fingerprint_key=fingerprint_key(key), network=weakened.network,
+                              fingerprint_key=fingerprint_key(key), network=plan.weakened.network,
                               transcript=transcript)
             return await run_session(session)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(shutil.rmtree, scratch, True)
+
+
+async def _build_trees(plan: RunPlan, options: RecordOptions, scenario: Scenario,
+                       scratch: Path) -> tuple[Sandbox | None, list[tuple[str, str, bool]]]:
+    """The sandbox (``scratch/sandbox``, from the repository, or empty), the agent's fresh
+    config home (``scratch/home``), both owned by the agent's user, and the container's
+    binds; weakened ``live_repo``: a copy of the live repository at its own path too.
+
+    Raises:
+        SandboxError: the repository or commit is wrong.
+        ContainmentError: the containment scan hit.
+    """
+    sandbox_dir, config_home = scratch / "sandbox", scratch / "home"
+    sandbox: Sandbox | None = None
+    if options.repo is not None:
+        rules = scenario
+        if plan.weakened.exclusions:
+            rules = msgspec.structs.replace(scenario, exclusions=[], questions=[], leak_terms=[])
+        sandbox = await trio.to_thread.run_sync(build_sandbox, options.repo, options.commit or "HEAD", rules,
+                                                sandbox_dir)
+    else:
+        sandbox_dir.mkdir()
+    config_home.mkdir()
+    for sub in (".config", ".cache", ".claude", ".codex"):  # what the pinned variables name
+        (config_home / sub).mkdir()
+    _chown_tree(sandbox_dir, plan.uid, plan.gid)
+    _chown_tree(config_home, plan.uid, plan.gid)
+    binds = [(str(sandbox_dir), SANDBOX_PATH, False), (str(config_home), CONFIG_HOME, False)]
+    if plan.weakened.live_repo and options.repo is not None:
+        copy = scratch / "live-copy"
+        await trio.to_thread.run_sync(lambda: shutil.copytree(options.repo, copy, symlinks=True))
+        _chown_tree(copy, plan.uid, plan.gid)
+        binds.append((str(copy), str(Path(options.repo).resolve()), False))
+    return sandbox, binds
+
+
+def _chamber_env(plan: RunPlan, scenario: Scenario, key: bytes) -> ChamberEnv:
+    """The chamber's environment (`caisson.chamber.build_env` from the caller's, the
+    scenario's and the plan's variables); weakened ``env``: the caller's OLDPWD and PWD and
+    a planted credential leak in."""
+    chamber_env = build_env(caller=os.environ, scenario=scenario, overrides=plan.env, cwd=SANDBOX_PATH,
+                            fingerprint_key=key)
+    if plan.weakened.env:
+        leaked = {"OLDPWD": os.getcwd(), "PWD": os.getcwd(), "PLANTED_API_KEY": "sk-planted-by-selftest"}
+        chamber_env = msgspec.structs.replace(
+            chamber_env, env={**chamber_env.env, **leaked},
+            recorded={**chamber_env.recorded, **leaked, "PLANTED_API_KEY": "fp:planted"})
+    return chamber_env
 
 
 def _with_upstream_ca(scenario: Scenario, scenario_path: Path | None) -> Scenario:

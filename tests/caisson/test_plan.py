@@ -141,6 +141,7 @@ def test_the_plan_is_a_pure_function_of_its_inputs():
     (dict(command=["true"], question="q1", agent="claude-code"), r"^--agent builds the command itself"),
     (dict(command=[], agent="claude-code"), r"^--agent needs --question ID"),
     (dict(command=["true"], weaken=["nope"]), r"^cannot weaken nope"),
+    (dict(command=["true"], transcript="nope"), r"^transcript nope: no agent adapter of that name$"),
 ])
 def test_a_bad_option_is_a_usage_error_naming_it(options, message):
     with pytest.raises(UsageError, match=message):

@@ -8,7 +8,8 @@ import msgspec
 import pytest
 
 from ledger import read_records
-from ledger.events import SCHEMA_VERSION, AgentToolResult, ExcludedPath, FileOpen, RunEnded, decode_event
+from ledger.events import (SCHEMA_VERSION, AgentToolResult, ExcludedPath, FileOpen, LlmCall, RunEnded,
+                           decode_event)
 
 GOLDEN_V1 = Path(__file__).parent / "test_golden" / "v1"
 
@@ -38,6 +39,8 @@ def test_the_committed_schema_2_ledger_reads_its_duration_under_the_new_name():
     {"kind": "file.open", "pid": 1, "path": "/x", "access": "x"},
     {"kind": "agent.tool_result", "agent": "a", "call_id": "c", "outcome": "maybe"},
     {"kind": "agent.tools", "agent": "a", "surface": "guess"},
+    {"kind": "llm.call", "provider": "acme", "endpoint": "messages"},
+    {"kind": "llm.call", "provider": "openai", "endpoint": "completions"},
     {"kind": "sandbox.built", "path": "/s", "commit": "c", "tree_digest": "d",
      "excluded": [{"path": "a", "category": "secrets"}]},
 ])
@@ -53,5 +56,8 @@ def test_closed_vocabularies_decode_their_own_values():
         assert decode_event(msgspec.msgpack.encode(FileOpen(pid=1, path="/x", access=access))).access == access
     for outcome in ("executed", "refused", "errored", "unknown"):
         event = AgentToolResult(agent="a", call_id="c", outcome=outcome)
+        assert decode_event(msgspec.msgpack.encode(event)) == event
+    for provider, endpoint in (("anthropic", "messages"), ("openai", "chat.completions"), ("openai", "responses")):
+        event = LlmCall(provider=provider, endpoint=endpoint)
         assert decode_event(msgspec.msgpack.encode(event)) == event
     assert ExcludedPath(path="a", category="grading").category == "grading"
