@@ -17,8 +17,8 @@ module, and decoded by one reused typed decoder (`decode_event`). Rules:
   Unix epoch) or a duration (``duration_ns``, ``cpu_ns``, ``timer_lateness_ns``); the
   name ``wall_ns`` means a record's timestamp (`ledger.Record.wall_ns`), never a duration.
 - Closed vocabularies are ``Literal`` types (`RunStatus`, `Category`, `FileAccess`,
-  `ToolOutcome`, `ToolSurface`, `Provider`, `LlmEndpoint`, `Gating`): a value outside one does not decode, and the
-  reader keeps such a record as a ``witness.raw`` describing it.
+  `ToolOutcome`, `ToolSurface`, `Provider`, `LlmEndpoint`, `Gating`): a value outside one
+  does not decode, and the reader keeps such a record as a ``witness.raw`` describing it.
 - Processes carry both identities: ``pid`` as the chamber saw it and ``host_pid`` as the
   host did (a pid alone is not unique across namespaces).
 """

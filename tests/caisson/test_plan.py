@@ -7,7 +7,6 @@ that looks like a run is left behind.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import msgspec
 import pytest
