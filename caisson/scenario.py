@@ -31,6 +31,7 @@ import msgspec
 
 from caisson.errors import ScenarioError
 from ledger import is_credential
+from ledger.events import Category
 
 __all__ = [
     "CATEGORIES",
@@ -49,9 +50,6 @@ __all__ = [
     "parse_scenario",
     "scenario_digest",
 ]
-
-Category = Literal["answer_key", "telemetry", "agent_instructions", "published_reports", "grading"]
-"""The exclusion categories: what a sandbox may withhold, and why."""
 
 CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
 

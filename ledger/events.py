@@ -10,19 +10,35 @@ module, and decoded by one reused typed decoder (`decode_event`). Rules:
 - Timestamps and ids are passed in by the witness that builds the event; nothing here
   reads a clock, so replay builds identical events.
 - New fields get defaults; a kind is never renamed. `SCHEMA_VERSION` grows when kinds or
-  fields are added, and every older ledger stays readable (tests/ledger/test_golden/).
+  fields are added or a field is renamed, and every older ledger stays readable
+  (tests/ledger/test_golden/): a renamed field keeps its old name as a read-only alias
+  that ``__post_init__`` folds into the new one (`RunEnded.duration_ns`).
+- A ``*_ns`` field is either a point in time (``started_ns``, ``since_ns``: ns since the
+  Unix epoch) or a duration (``duration_ns``, ``cpu_ns``, ``timer_lateness_ns``); the
+  name ``wall_ns`` means a record's timestamp (`ledger.Record.wall_ns`), never a duration.
+- Closed vocabularies are ``Literal`` types (`RunStatus`, `Category`, `FileAccess`,
+  `ToolOutcome`, `ToolSurface`, `Provider`, `LlmEndpoint`, `Gating`): a value outside one
+  does not decode, and the reader keeps such a record as a ``witness.raw`` describing it.
 - Processes carry both identities: ``pid`` as the chamber saw it and ``host_pid`` as the
   host did (a pid alone is not unique across namespaces).
 """
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Category",
+    "FileAccess",
+    "Gating",
+    "LlmEndpoint",
+    "Provider",
+    "RunStatus",
+    "ToolOutcome",
+    "ToolSurface",
     "Event",
     "EVENT_TYPES",
     "EVENT_KINDS",
@@ -57,8 +73,36 @@ __all__ = [
     "AgentUsage",
 ]
 
-SCHEMA_VERSION = 2
-"""Version of the event vocabulary; bumped when kinds or fields are added (2: agent.*)."""
+SCHEMA_VERSION = 3
+"""Version of the event vocabulary; bumped when kinds or fields are added or renamed.
+
+1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
+``duration_ns`` (it was ``wall_ns``, still read from older ledgers)."""
+
+RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
+"""How a run ended (``run.ended.status``)."""
+
+Category = Literal["answer_key", "telemetry", "agent_instructions", "published_reports", "grading"]
+"""The exclusion categories: what a sandbox may withhold, and why."""
+
+FileAccess = Literal["r", "w", "rw"]
+"""How a file was opened: read only, write only, or both (from ``O_RDONLY``/``O_WRONLY``/``O_RDWR``)."""
+
+ToolOutcome = Literal["executed", "refused", "errored", "unknown"]
+"""What became of an agent's tool call; ``unknown`` counts as executed."""
+
+ToolSurface = Literal["init", "request"]
+"""Where an agent's tool list comes from: what it reports (``init``), what it sends the model (``request``)."""
+
+Provider = Literal["anthropic", "openai"]
+"""The LLM API a model call went to (``llm.call.provider``)."""
+
+LlmEndpoint = Literal["messages", "chat.completions", "responses"]
+"""The API endpoint of a model call: Anthropic Messages, OpenAI Chat Completions or Responses."""
+
+Gating = Literal["enforced", "not_enforced", "ungated"]
+"""An agent's gating capability (``run.started.agent["gating"]``): its flags restrict tools
+(verified), could restrict them (no verified mapping yet), or cannot."""
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", omit_defaults=True):
@@ -95,17 +139,25 @@ class RunEnded(_Event, tag="run.ended", frozen=True, kw_only=True):
 
     exit_code: int | None = None  # None when killed by a signal or never started
     signal: str | None = None  # e.g. "SIGKILL"
-    wall_ns: int = 0  # duration of the command, ns
+    duration_ns: int = 0  # how long the command ran (container start to end), ns
     timed_out: bool = False
-    status: str = "completed"  # completed | timeout | interrupted | infra_failure
+    status: RunStatus = "completed"
     reason: str = ""  # human-readable cause when status is not "completed"
+    legacy_wall_ns: int | None = msgspec.field(default=None, name="wall_ns")
+    """Schema 1-2's name of ``duration_ns``, read from older ledgers and folded into it on
+    decode; never written."""
+
+    def __post_init__(self) -> None:
+        if self.legacy_wall_ns is not None and not self.duration_ns:
+            msgspec.structs.force_setattr(self, "duration_ns", self.legacy_wall_ns)
+            msgspec.structs.force_setattr(self, "legacy_wall_ns", None)
 
 
 class ExcludedPath(msgspec.Struct, frozen=True, kw_only=True):
     """One path removed from the sandbox, with the exclusion category that removed it."""
 
     path: str  # relative to the repository root
-    category: str  # answer_key | telemetry | agent_instructions | published_reports | grading
+    category: Category
 
 
 class SandboxBuilt(_Event, tag="sandbox.built", frozen=True, kw_only=True):
@@ -167,7 +219,7 @@ class FileOpen(_Event, tag="file.open", frozen=True, kw_only=True):
     syscall: str = "openat"
     path: str
     flags: str = ""  # e.g. "O_RDONLY|O_CLOEXEC"
-    access: str = "r"  # r | w | rw
+    access: FileAccess = "r"
     result: int | None = None  # the fd, or None on failure
     errno: str | None = None
     real_path: str | None = None  # the kernel's resolution of the opened file (-yy), symlinks followed
@@ -294,8 +346,8 @@ class LlmUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     """A model call seen first-hand by the proxy witness."""
 
-    provider: str  # anthropic | openai
-    endpoint: str  # messages | chat.completions | responses
+    provider: Provider
+    endpoint: LlmEndpoint
     requested_model: str | None = None
     served_model: str | None = None  # as the response says
     stop_reason: str | None = None
@@ -338,7 +390,7 @@ class AgentTools(_Event, tag="agent.tools", frozen=True, kw_only=True):
     """The tool surface an agent reported about itself (e.g. Claude Code's init event)."""
 
     agent: str  # adapter name: claude-code | codex | ...
-    surface: str  # where the list comes from: "init" (what it reports), "request" (what it sends the model)
+    surface: ToolSurface
     tools: list[str] = []
     model: str | None = None
 
@@ -358,7 +410,7 @@ class AgentToolResult(_Event, tag="agent.tool_result", frozen=True, kw_only=True
     agent: str
     call_id: str
     tool: str = ""
-    outcome: str  # executed | refused | errored | unknown (unknown counts as executed)
+    outcome: ToolOutcome
     excerpt: str = ""  # the start of the result text, for humans
 
 

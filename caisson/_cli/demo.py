@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
                              witnesses=default_witnesses())
             run_dirs.append(run_dir)
             console.print(f"  {run_dir.name:40s} {outcome.status}, exit {outcome.command_exit},"
-                          f" {outcome.wall_ns / 1e6:.0f} ms")
+                          f" {outcome.duration_ns / 1e6:.0f} ms")
 
     if args.agent_questions:
         console.print("\n== 3b. a real agent: Claude Code (agent image) on the scripted model, through the proxy witness")
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
                                  witnesses=default_witnesses())
             run_dirs.append(run_dir)
             console.print(f"  {run_dir.name:40s} {outcome.status}, exit {outcome.command_exit},"
-                          f" {outcome.wall_ns / 1e6:.0f} ms")
+                          f" {outcome.duration_ns / 1e6:.0f} ms")
 
     console.print("\n== 4. verify every ledger against the operator key")
     ok = 0

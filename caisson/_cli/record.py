@@ -46,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
     outcome = record(options, witnesses=default_witnesses(weaken=options.weaken))
     detail = f"exit {outcome.command_exit}" if outcome.status == "completed" else outcome.reason
     print(f"{outcome.run_dir}")
-    print(f"run {outcome.run_id}: {outcome.status} ({detail}, {outcome.wall_ns / 1e9:.2f} s)", file=sys.stderr)
+    print(f"run {outcome.run_id}: {outcome.status} ({detail}, {outcome.duration_ns / 1e9:.2f} s)", file=sys.stderr)
     return outcome.exit_code

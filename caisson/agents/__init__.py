@@ -15,6 +15,7 @@ import msgspec
 
 from caisson.agents import claude_code, codex
 from caisson.errors import UsageError
+from ledger.events import Gating
 
 __all__ = ["Adapter", "ADAPTERS", "adapter", "deny_list"]
 
@@ -23,7 +24,7 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     """One agent CLI as the recorder drives it."""
 
     name: str
-    gating: str  # enforced | not_enforced | ungated
+    gating: Gating
     image: str  # the image recipe it runs in
     static_tools: tuple[str, ...]
     env: dict[str, str]  # variables it needs in the chamber (no secrets)

@@ -20,12 +20,12 @@ from typing import Any
 
 from caisson.agents._lines import JsonLinesParser
 from collectors.llm import normalize_usage
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentTools, AgentUsage
+from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, Gating
 
 __all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser", "DENIAL_MARKERS"]
 
 NAME = "claude-code"
-GATING = "enforced"
+GATING: Gating = "enforced"
 STATIC_TOOLS = (
     # documented built-ins
     "Bash", "BashOutput", "Edit", "ExitPlanMode", "Glob", "Grep", "KillShell", "MultiEdit", "NotebookEdit",

@@ -26,12 +26,12 @@ from typing import Any
 
 from caisson.agents._lines import JsonLinesParser
 from collectors.llm import normalize_usage
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage
+from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, Gating
 
 __all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser"]
 
 NAME = "codex"
-GATING = "ungated"
+GATING: Gating = "ungated"
 STATIC_TOOLS = ("exec_command", "write_stdin", "apply_patch", "view_image", "web_search", "request_user_input",
                 "get_goal", "create_goal", "update_goal")
 """Tools codex-cli 0.171.0 sends the model (the request's tool list is its only surface)."""

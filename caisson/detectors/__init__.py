@@ -13,6 +13,7 @@ from caisson.detectors._base import (
     VOID,
     Detector,
     DetectorConfig,
+    Effect,
     Finding,
     config_from_records,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_DETECTORS",
     "Detector",
     "DetectorConfig",
+    "Effect",
     "Finding",
     "INFO",
     "SCORE_NULL",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Iterable, Iterator
+from typing import Final, Literal
 
 import msgspec
 
@@ -16,12 +17,15 @@ from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from ledger import Record
 from ledger.events import RunStarted, SandboxBuilt
 
-__all__ = ["Detector", "DetectorConfig", "Finding", "VOID", "SCORE_NULL", "INFO", "config_from_records",
+__all__ = ["Detector", "DetectorConfig", "Effect", "Finding", "VOID", "SCORE_NULL", "INFO", "config_from_records",
            "norm", "under"]
 
-VOID = "void"  # the cell cannot be scored (never 0)
-SCORE_NULL = "score_null"  # the answer keeps score_if_clean, scores null
-INFO = "info"  # visible, no effect on the cell
+Effect = Literal["void", "score_null", "info"]
+"""What a finding does to its cell: `VOID`, `SCORE_NULL` or `INFO`."""
+
+VOID: Final = "void"  # the cell cannot be scored (never 0)
+SCORE_NULL: Final = "score_null"  # the answer keeps score_if_clean, scores null
+INFO: Final = "info"  # visible, no effect on the cell
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,7 +33,7 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
 
     detector: str  # "name@version"
     kind: str  # e.g. "leak", "outside_tree", "env_inheritance", "host_stalled", "witness_gap"
-    effect: str  # VOID | SCORE_NULL | INFO
+    effect: Effect
     message: str
     evidence: list[int] = []  # sequence numbers of the records it rests on
 

@@ -23,9 +23,9 @@ def host_stalled(records: Iterable[Record], config: DetectorConfig) -> Iterator[
             late.append((record.seq, event.timer_lateness_ns))
         elif isinstance(event, RunEnded) and config.deadline_s is not None:
             limit_ns = int((config.deadline_s * config.deadline_slack + 5) * 1e9)
-            if event.wall_ns > limit_ns:
+            if event.duration_ns > limit_ns:
                 yield Finding(detector=HOST_STALLED, kind="host_stalled", effect=VOID, evidence=[record.seq],
-                              message=f"wall time {event.wall_ns / 1e9:.1f} s is far past the"
+                              message=f"wall time {event.duration_ns / 1e9:.1f} s is far past the"
                               f" {config.deadline_s:g} s deadline")
     if late:
         worst = max(ns for _, ns in late)

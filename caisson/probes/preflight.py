@@ -8,14 +8,18 @@ the arm, agent and tool named. A combination the agent cannot gate is a refusal,
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
 from caisson.model import scripted_model
 from caisson.errors import UsageError
-from caisson.run.record import RecordOptions, record
+from caisson.resources import resource_dir
+from caisson.run.plan import RecordOptions, plan_run
+from caisson.run.record import record
 from caisson.scenario import Egress, load_scenario
 from caisson.run.witnesses import default_witnesses
 from ledger import read_records
@@ -23,16 +27,13 @@ from ledger.events import AgentTools, RunStarted
 
 __all__ = ["Check", "preflight"]
 
-_SCRIPT = '''name = "preflight"
-models = ["{model}"]
-[[turns]]
-text = "Ready."
-usage = {{ input = 10, output = 2 }}
-[[background]]
-match = {{ model_contains = "haiku" }}
-text = "{{}}"
-usage = {{ input = 1, output = 1 }}
-'''
+SCRIPT = resource_dir("scenarios") / "model" / "preflight.toml"
+"""The scripted model of a preflight: it answers once and asks for no tool."""
+
+
+def preflight_script(model: str) -> str:
+    """`SCRIPT`'s text, with the ``models`` it lists set to ``[model]`` (the scenario's)."""
+    return f"models = [{json.dumps(model)}]\n" + SCRIPT.read_text()
 
 
 _PROVIDERS = ("api.anthropic.com", "api.openai.com")
@@ -44,7 +45,7 @@ class Check(msgspec.Struct, kw_only=True):
 
     arm: str
     agent: str
-    status: str
+    status: Literal["ok", "abort", "refused"]
     offered: list[str] = []
     still_denied: list[str] = []
     reason: str = ""
@@ -64,19 +65,24 @@ def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path |
     root = Path(out) if out else Path(tempfile.mkdtemp(prefix="caisson-preflight-"))
     root.mkdir(parents=True, exist_ok=True)
     script = root / "model.toml"
-    script.write_text(_SCRIPT.format(model=scenario.agent.model or "claude-sonnet-4-5"))
+    script.write_text(preflight_script(scenario.agent.model or "claude-sonnet-4-5"))
     checks = []
     for agent in agents:
         for arm in scenario.arms:
             run_dir = root / f"{agent}--{arm.name}"
+            options = RecordOptions(command=[], scenario=scenario_path, repo=repo, out=run_dir,
+                                    question=scenario.questions[0].id, agent=agent, arm=arm.name,
+                                    weaken=list(weaken), env=_KEYS)
             try:
+                refusal = plan_run(options, scenario).refusal
+                if refusal is not None:  # planned, never started
+                    checks.append(Check(arm=arm.name, agent=agent, status="refused",
+                                        reason=f"refused: {refusal.reason}"))
+                    continue
                 with scripted_model(script) as address:
                     egress = Egress(allow_hosts=list(_PROVIDERS),
                                     upstream={host: f"http://{address}" for host in _PROVIDERS})
-                    record(RecordOptions(command=[], scenario=scenario_path, repo=repo, out=run_dir,
-                                         question=scenario.questions[0].id, agent=agent, arm=arm.name,
-                                         weaken=list(weaken), env=_KEYS, egress=egress),
-                           witnesses=default_witnesses())
+                    record(msgspec.structs.replace(options, egress=egress), witnesses=default_witnesses())
             except UsageError as exc:
                 checks.append(Check(arm=arm.name, agent=agent, status="refused", reason=str(exc)))
                 continue

@@ -12,6 +12,7 @@ discriminate.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -34,44 +35,18 @@ __all__ = ["Case", "CASES", "SelftestResult", "run_selftest", "make_probe_repo"]
 
 PROBES = resource_dir("scenarios") / "probes"
 
-SCENARIO = """
-name = "selftest"
-answer_file = "ANSWER.md"
-pass_credentials = ["ANTHROPIC_API_KEY"]
+SCENARIO = PROBES / "selftest.toml"
+"""The selftest's scenario: one question on `make_probe_repo`'s tree, its answer key and
+agent instructions withheld, the arm its Claude Code cases play."""
 
-[[questions]]
-id = "where-answer"
-prompt = "In which file of this tree is the function `answer` defined?"
-evidence = ["src/app.py"]
-required = [{ subject = "answer", pattern = "src/app.py" }]
 
-[[exclusions]]
-category = "answer_key"
-globs = ["benchmark/**"]
-
-[[exclusions]]
-category = "agent_instructions"
-globs = ["CLAUDE.md"]
-
-[limits]
-wall_seconds = 60
-
-[[arms]]
-name = "no-write"
-grant = ["Bash"]
-withhold = ["Write"]
-
-[agent]
-model = "claude-sonnet-4-5"
-max_turns = 4
-
-"""
-EGRESS = """
-[egress]
-allow_hosts = ["api.anthropic.com"]
-upstream = { "api.anthropic.com" = "http://MODEL_ADDRESS" }
-"""
-"""The network policy of the cases that need a network (the others run with none at all)."""
+def egress_table(model_address: str) -> str:
+    """The ``[egress]`` table the cases that need a network append to `SCENARIO` (the others
+    run with no network at all): ``api.anthropic.com`` allowed, served by the scripted model
+    at ``model_address`` (``host:port``). It is written into the run's scenario file, so the
+    policy is kept with the run like the rest of the scenario."""
+    upstream = json.dumps(f"http://{model_address}")
+    return f'\n[egress]\nallow_hosts = ["api.anthropic.com"]\nupstream = {{ "api.anthropic.com" = {upstream} }}\n'
 
 
 class Case(msgspec.Struct, frozen=True, kw_only=True):
@@ -199,8 +174,8 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
             address = (stack.enter_context(scripted_model(PROBES.parent / "model" / case.model_script))
                        if case.model_script else "127.0.0.1:9")
             scenario = root / f"scenario-{case.name.replace('/', '__')}.toml"
-            text = SCENARIO + (EGRESS if case.model_script or case.companion == "listener" else "")
-            scenario.write_text(text.replace("MODEL_ADDRESS", address))
+            networked = case.model_script or case.companion == "listener"
+            scenario.write_text(SCENARIO.read_text() + (egress_table(address) if networked else ""))
             options = RecordOptions(command=case.command, scenario=scenario, repo=repo, out=run_dir,
                                     question="where-answer", weaken=list(case.weaken), timeout_s=90,
                                     agent=case.agent, arm=case.arm, transcript=case.transcript,

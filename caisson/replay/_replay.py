@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -33,12 +34,12 @@ class RunReplay(msgspec.Struct, kw_only=True):
 
     run_dir: str
     run_id: str | None = None
-    verified: str  # ok | tampered | unclosed | unreadable
+    verified: Literal["ok", "tampered", "unclosed", "unreadable"]
     verify_detail: str = ""
     question_id: str | None = None
     detectors: list[str] = []  # name@version of every detector run
     findings: list[Finding] = []
-    status: str = "void"  # clean | void | unverified
+    status: Literal["clean", "void", "unverified"] = "void"
     reasons: list[str] = []  # why void: one line per voiding finding
     score: float | None = None  # None: void, unverified, unscored, or the leak backstop
     score_if_clean: float | None = None

@@ -29,9 +29,11 @@ from caisson.chamber import guard_bridge, unguard_bridge
 from caisson._paths import SANDBOX_PATH
 from caisson.errors import ChamberError
 from caisson.chamber.sandbox import Sandbox
+from caisson.run.stream import MonitorAddress
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
-from ledger.events import AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt, WitnessGap
+from ledger.events import (AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, RunStatus, SandboxBuilt,
+                           WitnessGap)
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
            "WitnessContext", "run_session", "WITNESS_GRACE_S"]
@@ -48,11 +50,11 @@ class RunOutcome(msgspec.Struct, kw_only=True):
 
     run_id: str
     run_dir: Path
-    status: str  # completed | timeout | interrupted | infra_failure
+    status: RunStatus
     exit_code: int  # the CLI's exit status: the command's, 124 timeout, 125 infra, 130 Ctrl-C
     command_exit: int | None = None
     signal: int | None = None
-    wall_ns: int = 0
+    duration_ns: int = 0  # how long the command ran, ns (run.ended's duration_ns)
     reason: str = ""
 
 
@@ -84,7 +86,7 @@ class WitnessContext(msgspec.Struct, kw_only=True):
     fingerprint_key: bytes
     facts: dict[str, Any]
     started: ContainerStarted | None = None
-    end_status: str | None = None
+    end_status: RunStatus | None = None
 
 
 class Witness(Protocol):
@@ -117,7 +119,7 @@ class Session(msgspec.Struct, kw_only=True):
     run_dir: Path
     scratch: Path
     witnesses: list
-    monitor: str | None
+    monitor: MonitorAddress | None  # parsed by the plan, so a bad address never reaches a run
     fingerprint_key: bytes
     network: bool = False  # weakened: a network with a route out and no firewall
     transcript: Any = None  # the agent adapter's transcript parser factory, or None
@@ -137,9 +139,9 @@ async def run_session(s: Session) -> RunOutcome:
         async with trio.open_nursery() as nursery:
             await nursery.start(run_writer, writer, receive.clone())
             if s.monitor is not None:
-                from caisson.run.stream import MonitorSink, parse_monitor_address
+                from caisson.run.stream import MonitorSink
 
-                sink = MonitorSink(parse_monitor_address(s.monitor))
+                sink = MonitorSink(s.monitor)
                 writer.add_listener(sink.offer)
                 await nursery.start(sink.run)
             async with send:
@@ -347,7 +349,7 @@ def _ended(result: ContainerResult, run_id: str, run_dir: Path) -> tuple[RunEnde
     if result.output_truncated:
         reason = (reason + "; " if reason else "") + (
             f"stdout and stderr reached the engine's log cap ({LOG_CAP_BYTES // 2**20} MiB): the oldest may be lost")
-    end = RunEnded(exit_code=result.exit_code if not result.timed_out else None, signal=signame, wall_ns=wall,
+    end = RunEnded(exit_code=result.exit_code if not result.timed_out else None, signal=signame, duration_ns=wall,
                    timed_out=result.timed_out, status=status, reason=reason)
     return end, RunOutcome(run_id=run_id, run_dir=run_dir, status=status, exit_code=code,
-                           command_exit=result.exit_code, signal=result.signal, wall_ns=wall, reason=reason)
+                           command_exit=result.exit_code, signal=result.signal, duration_ns=wall, reason=reason)

@@ -45,7 +45,7 @@ def make_run(run_dir: Path, *, answer: bytes, opens: list[FileOpen], weakened=()
         for event in opens:
             w.append(event, source="strace")
         w.append(BlobStored(sha256=blobs.put(answer), size_bytes=len(answer), role="answer"), source="recorder")
-        w.append(RunEnded(exit_code=0, wall_ns=10**9), source="recorder")
+        w.append(RunEnded(exit_code=0, duration_ns=10**9), source="recorder")
     return run_dir
 
 

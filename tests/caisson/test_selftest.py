@@ -13,3 +13,29 @@ def test_selftest_matrix_discriminates(chamber_image, tmp_path, capsys):
     assert "selftest passed" in out
     for case in CASES:
         assert case.name in out
+
+
+def test_the_selftest_scenario_is_a_file_in_scenarios_probes():
+    from caisson.probes.selftest import SCENARIO, egress_table
+    from caisson.resources import resource_dir
+    from caisson.scenario import load_scenario, parse_scenario
+
+    assert SCENARIO == resource_dir("scenarios") / "probes" / "selftest.toml"
+    scenario = load_scenario(SCENARIO)
+    assert [q.id for q in scenario.questions] == ["where-answer"] and [a.name for a in scenario.arms] == ["no-write"]
+    assert [(e.category, e.globs) for e in scenario.exclusions] == [("answer_key", ["benchmark/**"]),
+                                                                    ("agent_instructions", ["CLAUDE.md"])]
+    assert not scenario.egress.allow_hosts  # the cases without a network have none at all
+    networked = parse_scenario((SCENARIO.read_text() + egress_table("127.0.0.1:9")).encode(), "networked")
+    assert networked.egress.allow_hosts == ["api.anthropic.com"]
+    assert networked.egress.upstream == {"api.anthropic.com": "http://127.0.0.1:9"}
+
+
+def test_the_preflight_model_script_is_a_file_in_scenarios_model():
+    from caisson.model.script import parse_model_script
+    from caisson.probes.preflight import SCRIPT, preflight_script
+
+    assert SCRIPT.parent.name == "model" and SCRIPT.is_file()
+    script = parse_model_script(preflight_script("gpt-5").encode(), "preflight")
+    assert script.model_ids() == ["gpt-5"]
+    assert [t.text for t in script.turns] == ["Ready."] and [t.text for t in script.background] == ["{}"]

@@ -42,7 +42,7 @@ def test_golden_ledger_verifies_and_reads(version):
                                         flags="O_RDONLY|O_CLOEXEC", result=3)
     assert records[3].event.sha256 == "98ea6e4f216f2fb4b69fff9b3a44842c38686ca685f3f55dc48c5d3fb1107be4"
     assert isinstance(records[4].event, LlmCall) and records[4].event.usage == {"input_tokens": 10, "output_tokens": 5}
-    assert records[6].event == RunEnded(exit_code=0, wall_ns=4000)
+    assert records[6].event == RunEnded(exit_code=0, duration_ns=4000)  # written as wall_ns (schema 2)
 
 
 def test_v2_seals_bind_the_file_bytes_before_them():

@@ -119,7 +119,7 @@ def test_host_stalled_fires_on_late_ticks_and_wall_time_past_deadline():
     records = play(
         HostSample(timer_lateness_ns=3_000_000, interval_ns=250_000_000),
         HostSample(timer_lateness_ns=2_500_000_000, interval_ns=250_000_000),
-        RunEnded(exit_code=0, wall_ns=200 * 10**9),
+        RunEnded(exit_code=0, duration_ns=200 * 10**9),
     )
     assert list(host_stalled(records, CONFIG)) == [
         Finding(detector=HOST_STALLED, kind="host_stalled", effect="void", evidence=[2],
@@ -127,7 +127,7 @@ def test_host_stalled_fires_on_late_ticks_and_wall_time_past_deadline():
         Finding(detector=HOST_STALLED, kind="host_stalled", effect="void", evidence=[1],
                 message="1 procfs tick(s) fired late, worst by 2.50 s (threshold 2 s)"),
     ]
-    assert list(host_stalled(play(HostSample(timer_lateness_ns=10**6), RunEnded(wall_ns=10**9)), CONFIG)) == []
+    assert list(host_stalled(play(HostSample(timer_lateness_ns=10**6), RunEnded(duration_ns=10**9)), CONFIG)) == []
 
 
 def test_witness_gap_fires_on_gaps_silence_and_missing_witnesses():
