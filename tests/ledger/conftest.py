@@ -46,7 +46,8 @@ events = st.one_of(
     st.builds(HttpExchange, method=_text, scheme=_text, host=_text, port=st.integers(0, 65535), path=_text,
               status=st.none() | st.integers(100, 599),
               request_headers=st.lists(st.tuples(_text, _text), max_size=3)),
-    st.builds(LlmCall, provider=_text, endpoint=_text, usage=st.none() | st.dictionaries(_text, _json, max_size=4),
+    st.builds(LlmCall, provider=st.sampled_from(["anthropic", "openai"]),
+              endpoint=st.sampled_from(["messages", "chat.completions", "responses"]), usage=st.none() | st.dictionaries(_text, _json, max_size=4),
               normalized=st.none() | st.builds(LlmUsage, input_tokens=st.none() | _small, rule=_text)),
 )
 
