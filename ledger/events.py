@@ -38,6 +38,8 @@ __all__ = [
     "FileOpen",
     "FileChange",
     "NetConnect",
+    "NetSend",
+    "ProcessSyscall",
     "ProcSample",
     "HostSample",
     "WitnessStarted",
@@ -57,8 +59,9 @@ __all__ = [
     "AgentUsage",
 ]
 
-SCHEMA_VERSION = 2
-"""Version of the event vocabulary; bumped when kinds or fields are added (2: agent.*)."""
+SCHEMA_VERSION = 3
+"""Version of the event vocabulary; bumped when kinds or fields are added (2: agent.*;
+3: net.send, process.syscall, run.started's seccomp, run.ended's oom_killed)."""
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", omit_defaults=True):
@@ -88,17 +91,24 @@ class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
     agent: dict[str, Any] = {}  # adapter name, version, gating (enforced | not_enforced | ungated)
     arm: dict[str, Any] = {}  # arm name, granted tools, withheld tools, the deny list handed to the agent
     weakened: list[str] = []  # controls deliberately weakened (selftest only): never a clean run
+    # The chamber's seccomp profile: sha256 (hex of the JSON bytes the engine was given),
+    # base (where its default part comes from), denied (syscalls it refuses on top),
+    # action (trace: the tracer refuses them, visibly; errno: the kernel does, EPERM).
+    seccomp: dict[str, Any] = {}
 
 
 class RunEnded(_Event, tag="run.ended", frozen=True, kw_only=True):
     """The command finished, timed out, or the chamber failed."""
 
-    exit_code: int | None = None  # None when killed by a signal or never started
-    signal: str | None = None  # e.g. "SIGKILL"
+    exit_code: int | None = None  # the chamber's exit status as the engine reports it; None: never ended
+    # A signal caisson itself sent (SIGKILL at the deadline); never inferred from an exit
+    # status of 128+N: how the command's processes ended is in the strace witness's process.exit.
+    signal: str | None = None
     wall_ns: int = 0  # duration of the command, ns
     timed_out: bool = False
     status: str = "completed"  # completed | timeout | interrupted | infra_failure
     reason: str = ""  # human-readable cause when status is not "completed"
+    oom_killed: bool = False  # the kernel's OOM killer killed a process of the chamber (the engine's State.OOMKilled)
 
 
 class ExcludedPath(msgspec.Struct, frozen=True, kw_only=True):
@@ -195,6 +205,35 @@ class NetConnect(_Event, tag="net.connect", frozen=True, kw_only=True):
     port: int | None = None
     result: int = 0
     errno: str | None = None
+
+
+class NetSend(_Event, tag="net.send", frozen=True, kw_only=True):
+    """A send to an explicit destination, no connect() needed: sendto, sendmsg or sendmmsg
+    with an address (a UDP datagram, a TCP Fast Open SYN with data: ``MSG_FASTOPEN``).
+    One event per message that names a destination (sendmmsg may name several)."""
+
+    pid: int
+    host_pid: int | None = None
+    syscall: str = "sendto"  # sendto | sendmsg | sendmmsg
+    family: str  # AF_INET | AF_INET6 | AF_UNIX | ...
+    address: str  # IP text, sun_path, or "" for other families
+    port: int | None = None
+    flags: str = ""  # as strace printed them, e.g. "MSG_FASTOPEN"; "0" for none
+    result: int = 0  # bytes (sendto, sendmsg) or messages (sendmmsg) sent; -1 on failure
+    errno: str | None = None
+
+
+class ProcessSyscall(_Event, tag="process.syscall", frozen=True, kw_only=True):
+    """A traced syscall with no kind of its own: io_uring, file handles, mount-like
+    calls, ptrace, process_vm_readv, memfd_create (the witness's audit, docs/architecture.md)."""
+
+    pid: int
+    host_pid: int | None = None
+    syscall: str
+    args: list[str] = []  # the arguments as the witness printed them, strings escaped, verbatim
+    result: int | None = None  # the return value; None when the call never returned
+    errno: str | None = None
+    denied: bool = False  # refused by the chamber's policy, not run by the kernel (strace's (INJECTED))
 
 
 class ProcSample(_Event, tag="proc.sample", frozen=True, kw_only=True):
@@ -392,6 +431,8 @@ Event = Union[
     FileOpen,
     FileChange,
     NetConnect,
+    NetSend,
+    ProcessSyscall,
     ProcSample,
     HostSample,
     WitnessStarted,
