@@ -27,7 +27,7 @@ import msgspec
 import trio
 
 from caisson import __version__
-from caisson.chamber import ContainerSpec, Limits, open_engine
+from caisson.chamber import ContainerSpec, Limits, open_engine, seccomp_profile
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
 from caisson.chamber.envpin import build_env
@@ -36,6 +36,7 @@ from caisson.home import ensure_operator_key, fingerprint_key
 from caisson.chamber.image import image_tag
 from caisson.chamber.sandbox import Sandbox, build_sandbox
 from caisson.scenario import Egress, Scenario, load_scenario, scenario_digest
+from collectors.strace import DENIED_SYSCALLS
 from ledger import BlobStore, LedgerWriter
 from ledger.events import RunStarted
 
@@ -266,6 +267,9 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 _chown_tree(copy, uid, gid)
                 binds.append((str(copy), str(Path(options.repo).resolve()), False))
             limits = scenario.limits
+            # The witness fails the denied calls visibly; with no tracer the kernel does.
+            seccomp = seccomp_profile(DENIED_SYSCALLS, action="trace" if any(
+                w.name == "strace" for w in witnesses) else "errno")
             manifest = RunStarted(
                 run_id=run_id,
                 caisson_version=__version__,
@@ -286,6 +290,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 weakened=sorted(options.weaken),
                 agent=agent_info,
                 arm=arm_info,
+                seccomp=seccomp.manifest(),
             )
             spec = ContainerSpec(
                 image=tag,
@@ -300,6 +305,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 network_mode="none",  # the session puts it on its witnessed network
                 deadline_s=timeout_s,
                 run_id=run_id,
+                seccomp=seccomp.json,
             )
             scenario_bytes = Path(options.scenario).read_bytes() if options.scenario else None
             session = Session(engine=engine, writer=writer, spec=spec, manifest=manifest, sandbox=sandbox,
