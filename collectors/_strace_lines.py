@@ -301,7 +301,7 @@ def parse_fd(token: str) -> tuple[int | None, str | None]:
         decoration is the ``-yy`` text, unescaped, with any trailing device note
         (``<char 1:3>``) removed; None without one.
     """
-    m = re.match(r"(-?\d+|AT_FDCWD)(?:<(.*)>)?\Z", token, re.S)
+    m = re.match(r"(-?\d+|AT_FDCWD)(?:<(.*)>)?(?:\(deleted\))?\Z", token, re.S)  # 3</memfd:x>(deleted)
     if m is None:
         return None, None
     fd = AT_FDCWD if m[1] == "AT_FDCWD" else int(m[1])
