@@ -230,7 +230,7 @@ class ProcessSyscall(_Event, tag="process.syscall", frozen=True, kw_only=True):
     pid: int
     host_pid: int | None = None
     syscall: str
-    args: list[str] = []  # the arguments as the witness printed them, strings escaped, verbatim
+    args: list[str] = []  # the arguments as the witness printed them (process_vm_*: buffer contents as sizes)
     result: int | None = None  # the return value; None when the call never returned
     errno: str | None = None
     denied: bool = False  # refused by the chamber's policy, not run by the kernel (strace's (INJECTED))

@@ -490,6 +490,8 @@ def test_audited_calls_denied_by_injection_memfd_exec_and_exit_status_vs_signal(
         ("process_vm_readv", 8, None, False),
     ]
     assert of(evs, ProcessSyscall)[0].args == ["4", "{flags=0, sq_thread_cpu=0, sq_thread_idle=0}"]
+    vm = of(evs, ProcessSyscall)[-1]  # the bytes read from a process's memory stay out of the ledger
+    assert vm.args[1] == "[{iov_base=<8 chars>, iov_len=8}]" and vm.args[3].startswith("[{iov_base=0x")
     fexecve = [e for e in of(evs, ProcessExec) if e.argv == ["true"]]
     assert [e.path for e in fexecve] == ["/memfd:payload"]  # execveat(fd, "", AT_EMPTY_PATH)
     assert [(e.syscall, e.path) for e in of(evs, FileChange)] == [("mknodat", "/tmp/caisson-golden/fifo2")]
