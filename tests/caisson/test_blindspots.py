@@ -105,3 +105,34 @@ def test_an_oom_killed_child_under_a_shell_that_exits_0(chamber_image, tmp_path)
     hogs = {r.event.pid for r in records if isinstance(r.event, ProcessExec) and "python3" in r.event.path}
     assert [(r.event.code, r.event.signal) for r in records
             if isinstance(r.event, ProcessExit) and r.event.pid in hogs] == [(None, "SIGKILL")]
+
+
+# The syscall numbers of every denied call (x86_64 and arm64 share those from 424 on).
+_NUMBERS = {
+    "x86_64": {"name_to_handle_at": 303, "open_by_handle_at": 304, "fanotify_init": 300, "fanotify_mark": 301,
+               "mount": 165, "umount2": 166},
+    "aarch64": {"name_to_handle_at": 264, "open_by_handle_at": 265, "fanotify_init": 262, "fanotify_mark": 263,
+                "mount": 40, "umount2": 39},
+}
+_SHARED = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
+           "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_getfd": 438,
+           "mount_setattr": 442}
+
+
+def test_every_denied_call_is_refused_in_the_chamber_and_seen(chamber_image, tmp_path):
+    import platform
+
+    from collectors.strace import DENIED_SYSCALLS
+
+    numbers = {**_NUMBERS[platform.machine()], **_SHARED}
+    assert set(numbers) == set(DENIED_SYSCALLS)  # a new denial needs its number here
+    script = ("import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              "for nr in map(int, sys.argv[1:]):\n"
+              "    print(nr, libc.syscall(nr, 0, 0, 0, 0, 0), ctypes.get_errno())\n")
+    cmd = ["python3", "-c", script, *map(str, numbers.values())]
+    _, records = _run(tmp_path, cmd, witnesses=[StraceWitness(), ProcfsWitness()], scenario='name = "x"\n')
+    seen = {r.event.syscall: (r.event.errno, r.event.denied) for r in records if isinstance(r.event, ProcessSyscall)}
+    assert seen == {name: ("EPERM", True) for name in DENIED_SYSCALLS}
+    assert all(line.endswith(" -1 1") for line in _stdout(records, tmp_path / "run").splitlines())
+    config = config_from_records(records)
+    assert [f.kind for f in denied_syscall(records, config)] == ["denied_syscall"] * len(DENIED_SYSCALLS)
