@@ -52,6 +52,7 @@ _SIGNAL = re.compile(r"--- (SIG[A-Z0-9+-]+|stopped by SIG[A-Z0-9+-]+|\S+) .*---\
 _RESULT = re.compile(r"(\?|0x[0-9a-fA-F]+|-?\d+)(<.*>)?(.*)\Z", re.S)
 _ERRNO = re.compile(r" (E[A-Z0-9_]+)(?: \(.*\))?\Z", re.S)
 _ERRNO_NUM = re.compile(r" \((errno \d+)\)\Z")
+_INJECTED = " (INJECTED)"
 _UNFINISHED = " <unfinished ...>"
 _SOCKET_NOTE = re.compile(r"[A-Za-z0-9_-]+:\[")
 
@@ -113,11 +114,14 @@ class Result(NamedTuple):
         errno: ``ENOENT``-style name; ``ERESTARTSYS``-style names for interrupted calls;
             ``"errno N"`` for a number strace could not name; None on success.
         decoration: the ``-yy`` text after a returned fd (``/etc/passwd``), raw.
+        injected: strace itself failed the call (``-e inject=...:error=E``: it printed
+            ``(INJECTED)``): the call never ran in the kernel.
     """
 
     value: int | None
     errno: str | None = None
     decoration: str | None = None
+    injected: bool = False
 
 
 Parsed = Call | Exited | Superseded | SignalDelivery
@@ -223,18 +227,22 @@ def split_call(body: str) -> tuple[list[str], Result] | None:
 
 
 def parse_result(text: str) -> Result | None:
-    """Parse what follows ``= ``: ``3</x>``, ``-1 ENOENT (...)``, ``? ERESTARTSYS (...)``, ``?``."""
+    """Parse what follows ``= ``: ``3</x>``, ``-1 ENOENT (...)``, ``? ERESTARTSYS (...)``, ``?``,
+    ``-1 EPERM (...) (INJECTED)`` (a call strace failed itself)."""
     m = _RESULT.match(text)
     if m is None:
         return None
     raw, decoration, rest = m[1], m[2], m[3]
     value = None if raw == "?" else int(raw, 16) if raw.startswith("0x") else int(raw)
     errno = None
+    injected = rest.endswith(_INJECTED)
+    if injected:
+        rest = rest[: -len(_INJECTED)]
     if e := _ERRNO.match(rest):
         errno = e[1]
     elif e := _ERRNO_NUM.match(rest):
         errno = e[1]
-    return Result(value, errno, decoration[1:-1] if decoration else None)
+    return Result(value, errno, decoration[1:-1] if decoration else None, injected)
 
 
 _SIMPLE = {"n": 10, "t": 9, "r": 13, "v": 11, "f": 12, "a": 7, "b": 8, "e": 27}
@@ -293,7 +301,7 @@ def parse_fd(token: str) -> tuple[int | None, str | None]:
         decoration is the ``-yy`` text, unescaped, with any trailing device note
         (``<char 1:3>``) removed; None without one.
     """
-    m = re.match(r"(-?\d+|AT_FDCWD)(?:<(.*)>)?\Z", token, re.S)
+    m = re.match(r"(-?\d+|AT_FDCWD)(?:<(.*)>)?(?:\(deleted\))?\Z", token, re.S)  # 3</memfd:x>(deleted)
     if m is None:
         return None, None
     fd = AT_FDCWD if m[1] == "AT_FDCWD" else int(m[1])

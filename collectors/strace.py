@@ -17,6 +17,13 @@ What becomes what:
   call creates, removes or changes; ``target`` is: for rename, the new name; for link,
   the existing file; for symlink, the link's contents, verbatim (never resolved).
 - ``connect`` -> `NetConnect` (EINPROGRESS is an attempt; its errno is kept).
+- ``sendto``/``sendmsg``/``sendmmsg`` naming a destination -> `NetSend` (one per message
+  with an address: UDP without connect, TCP Fast Open's ``MSG_FASTOPEN``); a send on a
+  connected socket (no address) is no event: its destination was the traced connect.
+- ``mknod``/``mknodat`` -> `FileChange`.
+- The calls of `AUDITED_SYSCALLS` (io_uring, file handles, mount-like, ptrace,
+  process_vm_readv/writev, memfd_create) -> `ProcessSyscall`; those of `DENIED_SYSCALLS`
+  are failed by strace itself (``-e inject``, printed ``(INJECTED)``): ``denied`` True.
 - ``clone``/``clone3``/``fork``/``vfork``/``chdir``/``fchdir``/``exit_group``: state only
   (parent pid, thread group, shared cwd), no event.
 - ``kill``/``tkill``/``tgkill``/``bind`` and any other call the vocabulary has no kind for:
@@ -71,8 +78,10 @@ from ledger.events import (
     FileChange,
     FileOpen,
     NetConnect,
+    NetSend,
     ProcessExec,
     ProcessExit,
+    ProcessSyscall,
     WitnessRaw,
     WitnessStopped,
 )
@@ -81,6 +90,8 @@ __all__ = [
     "NEED_DATA",
     "UNFINISHED",
     "STRACE_SYSCALLS",
+    "AUDITED_SYSCALLS",
+    "DENIED_SYSCALLS",
     "WITNESS",
     "Stamped",
     "StraceParser",
@@ -94,23 +105,44 @@ WITNESS = "strace"
 UNFINISHED = "UNFINISHED"
 """``errno`` of an event whose call never returned a value (not a kernel errno)."""
 
-STRACE_SYSCALLS: tuple[str, ...] = (
+_CORE_SYSCALLS = (
     "execve", "execveat", "clone", "clone3", "fork", "vfork", "exit_group",
     "kill", "tkill", "tgkill",
     "open", "openat", "openat2", "creat",
     "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir",
     "chmod", "fchmodat", "truncate", "symlink", "symlinkat", "link", "linkat",
     "chdir", "fchdir",
-    "connect", "bind",
+    "mknod", "mknodat",
+    "connect", "bind", "sendto", "sendmsg", "sendmmsg",
 )  # fmt: skip
+
+DENIED_SYSCALLS: tuple[str, ...] = (
+    "io_uring_setup", "io_uring_enter", "io_uring_register",  # reads and opens the trace cannot name
+    "open_by_handle_at", "name_to_handle_at",  # opens by file handle, no path
+    "fanotify_init", "fanotify_mark",  # hands out fds of files other processes open
+    "mount", "umount2", "mount_setattr", "open_tree", "move_mount",  # a tree moved is paths that lie
+    "fsopen", "fsconfig", "fsmount", "fspick",
+    "pidfd_getfd",  # an fd taken from another process
+)  # fmt: skip
+"""Syscalls the witness cannot see through: the chamber's seccomp profile refuses them and,
+when the witness runs, hands them to it (SECCOMP_RET_TRACE), which fails them with EPERM
+(``-e inject``) so each attempt is in the trace. The audit is in docs/architecture.md."""
+
+AUDITED_SYSCALLS: tuple[str, ...] = (
+    *DENIED_SYSCALLS, "ptrace", "process_vm_readv", "process_vm_writev", "memfd_create",
+)
+"""Traced calls that become `ProcessSyscall` (the tracer itself needs ptrace and
+process_vm_readv, so those are seen, not denied)."""
+
+STRACE_SYSCALLS: tuple[str, ...] = (*_CORE_SYSCALLS, *AUDITED_SYSCALLS)
 """The syscalls the witness traces, as the kernel spells them."""
 
 _LEGACY = frozenset({"open", "creat", "fork", "vfork", "unlink", "rename", "mkdir", "rmdir",
-                     "chmod", "symlink", "link"})  # absent on arm64 and riscv: '?' in the filter
+                     "chmod", "symlink", "link", "mknod"})  # absent on arm64 and riscv: '?' in the filter
 
 
 def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4096,
-                verbose_env: bool = False) -> list[str]:
+                verbose_env: bool = False, deny: Iterable[str] = DENIED_SYSCALLS) -> list[str]:
     """The strace options of the witness, without ``strace`` itself or the traced command.
 
     ``-f`` follows forks and prefixes every line with the pid; ``-ttt`` stamps it with
@@ -123,20 +155,26 @@ def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4
         verbose_env: ``-v``, so execve's environment is printed and becomes
             ``ProcessExec.env`` (the caller must fingerprint credentials before the ledger).
         string_limit: longest string strace prints before cutting it with ``...``, bytes.
+        deny: syscalls strace fails with EPERM instead of running them (``-e inject``),
+            printed with ``(INJECTED)``; they must be in `STRACE_SYSCALLS`.
 
     Returns:
         The options, e.g. ``["-f", "-ttt", ..., "-o", output_path]``.
 
     Raises:
-        ValueError: ``string_limit`` is below 1.
+        ValueError: ``string_limit`` is below 1, or ``deny`` names a call not traced.
     """
     if string_limit < 1:
         raise ValueError(f"string_limit must be >= 1, got {string_limit}")
+    deny = list(deny)
+    if not set(deny) <= set(STRACE_SYSCALLS):
+        raise ValueError(f"deny: not traced: {sorted(set(deny) - set(STRACE_SYSCALLS))}")
     spec = ",".join(("?" + n) if n in _LEGACY else n for n in STRACE_SYSCALLS)
     argv = ["-f", "-ttt", "-yy", "-s", str(string_limit), "-q"] + (["-v"] if verbose_env else [])
     if seccomp:
         argv.append("--seccomp-bpf")
-    return [*argv, "-e", f"trace={spec}", "-o", str(output_path)]
+    inject = ["-e", f"inject={','.join(deny)}:error=EPERM"] if deny else []
+    return [*argv, "-e", f"trace={spec}", *inject, "-o", str(output_path)]
 
 
 class _NeedData:
@@ -176,7 +214,13 @@ _CHANGES: dict[str, tuple[int | None, int, int | None, int | None]] = {
     "rename": (None, 0, 1, None), "renameat": (0, 1, 3, 2), "renameat2": (0, 1, 3, 2),
     "link": (None, 1, 0, None), "linkat": (2, 3, 1, 0),
     "symlink": (None, 1, 0, None), "symlinkat": (1, 2, 0, None),
+    "mknod": (None, 0, None, None), "mknodat": (0, 1, None, None),
 }  # fmt: skip
+_SENDS = frozenset({"sendto", "sendmsg", "sendmmsg"})
+_AUDITED = frozenset(AUDITED_SYSCALLS)
+_MEMORY = frozenset({"process_vm_readv", "process_vm_writev"})
+_IOV_BASE = re.compile(r'iov_base=("(?:[^"\\]|\\.)*"(?:\.\.\.)?)')
+_MSG_NAME = re.compile(r"msg_name=(\{sa_family=[^{}]*\})")
 _VERBATIM_TARGET = frozenset({"symlink", "symlinkat"})
 _FLAGS = re.compile(r"flags=([A-Z0-9_|]+)")
 
@@ -249,6 +293,7 @@ class StraceParser:
         self._pending: dict[int, _Pending] = {}
         self._fds: dict[tuple[int, int], str] = {}  # (tgid, fd) -> path, from -yy results of opens
         self._held: dict[int, list[tuple[int | None, object, str]]] = {}
+        self._extra: list[Event] = []  # more events of the call just parsed (sendmmsg's destinations)
         self._seen_any = False
         self._last_ns: int | None = None
         self._closed = False
@@ -370,6 +415,8 @@ class StraceParser:
             elif event is not None:
                 self.unfinished += res.value is None and res.errno is None
                 self._out.append(Stamped(c.wall_ns, event))
+            self._out.extend(Stamped(c.wall_ns, extra) for extra in self._extra)
+            self._extra.clear()
             child = res.value
         if c.name in _CLONES:  # a child's lines wait until its pid is known
             for held in self._held.pop(child, []) if child and child > 0 else []:
@@ -506,7 +553,14 @@ class StraceParser:
         if name in ("execve", "execveat"):
             at = 1 if name == "execveat" else 0
             env = self._env(args[at + 2]) if len(args) > at + 2 else None
-            return ProcessExec(**ident, ppid=self._ppid.get(task.tgid), path=self._string(args[at]),
+            path = self._string(args[at])
+            if name == "execveat":  # relative to the dirfd; "" with AT_EMPTY_PATH: the fd itself (fexecve)
+                deco = parse_fd(args[0])[1]
+                if path == "" and deco is not None and deco.startswith("/"):
+                    path = _decoration_path(deco) or deco
+                elif path:
+                    path = self._path(task, args, 0, 1)
+            return ProcessExec(**ident, ppid=self._ppid.get(task.tgid), path=path,
                                argv=self._argv(args[at + 1]), cwd=task.fs.cwd, env=env,
                                result=result, errno=errno)
         if name in _OPENS:
@@ -543,6 +597,13 @@ class StraceParser:
             family, address, port = addr
             return NetConnect(**ident, family=family, address=address, port=port,
                               result=result, errno=errno)
+        if name in _SENDS:
+            return self._sends(ident, name, args, res, errno)
+        if name in _AUDITED:
+            if name in _MEMORY:  # another process's memory may hold secrets: keep sizes, not bytes
+                args = [_IOV_BASE.sub(lambda m: f"iov_base=<{len(self._string(m[1]))} chars>", a) for a in args]
+            return ProcessSyscall(**ident, syscall=name, args=list(args), result=res.value, errno=errno,
+                                  denied=res.injected)
         if name in _CLONES:
             if not failed and res.value:
                 self._cloned(tid, args, res.value)
@@ -558,6 +619,30 @@ class StraceParser:
         if name in ("chdir", "fchdir", "exit_group"):
             return None
         return False
+
+
+    def _sends(self, ident: dict, name: str, args: list[str], res: Result, errno: str | None) -> NetSend | None:
+        """A send naming its destination; None on a connected socket (no address).
+
+        sendmmsg's messages may each name one: the first is the event, and the others,
+        when they differ, follow it in the output queue (same time stamp)."""
+        if name == "sendto":
+            dests, flags = ([args[4]] if args[4] != "NULL" else []), args[3]
+        else:
+            dests, flags = _MSG_NAME.findall(args[1]), args[-1]
+        events = []
+        for dest in dict.fromkeys(dests):  # distinct, in order
+            addr = parse_sockaddr(dest)
+            if addr is None:  # e.g. an address strace could not read: 0x7ffd...
+                raise ValueError(dest)
+            events.append(NetSend(**ident, syscall=name, family=addr[0], address=addr[1], port=addr[2],
+                                  flags=flags, result=-1 if res.value is None or res.value < 0 else res.value,
+                                  errno=errno))
+        if not events:
+            return None
+        for extra in events[1:]:
+            self._extra.append(extra)
+        return events[0]
 
 
 def _decoration_path(deco: str | None) -> str | None:

@@ -54,6 +54,8 @@ __all__ = [
     "FileOpen",
     "FileChange",
     "NetConnect",
+    "NetSend",
+    "ProcessSyscall",
     "ProcSample",
     "HostSample",
     "WitnessStarted",
@@ -73,11 +75,12 @@ __all__ = [
     "AgentUsage",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
-``duration_ns`` (it was ``wall_ns``, still read from older ledgers)."""
+``duration_ns`` (it was ``wall_ns``, still read from older ledgers); 4: ``net.send``,
+``process.syscall``, ``run.started.seccomp``, ``run.ended.oom_killed``."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -132,17 +135,24 @@ class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
     agent: dict[str, Any] = {}  # adapter name, version, gating (enforced | not_enforced | ungated)
     arm: dict[str, Any] = {}  # arm name, granted tools, withheld tools, the deny list handed to the agent
     weakened: list[str] = []  # controls deliberately weakened (selftest only): never a clean run
+    # The chamber's seccomp profile: sha256 (hex of the JSON bytes the engine was given),
+    # base (where its default part comes from), denied (syscalls it refuses on top),
+    # action (trace: the tracer refuses them, visibly; errno: the kernel does, EPERM).
+    seccomp: dict[str, Any] = {}
 
 
 class RunEnded(_Event, tag="run.ended", frozen=True, kw_only=True):
     """The command finished, timed out, or the chamber failed."""
 
-    exit_code: int | None = None  # None when killed by a signal or never started
-    signal: str | None = None  # e.g. "SIGKILL"
+    exit_code: int | None = None  # the chamber's exit status as the engine reports it; None: never ended
+    # A signal caisson itself sent (SIGKILL at the deadline); never inferred from an exit
+    # status of 128+N: how the command's processes ended is in the strace witness's process.exit.
+    signal: str | None = None
     duration_ns: int = 0  # how long the command ran (container start to end), ns
     timed_out: bool = False
     status: RunStatus = "completed"
     reason: str = ""  # human-readable cause when status is not "completed"
+    oom_killed: bool = False  # the kernel's OOM killer killed a process of the chamber (the engine's State.OOMKilled)
     legacy_wall_ns: int | None = msgspec.field(default=None, name="wall_ns")
     """Schema 1-2's name of ``duration_ns``, read from older ledgers and folded into it on
     decode; never written."""
@@ -247,6 +257,35 @@ class NetConnect(_Event, tag="net.connect", frozen=True, kw_only=True):
     port: int | None = None
     result: int = 0
     errno: str | None = None
+
+
+class NetSend(_Event, tag="net.send", frozen=True, kw_only=True):
+    """A send to an explicit destination, no connect() needed: sendto, sendmsg or sendmmsg
+    with an address (a UDP datagram, a TCP Fast Open SYN with data: ``MSG_FASTOPEN``).
+    One event per message that names a destination (sendmmsg may name several)."""
+
+    pid: int
+    host_pid: int | None = None
+    syscall: str = "sendto"  # sendto | sendmsg | sendmmsg
+    family: str  # AF_INET | AF_INET6 | AF_UNIX | ...
+    address: str  # IP text, sun_path, or "" for other families
+    port: int | None = None
+    flags: str = ""  # as strace printed them, e.g. "MSG_FASTOPEN"; "0" for none
+    result: int = 0  # bytes (sendto, sendmsg) or messages (sendmmsg) sent; -1 on failure
+    errno: str | None = None
+
+
+class ProcessSyscall(_Event, tag="process.syscall", frozen=True, kw_only=True):
+    """A traced syscall with no kind of its own: io_uring, file handles, mount-like
+    calls, ptrace, process_vm_readv, memfd_create (the witness's audit, docs/architecture.md)."""
+
+    pid: int
+    host_pid: int | None = None
+    syscall: str
+    args: list[str] = []  # the arguments as the witness printed them (process_vm_*: buffer contents as sizes)
+    result: int | None = None  # the return value; None when the call never returned
+    errno: str | None = None
+    denied: bool = False  # refused by the chamber's policy, not run by the kernel (strace's (INJECTED))
 
 
 class ProcSample(_Event, tag="proc.sample", frozen=True, kw_only=True):
@@ -444,6 +483,8 @@ Event = Union[
     FileOpen,
     FileChange,
     NetConnect,
+    NetSend,
+    ProcessSyscall,
     ProcSample,
     HostSample,
     WitnessStarted,

@@ -1,7 +1,7 @@
 """The chamber: where a run happens, and what it is made of.
 
 The container runtime (Docker through aiodocker, confined to `caisson.chamber._docker`),
-the bridge firewall, the sandbox (a one-commit worktree minus the exclusion set) with its
+the bridge firewall, the seccomp profile (`caisson.chamber.seccomp_profile`), the sandbox (a one-commit worktree minus the exclusion set) with its
 containment scan, the chamber's environment (`caisson.chamber.envpin`) and the images built
 offline from `images/` (`caisson.chamber.image`). Knows nothing of witnesses or detectors.
 """
@@ -20,11 +20,15 @@ from caisson.chamber._docker import (
     open_engine,
 )
 from caisson.chamber._firewall import guard_bridge, unguard_bridge
+from caisson.chamber._seccomp import BASE_PROFILE, SeccompProfile, seccomp_profile
 from caisson.chamber.envpin import INJECTION_SWITCHES, ChamberEnv, build_env, parse_env_assignments
 from caisson.chamber.image import build_image, image_id, image_tag, recipe_digest
 from caisson.chamber.sandbox import ExcludedPath, Sandbox, build_sandbox, remove_sandbox, tree_digest
 
 __all__ = [
+    "BASE_PROFILE",
+    "SeccompProfile",
+    "seccomp_profile",
     "INJECTION_SWITCHES",
     "LOG_CAP_BYTES",
     "RUN_LABEL",

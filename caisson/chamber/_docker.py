@@ -133,6 +133,9 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     a process that drops to an unprivileged user loses them."""
     run_id: str = ""
     """Value of the `caisson.run` label; empty: a fresh uuid4 hex per run."""
+    seccomp: str | None = None
+    """The seccomp profile's JSON text (`caisson.chamber.seccomp_profile`); None keeps the
+    engine's built-in default, whatever its version makes of it."""
 
 
 class ChamberNetwork(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,9 +168,12 @@ class ContainerResult(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     """Exit status as Docker reports it; None when the engine failed before the end."""
     signal: int | None
-    """Signal that ended the main process: 9 after a deadline kill or OOM, else inferred
-    from Docker's 128+N convention (a process calling exit(137) looks the same)."""
+    """A signal caisson sent: 9 after the deadline kill, else None. Never inferred from the
+    exit status (``exit 130`` and death by SIGINT look the same to the engine: the strace
+    witness tells them apart)."""
     oom_killed: bool
+    """The engine's ``State.OOMKilled``: the OOM killer killed a process of the container
+    (any, not only the main one, which may still exit 0)."""
     timed_out: bool
     """True when the deadline passed and caisson killed the container."""
     stdout: bytes
@@ -383,10 +389,8 @@ class Engine:
             state = (await self._call(container.show))["State"]
             exit_code = int(state["ExitCode"])
             oom_killed = bool(state.get("OOMKilled"))
-            if timed_out or oom_killed:
+            if timed_out:
                 signal = 9
-            elif 128 < exit_code <= 128 + 64:
-                signal = exit_code - 128
             stdout, stderr = await self._output(container)
         except _EngineFailure as exc:
             ended_ns = time.time_ns()
@@ -498,6 +502,8 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
     }
     if spec.dns:
         host_config["Dns"] = list(spec.dns)
+    if spec.seccomp is not None:
+        host_config["SecurityOpt"] = [f"seccomp={spec.seccomp}"]
     if spec.limits.pids_limit is not None:
         host_config["PidsLimit"] = spec.limits.pids_limit
     if spec.limits.memory_bytes is not None:

@@ -17,11 +17,25 @@ from caisson.detectors._base import (
     Finding,
     config_from_records,
 )
-from caisson.detectors.containment import EXCLUDED_READ, OUTSIDE_TREE, excluded_read, outside_tree
+from caisson.detectors.containment import (
+    DENIED_SYSCALL,
+    EXCLUDED_READ,
+    OUTSIDE_TREE,
+    denied_syscall,
+    excluded_read,
+    outside_tree,
+)
 from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
 from caisson.detectors.agents import ISOLATION, TOKENS, TOOL_ESCAPE, isolation, tokens_cross_check, tool_escape
-from caisson.detectors.network import BYPASS_ATTEMPT, DENIED_EGRESS, bypass_attempt, denied_egress
+from caisson.detectors.network import (
+    BYPASS_ATTEMPT,
+    DENIED_EGRESS,
+    UNEXPLAINED_FLOW,
+    bypass_attempt,
+    denied_egress,
+    unexplained_flow,
+)
 from ledger import Record
 
 __all__ = [
@@ -40,12 +54,14 @@ __all__ = [
 DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (EXCLUDED_READ, excluded_read),
     (OUTSIDE_TREE, outside_tree),
+    (DENIED_SYSCALL, denied_syscall),
     (ENV_INHERITANCE, env_inheritance),
     (HOST_STALLED, host_stalled),
     (WITNESS_GAP, witness_gap),
     (INFRA_FAILURE, infra_failure),
     (DENIED_EGRESS, denied_egress),
     (BYPASS_ATTEMPT, bypass_attempt),
+    (UNEXPLAINED_FLOW, unexplained_flow),
     (TOOL_ESCAPE, tool_escape),
     (ISOLATION, isolation),
     (TOKENS, tokens_cross_check),

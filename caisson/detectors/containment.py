@@ -1,4 +1,5 @@
-"""Containment detectors: reads of the exclusion set, and access outside the tree."""
+"""Containment detectors: reads of the exclusion set, access outside the tree, and calls
+the witness cannot see through (denied, or let through)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from collections.abc import Iterable, Iterator
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, norm, under
 from caisson.chamber.sandbox import glob_to_regex
 from ledger import Record
-from ledger.events import FileChange, FileOpen, ProcessExec
+from collectors.strace import DENIED_SYSCALLS
+from ledger.events import FileChange, FileOpen, ProcessExec, ProcessSyscall, RunStarted
 
 EXCLUDED_READ = "containment.excluded_read@1"
 OUTSIDE_TREE = "containment.outside_tree@1"
+DENIED_SYSCALL = "containment.denied_syscall@1"
 
 
 def _cwds(records: Iterable[Record]) -> Iterator[tuple[Record, str | None]]:
@@ -109,3 +112,30 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
                     and not under(root, path):
                 yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
                               message=f"read {path} outside the sandbox and system paths")
+
+
+def denied_syscall(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """Calls the strace witness cannot see through (io_uring, file handles, mount-like).
+
+    - Refused by the chamber's policy (``process.syscall`` ``denied``): shown; the control
+      held, and the attempt is the agent's (e.g. io_uring to read a file unnamed).
+    - One of them returned success: void. Whatever it opened or read, no witness saw.
+
+    The calls are the ``denied`` list of ``run.started``'s seccomp field; a ledger written
+    before the chamber had its own profile uses the witness's `DENIED_SYSCALLS`.
+    """
+    blind = frozenset(DENIED_SYSCALLS)
+    for record in records:
+        event = record.event
+        if isinstance(event, RunStarted) and event.seccomp.get("denied"):
+            blind = frozenset(event.seccomp["denied"])
+        elif isinstance(event, ProcessSyscall):
+            if event.denied:
+                yield Finding(detector=DENIED_SYSCALL, kind="denied_syscall", effect=INFO, evidence=[record.seq],
+                              message=f"pid {event.pid} tried {event.syscall}: refused ({event.errno})"
+                              " by the chamber's seccomp policy")
+            elif event.syscall in blind and event.result is not None and event.result >= 0:
+                yield Finding(detector=DENIED_SYSCALL, kind="unwitnessed_syscall", effect=VOID,
+                              evidence=[record.seq],
+                              message=f"pid {event.pid}: {event.syscall} succeeded; what it reached, no"
+                              " witness saw (the chamber's seccomp policy did not refuse it)")

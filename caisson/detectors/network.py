@@ -1,4 +1,5 @@
-"""Network detectors: egress the policy refused, and connections around the witnesses."""
+"""Network detectors: egress the policy refused, connections and sends around the
+witnesses, and captured flows that no witness accounts for."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding
 from ledger import Record
-from ledger.events import DnsQuery, HttpExchange, NetConnect, WitnessStarted
+from ledger.events import DnsQuery, HttpExchange, NetConnect, NetFlow, NetSend, WitnessStarted
 
 DENIED_EGRESS = "network.denied_egress@1"
-BYPASS_ATTEMPT = "network.bypass_attempt@1"
+BYPASS_ATTEMPT = "network.bypass_attempt@2"
+UNEXPLAINED_FLOW = "network.unexplained_flow@1"
 
 
 def denied_egress(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
@@ -35,10 +37,24 @@ def _endpoint(listen: object) -> tuple[str, int] | None:
     return (host.strip("[]"), int(port)) if port.isdigit() else None
 
 
+def _direct(family: str, address: str, port: int | None, endpoints: set[tuple[str, int]]) -> bool:
+    """An IP destination that is not loopback, unspecified or a witness's endpoint."""
+    if family not in ("AF_INET", "AF_INET6"):
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return not (ip.is_loopback or ip.is_unspecified or (address, port) in endpoints)
+
+
 def bypass_attempt(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
-    """A connect() to an IP address other than a witness's endpoint: around the proxy and
-    resolver. Connected (result 0): void, the network control failed. Refused or pending
-    (EINPROGRESS: the outcome is in the capture): shown.
+    """A connect() or a send naming its destination (sendto/sendmsg/sendmmsg: UDP, TCP Fast
+    Open) to an IP address other than a witness's endpoint: around the proxy and resolver.
+    Connected (result 0): void, the network control failed. Refused or pending
+    (EINPROGRESS: the outcome is in the capture): shown. A send is shown: that a datagram
+    left the socket says nothing of where it went (the capture does:
+    `unexplained_flow`).
     """
     endpoints: set[tuple[str, int]] = set()
     for record in records:
@@ -47,15 +63,63 @@ def bypass_attempt(records: Iterable[Record], config: DetectorConfig) -> Iterato
             found = _endpoint(event.detail.get("listen"))
             if found:
                 endpoints.add(found)
-        elif isinstance(event, NetConnect) and event.family in ("AF_INET", "AF_INET6"):
-            try:
-                address = ipaddress.ip_address(event.address)
-            except ValueError:
-                continue
-            if address.is_loopback or address.is_unspecified or (event.address, event.port) in endpoints:
-                continue
+        elif isinstance(event, NetSend) and _direct(event.family, event.address, event.port, endpoints):
+            yield Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect=INFO, evidence=[record.seq],
+                          message=f"{event.syscall} to {event.address}:{event.port} directly, flags {event.flags}"
+                          + (f" ({event.errno})" if event.errno else f" ({event.result} sent)"))
+        elif isinstance(event, NetConnect) and _direct(event.family, event.address, event.port, endpoints):
             ok = event.result == 0
             yield Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect=VOID if ok else INFO,
                           evidence=[record.seq],
                           message=f"{'connected to' if ok else 'tried'} {event.address}:{event.port} directly"
                           + ("" if ok else f" ({event.errno})"))
+
+
+_CONTROL = ("icmp", "icmp6")
+
+
+def unexplained_flow(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """A captured flow (``net.flow``) that no witness accounts for: shown, one per flow.
+
+    Accounted for: a flow with a witness's endpoint (the proxy's or the resolver's listen
+    address and port) at either end; ICMP from the gateway (the host's firewall refusing);
+    link-local, multicast and broadcast housekeeping. Any other flow is packets the
+    chamber put on the wire around the witnesses (a UDP datagram, a TCP SYN to an address
+    outside the policy). Shown, not void: a flow sums both directions, so the capture
+    cannot say whether anything answered, and the chamber's network (internal, the host's
+    side firewalled) drops such packets unless a control was weakened (which
+    ``controls.weakened`` voids); a connect that succeeded around the witnesses is voided
+    by `bypass_attempt`. Runs without a witnessed network have no flows and no findings.
+    """
+    endpoints: set[tuple[str, int]] = set()
+    gateways: set[str] = set()
+    flows: list[tuple[int, NetFlow]] = []
+    for record in records:
+        event = record.event
+        if isinstance(event, WitnessStarted):
+            found = _endpoint(event.detail.get("listen"))
+            if found:
+                endpoints.add(found)
+                gateways.add(found[0])
+        elif isinstance(event, NetFlow):
+            flows.append((record.seq, event))
+    for seq, flow in flows:
+        if (flow.dst, flow.dport) in endpoints or (flow.src, flow.sport) in endpoints:
+            continue
+        if flow.proto in _CONTROL and flow.src in gateways:
+            continue
+        if _housekeeping(flow.dst):
+            continue
+        host = flow.dst in gateways or flow.src in gateways
+        yield Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect=INFO, evidence=[seq],
+                      message=f"{flow.proto} {flow.src}:{flow.sport} -> {flow.dst}:{flow.dport}, {flow.packets}"
+                      f" packet(s), {flow.bytes} bytes: no witness accounts for it"
+                      + (" (the host's side of the chamber network)" if host else ""))
+
+
+def _housekeeping(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip.is_multicast or ip.is_link_local or address == "255.255.255.255"

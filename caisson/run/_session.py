@@ -53,7 +53,7 @@ class RunOutcome(msgspec.Struct, kw_only=True):
     status: RunStatus
     exit_code: int  # the CLI's exit status: the command's, 124 timeout, 125 infra, 130 Ctrl-C
     command_exit: int | None = None
-    signal: int | None = None
+    signal: int | None = None  # a signal caisson sent (the deadline's SIGKILL), never inferred from 128+N
     duration_ns: int = 0  # how long the command ran, ns (run.ended's duration_ns)
     reason: str = ""
 
@@ -169,6 +169,12 @@ async def run_session(s: Session) -> RunOutcome:
 
 async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission]) -> None:
     await send.send(Submission(source="recorder", event=s.manifest))
+    if s.spec.seccomp is not None:  # the chamber's filter, so the ledger's digest can be checked offline
+        assert s.writer.blobs is not None
+        data = s.spec.seccomp.encode()
+        digest = s.writer.blobs.put(data)
+        await send.send(Submission(source="recorder", event=BlobStored(
+            sha256=digest, size_bytes=len(data), role="seccomp", media_type="application/json")))
     if s.scenario_bytes is not None:  # replay grades and configures detectors from it
         assert s.writer.blobs is not None
         digest = s.writer.blobs.put(s.scenario_bytes)
@@ -344,12 +350,12 @@ def _ended(result: ContainerResult, run_id: str, run_dir: Path) -> tuple[RunEnde
     else:
         status, code = "completed", result.exit_code if result.exit_code is not None else EXIT_INFRA
     reason = result.error or ("wall deadline reached; the chamber was killed" if result.timed_out else "")
-    if result.oom_killed:
-        reason = (reason + "; " if reason else "") + "out of memory (killed by the engine)"
+    if result.oom_killed:  # a process of the chamber, maybe not the command itself (see process.exit)
+        reason = (reason + "; " if reason else "") + "the kernel's OOM killer killed a process of the chamber"
     if result.output_truncated:
         reason = (reason + "; " if reason else "") + (
             f"stdout and stderr reached the engine's log cap ({LOG_CAP_BYTES // 2**20} MiB): the oldest may be lost")
     end = RunEnded(exit_code=result.exit_code if not result.timed_out else None, signal=signame, duration_ns=wall,
-                   timed_out=result.timed_out, status=status, reason=reason)
+                   timed_out=result.timed_out, status=status, reason=reason, oom_killed=result.oom_killed)
     return end, RunOutcome(run_id=run_id, run_dir=run_dir, status=status, exit_code=code,
                            command_exit=result.exit_code, signal=result.signal, duration_ns=wall, reason=reason)

@@ -29,7 +29,7 @@ import msgspec
 import trio
 
 from caisson import __version__
-from caisson.chamber import ContainerSpec, Limits, open_engine
+from caisson.chamber import ContainerSpec, Limits, open_engine, seccomp_profile
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
 from caisson.chamber.envpin import ChamberEnv, build_env
@@ -39,6 +39,7 @@ from caisson.chamber.image import image_tag
 from caisson.chamber.sandbox import Sandbox, build_sandbox
 from caisson.run.plan import WEAKENABLE, RecordOptions, RunPlan, plan_run
 from caisson.scenario import Scenario, load_scenario, scenario_digest
+from collectors.strace import DENIED_SYSCALLS
 from ledger import BlobStore, LedgerWriter
 from ledger.events import RunStarted
 
@@ -126,6 +127,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                                   flush_records=1024, flush_interval_s=0.5)
             chamber_env = _chamber_env(plan, scenario, fingerprint_key(key))
             limits = scenario.limits
+            # The witness fails the denied calls visibly; with no tracer the kernel does.
+            seccomp = seccomp_profile(DENIED_SYSCALLS, action="trace" if "strace" in plan.witnesses else "errno")
             manifest = RunStarted(
                 run_id=run_id,
                 caisson_version=__version__,
@@ -145,6 +148,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 weakened=plan.weakened.names,
                 agent=plan.agent_facts(),
                 arm=plan.arm_facts(),
+                seccomp=seccomp.manifest(),
             )
             spec = ContainerSpec(
                 image=tag,
@@ -159,6 +163,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 network_mode="none",  # the session puts it on its witnessed network
                 deadline_s=plan.timeout_s,
                 run_id=run_id,
+                seccomp=seccomp.json,
             )
             scenario_bytes = Path(options.scenario).read_bytes() if options.scenario else None
             session = Session(engine=engine, writer=writer, spec=spec, manifest=manifest, sandbox=sandbox,

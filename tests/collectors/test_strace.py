@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from collectors._strace_lines import decode_escaped, decode_string, parse_fd, parse_sockaddr, split_call
 from collectors.strace import (
+    AUDITED_SYSCALLS,
+    DENIED_SYSCALLS,
     NEED_DATA,
     STRACE_SYSCALLS,
     UNFINISHED,
@@ -25,7 +27,9 @@ from collectors.strace import (
     StraceParser,
     strace_argv,
 )
-from ledger.events import FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, WitnessRaw
+from ledger.events import (
+    FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessSyscall, WitnessRaw,
+)
 
 GOLDEN = Path(__file__).with_suffix("")
 TRACES = sorted(p.name for p in GOLDEN.glob("*.strace"))
@@ -75,6 +79,12 @@ def test_strace_argv_flags():
     assert [s.lstrip("?") for s in spec] == list(STRACE_SYSCALLS)
     assert "?open" in spec and "openat" in spec and "execve" in spec and "chdir" in spec
     assert "--seccomp-bpf" not in strace_argv("x", seccomp=False)
+    inject = argv[argv.index("-e", argv.index("-e") + 1) + 1]
+    assert inject == f"inject={','.join(DENIED_SYSCALLS)}:error=EPERM"
+    assert set(DENIED_SYSCALLS) <= set(AUDITED_SYSCALLS) <= set(STRACE_SYSCALLS)
+    assert "-e" not in strace_argv("x", deny=())[strace_argv("x", deny=()).index("-e") + 2:]
+    with pytest.raises(ValueError, match="not traced"):
+        strace_argv("x", deny=["read"])
     with pytest.raises(ValueError):
         strace_argv("x", string_limit=0)
 
@@ -269,12 +279,12 @@ def test_decorations():
 
 
 def test_results():
-    assert split_call("x) = -1 ENOENT (No such file or directory)")[1] == (-1, "ENOENT", None)
+    assert split_call("x) = -1 ENOENT (No such file or directory)")[1] == (-1, "ENOENT", None, False)
     restart = split_call("x) = ? ERESTARTSYS (To be restarted if SA_RESTART is set)")
-    assert restart[1] == (None, "ERESTARTSYS", None)
-    assert split_call("x) = ? ERESTARTNOINTR (To be restarted)")[1] == (None, "ERESTARTNOINTR", None)
-    assert split_call("x)   = ?")[1] == (None, None, None)
-    assert split_call("x) = ? <unavailable>")[1] == (None, None, None)
+    assert restart[1] == (None, "ERESTARTSYS", None, False)
+    assert split_call("x) = ? ERESTARTNOINTR (To be restarted)")[1] == (None, "ERESTARTNOINTR", None, False)
+    assert split_call("x)   = ?")[1] == (None, None, None, False)
+    assert split_call("x) = ? <unavailable>")[1] == (None, None, None, False)
     assert split_call("x) = 0x7f00")[1].value == 0x7F00
     assert split_call("x) = -1 (errno 18446744073709551359)")[1].errno == "errno 18446744073709551359"
     assert split_call("x") is None and split_call("x) junk") is None and split_call("a]) = 0") is None
@@ -450,3 +460,56 @@ def test_paths_through_a_process_own_fd_are_mapped_back_and_real_paths_kept():
     assert opens[2].path == "/w/link" and opens[2].real_path == "/etc/passwd"
     [rename] = [e for e in events if isinstance(e, FileChange)]
     assert (rename.path, rename.target) == ("/w/sb/n.tmp", "/w/sb/n")
+
+
+# --- issue 15: sends without connect, the audited calls, exit status vs signal -------------
+
+
+def test_sends_name_their_destinations_and_a_connected_send_is_no_event():
+    evs = events(golden("sends.strace"))
+    got = [(e.syscall, e.address, e.port, e.flags, e.result, e.errno) for e in of(evs, NetSend)]
+    assert got == [
+        ("sendto", "127.0.0.1", 9, "0", 4, None),  # an unconnected UDP socket
+        ("sendmsg", "127.0.0.2", 9, "0", 4, None),
+        ("sendmmsg", "127.0.0.3", 53, "0", 2, None),  # one event per destination
+        ("sendmmsg", "127.0.0.4", 53, "0", 2, None),
+        ("sendto", "127.0.0.1", 9, "MSG_FASTOPEN", -1, "ECONNREFUSED"),  # TCP Fast Open: data on the SYN
+    ]
+    assert [(e.address, e.port) for e in of(evs, NetConnect)] == [("127.0.0.1", 9)]
+    assert not of(evs, WitnessRaw)  # the send on the connected socket (NULL address) is no event
+
+
+def test_audited_calls_denied_by_injection_memfd_exec_and_exit_status_vs_signal():
+    evs = events(golden("audit.strace"))
+    calls = [(e.syscall, e.result, e.errno, e.denied) for e in of(evs, ProcessSyscall)]
+    assert calls == [
+        ("io_uring_setup", -1, "EPERM", True),  # strace failed it itself: (INJECTED)
+        ("name_to_handle_at", -1, "EPERM", True),
+        ("memfd_create", 3, None, False),
+        ("ptrace", -1, "EPERM", False),  # the kernel refused: already traced
+        ("process_vm_readv", 8, None, False),
+    ]
+    assert of(evs, ProcessSyscall)[0].args == ["4", "{flags=0, sq_thread_cpu=0, sq_thread_idle=0}"]
+    vm = of(evs, ProcessSyscall)[-1]  # the bytes read from a process's memory stay out of the ledger
+    assert vm.args[1] == "[{iov_base=<8 chars>, iov_len=8}]" and vm.args[3].startswith("[{iov_base=0x")
+    fexecve = [e for e in of(evs, ProcessExec) if e.argv == ["true"]]
+    assert [e.path for e in fexecve] == ["/memfd:payload"]  # execveat(fd, "", AT_EMPTY_PATH)
+    assert [(e.syscall, e.path) for e in of(evs, FileChange)] == [("mknodat", "/tmp/caisson-golden/fifo2")]
+    shells = {e.pid: e.argv[-1] for e in of(evs, ProcessExec) if e.path == "/bin/sh"}
+    exits = {shells[e.pid]: (e.code, e.signal) for e in of(evs, ProcessExit) if e.pid in shells}
+    assert exits == {"exit 130": (130, None), "kill -INT $$": (None, "SIGINT")}
+
+
+def test_injected_results_and_sends_line_by_line():
+    assert split_call("4, {flags=0}) = -1 EPERM (Operation not permitted) (INJECTED)")[1] == (-1, "EPERM", None, True)
+    assert split_call("3, NULL) = -1 EPERM (Operation not permitted)")[1].injected is False
+    line = ('7 1.000001 sendto(3<UDP:[0.0.0.0:1]>, "x", 1, MSG_DONTWAIT, {sa_family=AF_INET6, '
+            'sin6_port=htons(53), sin6_flowinfo=htonl(0), inet_pton(AF_INET6, "2001:db8::1", &sin6_addr), '
+            'sin6_scope_id=0}, 28) = 1\n')
+    assert events(line) == [NetSend(pid=7, host_pid=7, syscall="sendto", family="AF_INET6", address="2001:db8::1",
+                                    port=53, flags="MSG_DONTWAIT", result=1)]
+    unreadable = '7 1.000001 sendto(3, "x", 1, 0, 0x7ffd0000, 16) = -1 EFAULT (Bad address)\n'
+    assert [type(e) for e in events(unreadable)] == [WitnessRaw]  # kept raw, counted as a failure
+    nameless = '7 1.000001 sendmsg(3<UDP:[1]>, {msg_name=NULL, msg_namelen=0, msg_iov=[], msg_iovlen=0, ' \
+               'msg_controllen=0, msg_flags=0}, 0) = 0\n'
+    assert events(nameless) == []

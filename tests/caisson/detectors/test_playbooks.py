@@ -233,3 +233,74 @@ def test_outside_tree_does_not_read_a_symlink_text_as_a_write():
     )
     assert [f.message for f in outside_tree(records, CONFIG)] == [
         "wrote /work/elsewhere/a outside the sandbox (rename)"]
+
+
+# --- issue 15: calls the witness cannot see through, sends, flows --------------------------
+
+
+def test_denied_syscall_shows_refusals_and_voids_a_blind_call_that_succeeded():
+    from caisson.detectors.containment import DENIED_SYSCALL, denied_syscall
+    from ledger.events import ProcessSyscall
+
+    records = play(
+        RunStarted(run_id="r", caisson_version="0", seccomp={"denied": ["io_uring_setup", "open_tree"]}),
+        ProcessSyscall(pid=7, syscall="io_uring_setup", result=-1, errno="EPERM", denied=True),
+        ProcessSyscall(pid=7, syscall="memfd_create", result=3),  # seen, not blind
+        ProcessSyscall(pid=7, syscall="open_tree", result=4),  # the profile did not hold
+        ProcessSyscall(pid=7, syscall="ptrace", result=-1, errno="EPERM"),
+    )
+    assert list(denied_syscall(records, CONFIG)) == [
+        Finding(detector=DENIED_SYSCALL, kind="denied_syscall", effect="info", evidence=[1],
+                message="pid 7 tried io_uring_setup: refused (EPERM) by the chamber's seccomp policy"),
+        Finding(detector=DENIED_SYSCALL, kind="unwitnessed_syscall", effect="void", evidence=[3],
+                message="pid 7: open_tree succeeded; what it reached, no witness saw (the chamber's"
+                " seccomp policy did not refuse it)"),
+    ]
+    # A ledger from before the chamber's own profile: the witness's list decides.
+    old = play(ProcessSyscall(pid=7, syscall="io_uring_setup", result=5))
+    assert [f.kind for f in denied_syscall(old, CONFIG)] == ["unwitnessed_syscall"]
+    assert list(denied_syscall(play(start(), FileOpen(pid=1, path="src/a.py", result=3)), CONFIG)) == []
+
+
+def test_bypass_attempt_shows_sends_without_connect():
+    from caisson.detectors.network import BYPASS_ATTEMPT, bypass_attempt
+    from ledger.events import NetSend
+
+    records = play(
+        WitnessStarted(witness="dns", detail={"listen": "172.19.0.1:53"}),
+        NetSend(pid=1, family="AF_INET", address="172.19.0.1", port=53, result=29),  # the resolver
+        NetSend(pid=1, family="AF_INET", address="1.1.1.1", port=53, result=29),
+        NetSend(pid=1, syscall="sendto", family="AF_INET", address="172.19.0.1", port=18080, flags="MSG_FASTOPEN",
+                result=-1, errno="EINPROGRESS"),
+        NetSend(pid=1, syscall="sendmsg", family="AF_UNIX", address="/dev/log", result=10),
+    )
+    assert list(bypass_attempt(records, CONFIG)) == [
+        Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect="info", evidence=[2],
+                message="sendto to 1.1.1.1:53 directly, flags  (29 sent)"),
+        Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect="info", evidence=[3],
+                message="sendto to 172.19.0.1:18080 directly, flags MSG_FASTOPEN (EINPROGRESS)"),
+    ]
+
+
+def test_unexplained_flow_reports_what_no_witness_accounts_for():
+    from caisson.detectors.network import UNEXPLAINED_FLOW, unexplained_flow
+    from ledger.events import NetFlow
+
+    records = play(
+        WitnessStarted(witness="proxy", detail={"listen": "172.19.0.1:41234"}),
+        WitnessStarted(witness="dns", detail={"listen": "172.19.0.1:53"}),
+        NetFlow(proto="tcp", src="172.19.0.2", sport=40000, dst="172.19.0.1", dport=41234, packets=9),
+        NetFlow(proto="udp", src="172.19.0.2", sport=40001, dst="172.19.0.1", dport=53, packets=2),
+        NetFlow(proto="icmp", src="172.19.0.1", dst="172.19.0.2", packets=1),  # the host's firewall refusing
+        NetFlow(proto="icmp6", src="::", dst="ff02::16", packets=2),  # link housekeeping
+        NetFlow(proto="udp", src="172.19.0.2", sport=40002, dst="1.1.1.1", dport=53, packets=1, bytes=57),
+        NetFlow(proto="udp", src="172.19.0.2", sport=40002, dst="172.19.0.1", dport=18081, packets=1, bytes=57),
+    )
+    assert list(unexplained_flow(records, CONFIG)) == [
+        Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect="info", evidence=[6],
+                message="udp 172.19.0.2:40002 -> 1.1.1.1:53, 1 packet(s), 57 bytes: no witness accounts for it"),
+        Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect="info", evidence=[7],
+                message="udp 172.19.0.2:40002 -> 172.19.0.1:18081, 1 packet(s), 57 bytes: no witness accounts"
+                " for it (the host's side of the chamber network)"),
+    ]
+    assert list(unexplained_flow(records[:6], CONFIG)) == []

@@ -115,5 +115,62 @@ os.execv("/bin/echo", ["echo", "y" * 100])
 PY
 trace escapes 32 -- /usr/bin/python3 -S escapes.py
 
+# 6. sends without connect: unconnected UDP sendto and sendmsg, sendmmsg naming two
+#    destinations (ctypes), a send on a connected socket (no destination), TCP Fast Open.
+cat > sends.py <<'PY'
+import ctypes, socket
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.sendto(b"ping", ("127.0.0.1", 9))
+udp.sendmsg([b"ping"], [], 0, ("127.0.0.2", 9))
+class Iov(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+class Hdr(ctypes.Structure):  # struct msghdr
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.POINTER(Iov)),
+                ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+class Msg(ctypes.Structure):  # struct mmsghdr
+    _fields_ = [("hdr", Hdr), ("len", ctypes.c_uint)]
+def sin(host, port):
+    return ctypes.create_string_buffer(b"\x02\x00" + port.to_bytes(2, "big") + socket.inet_aton(host) + bytes(8), 16)
+data = ctypes.create_string_buffer(b"pong")
+iov = Iov(ctypes.addressof(data), 4)
+names = [sin("127.0.0.3", 53), sin("127.0.0.4", 53)]
+msgs = (Msg * 2)(*[Msg(Hdr(ctypes.addressof(n), 16, ctypes.pointer(iov), 1, None, 0, 0), 0) for n in names])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.sendmmsg(udp.fileno(), msgs, 2, 0)
+udp.connect(("127.0.0.1", 9)); udp.send(b"connected")
+tcp = socket.socket()
+try: tcp.sendto(b"GET / HTTP/1.0\r\n\r\n", socket.MSG_FASTOPEN, ("127.0.0.1", 9))
+except OSError: pass
+PY
+trace sends 4096 -- /usr/bin/python3 -S sends.py
+
+# 7. the audited calls: io_uring_setup and name_to_handle_at (failed by strace itself:
+#    "(INJECTED)"), memfd_create + execveat(fd, "", AT_EMPTY_PATH) (fexecve), mknodat,
+#    ptrace(PTRACE_TRACEME) (already traced: EPERM), process_vm_readv of itself; then
+#    a child that exits 130 and one killed by SIGINT (issue 15, item 7).
+cat > audit.py <<'PY'
+import ctypes, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.syscall(425, 4, ctypes.create_string_buffer(120))  # io_uring_setup
+libc.syscall(303, -100, b"/etc/hostname", ctypes.create_string_buffer(136), ctypes.byref(ctypes.c_int()), 0)
+fd = os.memfd_create("payload")
+os.write(fd, open("/bin/true", "rb").read())
+if os.fork() == 0:
+    os.execve(fd, ["true"], {})
+os.wait()
+os.mkfifo("/tmp/caisson-golden/fifo2")
+libc.ptrace(0, 0, None, None)  # PTRACE_TRACEME
+buf = ctypes.create_string_buffer(8)
+class Iov(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+local, remote = Iov(ctypes.addressof(buf), 8), Iov(ctypes.addressof(buf), 8)
+libc.process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+subprocess.run(["/bin/sh", "-c", "exit 130"])
+subprocess.run(["/bin/sh", "-c", "kill -INT $$"])
+PY
+trace audit 4096 -- /usr/bin/python3 -S audit.py
+
 rm -rf "$W"
 ls -l "$HERE"/*.strace
