@@ -116,6 +116,7 @@ class SandboxBuilt(_Event, tag="sandbox.built", frozen=True, kw_only=True):
     tree_digest: str  # sha256 hex over (path, mode, content hash) of the tree
     file_count: int = 0
     excluded: list[ExcludedPath] = []
+    unscanned: list[str] = []  # files the containment scan did not read to their end (too big)
 
 
 class BlobStored(_Event, tag="blob.stored", frozen=True, kw_only=True):

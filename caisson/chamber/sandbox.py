@@ -73,6 +73,8 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True):
     """Hash of the fresh repository's only commit."""
     file_count: int
     """Number of files (regular files and symlinks) in the sandbox."""
+    unscanned: list[str] = []
+    """Files the containment scan did not read to their end (too big), one line each."""
 
 
 def glob_to_regex(glob: str) -> re.Pattern[str]:
@@ -363,7 +365,7 @@ def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path) -> Sa
     try:
         _check_evidence(scenario, {p for _, _, p in kept}, excluded)
         digests = _export(repo, env, kept, dest)
-        scan_tree(dest, [p for _, _, p in kept], scenario)
+        unscanned = scan_tree(dest, [p for _, _, p in kept], scenario)
         sandbox_commit = _init_repo(dest, kept)
     except BaseException:
         _rmtree(dest, keep_root=not created)
@@ -375,6 +377,7 @@ def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path) -> Sa
         excluded=[ExcludedPath(path=p, category=c) for p, c in sorted(excluded.items())],
         sandbox_commit=sandbox_commit,
         file_count=len(kept),
+        unscanned=unscanned,
     )
 
 

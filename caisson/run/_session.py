@@ -176,7 +176,8 @@ async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission])
         sb = s.sandbox
         await send.send(Submission(source="recorder", event=SandboxBuilt(
             path=SANDBOX_PATH, commit=sb.commit, tree_digest=sb.tree_digest, file_count=sb.file_count,
-            excluded=[ExcludedPath(path=e.path, category=e.category) for e in sb.excluded])))
+            excluded=[ExcludedPath(path=e.path, category=e.category) for e in sb.excluded],
+            unscanned=list(sb.unscanned))))
 
 
 async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
