@@ -50,6 +50,7 @@ __all__ = [
     "DnsQuery",
     "NetFlow",
     "Note",
+    "ChamberReaped",
     "AgentTools",
     "AgentToolCall",
     "AgentToolResult",
@@ -132,6 +133,20 @@ class Note(_Event, tag="run.note", frozen=True, kw_only=True):
     """Free text from the recorder (e.g. the demo's generated stream, a warning)."""
 
     text: str
+
+
+class ChamberReaped(_Event, tag="chamber.reaped", frozen=True, kw_only=True):
+    """Before this run started, the recorder found a chamber, network or scratch directory
+    of another run whose recorder is gone, and removed it (or failed to)."""
+
+    target: str  # what was found: container | network | scratch
+    name: str  # container or network name, or the directory's path
+    object_id: str  # container or network id (the path for a directory)
+    run_id: str  # the orphan's run
+    reason: str  # why it is an orphan, e.g. "its recorder (pid 4242) is gone"
+    state: str = ""  # a container's state when found: running | exited | ...
+    removed: bool = False
+    error: str | None = None  # why it could not be removed
 
 
 # --- processes and files (strace witness) -----------------------------------------------
@@ -388,6 +403,7 @@ Event = Union[
     SandboxBuilt,
     BlobStored,
     Note,
+    ChamberReaped,
     ProcessExec,
     ProcessExit,
     FileOpen,

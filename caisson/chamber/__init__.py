@@ -22,6 +22,7 @@ from caisson.chamber._docker import (
 from caisson.chamber._firewall import guard_bridge, unguard_bridge
 from caisson.chamber.envpin import INJECTION_SWITCHES, ChamberEnv, build_env, parse_env_assignments
 from caisson.chamber.image import build_image, image_id, image_tag, recipe_digest
+from caisson.chamber.reap import Reaped, RecorderIdentity, orphan_reason, reap, recorder_identity, recorder_labels
 from caisson.chamber.sandbox import ExcludedPath, Sandbox, build_sandbox, remove_sandbox, tree_digest
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "Engine",
     "ExcludedPath",
     "Limits",
+    "Reaped",
+    "RecorderIdentity",
     "Sandbox",
     "build_env",
     "build_image",
@@ -46,9 +49,13 @@ __all__ = [
     "image_id",
     "image_tag",
     "open_engine",
+    "orphan_reason",
     "parse_env_assignments",
     "prompt_windows",
+    "reap",
     "recipe_digest",
+    "recorder_identity",
+    "recorder_labels",
     "remove_sandbox",
     "scan_tree",
     "tree_digest",

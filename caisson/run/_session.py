@@ -31,7 +31,7 @@ from caisson.errors import ChamberError
 from caisson.chamber.sandbox import Sandbox
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
-from ledger.events import AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, SandboxBuilt, WitnessGap
+from ledger.events import AgentAnswer, BlobStored, ChamberReaped, ExcludedPath, RunEnded, RunStarted, SandboxBuilt, WitnessGap
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
            "WitnessContext", "run_session", "WITNESS_GRACE_S"]
@@ -121,6 +121,8 @@ class Session(msgspec.Struct, kw_only=True):
     fingerprint_key: bytes
     network: bool = False  # weakened: a network with a route out and no firewall
     transcript: Any = None  # the agent adapter's transcript parser factory, or None
+    labels: dict[str, str] = {}  # the recorder's identity, on the run's network too (for reaping)
+    reaped: list = []  # orphans of other runs reaped before this one (caisson.chamber.reap.Reaped)
 
 
 async def run_session(s: Session) -> RunOutcome:
@@ -133,7 +135,7 @@ async def run_session(s: Session) -> RunOutcome:
     network: ChamberNetwork | None = None
     try:
         if any(getattr(w, "needs_network", False) for w in s.witnesses):
-            network = await s.engine.create_network(manifest.run_id, internal=not s.network)
+            network = await s.engine.create_network(manifest.run_id, internal=not s.network, labels=s.labels)
         async with trio.open_nursery() as nursery:
             await nursery.start(run_writer, writer, receive.clone())
             if s.monitor is not None:
@@ -167,6 +169,10 @@ async def run_session(s: Session) -> RunOutcome:
 
 async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission]) -> None:
     await send.send(Submission(source="recorder", event=s.manifest))
+    for r in s.reaped:
+        await send.send(Submission(source="recorder", event=ChamberReaped(
+            target=r.kind, name=r.name, object_id=r.id, run_id=r.run_id, reason=r.reason, state=r.state,
+            removed=r.removed, error=r.error)))
     if s.scenario_bytes is not None:  # replay grades and configures detectors from it
         assert s.writer.blobs is not None
         digest = s.writer.blobs.put(s.scenario_bytes)

@@ -7,6 +7,12 @@ own lifecycle events (``run.started``, ``sandbox.built``, ``blob.stored``,
 the engine dying), the ledger is closed with a final seal and the sandbox, config home
 and container are removed.
 
+A chamber never outlives its recorder: it kills itself `CHAMBER_GRACE_S` after the wall
+deadline even with no recorder alive (`ContainerSpec.self_deadline_s`), and every
+container, network and scratch directory carries the recorder's identity, so the next
+`caisson record` (or `caisson gc`) reaps those whose recorder is gone; each reaping is a
+line on stderr and a ``chamber.reaped`` event in the new run's ledger.
+
 Order of work: every check that can fail on bad input (scenario, repository, commit,
 engine, image, containment) runs *before* the run directory exists, so a refused run
 leaves nothing that looks like a run.
@@ -14,6 +20,7 @@ leaves nothing that looks like a run.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import secrets
@@ -27,13 +34,14 @@ import msgspec
 import trio
 
 from caisson import __version__
-from caisson.chamber import ContainerSpec, Limits, open_engine
+from caisson.chamber import RUN_LABEL, ContainerSpec, Limits, open_engine
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
 from caisson.chamber.envpin import build_env
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
 from caisson.chamber.image import image_tag
+from caisson.chamber.reap import RECORDER_FILE, SCRATCH_PREFIX, reap, recorder_identity, recorder_labels
 from caisson.chamber.sandbox import Sandbox, build_sandbox
 from caisson.scenario import Egress, Scenario, load_scenario, scenario_digest
 from ledger import BlobStore, LedgerWriter
@@ -42,6 +50,10 @@ from ledger.events import RunStarted
 __all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA"]
 
 _USERS = {"agent": (1000, 1000), "root": (0, 0)}
+
+CHAMBER_GRACE_S = 15.0
+"""Seconds past the wall deadline after which the chamber kills itself, recorder or not
+(the recorder kills it at the deadline; this is for a recorder that died)."""
 
 class RecordOptions(msgspec.Struct, kw_only=True):
     """What one `caisson record` was asked to do."""
@@ -227,8 +239,15 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
         if image_id is None:
             raise UsageError(f"chamber image {tag} is missing: build it with `caisson image build`")
         engine_info = await engine.info()
-        scratch = Path(tempfile.mkdtemp(prefix=f"caisson-{run_id}-"))
+        reaped = await reap(engine)
+        for r in reaped:
+            print(f"caisson record: {r.line()}", file=sys.stderr)
+        identity = recorder_identity()
+        deadline_ns = time.time_ns() + int((timeout_s + CHAMBER_GRACE_S) * 1e9)
+        owner = {**recorder_labels(identity, deadline_ns), RUN_LABEL: run_id}
+        scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{run_id}-"))
         try:
+            (scratch / RECORDER_FILE).write_text(json.dumps(owner))
             sandbox_dir, config_home = scratch / "sandbox", scratch / "home"
             sandbox: Sandbox | None = None
             if options.repo is not None:
@@ -294,11 +313,12 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 workdir=SANDBOX_PATH,
                 user=f"{uid}:{gid}",
                 binds=binds,
-                labels={"caisson.run_dir": str(run_dir.resolve())},
+                labels={"caisson.run_dir": str(run_dir.resolve()), **owner},
                 limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
                               nano_cpus=int(limits.cpus * 1e9)),
                 network_mode="none",  # the session puts it on its witnessed network
                 deadline_s=timeout_s,
+                self_deadline_s=timeout_s + CHAMBER_GRACE_S,
                 run_id=run_id,
             )
             scenario_bytes = Path(options.scenario).read_bytes() if options.scenario else None
@@ -306,7 +326,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                               sandbox_dir=sandbox_dir, scenario=scenario, scenario_bytes=scenario_bytes,
                               run_dir=run_dir, scratch=scratch, witnesses=witnesses, monitor=options.monitor,
                               fingerprint_key=fingerprint_key(key), network="network" in options.weaken,
-                              transcript=transcript)
+                              transcript=transcript, labels=owner, reaped=reaped)
             return await run_session(session)
         finally:
             with trio.CancelScope(shield=True):
