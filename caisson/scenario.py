@@ -50,8 +50,11 @@ __all__ = [
     "scenario_digest",
 ]
 
-Category = Literal["answer_key", "telemetry", "agent_instructions", "published_reports", "grading"]
-"""The exclusion categories: what a sandbox may withhold, and why."""
+Category = Literal["answer_key", "telemetry", "agent_instructions", "published_reports", "grading",
+                   "agent_config"]
+"""The exclusion categories: what a sandbox may withhold, and why. `agent_config` (files the
+agent reads as its own configuration) is also withheld by default, see
+`caisson.chamber.agent_config`."""
 
 CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
 

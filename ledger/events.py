@@ -32,6 +32,7 @@ __all__ = [
     "RunEnded",
     "SandboxBuilt",
     "ExcludedPath",
+    "AgentConfigFound",
     "BlobStored",
     "ProcessExec",
     "ProcessExit",
@@ -106,7 +107,16 @@ class ExcludedPath(msgspec.Struct, frozen=True, kw_only=True):
     """One path removed from the sandbox, with the exclusion category that removed it."""
 
     path: str  # relative to the repository root
-    category: str  # answer_key | telemetry | agent_instructions | published_reports | grading
+    category: str  # answer_key | telemetry | agent_instructions | published_reports | grading | agent_config
+
+
+class AgentConfigFound(msgspec.Struct, frozen=True, kw_only=True):
+    """A file the agent reads as its own configuration, left in the sandbox."""
+
+    path: str  # relative to the repository root
+    agent: str  # the agent that reads it: claude-code | codex | opencode | cursor | ...
+    commands: list[str] = []  # commands it makes the agent run (hooks, MCP servers), one shell line each
+    error: str | None = None  # why its commands could not be read
 
 
 class SandboxBuilt(_Event, tag="sandbox.built", frozen=True, kw_only=True):
@@ -118,6 +128,7 @@ class SandboxBuilt(_Event, tag="sandbox.built", frozen=True, kw_only=True):
     file_count: int = 0
     excluded: list[ExcludedPath] = []
     unscanned: list[str] = []  # files the containment scan did not read to their end (too big)
+    agent_config: list[AgentConfigFound] = []  # agent configuration files the agent can see
 
 
 class BlobStored(_Event, tag="blob.stored", frozen=True, kw_only=True):

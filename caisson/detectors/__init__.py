@@ -16,7 +16,14 @@ from caisson.detectors._base import (
     Finding,
     config_from_records,
 )
-from caisson.detectors.containment import EXCLUDED_READ, OUTSIDE_TREE, excluded_read, outside_tree
+from caisson.detectors.containment import (
+    AGENT_CONFIG,
+    EXCLUDED_READ,
+    OUTSIDE_TREE,
+    agent_config,
+    excluded_read,
+    outside_tree,
+)
 from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
 from caisson.detectors.agents import ISOLATION, TOKENS, TOOL_ESCAPE, isolation, tokens_cross_check, tool_escape
@@ -38,6 +45,7 @@ __all__ = [
 DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (EXCLUDED_READ, excluded_read),
     (OUTSIDE_TREE, outside_tree),
+    (AGENT_CONFIG, agent_config),
     (ENV_INHERITANCE, env_inheritance),
     (HOST_STALLED, host_stalled),
     (WITNESS_GAP, witness_gap),

@@ -31,7 +31,7 @@ from caisson.errors import ChamberError
 from caisson.chamber.sandbox import Sandbox
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
-from ledger.events import AgentAnswer, BlobStored, ChamberReaped, ExcludedPath, RunEnded, RunStarted, SandboxBuilt, WitnessGap
+from ledger.events import AgentAnswer, AgentConfigFound, BlobStored, ChamberReaped, ExcludedPath, RunEnded, RunStarted, SandboxBuilt, WitnessGap
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
            "WitnessContext", "run_session", "WITNESS_GRACE_S"]
@@ -183,7 +183,9 @@ async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission])
         await send.send(Submission(source="recorder", event=SandboxBuilt(
             path=SANDBOX_PATH, commit=sb.commit, tree_digest=sb.tree_digest, file_count=sb.file_count,
             excluded=[ExcludedPath(path=e.path, category=e.category) for e in sb.excluded],
-            unscanned=list(sb.unscanned))))
+            unscanned=list(sb.unscanned),
+            agent_config=[AgentConfigFound(path=c.path, agent=c.agent, commands=list(c.commands), error=c.error)
+                          for c in sb.agent_config])))
 
 
 async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],

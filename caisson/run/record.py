@@ -82,6 +82,7 @@ WEAKENABLE = {
     "tracer_user": "the tracer runs as the agent's user, so the agent can signal it",
     "network": "the chamber network gets a route out and the host's side is not firewalled",
     "deny_list": "the agent is handed the arm's withheld tools as allowed, and no deny list",
+    "agent_config": "the sandbox keeps the files the agent reads as its configuration (settings, hooks, MCP)",
 }
 """Controls `caisson selftest` weakens one at a time to show the detector behind each fires.
 A run with any weakened control records it in ``run.started`` and can never be clean."""
@@ -254,9 +255,10 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 rules = scenario
                 if "exclusions" in options.weaken:
                     rules = msgspec.structs.replace(scenario, exclusions=[], questions=[], leak_terms=[])
+                defaults = not {"exclusions", "agent_config"} & set(options.weaken)
                 sandbox = await trio.to_thread.run_sync(
-                    build_sandbox, options.repo, options.commit or "HEAD", rules, sandbox_dir
-                )
+                    lambda: build_sandbox(options.repo, options.commit or "HEAD", rules, sandbox_dir,
+                                          default_exclusions=defaults))
             else:
                 sandbox_dir.mkdir()
             config_home.mkdir()
