@@ -22,7 +22,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from caisson.chamber._containment import containment_scan
+from caisson.chamber._containment import containment_scan, scan_tree
 from caisson.chamber._decode import TooBig, decoded_texts
 from caisson.chamber.sandbox import build_sandbox
 from caisson.errors import ContainmentError
@@ -91,6 +91,13 @@ def test_question_found_in_every_form(tmp_path: Path, form: str) -> None:
     name = f"f [{where}]" if where else "f"
     assert any(h.startswith(f"{name}:") and h.endswith(WINDOW) for h in scan.hits), scan.hits
     assert scan.unscanned == []
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_every_form_refuses_the_tree(tmp_path: Path, form: str) -> None:
+    (tmp_path / "f").write_bytes(FORMS[form][0])
+    with pytest.raises(ContainmentError):
+        scan_tree(tmp_path, ["f"], scenario())
 
 
 def test_utf16_with_bom_refuses_the_sandbox(tmp_path: Path) -> None:
