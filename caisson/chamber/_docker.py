@@ -309,7 +309,7 @@ class Engine:
         Returns:
             (containers, networks), each a list of `{"id", "name", "labels", "state"}`;
             a container's state is Docker's (`running`, `exited`, `created`, ...), a
-            network's is empty.
+            network's is empty; a network also has `bridge`, its host interface.
 
         Raises:
             ChamberError: the engine failed.
@@ -322,7 +322,8 @@ class Engine:
             raise ChamberError(f"cannot list caisson's containers and networks: {exc}") from exc
         containers = [{"id": c.id, "name": ((c["Names"] or ["?"])[0]).lstrip("/"),
                        "labels": dict(c["Labels"] or {}), "state": c["State"] or ""} for c in found]
-        networks = [{"id": n["Id"], "name": n.get("Name", ""), "labels": dict(n.get("Labels") or {}), "state": ""}
+        networks = [{"id": n["Id"], "name": n.get("Name", ""), "labels": dict(n.get("Labels") or {}), "state": "",
+                     "bridge": (n.get("Options") or {}).get("com.docker.network.bridge.name", "")}
                     for n in nets if RUN_LABEL in (n.get("Labels") or {})]
         return containers, networks
 

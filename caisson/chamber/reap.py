@@ -30,6 +30,7 @@ import msgspec
 import trio
 
 from caisson.chamber._docker import RUN_LABEL, Engine
+from caisson.chamber._firewall import unguard_interface
 from caisson.chamber.sandbox import _rmtree
 
 __all__ = [
@@ -205,8 +206,8 @@ async def reap(
 ) -> list[Reaped]:
     """Find the orphaned chambers, networks and scratch directories, and remove them.
 
-    Containers go first (a network in use cannot be removed), then networks, then scratch
-    directories.
+    Containers go first (a network in use cannot be removed), then networks (with the
+    host's firewall rules for their bridge, `unguard_interface`), then scratch directories.
 
     Args:
         engine: the Docker engine.
@@ -238,6 +239,8 @@ async def reap(
                         error = await engine.remove_container(item["id"])
                     else:
                         error = await engine.remove_network_id(item["id"])
+                        if error is None and item.get("bridge"):  # the guard rules it left on the host
+                            await trio.to_thread.run_sync(unguard_interface, item["bridge"])
                 entry = msgspec.structs.replace(entry, removed=error is None, error=error)
             found.append(entry)
     for path, labels in _scratch_dirs(Path(tmp or tempfile.gettempdir())):

@@ -202,3 +202,22 @@ def test_reap_removes_orphan_scratch_dirs_only(tmp_path) -> None:
     assert [(r.kind, r.run_id, r.removed) for r in found] == [("scratch", "r1", True)]
     assert not (tmp_path / "caisson-r1-x").exists()
     assert (tmp_path / "caisson-r2-y").exists() and (tmp_path / "caisson-r3-z").exists()
+
+
+def test_unguard_interface_removes_a_dead_runs_firewall_rules() -> None:
+    import shutil
+
+    from caisson.chamber._firewall import guard_bridge, unguard_interface
+    from tests.caisson.conftest import require
+
+    if shutil.which("iptables") is None or os.geteuid() != 0:
+        require("iptables as root is needed to guard a bridge")
+    bridge = f"caiT{os.getpid() % 10**8}"[:15]
+    rules = guard_bridge(bridge, [("tcp", 1), ("udp", 53)])
+    try:
+        assert unguard_interface(bridge) == len(rules) == 5
+        assert unguard_interface(bridge) == 0
+        listed = subprocess.run(["iptables", "-S", "INPUT"], capture_output=True, text=True).stdout
+        assert f"-i {bridge} " not in listed
+    finally:
+        unguard_interface(bridge)
