@@ -259,6 +259,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 sandbox = await trio.to_thread.run_sync(
                     lambda: build_sandbox(options.repo, options.commit or "HEAD", rules, sandbox_dir,
                                           default_exclusions=defaults))
+                for line in sandbox.unscanned:  # recorded in sandbox.built as well
+                    print(f"caisson record: containment scan: {line}", file=sys.stderr)
             else:
                 sandbox_dir.mkdir()
             config_home.mkdir()

@@ -165,3 +165,15 @@ def test_any_bytes_decode_without_error(junk: bytes, magic: bytes) -> None:
 def test_trailing_junk_after_a_compressed_member(junk: bytes) -> None:
     texts = {w: t for w, t in decoded_texts(gzip.compress(UTF8) + b"\0\0" + junk)}
     assert texts["gzip"].startswith(TEXT)
+
+
+def test_the_sandbox_records_what_it_did_not_scan(tmp_path: Path) -> None:
+    root = tmp_path / "live"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "bomb.bz2").write_bytes(bz2.compress(b"\0" * (65 << 20)))  # 65 MiB of zeros, ~100 bytes
+    (root / "src.py").write_text("x = 1\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "c")
+    sb = build_sandbox(root, "HEAD", scenario(), tmp_path / "sb")
+    assert sb.unscanned == [f"bomb.bz2: not scanned past {64 << 20} bytes decoded: too big"]
