@@ -48,6 +48,7 @@ __all__ = [
     "RunEnded",
     "SandboxBuilt",
     "ExcludedPath",
+    "AgentConfigFound",
     "BlobStored",
     "ProcessExec",
     "ProcessExit",
@@ -68,6 +69,7 @@ __all__ = [
     "DnsQuery",
     "NetFlow",
     "Note",
+    "ChamberReaped",
     "AgentTools",
     "AgentToolCall",
     "AgentToolResult",
@@ -85,8 +87,10 @@ SCHEMA_VERSION = 4
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
 
-Category = Literal["answer_key", "telemetry", "agent_instructions", "published_reports", "grading"]
-"""The exclusion categories: what a sandbox may withhold, and why."""
+Category = Literal["answer_key", "telemetry", "agent_instructions", "published_reports", "grading",
+                   "agent_config"]
+"""The exclusion categories: what a sandbox may withhold, and why. ``agent_config`` (files the
+agent reads as its own configuration) is also withheld by default (`caisson.chamber.agent_config`)."""
 
 FileAccess = Literal["r", "w", "rw"]
 """How a file was opened: read only, write only, or both (from ``O_RDONLY``/``O_WRONLY``/``O_RDWR``)."""
@@ -170,6 +174,15 @@ class ExcludedPath(msgspec.Struct, frozen=True, kw_only=True):
     category: Category
 
 
+class AgentConfigFound(msgspec.Struct, frozen=True, kw_only=True):
+    """A file the agent reads as its own configuration, left in the sandbox."""
+
+    path: str  # relative to the repository root
+    agent: str  # the agent that reads it: claude-code | codex | opencode | cursor | ...
+    commands: list[str] = []  # commands it makes the agent run (hooks, MCP servers), one shell line each
+    error: str | None = None  # why its commands could not be read
+
+
 class SandboxBuilt(_Event, tag="sandbox.built", frozen=True, kw_only=True):
     """The tree the agent sees was exported, trimmed and scanned."""
 
@@ -178,6 +191,8 @@ class SandboxBuilt(_Event, tag="sandbox.built", frozen=True, kw_only=True):
     tree_digest: str  # sha256 hex over (path, mode, content hash) of the tree
     file_count: int = 0
     excluded: list[ExcludedPath] = []
+    unscanned: list[str] = []  # files the containment scan did not read to their end (too big)
+    agent_config: list[AgentConfigFound] = []  # agent configuration files the agent can see
 
 
 class BlobStored(_Event, tag="blob.stored", frozen=True, kw_only=True):
@@ -193,6 +208,20 @@ class Note(_Event, tag="run.note", frozen=True, kw_only=True):
     """Free text from the recorder (e.g. the demo's generated stream, a warning)."""
 
     text: str
+
+
+class ChamberReaped(_Event, tag="chamber.reaped", frozen=True, kw_only=True):
+    """Before this run started, the recorder found a chamber, network or scratch directory
+    of another run whose recorder is gone, and removed it (or failed to)."""
+
+    target: str  # what was found: container | network | scratch
+    name: str  # container or network name, or the directory's path
+    object_id: str  # container or network id (the path for a directory)
+    run_id: str  # the orphan's run
+    reason: str  # why it is an orphan, e.g. "its recorder (pid 4242) is gone"
+    state: str = ""  # a container's state when found: running | exited | ...
+    removed: bool = False
+    error: str | None = None  # why it could not be removed
 
 
 # --- processes and files (strace witness) -----------------------------------------------
@@ -478,6 +507,7 @@ Event = Union[
     SandboxBuilt,
     BlobStored,
     Note,
+    ChamberReaped,
     ProcessExec,
     ProcessExit,
     FileOpen,

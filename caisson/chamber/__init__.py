@@ -23,6 +23,7 @@ from caisson.chamber._firewall import guard_bridge, unguard_bridge
 from caisson.chamber._seccomp import BASE_PROFILE, SeccompProfile, seccomp_profile
 from caisson.chamber.envpin import INJECTION_SWITCHES, ChamberEnv, build_env, parse_env_assignments
 from caisson.chamber.image import build_image, image_id, image_tag, recipe_digest
+from caisson.chamber.reap import Reaped, RecorderIdentity, orphan_reason, reap, recorder_identity, recorder_labels
 from caisson.chamber.sandbox import ExcludedPath, Sandbox, build_sandbox, remove_sandbox, tree_digest
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "Engine",
     "ExcludedPath",
     "Limits",
+    "Reaped",
+    "RecorderIdentity",
     "Sandbox",
     "build_env",
     "build_image",
@@ -50,9 +53,13 @@ __all__ = [
     "image_id",
     "image_tag",
     "open_engine",
+    "orphan_reason",
     "parse_env_assignments",
     "prompt_windows",
+    "reap",
     "recipe_digest",
+    "recorder_identity",
+    "recorder_labels",
     "remove_sandbox",
     "scan_tree",
     "tree_digest",

@@ -14,8 +14,17 @@ maximal runs of word characters (regex `\\w+`: Unicode letters, digits, undersco
 everything else, whitespace and punctuation alike, is a separator and is dropped. So
 "Where is `parse()` defined?" and "where  is parse\\n defined" normalise to the same words.
 
-A file is binary, and skipped, when its first 8 KiB contain a NUL byte. Symlinks are not
-followed. Text is decoded as UTF-8 with replacement characters.
+Every file is scanned in every text its bytes decode to, the ways the chamber's own tools
+read it (`caisson.chamber._decode`): the raw bytes as UTF-8 with replacement characters
+(NULs included: grep searches binary files too), a byte order mark's encoding, UTF-16 and
+UTF-32 without a BOM when the bytes hold NULs, and the contents of gzip, bzip2, xz, zstd
+and zip files. A hit in a decoded text names its decoding: `notes.txt [utf-16-le]:1: ...`,
+`q.zip [zip:a.txt, gzip]:3: ...`. Symlinks are not followed.
+
+The work per file is bounded: at most `MAX_DECODED_BYTES` are read and decoded per file,
+all layers together; a file past that is scanned up to the bound and reported as
+`path: not scanned past N bytes: too big` (see `ContainmentScan.unscanned`), never skipped
+in silence.
 """
 
 from __future__ import annotations
@@ -25,13 +34,18 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import msgspec
+
+from caisson.chamber._decode import MAX_DECODED_BYTES, TooBig, decoded_texts
 from caisson.errors import ContainmentError
 from caisson.scenario import Scenario
 
 __all__ = [
-    "BINARY_SNIFF_BYTES",
+    "MAX_DECODED_BYTES",
     "WINDOW",
+    "ContainmentScan",
     "containment_hits",
+    "containment_scan",
     "normalize_words",
     "prompt_windows",
     "scan_tree",
@@ -39,9 +53,6 @@ __all__ = [
 
 WINDOW = 5
 """Words per question window."""
-
-BINARY_SNIFF_BYTES = 8192
-"""A NUL byte within this many leading bytes marks a file as binary."""
 
 _WORD = re.compile(r"\w+")
 
@@ -138,41 +149,81 @@ def _tables(scenario: Scenario) -> tuple[_Windows, set[str], list[str]]:
     return windows, firsts, sorted(t for t in terms if t)
 
 
-def containment_hits(root: Path, paths: Iterable[str], scenario: Scenario) -> list[str]:
-    """Every question window and leak term found in a tree.
+class ContainmentScan(msgspec.Struct, frozen=True, kw_only=True):
+    """What the containment scan found in a tree."""
+
+    hits: list[str]
+    """One line per hit, sorted by path and line (see `containment_hits`)."""
+    unscanned: list[str]
+    """One line per file not scanned to its end, `path: not scanned past N bytes: too big`,
+    sorted by path."""
+
+
+def containment_scan(
+    root: Path, paths: Iterable[str], scenario: Scenario, *, limit: int = MAX_DECODED_BYTES
+) -> ContainmentScan:
+    """Every question window and leak term found in a tree, in every decoding of its files.
 
     Args:
         root: the tree.
         paths: repo-relative POSIX paths of its files to scan.
         scenario: gives the prompts and leak terms.
+        limit: most bytes read and decoded per file, all decoded layers together.
 
     Returns:
-        One line per hit, `path:line: "window" (question id)` or `path:line: leak term
-        'x'` (a hit in a file name is `path: leak term 'x' in the path`), sorted by path
-        and line; empty when the tree is clean.
+        The hits, `path:line: "window" (question id)` or `path:line: leak term 'x'` (a
+        hit in a file name is `path: leak term 'x' in the path`; in a decoded text the
+        path is followed by its decoding in brackets, `path [gzip, utf-16-le]:line: ...`),
+        and the files not scanned to their end.
 
     Raises:
         OSError: a file cannot be read.
     """
     windows, firsts, terms = _tables(scenario)
-    hits: list[tuple[str, int, str]] = []
+    # A window matches only where its longest word occurs: the needles that gate the
+    # UTF-16/32 guesses of a binary's bytes (see decoded_texts; they are compared in ASCII
+    # lower case, so a guess whose only needle is spelt with a letter that casefolds to
+    # ASCII, like U+212A KELVIN SIGN for "k", is not decoded).
+    needles = sorted({max(w, key=len) for table in windows.values() for w in table} | set(terms))
+    hits: list[tuple[str, str, int, str]] = []
+    unscanned: list[str] = []
     for rel in sorted(paths):
         folded = rel.casefold()
-        hits.extend((rel, 0, f"leak term {t!r} in the path") for t in terms if t in folded)
+        hits.extend((rel, "", 0, f"leak term {t!r} in the path") for t in terms if t in folded)
         f = root / rel
         if f.is_symlink() or not f.is_file():
             continue
-        data = f.read_bytes()
-        if b"\0" in data[:BINARY_SNIFF_BYTES]:
-            continue
-        text = data.decode("utf-8", errors="replace").casefold()
-        found = dict.fromkeys(_scan_text(text, windows, firsts, terms))  # ordered dedupe
-        hits.extend((rel, line, what) for line, what in found)
-    hits.sort(key=lambda h: (h[0], h[1]))
-    return [f"{p}: {what}" if line == 0 else f"{p}:{line}: {what}" for p, line, what in hits]
+        with f.open("rb") as fh:
+            data = fh.read() if f.stat().st_size <= limit else fh.read(limit + 1)
+        if len(data) > limit:  # (read(n) allocates n bytes up front: only for big files)
+            unscanned.append(f"{rel}: not scanned past {limit} bytes: too big")
+            data = data[:limit]
+        try:
+            for where, raw in decoded_texts(data, limit=limit, needles=needles):
+                text = raw.casefold()
+                found = dict.fromkeys(_scan_text(text, windows, firsts, terms))  # ordered dedupe
+                hits.extend((rel, where, line, what) for line, what in found)
+        except TooBig as e:
+            if not unscanned or not unscanned[-1].startswith(f"{rel}: "):
+                unscanned.append(f"{rel}: not scanned past {e.limit} bytes decoded: too big")
+    hits.sort(key=lambda h: (h[0], h[1], h[2]))
+    lines = []
+    for p, where, line, what in hits:
+        name = f"{p} [{where}]" if where else p
+        lines.append(f"{name}: {what}" if line == 0 else f"{name}:{line}: {what}")
+    return ContainmentScan(hits=lines, unscanned=unscanned)
 
 
-def scan_tree(root: Path, paths: Iterable[str], scenario: Scenario) -> None:
+def containment_hits(root: Path, paths: Iterable[str], scenario: Scenario) -> list[str]:
+    """The hits of `containment_scan` alone (see there).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    return containment_scan(root, paths, scenario).hits
+
+
+def scan_tree(root: Path, paths: Iterable[str], scenario: Scenario) -> list[str]:
     """Refuse a tree that holds a question window or a leak term.
 
     Args:
@@ -180,14 +231,18 @@ def scan_tree(root: Path, paths: Iterable[str], scenario: Scenario) -> None:
         paths: repo-relative POSIX paths of its files to scan.
         scenario: gives the prompts and leak terms.
 
+    Returns:
+        The files not scanned to their end (`ContainmentScan.unscanned`), for the record.
+
     Raises:
         ContainmentError: one or more hits; `hits` has one `file:line: ...` line each.
         OSError: a file cannot be read.
     """
-    hits = containment_hits(root, paths, scenario)
-    if hits:
+    scan = containment_scan(root, paths, scenario)
+    if scan.hits:
         raise ContainmentError(
-            f"containment scan: {len(hits)} hit(s) in {root}; withhold these files with an "
+            f"containment scan: {len(scan.hits)} hit(s) in {root}; withhold these files with an "
             "exclusion category or fix the scenario",
-            hits=hits,
+            hits=scan.hits,
         )
+    return scan.unscanned

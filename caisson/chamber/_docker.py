@@ -123,6 +123,14 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Docker network mode; "none" leaves only the loopback interface."""
     deadline_s: float | None = None
     """Seconds after start before the container is killed (timed_out); None: no limit."""
+    self_deadline_s: float | None = None
+    """Seconds after start when the chamber kills itself, with or without a caller alive to
+    do it (a recorder killed with SIGKILL); None: never. The command is wrapped in
+    `timeout -s KILL N` (GNU coreutils or busybox, which the image must have), the
+    container's pid 1 when `init` is off: signals from inside its PID namespace cannot
+    kill it (pid_namespaces(7)), and when it kills its child and exits, the kernel kills
+    every process left in the namespace. Set it past `deadline_s`, so that a live caller
+    ends the run first and records a timeout."""
     init: bool = False
     """Run Docker's init (tini) as pid 1, so signals reach the command and zombies are
     reaped; without it the command is pid 1 and ignores signals it has no handler for."""
@@ -216,10 +224,12 @@ class Engine:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _EngineFailure(f"{type(exc).__name__}: {exc}", status=None) from exc
 
-    async def create_network(self, run_id: str, *, internal: bool = True) -> "ChamberNetwork":
+    async def create_network(self, run_id: str, *, internal: bool = True,
+                             labels: dict[str, str] | None = None) -> "ChamberNetwork":
         """Create the run's internal bridge network: no route out, the host at its gateway.
 
-        ``internal=False`` (selftest only) gives the network a route out.
+        ``internal=False`` (selftest only) gives the network a route out. ``labels`` are
+        added to `caisson.run` (e.g. the recorder's identity, for reaping).
 
         Containers on it reach the host only at the gateway address, where the network
         witnesses listen; Docker drops everything they send further (``Internal``).
@@ -230,7 +240,7 @@ class Engine:
         name = f"caisson-{run_id}"
         bridge = f"cai{run_id[-8:]}"[:15]  # Linux interface names have at most 15 characters
         config = {"Name": name, "Driver": "bridge", "Internal": internal, "CheckDuplicate": True,
-                  "Labels": {RUN_LABEL: run_id}, "Options": {"com.docker.network.bridge.name": bridge}}
+                  "Labels": {**(labels or {}), RUN_LABEL: run_id}, "Options": {"com.docker.network.bridge.name": bridge}}
         try:
             network = await self._call(self._docker.networks.create, config)
             details = await self._call(network.show)
@@ -299,6 +309,42 @@ class Engine:
         found = await self._call(self._docker.containers.list, all=True, filters=filters)
         return [c.id for c in found]
 
+    async def labelled(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every container and network carrying the `caisson.run` label, of any run.
+
+        Returns:
+            (containers, networks), each a list of `{"id", "name", "labels", "state"}`;
+            a container's state is Docker's (`running`, `exited`, `created`, ...), a
+            network's is empty; a network also has `bridge`, its host interface.
+
+        Raises:
+            ChamberError: the engine failed.
+        """
+        filters = json.dumps({"label": [RUN_LABEL]})
+        try:
+            found = await self._call(self._docker.containers.list, all=True, filters=filters)
+            nets = await self._call(self._docker.networks.list, filters={"label": [RUN_LABEL]})
+        except _EngineFailure as exc:
+            raise ChamberError(f"cannot list caisson's containers and networks: {exc}") from exc
+        containers = [{"id": c.id, "name": ((c["Names"] or ["?"])[0]).lstrip("/"),
+                       "labels": dict(c["Labels"] or {}), "state": c["State"] or ""} for c in found]
+        networks = [{"id": n["Id"], "name": n.get("Name", ""), "labels": dict(n.get("Labels") or {}), "state": "",
+                     "bridge": (n.get("Options") or {}).get("com.docker.network.bridge.name", "")}
+                    for n in nets if RUN_LABEL in (n.get("Labels") or {})]
+        return containers, networks
+
+    async def remove_container(self, container_id: str) -> str | None:
+        """Kill and remove a container by id; return why it failed, or None (also if gone)."""
+        try:
+            container = await self._call(self._docker.containers.get, container_id)
+        except _EngineFailure as exc:
+            return None if exc.status == 404 else str(exc)
+        return await self._remove(container)
+
+    async def remove_network_id(self, network_id: str) -> str | None:
+        """Remove a network by id; return why it failed, or None (also when already gone)."""
+        return await self.remove_network(ChamberNetwork(name="", id=network_id, bridge="", gateway="", subnet=""))
+
     async def run(
         self,
         spec: ContainerSpec,
@@ -353,6 +399,9 @@ class Engine:
             note = f"container {container.id[:12]} not removed ({removal_error})"
             error = f"{result.error}; {note}" if result.error else note
             result = msgspec.structs.replace(result, error=error)
+        failed = _wrapped_exec_failure(spec, result)
+        if failed is not None:
+            raise ChamberError(f"container of {spec.image} failed to start: {failed}")
         return result
 
     async def _supervise(
@@ -445,6 +494,22 @@ class Engine:
         return None
 
 
+def _wrapped_exec_failure(spec: ContainerSpec, result: ContainerResult) -> str | None:
+    """Why the command under the chamber's own deadline could not be executed, or None.
+
+    The engine reports a command it cannot execute as a start failure; under `timeout`
+    it is `timeout` that fails to exec it: exit 126 (not executable) or 127 (not found)
+    with one line on stderr, `timeout: failed to run command 'X': <strerror>` (GNU
+    coreutils; busybox says `timeout: can't execute 'X': <strerror>`), and no other output.
+    """
+    if spec.self_deadline_s is None or result.exit_code not in (126, 127) or result.stdout:
+        return None
+    err = result.stderr.rstrip(b"\n")
+    if b"\n" in err or not err.startswith((b"timeout: failed to run command", b"timeout: can't execute")):
+        return None
+    return err.decode(errors="replace").removeprefix("timeout: ")
+
+
 def _may_be_truncated(stdout: bytes, stderr: bytes) -> bool:
     """Whether the ``local`` log driver may have rotated output away.
 
@@ -511,9 +576,12 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
         host_config["MemorySwap"] = spec.limits.memory_bytes
     if spec.limits.nano_cpus is not None:
         host_config["NanoCpus"] = spec.limits.nano_cpus
+    cmd = list(spec.cmd)
+    if spec.self_deadline_s is not None:
+        cmd = ["timeout", "-s", "KILL", str(max(1, math.ceil(spec.self_deadline_s))), *cmd]
     config: dict[str, Any] = {
         "Image": spec.image,
-        "Cmd": list(spec.cmd),
+        "Cmd": cmd,
         "Env": [f"{k}={v}" for k, v in spec.env.items()],
         "Labels": {**spec.labels, RUN_LABEL: run_id},
         "AttachStdin": False,

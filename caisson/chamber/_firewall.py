@@ -10,13 +10,14 @@ attempt fails at once and is visible in the capture and in ``net.connect``.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterable
 
 from caisson.errors import ChamberError
 
-__all__ = ["guard_bridge", "unguard_bridge"]
+__all__ = ["guard_bridge", "unguard_bridge", "unguard_interface"]
 
 
 def _rules(bridge: str, allowed: Iterable[tuple[str, int]]) -> list[list[str]]:
@@ -60,3 +61,25 @@ def unguard_bridge(rules: list[list[str]]) -> None:
     """Delete rules inserted by `guard_bridge` (missing ones are ignored)."""
     for rule in rules:
         _iptables("-D", "INPUT", *rule)
+
+
+def unguard_interface(bridge: str) -> int:
+    """Delete every INPUT rule for an interface, e.g. those a killed recorder left behind.
+
+    Args:
+        bridge: the host interface of a run's network (its rules name it with ``-i``).
+
+    Returns:
+        How many rules were deleted (0 also when iptables is missing or refuses).
+    """
+    listed = _iptables("-S", "INPUT")
+    if listed.returncode != 0 or not bridge:
+        return 0
+    deleted = 0
+    for line in listed.stdout.splitlines():
+        words = shlex.split(line)
+        if words[:2] != ["-A", "INPUT"] or "-i" not in words or words[words.index("-i") + 1] != bridge:
+            continue
+        if _iptables("-D", "INPUT", *words[2:]).returncode == 0:
+            deleted += 1
+    return deleted

@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 import msgspec
 
 from caisson.chamber._containment import scan_tree
+from caisson.chamber.agent_config import AGENT_CONFIG_GLOBS, DEFAULT_EXCLUSIONS, AgentConfigFile, config_commands
 from caisson.errors import SandboxError
 from caisson.scenario import CATEGORIES, Scenario
 
@@ -73,6 +74,12 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True):
     """Hash of the fresh repository's only commit."""
     file_count: int
     """Number of files (regular files and symlinks) in the sandbox."""
+    unscanned: list[str] = []
+    """Files the containment scan did not read to their end (too big), one line each."""
+    agent_config: list[AgentConfigFile] = []
+    """Agent configuration files left in the tree (`AGENT_CONFIG_GLOBS`), with the commands
+    they would make the agent run; empty unless the default exclusions were turned off
+    (see `build_sandbox`)."""
 
 
 def glob_to_regex(glob: str) -> re.Pattern[str]:
@@ -317,7 +324,8 @@ def _init_repo(dest: Path, kept: list[tuple[str, str, str]]) -> str:
     return commit
 
 
-def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path) -> Sandbox:
+def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path, *,
+                  default_exclusions: bool = True) -> Sandbox:
     """Build the sandbox for one commit of a repository.
 
     Args:
@@ -327,6 +335,8 @@ def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path) -> Sa
         scenario: gives the exclusion set, the questions and the leak terms.
         dest: where to build the tree; must not exist or be an empty directory. It is
             removed again when the build is refused.
+        default_exclusions: also withhold `DEFAULT_EXCLUSIONS` (agent configuration),
+            after the scenario's categories; off only to weaken the control on purpose.
 
     Returns:
         The sandbox: a fresh git repository at `dest` with a single commit.
@@ -347,6 +357,8 @@ def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path) -> Sa
                 f"unknown exclusion category {ex.category!r}; use one of {', '.join(CATEGORIES)}"
             )
         rules.extend((ex.category, glob_to_regex(g)) for g in ex.globs)
+    if default_exclusions:
+        rules.extend((ex.category, glob_to_regex(g)) for ex in DEFAULT_EXCLUSIONS for g in ex.globs)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise SandboxError(f"sandbox destination {dest} is not empty; pass a new directory")
     entries = _ls_tree(repo, full, env)
@@ -363,7 +375,10 @@ def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path) -> Sa
     try:
         _check_evidence(scenario, {p for _, _, p in kept}, excluded)
         digests = _export(repo, env, kept, dest)
-        scan_tree(dest, [p for _, _, p in kept], scenario)
+        unscanned = scan_tree(dest, [p for _, _, p in kept], scenario)
+        config_rules = [("agent_config", glob_to_regex(g)) for g in AGENT_CONFIG_GLOBS]
+        agent_config = [config_commands(p, (dest / p).read_bytes() if m != "120000" else b"")
+                        for m, _, p in kept if _excluded_by(p, config_rules)]
         sandbox_commit = _init_repo(dest, kept)
     except BaseException:
         _rmtree(dest, keep_root=not created)
@@ -375,6 +390,8 @@ def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path) -> Sa
         excluded=[ExcludedPath(path=p, category=c) for p, c in sorted(excluded.items())],
         sandbox_commit=sandbox_commit,
         file_count=len(kept),
+        unscanned=unscanned,
+        agent_config=agent_config,
     )
 
 

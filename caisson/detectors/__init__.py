@@ -18,9 +18,11 @@ from caisson.detectors._base import (
     config_from_records,
 )
 from caisson.detectors.containment import (
+    AGENT_CONFIG,
     DENIED_SYSCALL,
     EXCLUDED_READ,
     OUTSIDE_TREE,
+    agent_config,
     denied_syscall,
     excluded_read,
     outside_tree,
@@ -55,6 +57,7 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (EXCLUDED_READ, excluded_read),
     (OUTSIDE_TREE, outside_tree),
     (DENIED_SYSCALL, denied_syscall),
+    (AGENT_CONFIG, agent_config),
     (ENV_INHERITANCE, env_inheritance),
     (HOST_STALLED, host_stalled),
     (WITNESS_GAP, witness_gap),

@@ -1,19 +1,21 @@
-"""Containment detectors: reads of the exclusion set, access outside the tree, and calls
-the witness cannot see through (denied, or let through)."""
+"""Containment detectors: reads of the exclusion set, access outside the tree, calls the
+witness cannot see through (denied, or let through), and a tree that configures the agent."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, norm, under
 from caisson.chamber.sandbox import glob_to_regex
 from ledger import Record
 from collectors.strace import DENIED_SYSCALLS
-from ledger.events import FileChange, FileOpen, ProcessExec, ProcessSyscall, RunStarted
+from ledger.events import FileChange, FileOpen, ProcessExec, ProcessSyscall, RunStarted, SandboxBuilt
 
 EXCLUDED_READ = "containment.excluded_read@1"
 OUTSIDE_TREE = "containment.outside_tree@1"
 DENIED_SYSCALL = "containment.denied_syscall@1"
+AGENT_CONFIG = "containment.agent_config@1"
 
 
 def _cwds(records: Iterable[Record]) -> Iterator[tuple[Record, str | None]]:
@@ -139,3 +141,44 @@ def denied_syscall(records: Iterable[Record], config: DetectorConfig) -> Iterato
                               evidence=[record.seq],
                               message=f"pid {event.pid}: {event.syscall} succeeded; what it reached, no"
                               " witness saw (the chamber's seccomp policy did not refuse it)")
+
+
+def _ran(argv: list[str], commands: dict[str, str]) -> str | None:
+    """The recorded command an exec runs, or None: a shell's `-c` script (hooks run as
+    `/bin/sh -c COMMAND`), or the argv itself, as one shell line or space-joined (an MCP
+    server's command and args)."""
+    candidates = []
+    if len(argv) >= 3 and argv[-2] == "-c":
+        candidates.append(argv[-1])
+    candidates += [shlex.join(argv), " ".join(argv)]
+    return next((c for c in candidates if c in commands), None)
+
+
+def agent_config(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """Agent configuration the agent could see, and its commands executed: each voids the cell.
+
+    - found: every agent configuration file ``sandbox.built`` lists as left in the tree
+      (settings, hooks, MCP servers, rules; see `caisson.chamber.agent_config`): the run
+      measured an agent configured by the repository, not by its arm. The default
+      exclusions withhold them all, so this fires only when a control was weakened.
+    - executed: a ``process.exec`` that runs one of their commands (a hook's shell, an MCP
+      server), one finding per command with every exec that ran it as evidence.
+    """
+    commands: dict[str, str] = {}  # command line -> the file that holds it
+    ran: dict[str, list[int]] = {}
+    for record in records:
+        event = record.event
+        if isinstance(event, SandboxBuilt):
+            for found in event.agent_config:
+                detail = f", {len(found.commands)} command(s)" if found.commands else ""
+                yield Finding(detector=AGENT_CONFIG, kind="agent_config", effect=VOID, evidence=[record.seq],
+                              message=f"{found.path} in the tree configures {found.agent}{detail}")
+                for command in found.commands:
+                    commands.setdefault(command, found.path)
+        elif isinstance(event, ProcessExec) and commands and event.result == 0:
+            command = _ran(event.argv, commands)
+            if command is not None:
+                ran.setdefault(command, []).append(record.seq)
+    for command, seqs in ran.items():
+        yield Finding(detector=AGENT_CONFIG, kind="agent_config_executed", effect=VOID, evidence=seqs,
+                      message=f"{commands[command]}'s command ran {len(seqs)} time(s): {command}")

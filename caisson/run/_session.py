@@ -32,8 +32,8 @@ from caisson.chamber.sandbox import Sandbox
 from caisson.run.stream import MonitorAddress
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
-from ledger.events import (AgentAnswer, BlobStored, ExcludedPath, RunEnded, RunStarted, RunStatus, SandboxBuilt,
-                           WitnessGap)
+from ledger.events import (AgentAnswer, AgentConfigFound, BlobStored, ChamberReaped, ExcludedPath, RunEnded,
+                           RunStarted, RunStatus, SandboxBuilt, WitnessGap)
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
            "WitnessContext", "run_session", "WITNESS_GRACE_S"]
@@ -123,6 +123,8 @@ class Session(msgspec.Struct, kw_only=True):
     fingerprint_key: bytes
     network: bool = False  # weakened: a network with a route out and no firewall
     transcript: Any = None  # the agent adapter's transcript parser factory, or None
+    labels: dict[str, str] = {}  # the recorder's identity, on the run's network too (for reaping)
+    reaped: list = []  # orphans of other runs reaped before this one (caisson.chamber.reap.Reaped)
 
 
 async def run_session(s: Session) -> RunOutcome:
@@ -135,7 +137,7 @@ async def run_session(s: Session) -> RunOutcome:
     network: ChamberNetwork | None = None
     try:
         if any(getattr(w, "needs_network", False) for w in s.witnesses):
-            network = await s.engine.create_network(manifest.run_id, internal=not s.network)
+            network = await s.engine.create_network(manifest.run_id, internal=not s.network, labels=s.labels)
         async with trio.open_nursery() as nursery:
             await nursery.start(run_writer, writer, receive.clone())
             if s.monitor is not None:
@@ -175,6 +177,10 @@ async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission])
         digest = s.writer.blobs.put(data)
         await send.send(Submission(source="recorder", event=BlobStored(
             sha256=digest, size_bytes=len(data), role="seccomp", media_type="application/json")))
+    for r in s.reaped:
+        await send.send(Submission(source="recorder", event=ChamberReaped(
+            target=r.kind, name=r.name, object_id=r.id, run_id=r.run_id, reason=r.reason, state=r.state,
+            removed=r.removed, error=r.error)))
     if s.scenario_bytes is not None:  # replay grades and configures detectors from it
         assert s.writer.blobs is not None
         digest = s.writer.blobs.put(s.scenario_bytes)
@@ -184,7 +190,10 @@ async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission])
         sb = s.sandbox
         await send.send(Submission(source="recorder", event=SandboxBuilt(
             path=SANDBOX_PATH, commit=sb.commit, tree_digest=sb.tree_digest, file_count=sb.file_count,
-            excluded=[ExcludedPath(path=e.path, category=e.category) for e in sb.excluded])))
+            excluded=[ExcludedPath(path=e.path, category=e.category) for e in sb.excluded],
+            unscanned=list(sb.unscanned),
+            agent_config=[AgentConfigFound(path=c.path, agent=c.agent, commands=list(c.commands), error=c.error)
+                          for c in sb.agent_config])))
 
 
 async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],

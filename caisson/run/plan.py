@@ -65,6 +65,7 @@ WEAKENABLE: dict[Control, str] = {
     "tracer_user": "the tracer runs as the agent's user, so the agent can signal it",
     "network": "the chamber network gets a route out and the host's side is not firewalled",
     "deny_list": "the agent is handed the arm's withheld tools as allowed, and no deny list",
+    "agent_config": "the sandbox keeps the files the agent reads as its configuration (settings, hooks, MCP)",
 }
 """Controls `caisson selftest` weakens one at a time to show the detector behind each fires.
 A run with any weakened control records it in ``run.started`` and can never be clean."""
@@ -105,6 +106,7 @@ class Controls(msgspec.Struct, frozen=True, kw_only=True):
     tracer_user: bool = False
     network: bool = False
     deny_list: bool = False
+    agent_config: bool = False
 
     @classmethod
     def from_names(cls, names: Sequence[str]) -> Controls:

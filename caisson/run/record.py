@@ -7,6 +7,12 @@ own lifecycle events (``run.started``, ``sandbox.built``, ``blob.stored``,
 the engine dying), the ledger is closed with a final seal and the sandbox, config home
 and container are removed.
 
+A chamber never outlives its recorder: it kills itself `CHAMBER_GRACE_S` after the wall
+deadline even with no recorder alive (`ContainerSpec.self_deadline_s`), and every
+container, network and scratch directory carries the recorder's identity, so the next
+`caisson record` (or `caisson gc`) reaps those whose recorder is gone; each reaping is a
+line on stderr and a ``chamber.reaped`` event in the new run's ledger.
+
 Order of work: the plan first (`caisson.run.plan.plan_run`, pure: every option is
 checked there), then every check that needs I/O and can fail on bad input (scenario
 file, strace's root, run directory, engine, image, repository, commit, containment),
@@ -16,6 +22,7 @@ a run. This module keeps only the I/O: it carries the plan out.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import secrets
@@ -29,13 +36,14 @@ import msgspec
 import trio
 
 from caisson import __version__
-from caisson.chamber import ContainerSpec, Limits, open_engine, seccomp_profile
+from caisson.chamber import RUN_LABEL, ContainerSpec, Limits, open_engine, seccomp_profile
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
 from caisson.chamber.envpin import ChamberEnv, build_env
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
 from caisson.chamber.image import image_tag
+from caisson.chamber.reap import RECORDER_FILE, SCRATCH_PREFIX, reap, recorder_identity, recorder_labels
 from caisson.chamber.sandbox import Sandbox, build_sandbox
 from caisson.run.plan import WEAKENABLE, RecordOptions, RunPlan, plan_run
 from caisson.scenario import Scenario, load_scenario, scenario_digest
@@ -44,6 +52,10 @@ from ledger import BlobStore, LedgerWriter
 from ledger.events import RunStarted
 
 __all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA", "WEAKENABLE"]
+
+CHAMBER_GRACE_S = 15.0
+"""Seconds past the wall deadline after which the chamber kills itself, recorder or not
+(the recorder kills it at the deadline; this is for a recorder that died)."""
 
 
 def new_run_id() -> str:
@@ -118,8 +130,15 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
         if image_id is None:
             raise UsageError(f"chamber image {tag} is missing: build it with `caisson image build`")
         engine_info = await engine.info()
-        scratch = Path(tempfile.mkdtemp(prefix=f"caisson-{run_id}-"))
+        reaped = await reap(engine)
+        for r in reaped:
+            print(f"caisson record: {r.line()}", file=sys.stderr)
+        identity = recorder_identity()
+        deadline_ns = time.time_ns() + int((plan.timeout_s + CHAMBER_GRACE_S) * 1e9)
+        owner = {**recorder_labels(identity, deadline_ns), RUN_LABEL: run_id}
+        scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{run_id}-"))
         try:
+            (scratch / RECORDER_FILE).write_text(json.dumps(owner))
             sandbox, binds = await _build_trees(plan, options, scenario, scratch)
             key = ensure_operator_key()
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -157,11 +176,12 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 workdir=SANDBOX_PATH,
                 user=f"{plan.uid}:{plan.gid}",
                 binds=binds,
-                labels={"caisson.run_dir": str(run_dir.resolve())},
+                labels={"caisson.run_dir": str(run_dir.resolve()), **owner},
                 limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
                               nano_cpus=int(limits.cpus * 1e9)),
                 network_mode="none",  # the session puts it on its witnessed network
                 deadline_s=plan.timeout_s,
+                self_deadline_s=plan.timeout_s + CHAMBER_GRACE_S,
                 run_id=run_id,
                 seccomp=seccomp.json,
             )
@@ -170,7 +190,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                               sandbox_dir=scratch / "sandbox", scenario=scenario, scenario_bytes=scenario_bytes,
                               run_dir=run_dir, scratch=scratch, witnesses=witnesses, monitor=plan.monitor,
                               fingerprint_key=fingerprint_key(key), network=plan.weakened.network,
-                              transcript=transcript)
+                              transcript=transcript, labels=owner, reaped=reaped)
             return await run_session(session)
         finally:
             with trio.CancelScope(shield=True):
@@ -193,8 +213,12 @@ async def _build_trees(plan: RunPlan, options: RecordOptions, scenario: Scenario
         rules = scenario
         if plan.weakened.exclusions:
             rules = msgspec.structs.replace(scenario, exclusions=[], questions=[], leak_terms=[])
-        sandbox = await trio.to_thread.run_sync(build_sandbox, options.repo, options.commit or "HEAD", rules,
-                                                sandbox_dir)
+        defaults = not (plan.weakened.exclusions or plan.weakened.agent_config)
+        sandbox = await trio.to_thread.run_sync(
+            lambda: build_sandbox(options.repo, options.commit or "HEAD", rules, sandbox_dir,
+                                  default_exclusions=defaults))
+        for line in sandbox.unscanned:  # recorded in sandbox.built as well
+            print(f"caisson record: containment scan: {line}", file=sys.stderr)
     else:
         sandbox_dir.mkdir()
     config_home.mkdir()

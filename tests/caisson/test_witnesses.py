@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,11 +89,13 @@ def test_procfs_samples_the_chamber_tree_and_the_host(chamber_image, tmp_path):
 
 def test_the_agent_cannot_signal_or_read_the_tracer(chamber_image, tmp_path):
     run_dir = tmp_path / "run"
-    script = "kill -9 1; echo kill=$?; ls /caisson/witness; echo ls=$?; cat /caisson/witness/strace.fifo; echo ok"
+    # pid 1 is the chamber's own deadline (`timeout`, root); the tracer (root) is the agent's parent
+    script = "kill -9 1; echo kill=$?; kill -9 $PPID; echo kill2=$?; ls /caisson/witness; echo ls=$?; cat /caisson/witness/strace.fifo; echo ok"
     assert main(["record", "--out", str(run_dir), "--", "sh", "-c", script]) == 0
     evs = events(run_dir)
     raw = [e.line for e in evs if isinstance(e, WitnessRaw)]
     assert any("kill(1, SIGKILL) = -1 EPERM" in line for line in raw)
+    assert any(re.search(r"kill\((?!1,)\d+, SIGKILL\) = -1 EPERM", line) for line in raw)
     denied = [e for e in evs if isinstance(e, FileOpen) and e.path.startswith("/caisson/witness")]
     assert denied and all(e.result is None and e.errno == "EACCES" for e in denied)
     assert not [e for e in evs if isinstance(e, WitnessGap)]
@@ -107,7 +110,8 @@ def test_killing_the_tracer_mid_run_is_a_recorded_gap_and_the_ledger_verifies(ch
     deadline = time.monotonic() + 30
     pid = None
     while time.monotonic() < deadline and pid is None:
-        out = subprocess.run(["docker", "ps", "-q", "--filter", "label=caisson.run"], capture_output=True,
+        out = subprocess.run(["docker", "ps", "-q", "--filter", f"label=caisson.run_dir={run_dir.resolve()}"],
+                             capture_output=True,
                              text=True).stdout.split()
         if out:
             pid = int(subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", out[0]], capture_output=True,
@@ -115,9 +119,10 @@ def test_killing_the_tracer_mid_run_is_a_recorded_gap_and_the_ledger_verifies(ch
         time.sleep(0.1)
     assert pid, "the chamber never started"
     time.sleep(1.0)
-    comm = Path(f"/proc/{pid}/comm").read_text().strip()
-    assert comm == "strace"  # the tracer is the chamber's pid 1, seen from the host
-    os.kill(pid, signal.SIGKILL)
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "timeout"  # pid 1: the chamber's own deadline
+    tracer = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+    assert Path(f"/proc/{tracer}/comm").read_text().strip() == "strace"  # its only child, seen from the host
+    os.kill(tracer, signal.SIGKILL)
     proc.wait(timeout=60)
     evs = events(run_dir)
     gaps = [e for e in evs if isinstance(e, WitnessGap)]

@@ -1,0 +1,179 @@
+"""Tests for caisson.chamber._decode and the containment scan over decoded texts.
+
+The question is planted in every form an agent's own tools read without help (ripgrep's
+BOM transcoding, grep on a file with NULs, zgrep / bzgrep / xzgrep / zstdgrep / rg -z,
+zipgrep) and the scan must find it; a file too big to scan is reported, never skipped in
+silence.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from caisson.chamber._containment import containment_scan, scan_tree
+from caisson.chamber._decode import TooBig, decoded_texts
+from caisson.chamber.sandbox import build_sandbox
+from caisson.errors import ContainmentError
+from caisson.scenario import Question, Scenario
+from tests.helpers import git
+
+PROMPT = "Which function loads the configuration file and where is it defined?"
+TEXT = f"notes\n\nquestion: {PROMPT}\n"
+WINDOW = '"which function loads the configuration file and where is it defined" (question q1)'
+
+
+def scenario(**kw: object) -> Scenario:
+    base: dict[str, object] = {"name": "t", "questions": [Question(id="q1", prompt=PROMPT)]}
+    base.update(kw)
+    return Scenario(**base)  # type: ignore[arg-type]
+
+
+def _zip(members: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", method) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+def _tar_gz(name: str, data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+UTF8 = TEXT.encode()
+U16LE = TEXT.encode("utf-16-le")
+FORMS: dict[str, tuple[bytes, str]] = {  # file bytes, the decoding the hit names ("" raw)
+    "utf-8 with BOM": (b"\xef\xbb\xbf" + UTF8, ""),
+    "utf-16-le with BOM": (TEXT.encode("utf-16"), "utf-16-le"),  # Python writes LE + BOM here
+    "utf-16-be with BOM": (b"\xfe\xff" + TEXT.encode("utf-16-be"), "utf-16-be"),
+    "utf-32-le with BOM": (b"\xff\xfe\0\0" + TEXT.encode("utf-32-le"), "utf-32-le"),
+    "utf-32-be with BOM": (b"\0\0\xfe\xff" + TEXT.encode("utf-32-be"), "utf-32-be"),
+    "utf-16-le, no BOM": (U16LE, "utf-16-le"),
+    "utf-16-be at an odd offset of a binary": (b"\x7fELF\0" + TEXT.encode("utf-16-be"), "utf-16-be@1"),
+    "utf-32-le, no BOM": (TEXT.encode("utf-32-le"), "utf-32-le"),
+    "utf-8 after a NUL": (b"\0" + UTF8, ""),
+    "gzip": (gzip.compress(UTF8), "gzip"),
+    "gzip, second member": (gzip.compress(b"first\n") + gzip.compress(UTF8), "gzip"),
+    "bzip2": (bz2.compress(UTF8), "bzip2"),
+    "xz": (lzma.compress(UTF8), "xz"),
+    "zstd": (zstandard.ZstdCompressor().compress(UTF8), "zstd"),
+    "zip, deflated": (_zip({"docs/q.txt": UTF8}), "zip:docs/q.txt"),
+    "zip, stored": (_zip({"q.txt": UTF8}, zipfile.ZIP_STORED), ""),  # stored: raw bytes show it
+    "gzip of utf-16 with BOM": (gzip.compress(TEXT.encode("utf-16")), "gzip, utf-16-le"),
+    "zip of a gzip": (_zip({"inner.gz": gzip.compress(UTF8)}), "zip:inner.gz, gzip"),
+    "tar.gz": (_tar_gz("q.txt", UTF8), "gzip"),
+    "truncated gzip": (gzip.compress(UTF8 + os.urandom(4096))[:-200], "gzip"),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_question_found_in_every_form(tmp_path: Path, form: str) -> None:
+    data, where = FORMS[form]
+    (tmp_path / "f").write_bytes(data)
+    scan = containment_scan(tmp_path, ["f"], scenario())
+    name = f"f [{where}]" if where else "f"
+    assert any(h.startswith(f"{name}:") and h.endswith(WINDOW) for h in scan.hits), scan.hits
+    assert scan.unscanned == []
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_every_form_refuses_the_tree(tmp_path: Path, form: str) -> None:
+    (tmp_path / "f").write_bytes(FORMS[form][0])
+    with pytest.raises(ContainmentError):
+        scan_tree(tmp_path, ["f"], scenario())
+
+
+def test_utf16_with_bom_refuses_the_sandbox(tmp_path: Path) -> None:
+    """The issue's example: ripgrep in the chamber finds it, so the scan must."""
+    root = tmp_path / "live"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "src.py").write_text("x = 1\n")
+    (root / "notes.txt").write_bytes(TEXT.encode("utf-16"))
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "c")
+    with pytest.raises(ContainmentError) as e:
+        build_sandbox(root, "HEAD", scenario(), tmp_path / "sb")
+    assert e.value.hits == [f"notes.txt [utf-16-le]:3: {WINDOW}"]
+    assert not (tmp_path / "sb").exists()
+
+
+def test_leak_term_in_a_compressed_utf16_member(tmp_path: Path) -> None:
+    data = _zip({"a/key.txt": gzip.compress("…\nthe ANSWER-KEY-7\n".encode("utf-16"))})
+    (tmp_path / "k.zip").write_bytes(data)
+    s = scenario(questions=[], leak_terms=["answer-key-7"])
+    assert containment_scan(tmp_path, ["k.zip"], s).hits == [
+        "k.zip [zip:a/key.txt, gzip, utf-16-le]:2: leak term 'answer-key-7'"]
+
+
+def test_clean_binaries_have_no_hits(tmp_path: Path) -> None:
+    rnd = bytes(range(256)) * 64 + os.urandom(1 << 16)
+    files = {"r.bin": rnd, "r.gz": gzip.compress(rnd), "r.zip": _zip({"r": rnd}), "e.gz": b"\x1f\x8bjunk"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    scan = containment_scan(tmp_path, list(files), scenario(leak_terms=["answer-key-7"]))
+    assert scan.hits == [] and scan.unscanned == []
+
+
+def test_too_big_is_reported_not_silent(tmp_path: Path) -> None:
+    bomb = gzip.compress(b"\n" * 4096 + UTF8 + b"x" * (1 << 20))
+    (tmp_path / "bomb.gz").write_bytes(bomb)
+    (tmp_path / "big.txt").write_bytes(UTF8 + b"y" * 5000)
+    (tmp_path / "small.txt").write_bytes(b"clean\n")
+    scan = containment_scan(tmp_path, ["big.txt", "bomb.gz", "small.txt"], scenario(), limit=4096 + 200)
+    assert scan.unscanned == [
+        "big.txt: not scanned past 4296 bytes: too big",
+        "bomb.gz: not scanned past 4296 bytes decoded: too big",
+    ]
+    assert [h.split(":")[0] for h in scan.hits] == ["big.txt"]  # what was read is still scanned
+
+
+def test_decompression_is_bounded() -> None:
+    bomb = bz2.compress(b"\0" * (64 << 20))  # 64 MiB of zeros in a few dozen bytes
+    with pytest.raises(TooBig) as e:
+        for _ in decoded_texts(bomb, limit=1 << 20):
+            pass
+    assert e.value.limit == 1 << 20
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=512), st.sampled_from([b"", b"\x1f\x8b", b"BZh9", b"\xfd7zXZ\0", b"\x28\xb5\x2f\xfd",
+                                                  b"PK\x03\x04", b"\xff\xfe", b"\0\0\xfe\xff"]))
+def test_any_bytes_decode_without_error(junk: bytes, magic: bytes) -> None:
+    texts = list(decoded_texts(magic + junk, limit=1 << 20))
+    assert texts[0][0] == "" and texts[0][1] == (magic + junk).decode("utf-8", "replace")
+
+
+@given(st.binary(max_size=64))
+def test_trailing_junk_after_a_compressed_member(junk: bytes) -> None:
+    texts = {w: t for w, t in decoded_texts(gzip.compress(UTF8) + b"\0\0" + junk)}
+    assert texts["gzip"].startswith(TEXT)
+
+
+def test_the_sandbox_records_what_it_did_not_scan(tmp_path: Path) -> None:
+    root = tmp_path / "live"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "bomb.bz2").write_bytes(bz2.compress(b"\0" * (65 << 20)))  # 65 MiB of zeros, ~100 bytes
+    (root / "src.py").write_text("x = 1\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "c")
+    sb = build_sandbox(root, "HEAD", scenario(), tmp_path / "sb")
+    assert sb.unscanned == [f"bomb.bz2: not scanned past {64 << 20} bytes decoded: too big"]
