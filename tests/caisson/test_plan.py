@@ -110,7 +110,7 @@ def test_weakening_the_deny_list_hands_the_withheld_tools_as_allowed_but_records
 def test_controls_by_name():
     assert Controls.from_names(list(WEAKENABLE)).names == sorted(WEAKENABLE)
     assert Controls.from_names(["env", "network"]) == Controls(env=True, network=True)
-    with pytest.raises(UsageError, match="cannot weaken nope: known controls are deny_list, env,"):
+    with pytest.raises(UsageError, match="cannot weaken nope: known controls are agent_config, deny_list, env,"):
         Controls.from_names(["env", "nope"])
 
 
