@@ -260,7 +260,9 @@ def test_stalled_monitor_never_blocks_offer_and_gets_exact_gap(sock_dir: Path) -
                     slowest = max(slowest, time.perf_counter() - t0)
                     if seq % 100 == 0:
                         await trio.sleep(0)  # let the sink run: it blocks in send_all
-            assert time.perf_counter() - start < 5 and slowest < 0.1
+            # A blocked offer would wait on the stalled socket for good; one preempted by a busy
+            # host (2 cores, other work) takes a scheduler slice or two, never a second.
+            assert time.perf_counter() - start < 5 and slowest < 1.0
             stalled = sink.stats()
             assert stalled.dropped > 40_000 and stalled.sent + stalled.dropped < 50_000
             monitor.resume.set()
