@@ -289,6 +289,8 @@ class LlmUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
     rule: str = ""
+    rules: dict[str, str] = {}  # normalised figure -> "name@version" of the rule that produced it
+    sources: dict[str, str] = {}  # raw usage field -> which event/turn it was taken from, and why
 
 
 class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
@@ -304,6 +306,7 @@ class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     usage_missing_reason: str | None = None  # why usage is None (cut stream, ...)
     normalized: LlmUsage | None = None
     exchange_seq: int | None = None  # seq of the http.exchange it belongs to
+    label_mismatch: str | None = None  # the body's content-encoding failed; its raw bytes were read as sent
 
 
 class DnsQuery(_Event, tag="dns.query", frozen=True, kw_only=True):
@@ -379,6 +382,8 @@ class AgentUsage(_Event, tag="agent.usage", frozen=True, kw_only=True):
     normalized: LlmUsage | None = None
     cost_usd: float | None = None  # as reported
     by_model: dict[str, Any] = {}  # e.g. Claude Code's modelUsage, as reported
+    incomplete: str | None = None  # why the transcript is incomplete (e.g. no terminal event); normalized is then None
+    parser: str = ""  # the transcript parser that read it, "name@version"
 
 
 Event = Union[

@@ -82,17 +82,22 @@ class _Body:
             self.truncated |= len(data) > room
             self.raw += data[:max(room, 0)]
         out = self.decoder.feed(data)
-        if not self.decoder.failed:
+        if not self.decoder.failed or self.decoder.over_cap:
             room = self.max_bytes - len(self.decoded)
-            self.truncated |= len(out) > room
+            self.truncated |= len(out) > room or self.decoder.over_cap
             self.decoded += out[:max(room, 0)]
         return out
+
+    @property
+    def undecodable(self) -> bool:
+        """The content coding could not be undone (not merely a body over the cap)."""
+        return self.decoder.failed and not self.decoder.over_cap
 
     def result(self) -> tuple[bytes, int, str | None]:
         """(bytes to store, size in bytes as recorded, problem or None)."""
         self.decoder.finish()
         problem = self.decoder.problem
-        if self.decoder.failed:
+        if self.undecodable:
             data, size = bytes(self.raw), self.raw_size
         else:
             data, size = bytes(self.decoded), len(self.decoded)
@@ -110,6 +115,7 @@ class _Exchange:
         self.response_body: _Body | None = None
         kind = classify(request.method, request.host, request.path)
         self.builder = LlmCallBuilder(*kind) if kind else None
+        self.told_undecodable = False
         self.problems: list[str] = []
 
 
@@ -204,12 +210,21 @@ class ExchangeAssembler:
             if ex.builder is not None:
                 ex.builder.response_start(frame.status, frame.headers)
         elif isinstance(frame, Chunk):
-            if ex.response_body is None:
+            body = ex.response_body
+            if body is None:
                 ex.problems.append("response chunk before response headers ignored")
                 return
-            decoded = ex.response_body.feed(frame.data)
-            if ex.builder is not None and decoded:
-                ex.builder.response_data(decoded)
+            decoded = body.feed(frame.data)
+            if ex.builder is None:
+                return
+            if not body.decoder.failed or body.decoder.over_cap:
+                if decoded:
+                    ex.builder.response_data(decoded)
+            elif not ex.told_undecodable:  # the label lied: the builder reads the raw bytes
+                ex.told_undecodable = True
+                ex.builder.response_undecodable(body.decoder.problem or "content-encoding failed", bytes(body.raw))
+            else:
+                ex.builder.response_data(frame.data)
         elif isinstance(frame, ResponseEnd):
             self._finish(ex, frame.ts_ns, frame.mono_ns)
         elif isinstance(frame, ProxyError):
@@ -235,7 +250,8 @@ class ExchangeAssembler:
             return None, size, problem
         data = self.redactor.scrub(data)
         digest = hashlib.sha256(data).hexdigest()
-        role = f"http.{direction}_body" + (".encoded" if body.decoder.failed else "")
+        role = f"http.{direction}_body" + (".encoded" if body.undecodable else "") + (
+            ".truncated" if body.truncated else "")
         event = BlobStored(sha256=digest, size_bytes=len(data), role=role, media_type=body.media_type)
         self._out.append(Output(event, wall_ns, mono_ns, data))
         return digest, size, problem
@@ -269,6 +285,9 @@ class ExchangeAssembler:
         if resp_problem:
             problems.append(f"response body: {resp_problem}")
         if ex.builder is not None and denied is None:
+            body = ex.response_body
+            if body is not None and body.decoder.problem and not body.decoder.over_cap and not ex.told_undecodable:
+                ex.builder.response_undecodable(body.decoder.problem, b"")  # e.g. the encoded stream ended early
             call = ex.builder.finish(cut=error is not None)
             self._out.append(Output(call, wall_ns, mono_ns))
             self.llm_calls += 1
