@@ -382,7 +382,8 @@ class AgentUsage(_Event, tag="agent.usage", frozen=True, kw_only=True):
     normalized: LlmUsage | None = None
     cost_usd: float | None = None  # as reported
     by_model: dict[str, Any] = {}  # e.g. Claude Code's modelUsage, as reported
-    incomplete: str | None = None  # why the transcript is incomplete (e.g. no terminal event); normalized is then None
+    usage_missing_reason: str | None = None  # why normalized is None (incomplete transcript, unknown shape, ...)
+    incomplete: str | None = None  # why the transcript is incomplete: no terminal event, a last line cut
     parser: str = ""  # the transcript parser that read it, "name@version"
 
 
