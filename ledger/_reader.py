@@ -8,6 +8,8 @@ from a file that is still being written.
 
 from __future__ import annotations
 
+import bisect
+
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,6 +144,7 @@ class LedgerChecker:
         self.final_offset: int | None = None
         self.tampered: tuple[str, int, int] | None = None
         self.blob_refs: list[tuple[int, BlobStored]] = []
+        self._frames: list[tuple[int, int, bytes, bytes]] = []  # (first seq, offset, head before, head after)
         self._wall = 0  # running sums restoring absolute times
         self._mono = 0
 
@@ -190,7 +193,27 @@ class LedgerChecker:
                 0,
             )
 
+    def _claimed_twice(self, seq: int, offset: int, body: bytes | None) -> _Tampered:
+        """A record claims a sequence number an earlier record holds: a duplicate or a fork."""
+        i = bisect.bisect_right(self._frames, seq, key=lambda f: f[0]) - 1
+        first_seq, first_offset, before, after = self._frames[i] if i >= 0 else (0, offset, b"", b"")
+        what = "a duplicate or a fork of the log"
+        if body is not None and first_seq == seq and before:
+            try:
+                same = _chain.chain_frame(before, body)[0] == after
+            except ValueError:
+                same = False
+            what = "the same records written twice (a duplicate)" if same else "different records (a fork of the log)"
+        return _Tampered(f"duplicate sequence number: seq {seq} is claimed at offset {first_offset} and again at"
+                         f" offset {offset}: {what}", offset, seq)
+
     def _on_records(self, frame: Frame) -> Iterator[Record]:
+        if frame.first_seq < self.expected:
+            try:
+                body = self._dctx.decompress(frame.payload, max_output_size=_MAX_FRAME_BYTES)
+            except zstandard.ZstdError:
+                body = None
+            raise self._claimed_twice(frame.first_seq, frame.offset, body)
         if frame.first_seq != self.expected:
             raise _Tampered(
                 f"sequence gap: expected seq {self.expected}, frame starts at {frame.first_seq}",
@@ -213,13 +236,21 @@ class LedgerChecker:
         first = self.expected
         if [r.seq for r in stored] != list(range(first, first + n)):
             bad = next(i for i, r in enumerate(stored) if r.seq != first + i)
+            if stored[bad].seq < first:
+                raise self._claimed_twice(stored[bad].seq, frame.offset, None)
+            if stored[bad].seq < first + bad:  # twice in this frame
+                raise _Tampered(f"duplicate sequence number: seq {stored[bad].seq} is claimed twice in the frame"
+                                f" at offset {frame.offset}: a duplicate or a fork of the log", frame.offset,
+                                stored[bad].seq)
             raise _Tampered(
                 f"sequence gap: expected seq {first + bad}, found {stored[bad].seq}", frame.offset, self.sealed
             )
+        before = self.head
         try:
             self.head, _ = _chain.chain_frame(self.head, body)
         except ValueError as exc:  # msgspec read it, so this is unexpected; still never fatal
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
+        self._frames.append((first, frame.offset, before, self.head))
         self.expected = first + n
         if b"blob.stored" in body:
             for r in stored:
