@@ -10,7 +10,10 @@ here raises on bad input, reads a clock or does I/O.
 
 Bodies are decoded from their Content-Encoding (`BodyDecoder`) before they are stored and
 measured; an undecodable body is stored raw with role ``http.*_body.encoded`` and a
-``witness.raw`` line saying why. Bodies are stored as sent, except that secret values the
+``witness.raw`` line saying why, and the LLM call reads those raw bytes as the declared
+type (a label that lies: `LlmCall.label_mismatch`). Bodies are kept whole, streamed ones
+too, up to ``max_body_bytes``; a blob cut there has ``.truncated`` at the end of its role
+(replay then keeps the live ``llm.call`` rather than re-derive it from a part). Bodies are stored as sent, except that secret values the
 `Redactor` replaced in a header or query parameter are replaced in bodies too. Header
 values and the request path in events are always redacted.
 """
