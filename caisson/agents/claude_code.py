@@ -122,8 +122,8 @@ class TranscriptParser(JsonLinesParser):
 
     def on_object(self, obj: dict[str, Any]) -> bool:
         kind = obj.get("type")
-        if kind not in KNOWN_TYPES:
-            return False
+        if kind not in KNOWN_TYPES or (kind == "system" and obj.get("subtype") != "init"):
+            return False  # kept raw: a system notice (retry, compaction, ...) or a type not known
         if kind == "system" and obj.get("subtype") == "init":
             tools = [t for t in obj.get("tools", []) if isinstance(t, str)]
             self.emit(AgentTools(agent=NAME, surface="init", tools=tools, model=obj.get("model")))
@@ -159,6 +159,9 @@ class TranscriptParser(JsonLinesParser):
         normalized, missing = None, "result line without usage"
         if usage is not None:
             normalized, missing = normalize_usage("messages", usage, streamed=False)
+        if normalized is not None:  # the session's total, as the result line reports it
+            normalized = msgspec.structs.replace(
+                normalized, rules={k: "claude-code.result_usage@1+" + v for k, v in normalized.rules.items()})
         cost = obj.get("total_cost_usd")
         self._usage = AgentUsage(
             agent=NAME, token_source=TOKEN_SOURCE, usage=usage, normalized=normalized,

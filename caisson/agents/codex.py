@@ -66,7 +66,8 @@ ITEM_TOOLS = {"command_execution": "exec_command", "file_change": "apply_patch",
 ANSWER_ITEMS = frozenset({"agent_message", "assistant_message"})  # assistant_message: older versions
 QUIET_ITEMS = frozenset({"reasoning", "todo_list", "error"})  # known items that carry no tool call or answer
 KNOWN_TYPES = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started",
-                         "item.updated", "item.completed", "error"})
+                         "item.updated", "item.completed"})
+"""Line types the parser reads; others (``error`` notices included) are kept raw."""
 TOKEN_SOURCE = "codex turn.completed usage"
 
 
@@ -115,6 +116,9 @@ class TranscriptParser(JsonLinesParser):
         version: the Codex version that wrote the transcript (`USAGE_SHAPES`).
         shape: override what ``turn.completed.usage`` means (``cumulative`` or
             ``per_turn``); default: `usage_shape` of ``version``.
+
+    Raises:
+        ValueError: ``shape`` is neither (our misuse).
     """
 
     PARSER = "codex.transcript@2"
@@ -122,6 +126,8 @@ class TranscriptParser(JsonLinesParser):
 
     def __init__(self, version: str | None = VERSION, shape: str | None = None) -> None:
         super().__init__()
+        if shape not in (None, CUMULATIVE, PER_TURN):
+            raise ValueError(f"shape {shape!r}: expected {CUMULATIVE!r} or {PER_TURN!r}")
         self.version = version
         self.shape = shape or usage_shape(version)
         self._open: dict[str, str] = {}  # item id -> tool, started and not completed
@@ -173,6 +179,9 @@ class TranscriptParser(JsonLinesParser):
             return turns[-1], None, {}, (f"{len(turns)} turns and the meaning of turn.completed.usage in codex"
                                          f" {self.version} is unknown (per turn or running total)")
         view, problem = normalize_usage("responses", _as_responses(usage), streamed=False)
+        if view is not None:  # each figure names the turn rule too
+            turn_rule = f"codex.turn_usage.{self.shape or 'single'}@1+"
+            view = msgspec.structs.replace(view, rules={k: turn_rule + v for k, v in view.rules.items()})
         return usage, view, sources, (f"usage not normalisable: {problem}" if problem else None)
 
     def on_object(self, obj: dict[str, Any]) -> bool:

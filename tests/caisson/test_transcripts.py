@@ -55,6 +55,7 @@ def test_issue_example_codex_running_totals_are_not_summed():
     assert use.usage == {"input_tokens": 6500, "cached_input_tokens": 0, "output_tokens": 180,
                          "reasoning_output_tokens": 50}
     assert use.normalized.sources == {"usage": "turn.completed #2 (cumulative: the last, never summed)"}
+    assert use.normalized.rules["input_tokens"] == "codex.turn_usage.cumulative@1+openai.responses.input_tokens@1"
     assert use.token_source == "codex turn.completed usage (cumulative, codex 0.171.0)"
     assert use.parser == "codex.transcript@2" and use.incomplete is None and use.usage_missing_reason is None
 
@@ -181,6 +182,7 @@ def test_claude_code_complete_transcript_and_a_line_of_unknown_type_kept():
     use = usage_of(events)
     assert use.incomplete is None and use.usage_missing_reason is None
     assert (use.normalized.input_tokens, use.normalized.output_tokens) == (112, 9)
+    assert use.normalized.rules["input_tokens"] == "claude-code.result_usage@1+anthropic.input_sum@1"
     assert use.cost_usd == 0.01
     assert [e.line for e in events if isinstance(e, WitnessRaw)] == [json.dumps(odd)]
 
