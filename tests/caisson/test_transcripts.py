@@ -254,3 +254,20 @@ def test_trailing_junk_is_kept_raw_and_marks_the_transcript_cut(factory, data):
     use = usage_of(events)
     assert use.incomplete is not None and "its last line was cut mid-way" in use.incomplete
     assert use.normalized == usage_of(parse(factory, data)).normalized  # the terminal event's usage stands
+
+
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                           st.sampled_from(["type", "item", "item_type", "usage", "status", "exit_code", "id",
+                                            "input_tokens", "output_tokens", "result", "message", "subtype"]),
+                           inner, max_size=4), max_leaves=10)
+
+
+@settings(max_examples=150, deadline=None)
+@given(factory=st.sampled_from([claude_code.TranscriptParser, codex.TranscriptParser]),
+       objects=st.lists(JSONISH, max_size=6), tail=st.binary(max_size=12))
+def test_any_lines_never_raise_and_always_give_one_usage_that_is_null_or_flagged(factory, objects, tail):
+    data = b"".join(json.dumps(o).encode() + b"\n" for o in objects) + tail
+    use = usage_of(parse(factory, data))
+    assert use.normalized is None or use.usage is not None
+    assert use.normalized is not None or use.usage_missing_reason  # null always says why
