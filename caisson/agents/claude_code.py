@@ -30,6 +30,8 @@ from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentTool
 __all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser", "DENIAL_MARKERS"]
 
 NAME = "claude-code"
+VERSION = "2.1.328"
+"""The Claude Code CLI the agent image installs (images/agent/npm-packages.txt)."""
 GATING = "enforced"
 STATIC_TOOLS = (
     # documented built-ins
@@ -77,7 +79,7 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return "\n".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
     return ""
 
 
@@ -93,8 +95,9 @@ class TranscriptParser(JsonLinesParser):
     PARSER = "claude-code.transcript@2"
     TERMINAL = "result"
 
-    def __init__(self) -> None:
+    def __init__(self, version: str | None = VERSION) -> None:
         super().__init__()
+        self.version = version  # the CLI version that wrote the transcript (no reading depends on it yet)
         self._calls: dict[str, str] = {}  # call_id -> tool
         self._results: dict[str, tuple[bool, str]] = {}  # call_id -> (is_error, text)
         self._denied: set[str] = set()
@@ -122,20 +125,24 @@ class TranscriptParser(JsonLinesParser):
 
     def on_object(self, obj: dict[str, Any]) -> bool:
         kind = obj.get("type")
-        if kind not in KNOWN_TYPES or (kind == "system" and obj.get("subtype") != "init"):
+        if not isinstance(kind, str) or kind not in KNOWN_TYPES or (kind == "system" and obj.get("subtype") != "init"):
             return False  # kept raw: a system notice (retry, compaction, ...) or a type not known
-        if kind == "system" and obj.get("subtype") == "init":
-            tools = [t for t in obj.get("tools", []) if isinstance(t, str)]
-            self.emit(AgentTools(agent=NAME, surface="init", tools=tools, model=obj.get("model")))
+        message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+        if kind == "system":
+            listed = obj.get("tools")
+            tools = [t for t in listed if isinstance(t, str)] if isinstance(listed, list) else []
+            model = obj.get("model")
+            self.emit(AgentTools(agent=NAME, surface="init", tools=tools, model=model if isinstance(model, str) else None))
         elif kind == "assistant":
-            for block in (obj.get("message") or {}).get("content") or []:
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     call_id, tool = str(block.get("id", "")), str(block.get("name", ""))
                     self._calls[call_id] = tool
                     args = block.get("input") if isinstance(block.get("input"), dict) else {}
                     self.emit(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input=args))
         elif kind == "user":
-            content = (obj.get("message") or {}).get("content")
+            content = message.get("content")
             for block in content if isinstance(content, list) else []:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     self._results[str(block.get("tool_use_id", ""))] = (bool(block.get("is_error")),
@@ -150,7 +157,8 @@ class TranscriptParser(JsonLinesParser):
             self.emit(WitnessRaw(witness="transcript", line="a second result line: its usage is not counted"))
             return
         self.terminal = True
-        for denial in obj.get("permission_denials") or []:
+        denials = obj.get("permission_denials")
+        for denial in denials if isinstance(denials, list) else []:
             if isinstance(denial, dict):
                 self._denied.add(str(denial.get("tool_use_id", "")))
         if isinstance(obj.get("result"), str):

@@ -186,7 +186,7 @@ class TranscriptParser(JsonLinesParser):
 
     def on_object(self, obj: dict[str, Any]) -> bool:
         kind = obj.get("type")
-        if kind not in KNOWN_TYPES:
+        if not isinstance(kind, str) or kind not in KNOWN_TYPES:
             return False
         if kind == "turn.started":
             self._in_turn = True
@@ -209,7 +209,9 @@ class TranscriptParser(JsonLinesParser):
         if not isinstance(item, dict):
             return False
         item_kind = item.get("type", item.get("item_type"))
-        tool = ITEM_TOOLS.get(item_kind) if isinstance(item_kind, str) else None
+        if not isinstance(item_kind, str):
+            return False
+        tool = ITEM_TOOLS.get(item_kind)
         if tool is None:
             if item_kind in ANSWER_ITEMS:
                 if kind == "item.completed":

@@ -13,9 +13,11 @@ What is rebuilt, and what is kept as written live (with the reason, in `Rederive
   (`collectors.proxy.rederive_llm_call`); kept live when a body blob is truncated or
   missing. It keeps the live record's seq, times and source.
 - The transcript events (records whose source is ``transcript``) are rebuilt by the run's
-  adapter parser from the ``stdout`` blob; kept live when the run names no known adapter
-  or kept no stdout. Rebuilt events carry the seq of the stdout ``blob.stored`` record:
-  that blob is their evidence.
+  adapter parser from the ``stdout`` blob, told the agent version the run recorded
+  (``run.started.agent.version``; for runs from before it was recorded, the version the
+  agent image pins); kept live when the run names no known adapter or kept no stdout.
+  Rebuilt events carry the seq of the stdout ``blob.stored`` record: that blob is their
+  evidence.
 """
 
 from __future__ import annotations
@@ -75,15 +77,17 @@ def _usage_changes(where: str, old: LlmUsage | None, new: LlmUsage | None,
     return out
 
 
-def _adapter_name(records: Sequence[Record]) -> str | None:
+def _adapter(records: Sequence[Record]) -> tuple[str | None, str | None]:
+    """(adapter name, agent version) the run names: its manifest, else its transcript events."""
     for record in records:
         if isinstance(record.event, RunStarted) and record.event.agent.get("name") in ADAPTERS:
-            return record.event.agent["name"]
+            version = record.event.agent.get("version")
+            return record.event.agent["name"], version if isinstance(version, str) else None
     for record in records:
         name = getattr(record.event, "agent", None)
         if record.source == TRANSCRIPT_SOURCE and isinstance(name, str) and name in ADAPTERS:
-            return name
-    return None
+            return name, None
+    return None, None
 
 
 def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> tuple[list[Record], Rederived]:
@@ -103,16 +107,17 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
         data = blob(sha) if sha is not None else None
         return (data, roles.get(sha, "")) if data is not None and sha is not None else None
 
-    name = _adapter_name(records)
+    name, version = _adapter(records)
     stdout_record = next((r for r in records if isinstance(r.event, BlobStored) and r.event.role == "stdout"), None)
     transcript: list[Record] | None = None
     if name is not None and stdout_record is not None and (data := blob(stdout_record.event.sha256)) is not None:
-        factory = ADAPTERS[name].transcript
-        parser = factory()  # type: ignore[misc]
+        factory = ADAPTERS[name].transcript  # the version the run recorded; else the image's pinned one
+        parser = factory(version=version) if version else factory()  # type: ignore[misc]
         parser.feed(data)
         parser.close()
         out.transcript = name
         out.versions[name] = getattr(parser, "PARSER", "")
+        out.versions["agent"] = f"{name} {getattr(parser, 'version', None) or 'unknown'}"
         transcript = [Record(seq=stdout_record.seq, wall_ns=stdout_record.wall_ns, mono_ns=stdout_record.mono_ns,
                              source=TRANSCRIPT_SOURCE, event=e) for e in parser.events()]
     elif any(r.source == TRANSCRIPT_SOURCE for r in records):

@@ -149,7 +149,7 @@ def _agent_command(options: RecordOptions, scenario: Scenario, question):
     env = {**spec.env, **options.env}
     image = options.image or image_tag(spec.image)
     options = msgspec.structs.replace(options, command=command, env=env, image=image)
-    agent_info = {"name": spec.name, "gating": spec.gating}
+    agent_info = {"name": spec.name, "gating": spec.gating, "version": spec.version}
     arm_info = {"name": arm.name, "grant": grant, "withhold": list(arm.withhold), "deny": deny} if arm else {}
     return options, agent_info, arm_info, spec.transcript
 

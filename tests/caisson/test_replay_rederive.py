@@ -84,7 +84,8 @@ def test_replay_rebuilds_the_faulty_figure_from_the_raw_body_and_leaves_the_ledg
     key = ensure_operator_key().verify_key
     [result] = replay_runs([run], key)
     done = result.rederived
-    assert done.versions == {"llm": "llm.usage@2", "claude-code": "claude-code.transcript@2"}
+    assert done.versions == {"llm": "llm.usage@2", "claude-code": "claude-code.transcript@2",
+                             "agent": "claude-code 2.1.328"}  # the run did not record it: the image's pin
     assert done.llm_calls == 1 and done.transcript == "claude-code" and done.kept_live == []
     assert done.changed == [
         "seq 4 llm.call: input_tokens 1800 -> 1812",
@@ -151,3 +152,31 @@ def test_rederive_llm_call_cases():
     assert call.usage is None and call.usage_missing_reason == "stream cut before message_stop"
     call, _ = rederive_llm_call(exchange(status=None, error="upstream refused"), body, None)
     assert call.usage_missing_reason == "no response"
+
+
+def test_replay_reads_a_transcript_with_the_agent_version_the_run_recorded(tmp_path):
+    """Codex of an unknown version: two running totals cannot be told from two turns' own usage."""
+    stdout = b"".join(json.dumps(o).encode() + b"\n" for o in [
+        {"type": "turn.started"}, {"type": "turn.completed", "usage": {"input_tokens": 3000, "output_tokens": 10}},
+        {"type": "turn.started"}, {"type": "turn.completed", "usage": {"input_tokens": 6500, "output_tokens": 20}}])
+    key = ensure_operator_key()
+    runs = {}
+    for version in ("0.171.0", "0.0.1"):
+        run = tmp_path / version
+        run.mkdir()
+        blobs = BlobStore(run / "blobs")
+        with LedgerWriter(run / "ledger", run_id=version, key=key, blobs=blobs) as w:
+            w.append(RunStarted(run_id=version, caisson_version="0",
+                                agent={"name": "codex", "gating": "ungated", "version": version}), source="recorder")
+            w.append(AgentUsage(agent="codex", token_source="codex turn.completed usage (summed over turns)",
+                                usage={"input_tokens": 9500, "output_tokens": 30},
+                                normalized=LlmUsage(input_tokens=9500, output_tokens=30, total_tokens=9530)),
+                     source="transcript")
+            w.append(BlobStored(sha256=blobs.put(stdout), size_bytes=len(stdout), role="stdout"), source="recorder")
+        [runs[version]] = replay_runs([run], key.verify_key, write=False)
+    known, unknown = runs["0.171.0"].rederived, runs["0.0.1"].rederived
+    assert known.versions["agent"] == "codex 0.171.0" and unknown.versions["agent"] == "codex 0.0.1"
+    assert known.changed[:2] == ["seq 2 stdout agent.usage: input_tokens 9500 -> 6500",
+                                 "seq 2 stdout agent.usage: output_tokens 30 -> 20"]
+    assert unknown.changed[0] == "seq 2 stdout agent.usage: input_tokens 9500 -> null"
+    assert unknown.usage[0].usage_missing_reason.startswith("2 turns and the meaning of turn.completed.usage")

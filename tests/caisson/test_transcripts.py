@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson.agents import claude_code, codex
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, WitnessRaw
+from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, WitnessRaw, decode_event
 
 
 def lines(*objects: dict) -> bytes:
@@ -259,15 +260,28 @@ def test_trailing_junk_is_kept_raw_and_marks_the_transcript_cut(factory, data):
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
                            st.sampled_from(["type", "item", "item_type", "usage", "status", "exit_code", "id",
-                                            "input_tokens", "output_tokens", "result", "message", "subtype"]),
-                           inner, max_size=4), max_leaves=10)
+                                            "input_tokens", "output_tokens", "result", "message", "subtype",
+                                            "content", "tools", "model", "name", "input", "text", "is_error",
+                                            "tool_use_id", "permission_denials", "modelUsage", "total_cost_usd",
+                                            "error", "aggregated_output", "command"]),
+                           inner, max_size=5), max_leaves=14)
+TYPES = st.sampled_from(["system", "assistant", "user", "result", "item.started", "item.completed",
+                         "turn.started", "turn.completed", "turn.failed", "tool_use", "tool_result", "init",
+                         "command_execution", "agent_message", "completed"])
+SHAPED = st.recursive(TYPES | JSONISH, lambda inner: st.dictionaries(
+    st.sampled_from(["type", "subtype", "item", "message", "content", "usage", "status", "exit_code", "id",
+                     "item_type", "text", "tools", "result", "input", "name", "model", "permission_denials",
+                     "modelUsage", "total_cost_usd", "is_error", "tool_use_id"]), inner, max_size=6), max_leaves=12)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(factory=st.sampled_from([claude_code.TranscriptParser, codex.TranscriptParser]),
-       objects=st.lists(JSONISH, max_size=6), tail=st.binary(max_size=12))
+       objects=st.lists(SHAPED, max_size=6), tail=st.binary(max_size=12))
 def test_any_lines_never_raise_and_always_give_one_usage_that_is_null_or_flagged(factory, objects, tail):
     data = b"".join(json.dumps(o).encode() + b"\n" for o in objects) + tail
-    use = usage_of(parse(factory, data))
+    events = parse(factory, data)
+    for event in events:  # every event is well typed: the ledger's typed decoder reads it back
+        assert decode_event(msgspec.msgpack.encode(event)) == event
+    use = usage_of(events)
     assert use.normalized is None or use.usage is not None
     assert use.normalized is not None or use.usage_missing_reason  # null always says why
