@@ -239,7 +239,7 @@ class OpenAIChat(StreamState):
         super().__init__(problems)
         self._finish: dict[int, str] = {}
         self._chunks = 0  # data chunks seen (JSON objects, [DONE] excluded)
-        self._candidate: tuple[dict[str, Any], int] | None = None  # usage on a chunk with choices, its number
+        self._candidate: tuple[dict[str, Any], int, int] | None = None  # usage beside choices, chunk number, SSE index
 
     def _choices(self, obj: dict[str, Any]) -> None:
         choices = obj.get("choices")
@@ -270,18 +270,17 @@ class OpenAIChat(StreamState):
             self.sources = {"usage": f"terminal usage chunk #{ev.index} (choices empty)"}
             self.terminal = True
         else:
-            self._candidate = (usage, self._chunks)
-            self._candidate_index = ev.index
+            self._candidate = (usage, self._chunks, ev.index)
 
     def finish(self) -> None:
         if self._candidate is None:
             return
-        usage, number = self._candidate
+        usage, number, index = self._candidate
         if self.usage is None and number == self._chunks:  # the last chunk carried it
             self.usage = usage
-            self.sources = {"usage": f"last chunk #{self._candidate_index} (usage beside choices)"}
+            self.sources = {"usage": f"last chunk #{index} (usage beside choices)"}
         else:
-            self.problems.append(f"usage on chunk #{self._candidate_index} beside choices is not the terminal"
+            self.problems.append(f"usage on chunk #{index} beside choices is not the terminal"
                                  " usage chunk: ignored as a placeholder")
             self._no_usage = "no terminal usage chunk (usage only on an earlier chunk beside choices: a placeholder)"
         self._candidate = None
