@@ -49,7 +49,12 @@ Strings are decoded as UTF-8 with ``backslashreplace`` (see `collectors._strace_
 
 Pids: strace prints thread ids; events carry the thread group id, as ``host_pid`` and,
 through ``chamber_pid``, as ``pid``. A process whose parent the parser has not seen (the
-root) has ``ppid`` None.
+root) has ``ppid`` None. Every pid is tracked in strace's own PID namespace: a clone made
+inside a nested namespace returns the child's pid there, so its child is the pid of the
+``--pidns-translation`` comment (``= 2 /* 7509 in strace's PID NS */``), never the
+namespace-local number (which would make a phantom process, whose parent a real process
+of that number would then take). Without the comment (strace run without the option),
+the return value is taken as it is.
 """
 
 from __future__ import annotations
@@ -147,7 +152,10 @@ def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4
 
     ``-f`` follows forks and prefixes every line with the pid; ``-ttt`` stamps it with
     seconds since the Unix epoch and microseconds; ``-yy`` decorates fds with paths and
-    socket addresses; ``-q`` hides attach messages but keeps exit lines (``-qq`` would not).
+    socket addresses; ``-q`` hides attach messages but keeps exit lines (``-qq`` would not);
+    ``--pidns-translation`` (strace >= 5.9) follows a pid a tracee sees in a nested PID
+    namespace with a ``/* N in strace's PID NS */`` comment, so a clone inside
+    ``unshare -pf`` or bubblewrap names its child as the line prefixes do.
 
     Args:
         output_path: where strace writes its trace (a FIFO or a file).
@@ -174,7 +182,7 @@ def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4
     if seccomp:
         argv.append("--seccomp-bpf")
     inject = ["-e", f"inject={','.join(deny)}:error=EPERM"] if deny else []
-    return [*argv, "-e", f"trace={spec}", *inject, "-o", str(output_path)]
+    return [*argv, "--pidns-translation", "-e", f"trace={spec}", *inject, "-o", str(output_path)]
 
 
 class _NeedData:
@@ -404,6 +412,8 @@ class StraceParser:
         else:
             args, res = split
             res = Result(0) if superseded else res
+            if c.name in _CLONES and (outer := _strace_ns_pid(c.body)) is not None:
+                res = res._replace(value=outer)  # the child as strace's namespace (and its lines) name it
             try:
                 event = self._event(tid, c, args, res)
             except (IndexError, ValueError):
@@ -643,6 +653,16 @@ class StraceParser:
         for extra in events[1:]:
             self._extra.append(extra)
         return events[0]
+
+
+_PIDNS = re.compile(r"=\s*\d+ /\* (\d+) in strace's PID NS \*/\s*\Z")
+
+
+def _strace_ns_pid(body: str) -> int | None:
+    """The pid in strace's namespace that ``--pidns-translation`` printed after a call's
+    return value (``= 2 /* 7509 in strace's PID NS */``), or None when it printed none."""
+    m = _PIDNS.search(body)
+    return int(m[1]) if m else None
 
 
 def _decoration_path(deco: str | None) -> str | None:

@@ -77,12 +77,14 @@ __all__ = [
     "AgentUsage",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
 ``duration_ns`` (it was ``wall_ns``, still read from older ledgers); 4: ``net.send``,
-``process.syscall``, ``run.started.seccomp``, ``run.ended.oom_killed``."""
+``process.syscall``, ``run.started.seccomp``, ``run.ended.oom_killed``; 5: usage rules and
+sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete``,
+``usage_missing_reason`` and ``parser``."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -409,6 +411,8 @@ class LlmUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
     rule: str = ""
+    rules: dict[str, str] = {}  # normalised figure -> "name@version" of the rule that produced it
+    sources: dict[str, str] = {}  # raw usage field -> which event/turn it was taken from, and why
 
 
 class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
@@ -424,6 +428,7 @@ class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     usage_missing_reason: str | None = None  # why usage is None (cut stream, ...)
     normalized: LlmUsage | None = None
     exchange_seq: int | None = None  # seq of the http.exchange it belongs to
+    label_mismatch: str | None = None  # the body's content-encoding failed; its raw bytes were read as sent
 
 
 class DnsQuery(_Event, tag="dns.query", frozen=True, kw_only=True):
@@ -499,6 +504,9 @@ class AgentUsage(_Event, tag="agent.usage", frozen=True, kw_only=True):
     normalized: LlmUsage | None = None
     cost_usd: float | None = None  # as reported
     by_model: dict[str, Any] = {}  # e.g. Claude Code's modelUsage, as reported
+    usage_missing_reason: str | None = None  # why normalized is None (incomplete transcript, unknown shape, ...)
+    incomplete: str | None = None  # why the transcript is incomplete: no terminal event, a last line cut
+    parser: str = ""  # the transcript parser that read it, "name@version"
 
 
 Event = Union[

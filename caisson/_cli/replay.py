@@ -1,7 +1,8 @@
 """`caisson replay RUN_DIR ... [--out FILE] [--json] [--key PUB]`: findings and scores, offline.
 
 Writes ``findings.json`` beside each run (never into the ledger) and prints a table:
-status ``clean`` or ``void`` with reasons, and the score. Exit codes: 0 every run
+status ``clean`` or ``void`` with reasons, the score, and every figure the rebuild from raw
+blobs changed (``rebuilt: ...``). Exit codes: 0 every run
 verified; 1 some run did not verify; 2 usage.
 """
 
@@ -39,7 +40,10 @@ def table(results: list[RunReplay]) -> Table:
         t.add_column(col, overflow="fold")
     for r in results:
         status = r.status if r.verified == "ok" else f"unverified ({r.verified})"
-        notes = r.reasons or [f"{f.kind}: {f.message}" for f in r.findings] or ["-"]
+        notes = r.reasons or [f"{f.kind}: {f.message}" for f in r.findings]
+        if r.rederived is not None:  # figures today's parsers and rules read differently from the live ones
+            notes = notes + [f"rebuilt: {change}" for change in r.rederived.changed]
+        notes = notes or ["-"]
         if r.verified != "ok":
             notes = [r.verify_detail]
         t.add_row(Path(r.run_dir).name, r.question_id or "-", status, _score(r.score), _score(r.score_if_clean),

@@ -24,22 +24,23 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     """One agent CLI as the recorder drives it."""
 
     name: str
+    version: str  # the CLI version the agent image installs (images/agent/npm-packages.txt)
     gating: Gating
     image: str  # the image recipe it runs in
     static_tools: tuple[str, ...]
     env: dict[str, str]  # variables it needs in the chamber (no secrets)
     command: Callable[..., list[str]]  # (prompt, *, allowed, denied, model, max_turns) -> argv
-    transcript: Callable[[], object] | None  # a sans-IO parser factory (feed, close, events)
+    transcript: Callable[..., object] | None  # a sans-IO parser factory (version=...) -> (feed, close, events)
 
 
 ADAPTERS: dict[str, Adapter] = {
     claude_code.NAME: Adapter(
-        name=claude_code.NAME, gating=claude_code.GATING, image="agent", static_tools=claude_code.STATIC_TOOLS,
+        name=claude_code.NAME, version=claude_code.VERSION, gating=claude_code.GATING, image="agent", static_tools=claude_code.STATIC_TOOLS,
         env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
              "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"},
         command=claude_code.command, transcript=claude_code.TranscriptParser),
     codex.NAME: Adapter(
-        name=codex.NAME, gating=codex.GATING, image="agent", static_tools=codex.STATIC_TOOLS, env={},
+        name=codex.NAME, version=codex.VERSION, gating=codex.GATING, image="agent", static_tools=codex.STATIC_TOOLS, env={},
         command=codex.command, transcript=codex.TranscriptParser),
 }
 

@@ -4,24 +4,42 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from ledger.events import Event, WitnessRaw
+
+RAW_CHARS = 4000
+"""A raw line is kept up to this many characters."""
 
 
 class JsonLinesParser:
     """Sans-IO JSON-lines reader: `feed` bytes, `close` at the end, then `events()`.
 
-    Subclasses implement `on_object` (one decoded JSON object per line) and may override
-    `on_close`. A line that is not a JSON object becomes a ``witness.raw`` event: never
-    dropped.
+    Subclasses implement `on_object` (one decoded JSON object per line; it returns False
+    for an object it does not know) and may override `on_close`. A line that is not a
+    JSON object, and an object the parser does not know, become ``witness.raw`` events:
+    never dropped. A subclass sets `terminal` when the transcript's terminal event
+    arrives; `incomplete` then says whether (and why) the transcript ended early.
+
+    Attributes:
+        lines: lines read so far.
+        terminal: the terminal event (``TERMINAL``) arrived.
+        cut_line: the start of a last line that ended without a newline and did not
+            parse (the process exited mid-line), or None.
     """
+
+    PARSER: ClassVar[str] = "jsonlines@1"
+    """``name@version`` of the parser, recorded in ``agent.usage`` and by replay."""
+    TERMINAL: ClassVar[str] = "terminal"
+    """The name of the event that ends a complete transcript."""
 
     def __init__(self) -> None:
         self._buf = b""
         self._out: list[Event] = []
         self._closed = False
         self.lines = 0
+        self.terminal = False
+        self.cut_line: str | None = None
 
     def feed(self, data: bytes) -> None:
         """Add stdout bytes; complete lines are parsed at once."""
@@ -36,7 +54,8 @@ class JsonLinesParser:
             return
         self._closed = True
         if self._buf.strip():
-            self._line(self._buf)
+            if not self._line(self._buf):
+                self.cut_line = self._buf.decode("utf-8", "replace").strip()[:80]
         self._buf = b""
         self.on_close()
 
@@ -48,22 +67,36 @@ class JsonLinesParser:
     def emit(self, event: Event) -> None:
         self._out.append(event)
 
-    def on_object(self, obj: dict[str, Any]) -> None:  # pragma: no cover - abstract
+    @property
+    def incomplete(self) -> str | None:
+        """Why the transcript is incomplete, or None: no terminal event, a last line cut."""
+        reasons = []
+        if not self.terminal:
+            reasons.append(f"transcript ended without its terminal {self.TERMINAL} event")
+        if self.cut_line is not None:
+            reasons.append(f"its last line was cut mid-way: {self.cut_line!r}")
+        return "; ".join(reasons) or None
+
+    def on_object(self, obj: dict[str, Any]) -> bool:  # pragma: no cover - abstract
+        """Consume one JSON object; return False when its type is unknown (kept raw)."""
         raise NotImplementedError
 
     def on_close(self) -> None:
         """Called once at the end; subclasses emit what only the whole transcript decides."""
 
-    def _line(self, raw: bytes) -> None:
+    def _line(self, raw: bytes) -> bool:
+        """Parse one line; returns whether it was a JSON object."""
         self.lines += 1
         text = raw.decode("utf-8", "replace").strip()
         if not text:
-            return
+            return True
         try:
             obj = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict):
-            self.on_object(obj)
-        else:
-            self._out.append(WitnessRaw(witness="transcript", line=text[:4000]))
+            if not self.on_object(obj):
+                self._out.append(WitnessRaw(witness="transcript", line=text[:RAW_CHARS]))
+            return True
+        self._out.append(WitnessRaw(witness="transcript", line=text[:RAW_CHARS]))
+        return False

@@ -15,28 +15,29 @@ withholds something cannot be run with it (`caisson.run.record` refuses the comb
 
 Transcript: ``item.started``/``item.completed`` lines whose ``item`` is an
 ``agent_message`` (text), a ``command_execution`` (command, exit code, status), a
-``file_change`` and others; ``turn.completed`` carries that turn's ``usage``
-(``input_tokens`` including ``cached_input_tokens``, ``output_tokens`` including
-``reasoning_output_tokens``: OpenAI's breakdown semantics).
+``file_change`` and others; ``turn.completed`` carries a ``usage`` (``input_tokens``
+including ``cached_input_tokens``, ``output_tokens`` including ``reasoning_output_tokens``:
+OpenAI's breakdown semantics) that is the thread's running total in the versions we know
+(`USAGE_SHAPES`): the last one counts, turns are never summed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from caisson.agents._lines import JsonLinesParser
 from collectors.llm import normalize_usage
 from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, Gating
 
-__all__ = ["NAME", "GATING", "STATIC_TOOLS", "command", "TranscriptParser"]
+__all__ = ["NAME", "GATING", "STATIC_TOOLS", "USAGE_SHAPES", "VERSION", "command", "TranscriptParser", "usage_shape"]
 
 NAME = "codex"
 GATING: Gating = "ungated"
 STATIC_TOOLS = ("exec_command", "write_stdin", "apply_patch", "view_image", "web_search", "request_user_input",
                 "get_goal", "create_goal", "update_goal")
 """Tools codex-cli 0.171.0 sends the model (the request's tool list is its only surface)."""
-_TOOL_OF_ITEM = {"command_execution": "exec_command", "file_change": "apply_patch", "web_search": "web_search",
-                 "mcp_tool_call": "mcp"}
 PROVIDER = ('model_providers.caisson={name="caisson",base_url="https://api.openai.com/v1",'
             'env_key="OPENAI_API_KEY",wire_api="responses"}')
 
@@ -51,51 +52,180 @@ def command(prompt: str, *, allowed: list[str], denied: list[str], model: str | 
     return [*argv, prompt]
 
 
-class TranscriptParser(JsonLinesParser):
-    """Sans-IO: `feed` stdout bytes, `close`, then `events()` (same protocol as Claude Code's)."""
+VERSION = "0.171.0"
+"""The Codex CLI the agent image installs (images/agent/npm-packages.txt)."""
+CUMULATIVE, PER_TURN = "cumulative", "per_turn"
+USAGE_SHAPES: dict[str, str] = {"0.171.0": CUMULATIVE}
+"""Codex version -> what ``turn.completed.usage`` means. ``cumulative``: the thread's
+running total since it started (codex-rs ``exec/src/event_processor_with_jsonl_output.rs``
+fills it from ``ThreadTokenUsage.total``, not ``last``), so the last one is the total and
+turns are never summed. ``per_turn``: that turn's own usage, summed over turns. A version
+not listed has an unknown shape: one turn reads the same either way; several give null."""
+ITEM_TOOLS = {"command_execution": "exec_command", "file_change": "apply_patch", "web_search": "web_search",
+              "mcp_tool_call": "mcp"}
+ANSWER_ITEMS = frozenset({"agent_message", "assistant_message"})  # assistant_message: older versions
+QUIET_ITEMS = frozenset({"reasoning", "todo_list", "error"})  # known items that carry no tool call or answer
+KNOWN_TYPES = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started",
+                         "item.updated", "item.completed"})
+"""Line types the parser reads; others (``error`` notices included) are kept raw."""
+TOKEN_SOURCE = "codex turn.completed usage"
 
-    def __init__(self) -> None:
+
+def usage_shape(version: str | None) -> str | None:
+    """What ``turn.completed.usage`` means in this Codex version (`USAGE_SHAPES`), or None: unknown."""
+    return USAGE_SHAPES.get(version or "")
+
+
+def _outcome(item: dict[str, Any]) -> tuple[str, str]:
+    """(outcome, excerpt) of a completed tool item. A command that "completed" without an
+    exit code was abandoned: its outcome is unknown (counted as executed by the audit, never
+    called a success)."""
+    status = item.get("status")
+    excerpt = str(item.get("aggregated_output", ""))[:300]
+    if status in ("declined", "rejected"):
+        return "refused", excerpt
+    if status == "failed":
+        return "errored", excerpt
+    if status != "completed":
+        return "unknown", excerpt
+    if item.get("type", item.get("item_type")) == "command_execution":
+        code = item.get("exit_code")
+        if not isinstance(code, int) or isinstance(code, bool):
+            return "unknown", (excerpt + " " if excerpt else "") + "[status completed without an exit code]"
+    return "executed", excerpt
+
+
+def _as_responses(usage: dict[str, Any]) -> dict[str, Any]:
+    """Codex's usage object in the Responses API's shape (OpenAI breakdown semantics); an
+    absent count stays absent, never 0."""
+    return {"input_tokens": usage.get("input_tokens"),
+            "input_tokens_details": {"cached_tokens": usage.get("cached_input_tokens")},
+            "output_tokens": usage.get("output_tokens"),
+            "output_tokens_details": {"reasoning_tokens": usage.get("reasoning_output_tokens")}}
+
+
+class TranscriptParser(JsonLinesParser):
+    """Sans-IO: `feed` stdout bytes, `close`, then `events()` (same protocol as Claude Code's).
+
+    Items are read whether their kind is spelled ``type`` or ``item_type`` (older
+    versions). The terminal event is the last turn's ``turn.completed`` (or
+    ``turn.failed``): a turn started and never completed, or no turn at all, makes the
+    transcript incomplete and its usage null. Lines and items of unknown types are kept raw.
+
+    Args:
+        version: the Codex version that wrote the transcript (`USAGE_SHAPES`).
+        shape: override what ``turn.completed.usage`` means (``cumulative`` or
+            ``per_turn``); default: `usage_shape` of ``version``.
+
+    Raises:
+        ValueError: ``shape`` is neither (our misuse).
+    """
+
+    PARSER = "codex.transcript@2"
+    TERMINAL = "turn.completed"
+
+    def __init__(self, version: str | None = VERSION, shape: str | None = None) -> None:
         super().__init__()
+        if shape not in (None, CUMULATIVE, PER_TURN):
+            raise ValueError(f"shape {shape!r}: expected {CUMULATIVE!r} or {PER_TURN!r}")
+        self.version = version
+        self.shape = shape or usage_shape(version)
         self._open: dict[str, str] = {}  # item id -> tool, started and not completed
         self._answer: str | None = None
-        self._usage: dict[str, int] | None = None
+        self._turns: list[dict[str, Any]] = []  # turn.completed usage objects, in order
+        self._in_turn = False
+        self._failed: list[str] = []  # why turns failed
 
     def on_close(self) -> None:
         for call_id, tool in self._open.items():
             self.emit(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome="unknown"))
         if self._answer is not None:
             self.emit(AgentAnswer(agent=NAME, text=self._answer))
-        usage, view = self._usage, None
-        if usage is not None:
-            as_responses = {"input_tokens": usage.get("input_tokens", 0),
-                            "input_tokens_details": {"cached_tokens": usage.get("cached_input_tokens", 0)},
-                            "output_tokens": usage.get("output_tokens", 0),
-                            "output_tokens_details": {"reasoning_tokens": usage.get("reasoning_output_tokens", 0)}}
-            view = normalize_usage("responses", as_responses, streamed=False)[0]
-        self.emit(AgentUsage(agent=NAME, token_source="codex turn.completed usage (summed over turns)",
-                             usage=usage, normalized=view))
+        self.terminal = bool(self._turns or self._failed) and not self._in_turn
+        usage, view, sources, missing = self._usage()
+        if view is not None:
+            view = msgspec.structs.replace(view, sources=sources)
+        shape = self.shape or "shape unknown"
+        self.emit(AgentUsage(agent=NAME, token_source=f"{TOKEN_SOURCE} ({shape}, codex {self.version})",
+                             usage=usage, normalized=view, usage_missing_reason=missing,
+                             incomplete=self.incomplete, parser=self.PARSER))
 
-    def on_object(self, obj: dict[str, Any]) -> None:
-        kind, item = obj.get("type"), obj.get("item") if isinstance(obj.get("item"), dict) else {}
-        tool = _TOOL_OF_ITEM.get(item.get("type", ""))
+    def _usage(self) -> tuple[dict[str, Any] | None, Any, dict[str, str], str | None]:
+        """(usage as reported, normalised view, sources, why the view is null)."""
+        turns = self._turns
+        if not self.terminal:
+            return (turns[-1] if turns else None), None, {}, self.incomplete
+        if self._failed:
+            return (turns[-1] if turns else None), None, {}, f"a turn failed without usage: {self._failed[0]}"
+        if len(turns) == 1:
+            usage, sources = turns[0], {"usage": "turn.completed #1 (the only turn)"}
+        elif self.shape == CUMULATIVE:
+            keys = {k for t in turns for k, v in t.items() if isinstance(v, int)}
+            for key in sorted(keys):
+                values = [t.get(key) for t in turns]
+                if any(isinstance(a, int) and isinstance(b, int) and b < a for a, b in zip(values, values[1:])):
+                    return turns[-1], None, {}, (f"{key} decreases across turns ({values}): not a running total,"
+                                                 f" although codex {self.version} reports one")
+            usage, sources = turns[-1], {"usage": f"turn.completed #{len(turns)} (cumulative: the last, never summed)"}
+        elif self.shape == PER_TURN:
+            keys = {k for t in turns for k in t}
+            usage = {}
+            for key in sorted(keys):
+                values = [t.get(key) for t in turns]
+                counts = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+                usage[key] = sum(values) if counts else None  # a turn that did not report it: unknown
+            sources = {"usage": f"turn.completed #1..#{len(turns)} (per turn: summed)"}
+        else:
+            return turns[-1], None, {}, (f"{len(turns)} turns and the meaning of turn.completed.usage in codex"
+                                         f" {self.version} is unknown (per turn or running total)")
+        view, problem = normalize_usage("responses", _as_responses(usage), streamed=False)
+        if view is not None:  # each figure names the turn rule too
+            turn_rule = f"codex.turn_usage.{self.shape or 'single'}@1+"
+            view = msgspec.structs.replace(view, rules={k: turn_rule + v for k, v in view.rules.items()})
+        return usage, view, sources, (f"usage not normalisable: {problem}" if problem else None)
+
+    def on_object(self, obj: dict[str, Any]) -> bool:
+        kind = obj.get("type")
+        if not isinstance(kind, str) or kind not in KNOWN_TYPES:
+            return False
+        if kind == "turn.started":
+            self._in_turn = True
+        elif kind == "turn.completed":
+            self._in_turn = False
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                self._turns.append(usage)
+            else:
+                self._failed.append("turn.completed without a usage object")
+        elif kind == "turn.failed":
+            self._in_turn = False
+            error = obj.get("error")
+            self._failed.append(str(error.get("message", "")) if isinstance(error, dict) else "turn.failed")
+        elif kind.startswith("item."):
+            return self._item(kind, obj.get("item"))
+        return True
+
+    def _item(self, kind: str, item: Any) -> bool:
+        if not isinstance(item, dict):
+            return False
+        item_kind = item.get("type", item.get("item_type"))
+        if not isinstance(item_kind, str):
+            return False
+        tool = ITEM_TOOLS.get(item_kind)
+        if tool is None:
+            if item_kind in ANSWER_ITEMS:
+                if kind == "item.completed":
+                    self._answer = str(item.get("text", ""))
+                return True
+            return item_kind in QUIET_ITEMS
         call_id = str(item.get("id", ""))
         shown = {k: v for k, v in item.items() if k in ("command", "changes", "query")}
-        if kind == "item.started" and tool:
+        if kind == "item.started":
             self._open[call_id] = tool
             self.emit(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input=shown))
-        elif kind == "item.completed" and tool:
+        elif kind == "item.completed":
             if self._open.pop(call_id, None) is None:
                 self.emit(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input=shown))
-            status = item.get("status")
-            outcome = ("refused" if status in ("declined", "rejected") else
-                       "errored" if status == "failed" else "executed" if status == "completed" else "unknown")
-            self.emit(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome=outcome,
-                                      excerpt=str(item.get("aggregated_output", ""))[:300]))
-        elif kind == "item.completed" and item.get("type") == "agent_message":
-            self._answer = str(item.get("text", ""))
-        elif kind == "turn.completed" and isinstance(obj.get("usage"), dict):
-            total = self._usage or {}
-            for key, value in obj["usage"].items():
-                if isinstance(value, int):
-                    total[key] = total.get(key, 0) + value
-            self._usage = total
+            outcome, excerpt = _outcome(item)
+            self.emit(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome=outcome, excerpt=excerpt))
+        return True

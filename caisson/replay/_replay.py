@@ -1,10 +1,12 @@
 """Replay: recompute a run's findings and score from its sealed evidence, offline.
 
 For each run: verify the ledger against the trusted key (a ledger that does not verify
-is reported and not scored), read its records, take the scenario the run kept as a
-blob, run every registered detector, grade the answer the run kept as a blob, and write
-``findings.json`` beside the run. The ledger is never written: re-running replay with a
-changed detector changes only the findings file.
+is reported and not scored), read its records, rebuild its LLM usage and agent events
+from the raw bodies and stdout it kept as blobs with today's parsers and rules
+(`caisson.replay._rederive`: the fields derived live are not trusted), take the scenario
+the run kept as a blob, run every registered detector, grade the answer the run kept as
+a blob, and write ``findings.json`` beside the run. The ledger is never written:
+re-running replay with a changed detector or parser changes only the findings file.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import msgspec
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, run_detectors
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
+from caisson.replay._rederive import Rederived, rederive
 from caisson.replay.scoring import Grade, grade
 from ledger import LedgerError, Record, VerifyKey, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted
@@ -44,6 +47,7 @@ class RunReplay(msgspec.Struct, kw_only=True):
     score: float | None = None  # None: void, unverified, unscored, or the leak backstop
     score_if_clean: float | None = None
     grade: Grade | None = None
+    rederived: Rederived | None = None  # LLM usage and agent events rebuilt from blobs, with versions
 
 
 def _blob(run_dir: Path, records: Iterable[Record], role: str) -> bytes | None:
@@ -74,6 +78,15 @@ def replay_run(run_dir: Path, trusted: VerifyKey,
         detail = report.reason or f"not closed: {report.unsealed} records after the last seal"
         return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
                          status="unverified", detectors=names)
+    _, blobs = locate(run_dir)
+
+    def blob(sha256: str) -> bytes | None:
+        try:
+            return blobs.get(sha256)
+        except OSError:
+            return None
+
+    records, rederived = rederive(records, blob)
     started = next((r.event for r in records if isinstance(r.event, RunStarted)), None)
     scenario_bytes = _blob(run_dir, records, "scenario")
     scenario: Scenario | None = parse_scenario(scenario_bytes, f"{run_dir}:scenario") if scenario_bytes else None
@@ -83,7 +96,8 @@ def replay_run(run_dir: Path, trusted: VerifyKey,
         findings.append(Finding(detector=WEAKENED, kind="weakened_control", effect=VOID, evidence=[0],
                                 message=f"controls weakened on purpose: {', '.join(started.weakened)}"))
     out = RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified="ok", detectors=names + [WEAKENED],
-                    findings=findings, question_id=started.question_id if started else None)
+                    findings=findings, question_id=started.question_id if started else None,
+                    rederived=rederived)
     out.reasons = [f"{f.kind}: {f.message}" for f in findings if f.effect == VOID]
     out.status = "void" if out.reasons else "clean"
     question = None

@@ -132,6 +132,7 @@ class PlannedAgent(msgspec.Struct, frozen=True, kw_only=True):
     name: str  # the adapter's name: claude-code | codex | ...
     gating: Gating
     image: str  # the image recipe it runs in (images/<image>/)
+    version: str = ""  # the CLI version the agent image installs
 
 
 class PlannedArm(msgspec.Struct, frozen=True, kw_only=True):
@@ -206,8 +207,10 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     weakened: Controls = Controls()
 
     def agent_facts(self) -> dict:
-        """The agent as ``run.started.agent`` records it: ``{name, gating}``, or {}."""
-        return {"name": self.agent.name, "gating": self.agent.gating} if self.agent else {}
+        """The agent as ``run.started.agent`` records it: ``{name, gating, version}``, or {}."""
+        if self.agent is None:
+            return {}
+        return {"name": self.agent.name, "gating": self.agent.gating, "version": self.agent.version}
 
     def arm_facts(self) -> dict:
         """The arm as ``run.started.arm`` records it: ``{name, grant, withhold, deny}``, or {}."""
@@ -321,7 +324,7 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     if question is None:
         raise UsageError("--agent needs --question ID (the prompt it is given)")
     found = _pick(scenario.arm, options.arm, "--arm", "arms", [a.name for a in scenario.arms])
-    agent = PlannedAgent(name=spec.name, gating=spec.gating, image=spec.image)
+    agent = PlannedAgent(name=spec.name, gating=spec.gating, image=spec.image, version=spec.version)
     if found is None:
         arm, allowed, denied = None, [], []
     else:

@@ -3,6 +3,7 @@ the requested and served model, and the usage fields exactly as sent, with a nor
 view that states its rule (sans-IO; bodies and SSE streams in, `ledger.events.LlmCall` out)."""
 
 from collectors.llm._calls import ANTHROPIC, ENDPOINTS, OPENAI, LlmCallBuilder, classify
-from collectors.llm._usage import RULES, normalize_usage
+from collectors.llm._usage import RULES, USAGE_RULES_VERSION, normalize_usage
 
-__all__ = ["ANTHROPIC", "ENDPOINTS", "OPENAI", "RULES", "LlmCallBuilder", "classify", "normalize_usage"]
+__all__ = ["ANTHROPIC", "ENDPOINTS", "OPENAI", "RULES", "USAGE_RULES_VERSION", "LlmCallBuilder", "classify",
+           "normalize_usage"]

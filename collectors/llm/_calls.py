@@ -194,6 +194,10 @@ class LlmCallBuilder:
         self._state: StreamState | None = None
         self._body = bytearray()
         self._body_overflow = False
+        self._fed = 0  # response body bytes fed so far
+        self._label_problem: str | None = None  # the content decoder's failure, when told
+        self._raw_fallback = False  # the raw bytes are read as the declared type
+        self._media_type = ""
         self._result: LlmCall | None = None
 
     # --- feeding ---------------------------------------------------------------------
@@ -228,13 +232,40 @@ class LlmCallBuilder:
         self._check_open()
         self.status = status
         ctype = (_header(headers, "content-type") or "").split(";", 1)[0].strip().lower()
+        self._media_type = ctype
         if ctype == "text/event-stream" or (not ctype and self.stream_requested):
             self._sse = SseParser()
             self._state = STREAMS[self.endpoint](self.problems)
 
+    def response_undecodable(self, problem: str, raw_so_far: bytes) -> None:
+        """The response's ``Content-Encoding`` could not be undone (a label that lies).
+
+        When no decoded byte was fed yet, the raw bytes are read as the declared type
+        instead: ``raw_so_far`` now, and every later `response_data` chunk must then be
+        raw too. If usage is read that way, the call's ``label_mismatch`` says so. When
+        decoded bytes were already fed (decoding failed midway, or the encoded stream
+        ended early), the rest is not read; a usage already complete stands, otherwise
+        the decoder's failure is named as the reason it is missing.
+
+        Args:
+            problem: the decoder's failure (`collectors.proxy.BodyDecoder.problem`).
+            raw_so_far: the raw body bytes received so far, as sent.
+        """
+        self._check_open()
+        if self._label_problem is not None:
+            return
+        self._label_problem = problem
+        if self._fed == 0:
+            self._raw_fallback = True
+            if raw_so_far:
+                self.response_data(raw_so_far)
+
     def response_data(self, chunk: bytes) -> None:
         """Feed the next chunk of the (content-decoded) response body."""
         self._check_open()
+        if self._label_problem is not None and not self._raw_fallback:
+            return
+        self._fed += len(chunk)
         if self._sse is not None and self._state is not None:
             self._sse.feed(chunk)
             while (event := self._sse.next_event()) is not NEED_DATA:
@@ -279,6 +310,17 @@ class LlmCallBuilder:
             served, stop, usage, reason = self._from_stream(cut)
         else:
             served, stop, usage, reason = self._from_body(cut)
+        mismatch = None
+        if self._label_problem is not None and self.status is not None:
+            what = self._media_type or "the declared type"
+            if not self._raw_fallback:  # usage read before the failure stands; otherwise the decoder is why
+                if usage is None:
+                    reason = f"response body: {self._label_problem} (after part of it decoded)"
+            elif usage is not None:
+                mismatch = f"{self._label_problem}; the raw bytes were read as {what}"
+                self.problems.append(f"label mismatch: {mismatch}")
+            else:
+                reason = f"response body: {self._label_problem}; the raw bytes, read as {what}: {reason}"
         normalized = None
         if usage is not None and (problem := _unencodable(usage)) is not None:
             usage, reason = None, f"usage not recordable: {problem}"
@@ -288,6 +330,8 @@ class LlmCallBuilder:
             if problem is not None:
                 reason = f"usage not normalisable: {problem}"
                 self.problems.append(reason)
+            elif normalized is not None and streamed and self._state is not None:
+                normalized = msgspec.structs.replace(normalized, sources=dict(self._state.sources))
         return LlmCall(
             provider=self.provider,
             endpoint=self.endpoint,
@@ -299,6 +343,7 @@ class LlmCallBuilder:
             usage_missing_reason=reason,
             normalized=normalized,
             exchange_seq=self.exchange_seq,
+            label_mismatch=mismatch,
         )
 
     def _from_stream(self, cut: bool) -> tuple[Any, Any, Any, str | None]:
@@ -307,6 +352,7 @@ class LlmCallBuilder:
         assert sse is not None and state is not None and status is not None
         if sse.close():
             self.problems.append("stream ended mid-event")
+        state.finish()
         if cut and state.terminal:
             self.problems.append("connection cut after the stream's terminal event")
         served, stop = state.served_model, state.stop_reason

@@ -16,7 +16,7 @@ import msgspec
 
 from collectors.sse import SseEvent
 
-__all__ = ["STREAMS", "StreamState", "error_detail"]
+__all__ = ["STREAMS", "StreamState", "error_detail", "merge_anthropic_usage"]
 
 _DETAIL_CHARS = 200
 
@@ -66,6 +66,7 @@ class StreamState:
         self.terminal = False
         self.malformed: str | None = None
         self.error: str | None = None
+        self.sources: dict[str, str] = {}  # raw usage field (or "usage") -> where it was taken from
         self._no_usage = "terminal event carried no usage"
 
     def event(self, ev: SseEvent) -> None:
@@ -120,17 +121,62 @@ class StreamState:
         """Why a stream that reached its terminal event has no usage."""
         return self._no_usage
 
+    def finish(self) -> None:
+        """The stream ended: settle what only its end decides (default: nothing)."""
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def merge_anthropic_usage(start: dict[str, Any], delta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Merge ``message_start.message.usage`` with the last ``message_delta.usage``, field by field.
+
+    Rule ``anthropic.stream_fields@2``. Anthropic's "Streaming Messages" reference says the
+    counts in ``message_delta.usage`` are cumulative; servers differ in what they send for
+    a count they do not repeat: some repeat the real value, some send 0, some send null or
+    leave it out. A cumulative count never decreases, so for each count the larger of the
+    two wins (a later 0 never overrides a real count; output grows from message_start's
+    provisional value); a non-zero delta count below message_start's is inconsistent, the
+    larger is kept and the disagreement noted. A non-count value (``service_tier``,
+    ``server_tool_use``) in the delta replaces the start's unless it is null.
+
+    Returns:
+        ``(merged, sources, notes)``: the merged usage object, per field where its value
+        came from, and inconsistencies (empty when none).
+    """
+    merged = dict(start)
+    sources = {key: "message_start" for key in start}
+    notes: list[str] = []
+    for key, d in delta.items():
+        s = start.get(key)
+        if d is None:
+            if key in start:
+                sources[key] = "message_start (message_delta sent null)"
+            continue
+        if not (_is_count(d) and _is_count(s)):
+            merged[key], sources[key] = d, "message_delta"
+        elif d >= s:
+            merged[key] = d
+            sources[key] = "message_delta (cumulative, last)" if d > s else "message_start = message_delta"
+        elif d == 0:
+            sources[key] = "message_start (message_delta sent 0 for a count it does not repeat)"
+        else:
+            sources[key] = "message_start (message_delta sent a smaller cumulative count)"
+            notes.append(f"message_delta {key} {d} < message_start {key} {s}: kept {s}")
+    return merged, sources, notes
+
 
 class AnthropicMessages(StreamState):
     """Anthropic Messages API ("Streaming Messages").
 
     ``message_start.message`` carries ``model`` and the input-side usage (input and
     cache counts; ``output_tokens`` there is provisional). ``message_delta`` carries
-    ``delta.stop_reason`` and a CUMULATIVE ``usage``: the last one wins, never summed.
-    The usage reported is ``message_start.message.usage`` updated key by key with the
-    last ``message_delta.usage`` (keys whose value is null there do not override).
-    ``message_stop`` ends the stream; ``error`` events (e.g. ``overloaded_error``)
-    may arrive mid-stream.
+    ``delta.stop_reason`` and a CUMULATIVE ``usage``: the last one is used, never summed.
+    The usage reported is ``message_start.message.usage`` merged field by field with the
+    last ``message_delta.usage`` (`merge_anthropic_usage`: a later 0 or null never
+    overrides a real count). ``message_stop`` ends the stream; ``error`` events (e.g.
+    ``overloaded_error``) may arrive mid-stream.
     """
 
     terminal_name = "message_stop"
@@ -162,9 +208,8 @@ class AnthropicMessages(StreamState):
             elif self._delta_usage is None:
                 self._no_usage = "stream without message_delta usage"
             else:
-                merged = dict(self._start_usage)
-                merged.update((k, v) for k, v in self._delta_usage.items() if v is not None)
-                self.usage = merged
+                self.usage, self.sources, notes = merge_anthropic_usage(self._start_usage, self._delta_usage)
+                self.problems.extend(f"usage: {note}" for note in notes)
         elif kind == "error":
             self._error(f"stream error event #{ev.index}", obj)
 
@@ -181,6 +226,11 @@ class OpenAIChat(StreamState):
     (choice index 0 is reported). Usage arrives only in a final chunk with
     ``choices: []`` when the request set ``stream_options.include_usage``; the stream
     ends with ``data: [DONE]``. That usage chunk also counts as terminal.
+
+    Rule ``openai.chat.terminal_usage_chunk@2``: only the terminal usage chunk counts,
+    that is a chunk with ``choices: []``, or else the last chunk of the stream. Some
+    servers put an all-zero ``usage`` on the first chunk (choices present) and null
+    afterwards: that placeholder is noted and ignored, never taken as the answer.
     """
 
     terminal_name = "[DONE]"
@@ -188,6 +238,8 @@ class OpenAIChat(StreamState):
     def __init__(self, problems: list[str]) -> None:
         super().__init__(problems)
         self._finish: dict[int, str] = {}
+        self._chunks = 0  # data chunks seen (JSON objects, [DONE] excluded)
+        self._candidate: tuple[dict[str, Any], int, int] | None = None  # usage beside choices, chunk number, SSE index
 
     def _choices(self, obj: dict[str, Any]) -> None:
         choices = obj.get("choices")
@@ -209,10 +261,29 @@ class OpenAIChat(StreamState):
             return
         self._model(obj.get("model"))
         self._choices(obj)
+        self._chunks += 1
         usage = obj.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
+        if not isinstance(usage, dict):
+            return
+        if obj.get("choices") == [] or "choices" not in obj:
+            self.usage, self._candidate = usage, None
+            self.sources = {"usage": f"terminal usage chunk #{ev.index} (choices empty)"}
             self.terminal = True
+        else:
+            self._candidate = (usage, self._chunks, ev.index)
+
+    def finish(self) -> None:
+        if self._candidate is None:
+            return
+        usage, number, index = self._candidate
+        if self.usage is None and number == self._chunks:  # the last chunk carried it
+            self.usage = usage
+            self.sources = {"usage": f"last chunk #{index} (usage beside choices)"}
+        else:
+            self.problems.append(f"usage on chunk #{index} beside choices is not the terminal"
+                                 " usage chunk: ignored as a placeholder")
+            self._no_usage = "no terminal usage chunk (usage only on an earlier chunk beside choices: a placeholder)"
+        self._candidate = None
 
     def from_body(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
         self._model(obj.get("model"))
@@ -220,6 +291,8 @@ class OpenAIChat(StreamState):
         return self.served_model, self.stop_reason
 
     def no_usage_reason(self, include_usage: bool) -> str:
+        if self._no_usage.startswith("no terminal usage chunk"):
+            return self._no_usage
         if include_usage:
             return "stream ended without a usage chunk although include_usage was set"
         return "stream without include_usage"
@@ -266,6 +339,7 @@ class OpenAIResponses(StreamState):
             usage = resp.get("usage")
             if isinstance(usage, dict):
                 self.usage = usage
+                self.sources = {"usage": f"{kind} event #{ev.index} response.usage"}
             else:
                 self._no_usage = f"{kind} event without usage"
         elif kind == "error":

@@ -27,7 +27,11 @@ import msgspec
 
 from ledger.events import LlmUsage
 
-__all__ = ["RULES", "normalize_usage"]
+__all__ = ["FIGURE_RULES", "RULES", "STREAM_RULES", "USAGE_RULES_VERSION", "normalize_usage"]
+
+USAGE_RULES_VERSION = "llm.usage@2"
+"""The version of this module's rules as a whole, recorded by replay (2: streamed fields
+merged per field, never overridden by a later 0; only a terminal usage chunk counts)."""
 
 RULES: dict[str, str] = {
     "messages": (
@@ -51,12 +55,48 @@ RULES: dict[str, str] = {
 }
 """The rule text per endpoint, as recorded in `LlmUsage.rule` (before any suffix)."""
 
+FIGURE_RULES: dict[str, dict[str, str]] = {
+    "messages": {
+        "input_tokens": "anthropic.input_sum@1",  # input_tokens + cache_creation + cache_read
+        "output_tokens": "anthropic.output@1",
+        "total_tokens": "total.input_plus_output@1",
+        "cache_read_tokens": "anthropic.cache_read@1",
+        "cache_write_tokens": "anthropic.cache_write@1",
+    },
+    "chat.completions": {
+        "input_tokens": "openai.chat.prompt_tokens@1",
+        "output_tokens": "openai.chat.completion_tokens@1",
+        "total_tokens": "total.input_plus_output@1",
+        "cache_read_tokens": "openai.chat.cached_breakdown@1",
+        "reasoning_tokens": "openai.chat.reasoning_breakdown@1",
+    },
+    "responses": {
+        "input_tokens": "openai.responses.input_tokens@1",
+        "output_tokens": "openai.responses.output_tokens@1",
+        "total_tokens": "total.input_plus_output@1",
+        "cache_read_tokens": "openai.responses.cached_breakdown@1",
+        "reasoning_tokens": "openai.responses.reasoning_breakdown@1",
+    },
+}
+"""Per endpoint, normalised figure -> the rule (``name@version``) recorded in `LlmUsage.rules`."""
+
+STREAM_RULES: dict[str, str] = {
+    "messages": "anthropic.stream_fields@2",
+    "chat.completions": "openai.chat.terminal_usage_chunk@2",
+    "responses": "openai.responses.terminal_usage@1",
+}
+"""Per endpoint, the rule (``name@version``) that picks a streamed response's raw usage;
+prefixed to every figure's rule in `LlmUsage.rules` when the usage came from a stream."""
+
 STREAMED_ANTHROPIC_SUFFIX = (
-    "; streamed: usage = message_start.message.usage updated key by key with the last"
-    " message_delta.usage (cumulative: last wins, never summed; null values do not"
-    " override)"
+    "; streamed: usage = message_start.message.usage merged field by field with the last"
+    " message_delta.usage (counts are cumulative: the larger wins, never summed; a 0 or"
+    " null in the delta never overrides a real count)"
 )
-STREAMED_CHAT_SUFFIX = "; streamed: usage from the final chunk (stream_options.include_usage)"
+STREAMED_CHAT_SUFFIX = (
+    "; streamed: usage from the terminal usage chunk (choices empty, or the last chunk;"
+    " stream_options.include_usage); usage on earlier chunks is a placeholder"
+)
 STREAMED_RESPONSES_SUFFIX = "; streamed: usage from the terminal event's response.usage"
 
 
@@ -183,4 +223,7 @@ def normalize_usage(
     rule = RULES[endpoint] + suffix
     if notes:
         rule += "; inconsistent: " + "; ".join(notes)
-    return msgspec.structs.replace(view, rule=rule), None
+    prefix = STREAM_RULES[endpoint] + "+" if streamed else ""
+    rules = {figure: prefix + name for figure, name in FIGURE_RULES[endpoint].items()
+             if getattr(view, figure) is not None}
+    return msgspec.structs.replace(view, rule=rule, rules=rules), None

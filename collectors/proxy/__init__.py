@@ -2,6 +2,7 @@
 its frames turned into ``http.exchange``, ``llm.call`` and blob events (sans-IO), and the
 trio task that runs it (`run_proxy_witness`)."""
 
+from collectors.proxy._rederive import rederive_llm_call
 from collectors.proxy._task import (
     ADDON_PATH,
     CA_CERT_FILE,
@@ -35,5 +36,6 @@ __all__ = [
     "encode_frame",
     "ensure_ca",
     "mitmdump_command",
+    "rederive_llm_call",
     "run_proxy_witness",
 ]

@@ -110,7 +110,9 @@ class BodyDecoder:
     Attributes:
         problem: why decoding stopped or is incomplete, or None. Once `failed`, `feed`
             returns ``b""`` and the caller should keep the raw bytes.
-        failed: decoding stopped; the decoded output so far is not the body.
+        failed: decoding stopped; unless `over_cap`, the decoded output so far is not the body.
+        over_cap: decoding stopped at ``max_bytes``: the output so far is the body's start
+            (the last `feed` returned the bytes up to the cap).
         encoded: the body had a content coding other than identity.
     """
 
@@ -121,6 +123,7 @@ class BodyDecoder:
         self.max_bytes = max_bytes
         self.problem: str | None = None
         self.failed = False
+        self.over_cap = False
         self._size = 0
         unknown = [c for c in codings if c not in _STAGES]
         self._stages: list[_Stage] = []
@@ -144,7 +147,10 @@ class BodyDecoder:
             return self._fail(f"content-encoding could not be decoded: {str(exc)[:200]}")
         self._size += len(data)
         if self._size > self.max_bytes:
-            return self._fail(f"decoded body over {self.max_bytes} bytes")
+            keep = len(data) - (self._size - self.max_bytes)
+            self._fail(f"decoded body over {self.max_bytes} bytes")
+            self.over_cap = True
+            return data[:keep]
         return data
 
     def finish(self) -> None:

@@ -10,7 +10,10 @@ here raises on bad input, reads a clock or does I/O.
 
 Bodies are decoded from their Content-Encoding (`BodyDecoder`) before they are stored and
 measured; an undecodable body is stored raw with role ``http.*_body.encoded`` and a
-``witness.raw`` line saying why. Bodies are stored as sent, except that secret values the
+``witness.raw`` line saying why, and the LLM call reads those raw bytes as the declared
+type (a label that lies: `LlmCall.label_mismatch`). Bodies are kept whole, streamed ones
+too, up to ``max_body_bytes``; a blob cut there has ``.truncated`` at the end of its role
+(replay then keeps the live ``llm.call`` rather than re-derive it from a part). Bodies are stored as sent, except that secret values the
 `Redactor` replaced in a header or query parameter are replaced in bodies too. Header
 values and the request path in events are always redacted.
 """
@@ -82,17 +85,22 @@ class _Body:
             self.truncated |= len(data) > room
             self.raw += data[:max(room, 0)]
         out = self.decoder.feed(data)
-        if not self.decoder.failed:
+        if not self.decoder.failed or self.decoder.over_cap:
             room = self.max_bytes - len(self.decoded)
-            self.truncated |= len(out) > room
+            self.truncated |= len(out) > room or self.decoder.over_cap
             self.decoded += out[:max(room, 0)]
         return out
+
+    @property
+    def undecodable(self) -> bool:
+        """The content coding could not be undone (not merely a body over the cap)."""
+        return self.decoder.failed and not self.decoder.over_cap
 
     def result(self) -> tuple[bytes, int, str | None]:
         """(bytes to store, size in bytes as recorded, problem or None)."""
         self.decoder.finish()
         problem = self.decoder.problem
-        if self.decoder.failed:
+        if self.undecodable:
             data, size = bytes(self.raw), self.raw_size
         else:
             data, size = bytes(self.decoded), len(self.decoded)
@@ -110,6 +118,7 @@ class _Exchange:
         self.response_body: _Body | None = None
         kind = classify(request.method, request.host, request.path)
         self.builder = LlmCallBuilder(*kind) if kind else None
+        self.told_undecodable = False
         self.problems: list[str] = []
 
 
@@ -204,12 +213,21 @@ class ExchangeAssembler:
             if ex.builder is not None:
                 ex.builder.response_start(frame.status, frame.headers)
         elif isinstance(frame, Chunk):
-            if ex.response_body is None:
+            body = ex.response_body
+            if body is None:
                 ex.problems.append("response chunk before response headers ignored")
                 return
-            decoded = ex.response_body.feed(frame.data)
-            if ex.builder is not None and decoded:
-                ex.builder.response_data(decoded)
+            decoded = body.feed(frame.data)
+            if ex.builder is None:
+                return
+            if not body.decoder.failed or body.decoder.over_cap:
+                if decoded:
+                    ex.builder.response_data(decoded)
+            elif not ex.told_undecodable:  # the label lied: the builder reads the raw bytes
+                ex.told_undecodable = True
+                ex.builder.response_undecodable(body.decoder.problem or "content-encoding failed", bytes(body.raw))
+            else:
+                ex.builder.response_data(frame.data)
         elif isinstance(frame, ResponseEnd):
             self._finish(ex, frame.ts_ns, frame.mono_ns)
         elif isinstance(frame, ProxyError):
@@ -235,7 +253,8 @@ class ExchangeAssembler:
             return None, size, problem
         data = self.redactor.scrub(data)
         digest = hashlib.sha256(data).hexdigest()
-        role = f"http.{direction}_body" + (".encoded" if body.decoder.failed else "")
+        role = f"http.{direction}_body" + (".encoded" if body.undecodable else "") + (
+            ".truncated" if body.truncated else "")
         event = BlobStored(sha256=digest, size_bytes=len(data), role=role, media_type=body.media_type)
         self._out.append(Output(event, wall_ns, mono_ns, data))
         return digest, size, problem
@@ -269,6 +288,9 @@ class ExchangeAssembler:
         if resp_problem:
             problems.append(f"response body: {resp_problem}")
         if ex.builder is not None and denied is None:
+            body = ex.response_body
+            if body is not None and body.decoder.problem and not body.decoder.over_cap and not ex.told_undecodable:
+                ex.builder.response_undecodable(body.decoder.problem, b"")  # e.g. the encoded stream ended early
             call = ex.builder.finish(cut=error is not None)
             self._out.append(Output(call, wall_ns, mono_ns))
             self.llm_calls += 1

@@ -198,7 +198,7 @@ model = "gpt-5"
         os.environ.pop("OPENAI_API_KEY")
     events = [r.event for r in read_records(tmp_path / "run")]
     started = events[0]
-    assert started.agent == {"name": "codex", "gating": "ungated"}
+    assert started.agent == {"name": "codex", "gating": "ungated", "version": "0.171.0"}
     assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("exec_command", "executed")]
     assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
     calls = [e for e in events if isinstance(e, LlmCall)]

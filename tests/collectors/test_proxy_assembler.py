@@ -166,7 +166,9 @@ def test_body_decoder_problems(coding, data, problem):
 
 def test_body_decoder_bomb_is_capped():
     decoder = BodyDecoder("gzip", max_bytes=1000)
-    assert decoder.feed(gzip.compress(b"\0" * 100_000)) == b"" and decoder.failed
+    assert decoder.feed(gzip.compress(b"\0" * 100_000)) == b"\0" * 1000  # the body's start, up to the cap
+    assert decoder.failed and decoder.over_cap and decoder.problem == "decoded body over 1000 bytes"
+    assert decoder.feed(gzip.compress(b"\0" * 10)) == b""
 
 
 # --- Redactor ----------------------------------------------------------------------------

@@ -139,7 +139,7 @@ CODEX = [
 def test_codex_transcript_parser_keeps_openai_breakdowns_and_unknown_outcomes():
     from caisson.agents.codex import TranscriptParser as CodexParser
 
-    parser = CodexParser()
+    parser = CodexParser(shape="per_turn")  # these two turns report their own usage (output falls 40 -> 2)
     data = b"".join(json.dumps(x).encode() + b"\n" for x in CODEX)
     for i in range(0, len(data), 5):
         parser.feed(data[i:i + 5])

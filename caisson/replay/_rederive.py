@@ -1,0 +1,207 @@
+"""Re-derive a run's LLM usage and agent events from its raw evidence, with today's parsers.
+
+The events a run wrote live (``llm.call``, the transcript's ``agent.*``) are derived from
+raw bytes the run also kept as blobs: the proxy's request and response bodies, and the
+agent's stdout. A parser or usage-rule fix must reach old runs, so replay does not trust
+the derived fields written live: it rebuilds them from those blobs with the current code,
+and the detectors and tables read the rebuilt events. The ledger is never written; what
+changed, and with which parser and rule versions, goes to ``findings.json``.
+
+What is rebuilt, and what is kept as written live (with the reason, in `Rederived`):
+
+- Each ``llm.call`` is rebuilt from its ``http.exchange`` and body blobs
+  (`collectors.proxy.rederive_llm_call`); kept live when a body blob is truncated or
+  missing. It keeps the live record's seq, times and source.
+- The transcript events (records whose source is ``transcript``) are rebuilt by the run's
+  adapter parser from the ``stdout`` blob, told the agent version the run recorded
+  (``run.started.agent.version``; for runs from before it was recorded, the version the
+  agent image pins); kept live when the run names no known adapter or kept no stdout.
+  Rebuilt events carry the seq of the stdout ``blob.stored`` record: that blob is their
+  evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from caisson.agents import ADAPTERS
+from collectors.llm import USAGE_RULES_VERSION
+from collectors.proxy import rederive_llm_call
+from ledger import Record
+from ledger.events import AgentToolResult, AgentUsage, BlobStored, HttpExchange, LlmCall, LlmUsage, RunStarted
+
+__all__ = ["Rederived", "rederive"]
+
+TRANSCRIPT_SOURCE = "transcript"
+FIGURES = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
+           "reasoning_tokens")
+
+
+class Rederived(msgspec.Struct, kw_only=True):
+    """What replay rebuilt from raw evidence, as written to ``findings.json``.
+
+    Attributes:
+        versions: the parser and rule versions that rebuilt them (``name@version``).
+        llm_calls: ``llm.call`` events rebuilt from body blobs.
+        transcript: the adapter whose parser re-read the stdout blob, or None.
+        kept_live: derived events kept as written live, one line each with why.
+        changed: every figure or outcome the rebuild changed: ``seq N kind: what old -> new``.
+        usage: the rebuilt ``llm.call`` and ``agent.usage`` events (the figures to report).
+    """
+
+    versions: dict[str, str] = {}
+    llm_calls: int = 0
+    transcript: str | None = None
+    kept_live: list[str] = []
+    changed: list[str] = []
+    usage: list[LlmCall | AgentUsage] = []
+
+
+def _fmt(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def _usage_changes(where: str, old: LlmUsage | None, new: LlmUsage | None,
+                   old_reason: str | None, new_reason: str | None) -> list[str]:
+    out = []
+    for figure in FIGURES:
+        a = getattr(old, figure) if old is not None else None
+        b = getattr(new, figure) if new is not None else None
+        if a != b:
+            out.append(f"{where}: {figure} {_fmt(a)} -> {_fmt(b)}")
+    if old_reason != new_reason:
+        out.append(f"{where}: usage missing reason {_fmt(old_reason)} -> {_fmt(new_reason)}")
+    return out
+
+
+def _adapter(records: Sequence[Record]) -> tuple[str | None, str | None]:
+    """(adapter name, agent version) the run names: its manifest, else its transcript events."""
+    for record in records:
+        if isinstance(record.event, RunStarted) and record.event.agent.get("name") in ADAPTERS:
+            version = record.event.agent.get("version")
+            return record.event.agent["name"], version if isinstance(version, str) else None
+    for record in records:
+        name = getattr(record.event, "agent", None)
+        if record.source == TRANSCRIPT_SOURCE and isinstance(name, str) and name in ADAPTERS:
+            return name, None
+    return None, None
+
+
+def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> tuple[list[Record], Rederived]:
+    """Rebuild a run's derived LLM and agent events from its blobs (pure but for ``blob``).
+
+    Args:
+        records: the run's verified records, in order.
+        blob: sha256 hex -> the blob's bytes, or None when absent.
+
+    Returns:
+        The records with rebuilt events in place of the live ones, and what was done.
+    """
+    roles = {r.event.sha256: r.event.role for r in records if isinstance(r.event, BlobStored)}
+    out = Rederived(versions={"llm": USAGE_RULES_VERSION})
+
+    def body(sha: str | None) -> tuple[bytes, str] | None:
+        data = blob(sha) if sha is not None else None
+        return (data, roles.get(sha, "")) if data is not None and sha is not None else None
+
+    name, version = _adapter(records)
+    stdout_record = next((r for r in records if isinstance(r.event, BlobStored) and r.event.role == "stdout"), None)
+    transcript: list[Record] | None = None
+    if name is not None and stdout_record is not None and (data := blob(stdout_record.event.sha256)) is not None:
+        factory = ADAPTERS[name].transcript  # the version the run recorded; else the image's pinned one
+        parser = factory(version=version) if version else factory()  # type: ignore[misc]
+        parser.feed(data)
+        parser.close()
+        out.transcript = name
+        out.versions[name] = getattr(parser, "PARSER", "")
+        out.versions["agent"] = f"{name} {getattr(parser, 'version', None) or 'unknown'}"
+        transcript = [Record(seq=stdout_record.seq, wall_ns=stdout_record.wall_ns, mono_ns=stdout_record.mono_ns,
+                             source=TRANSCRIPT_SOURCE, event=e) for e in parser.events()]
+    elif any(r.source == TRANSCRIPT_SOURCE for r in records):
+        out.kept_live.append("transcript events: " + ("no known adapter named by the run" if name is None
+                                                       else "no stdout blob to re-read"))
+    pending: list[tuple[Record, LlmCall | None, str | None]] = []  # the last model-call exchange, unanswered
+    result: list[Record] = []
+    live_transcript: list[Record] = []
+    for record in records:
+        event = record.event
+        if isinstance(event, HttpExchange):
+            _orphan(pending, result, out)
+            call, why = rederive_llm_call(event, body(event.request_body_sha256), body(event.response_body_sha256))
+            if call is not None or why is not None:
+                pending.append((record, call, why))
+        elif isinstance(event, LlmCall):
+            record = _replace_call(record, event, pending, out)
+        elif record.source == TRANSCRIPT_SOURCE and transcript is not None:
+            if not live_transcript:
+                result.extend(transcript)  # the rebuilt events take the live ones' place
+            live_transcript.append(record)
+            continue
+        result.append(record)
+    _orphan(pending, result, out)
+    if transcript is not None:
+        if not live_transcript:  # the live run parsed nothing: the rebuilt events go after the stdout blob
+            at = next(i for i, r in enumerate(result) if r is stdout_record) + 1
+            result[at:at] = transcript
+        out.changed += _transcript_changes([r.event for r in live_transcript], [r.event for r in transcript],
+                                           stdout_record.seq if stdout_record else -1)
+        out.usage += [r.event for r in transcript if isinstance(r.event, AgentUsage)]
+    return result, out
+
+
+def _orphan(pending: list, result: list[Record], out: Rederived) -> None:
+    """A model-call exchange whose live ``llm.call`` never came: the rebuilt call is added
+    (it carries the exchange's seq, its evidence)."""
+    if not pending:
+        return
+    exchange, call, why = pending.pop()
+    if call is None:
+        out.kept_live.append(f"seq {exchange.seq} http.exchange: no llm.call live, none rebuilt: {why}")
+        return
+    out.llm_calls += 1
+    out.usage.append(call)
+    out.changed.append(f"seq {exchange.seq} http.exchange: llm.call rebuilt where none was written live")
+    result.append(msgspec.structs.replace(exchange, event=call))
+
+
+def _replace_call(record: Record, live: LlmCall, pending: list, out: Rederived) -> Record:
+    """The live call of the last model-call exchange (the proxy writes it right after)."""
+    if not pending:
+        out.kept_live.append(f"seq {record.seq} llm.call: no http.exchange before it")
+        out.usage.append(live)
+        return record
+    _, call, why = pending.pop()
+    if call is None:
+        out.kept_live.append(f"seq {record.seq} llm.call: {why}")
+        out.usage.append(live)
+        return record
+    out.llm_calls += 1
+    out.usage.append(call)
+    out.changed += _usage_changes(f"seq {record.seq} llm.call", live.normalized, call.normalized,
+                                  live.usage_missing_reason, call.usage_missing_reason)
+    return msgspec.structs.replace(record, event=call)
+
+
+def _transcript_changes(live: list, rebuilt: list, seq: int) -> list[str]:
+    where = f"seq {seq} stdout"
+    out: list[str] = []
+    old = next((e for e in live if isinstance(e, AgentUsage)), None)
+    new = next((e for e in rebuilt if isinstance(e, AgentUsage)), None)
+    out += _usage_changes(f"{where} agent.usage", old.normalized if old else None, new.normalized if new else None,
+                          old.usage_missing_reason if old else None, new.usage_missing_reason if new else None)
+    if (old.incomplete if old else None) != (new.incomplete if new else None):
+        out.append(f"{where} agent.usage: incomplete {_fmt(old.incomplete if old else None)}"
+                   f" -> {_fmt(new.incomplete if new else None)}")
+    before = {e.call_id: e.outcome for e in live if isinstance(e, AgentToolResult)}
+    after = {e.call_id: e.outcome for e in rebuilt if isinstance(e, AgentToolResult)}
+    for call_id in sorted(before.keys() | after.keys()):
+        if before.get(call_id) != after.get(call_id):
+            out.append(f"{where} agent.tool_result {call_id}: {_fmt(before.get(call_id))}"
+                       f" -> {_fmt(after.get(call_id))}")
+    kinds = lambda events: sorted(type(e).__name__ for e in events)  # noqa: E731
+    if kinds(live) != kinds(rebuilt):
+        out.append(f"{where} transcript events: {len(live)} live -> {len(rebuilt)} rebuilt")
+    return out

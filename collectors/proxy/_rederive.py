@@ -1,0 +1,86 @@
+"""Re-derive a recorded exchange's ``llm.call`` from its kept body blobs (sans-IO).
+
+A fix to the LLM parsers or usage rules must reach runs recorded before it: replay feeds
+the bodies the proxy witness kept as blobs back through the same `ExchangeAssembler` the
+live witness runs, so the call it rebuilds is the one the current code would have written.
+
+What a recorded exchange keeps, and how it is fed back:
+
+- ``http.exchange``: method, host, path (redacted; only its suffix classifies the call),
+  status, response headers (redacted values; ``content-type`` and ``content-encoding`` as
+  sent), ``error`` (a cut response) and ``denied``.
+- ``blob.stored`` roles: ``http.{request,response}_body`` holds the decoded body, so it is
+  fed with its ``content-encoding`` header removed; ``...body.encoded`` holds the raw bytes
+  the decoder could not undo, fed with the header kept (the same failure, the same
+  fallback); ``...body.truncated`` holds only the body's start: no re-derivation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from collectors.llm import classify
+from collectors.proxy._exchange import ExchangeAssembler
+from collectors.proxy._frames import NEED_DATA, Chunk, ProxyError, Request, RequestBody, ResponseEnd, ResponseStart
+from ledger.events import HttpExchange, LlmCall
+
+__all__ = ["Body", "rederive_llm_call"]
+
+Body = tuple[bytes, str]
+"""A kept body: (its blob's bytes, the blob's role)."""
+
+
+def _headers(headers: list[tuple[str, str]], role: str | None) -> list[tuple[str, str]]:
+    """The headers to feed: without content-encoding unless the blob holds the raw bytes."""
+    if role is not None and ".encoded" in role:
+        return list(headers)
+    return [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+
+
+def rederive_llm_call(exchange: HttpExchange, request: Body | None, response: Body | None
+                      ) -> tuple[LlmCall | None, str | None]:
+    """Rebuild the ``llm.call`` of one recorded exchange with the current parsers and rules.
+
+    Args:
+        exchange: the recorded ``http.exchange``.
+        request: its request body blob and role, or None when it kept none (an empty body).
+        response: its response body blob and role, or None when it kept none.
+
+    Returns:
+        ``(call, None)``; ``(None, None)`` when the exchange is not a model call (or was
+        denied: no call was made); ``(None, reason)`` when the kept evidence cannot give
+        the call back (a truncated body blob, a body whose blob is missing).
+    """
+    if classify(exchange.method, exchange.host, exchange.path) is None or exchange.denied is not None:
+        return None, None
+    for name, body, size, sha in (("request", request, exchange.request_bytes, exchange.request_body_sha256),
+                                  ("response", response, exchange.response_bytes, exchange.response_body_sha256)):
+        if body is None and (sha is not None or size):
+            return None, f"the {name} body blob is missing"
+        if body is not None and ".truncated" in body[1]:
+            return None, f"the {name} body blob holds only the body's start (over the cap)"
+    assembler = ExchangeAssembler(lambda secret: secret)  # headers and bodies were redacted when recorded
+    for frame in _frames(exchange, request, response):
+        assembler.feed(frame)
+    while (out := assembler.next_output()) is not NEED_DATA:
+        if isinstance(out.event, LlmCall):  # type: ignore[union-attr]
+            return out.event, None  # type: ignore[union-attr]
+    return None, "no llm.call came out of the exchange"
+
+
+def _frames(exchange: HttpExchange, request: Body | None, response: Body | None) -> Iterator[object]:
+    t = {"ts_ns": exchange.started_ns, "mono_ns": 0}
+    fid = "replay"
+    yield Request(id=fid, method=exchange.method, scheme=exchange.scheme, host=exchange.host, port=exchange.port,
+                  path=exchange.path, headers=_headers(exchange.request_headers, request and request[1]), **t)
+    yield RequestBody(id=fid, body=request[0] if request else b"", **t)
+    if exchange.status is not None:  # a response arrived (denied exchanges never get here)
+        yield ResponseStart(id=fid, status=exchange.status,
+                            headers=_headers(exchange.response_headers, response and response[1]), **t)
+        if response is not None and response[0]:
+            yield Chunk(id=fid, data=response[0])
+    end = {"ts_ns": exchange.ended_ns, "mono_ns": 0}
+    if exchange.error is not None:
+        yield ProxyError(id=fid, message=exchange.error, **end)
+    else:
+        yield ResponseEnd(id=fid, **end)

@@ -1,0 +1,182 @@
+"""Replay rebuilds LLM usage and agent events from the raw blobs a run kept, with today's
+parsers and rules, instead of trusting the derived fields written live (issue 19, "Done
+when"). The runs here are recorded the old way: events shaped as the faulty rules wrote
+them, next to the raw bodies and stdout those rules read."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+from caisson.home import ensure_operator_key
+from caisson.replay import FINDINGS_FILE, replay_runs
+from collectors.proxy import rederive_llm_call
+from ledger import BlobStore, LedgerWriter, verify_ledger
+from ledger.events import (
+    AgentToolCall, AgentUsage, BlobStored, HttpExchange, LlmCall, LlmUsage, RunEnded, RunStarted, WitnessRaw,
+)
+
+
+def sse(*objects: dict) -> bytes:
+    return b"".join(b"event: " + o["type"].encode() + b"\ndata: " + json.dumps(o).encode() + b"\n\n" for o in objects)
+
+
+STREAM = sse(
+    {"type": "message_start", "message": {"model": "claude-x", "usage": {
+        "input_tokens": 12, "cache_read_input_tokens": 1800, "output_tokens": 1}}},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"input_tokens": 0, "output_tokens": 150}},
+    {"type": "message_stop"},
+)
+REQUEST = json.dumps({"model": "claude-x", "stream": True}).encode()
+# what the faulty rule (llm.usage@1) wrote live: the delta's 0 overrode the real 12
+OLD_USAGE = {"input_tokens": 0, "cache_read_input_tokens": 1800, "output_tokens": 150}
+OLD_VIEW = LlmUsage(input_tokens=1800, output_tokens=150, total_tokens=1950, cache_read_tokens=1800,
+                    rule="anthropic.messages: ... (old rule)")
+STDOUT = (json.dumps({"type": "system", "subtype": "init", "tools": ["Bash"]}).encode() + b"\n"
+          + json.dumps({"type": "assistant", "message": {"content": [
+              {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]}}).encode()
+          + b'\n{"type":"resu')
+
+
+def record_old_run(run_dir: Path, *, response_body: bytes = STREAM, role: str = "http.response_body",
+                   encoding: str | None = None) -> Path:
+    """A run as the faulty live parsers recorded it (no usage event, a wrong llm.call)."""
+    key = ensure_operator_key()
+    run_dir.mkdir(parents=True)
+    blobs = BlobStore(run_dir / "blobs")
+    headers = [("content-type", "text/event-stream")] + ([("content-encoding", encoding)] if encoding else [])
+    with LedgerWriter(run_dir / "ledger", run_id=run_dir.name, key=key, blobs=blobs) as w:
+        w.append(RunStarted(run_id=run_dir.name, caisson_version="0", agent={"name": "claude-code",
+                                                                             "gating": "enforced"}),
+                 source="recorder")
+        req = blobs.put(REQUEST)
+        w.append(BlobStored(sha256=req, size_bytes=len(REQUEST), role="http.request_body"), source="proxy")
+        resp = blobs.put(response_body)
+        w.append(BlobStored(sha256=resp, size_bytes=len(response_body), role=role), source="proxy")
+        w.append(HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
+                              status=200, request_bytes=len(REQUEST), response_bytes=len(STREAM),
+                              response_headers=headers, request_body_sha256=req, response_body_sha256=resp),
+                 source="proxy")
+        w.append(LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-x", served_model="claude-x",
+                         stop_reason="end_turn", streamed=True, usage=OLD_USAGE, normalized=OLD_VIEW), source="proxy")
+        w.append(AgentTools_old(), source="transcript")
+        w.append(AgentToolCall(agent="claude-code", call_id="t1", tool="Bash", input={"command": "ls"}),
+                 source="transcript")
+        w.append(WitnessRaw(witness="transcript", line='{"type":"resu'), source="transcript")
+        out = blobs.put(STDOUT)
+        w.append(BlobStored(sha256=out, size_bytes=len(STDOUT), role="stdout", media_type="text/plain"),
+                 source="recorder")
+        w.append(RunEnded(exit_code=0, wall_ns=10**9), source="recorder")
+    return run_dir
+
+
+def AgentTools_old():  # noqa: N802 - the live init event, as it was written
+    from ledger.events import AgentTools
+
+    return AgentTools(agent="claude-code", surface="init", tools=["Bash"])
+
+
+def test_replay_rebuilds_the_faulty_figure_from_the_raw_body_and_leaves_the_ledger_unchanged(tmp_path):
+    run = record_old_run(tmp_path / "old")
+    ledger_bytes = (run / "ledger").read_bytes()
+    key = ensure_operator_key().verify_key
+    [result] = replay_runs([run], key)
+    done = result.rederived
+    assert done.versions == {"llm": "llm.usage@2", "claude-code": "claude-code.transcript@2",
+                             "agent": "claude-code 2.1.328"}  # the run did not record it: the image's pin
+    assert done.llm_calls == 1 and done.transcript == "claude-code" and done.kept_live == []
+    assert done.changed == [
+        "seq 4 llm.call: input_tokens 1800 -> 1812",
+        "seq 4 llm.call: total_tokens 1950 -> 1962",
+        "seq 8 stdout agent.usage: usage missing reason null -> transcript ended without its terminal result"
+        " event; its last line was cut mid-way: '{\"type\":\"resu'",
+        "seq 8 stdout agent.usage: incomplete null -> transcript ended without its terminal result event;"
+        " its last line was cut mid-way: '{\"type\":\"resu'",
+        "seq 8 stdout agent.tool_result t1: null -> unknown",
+        "seq 8 stdout transcript events: 3 live -> 5 rebuilt",
+    ]
+    [call, usage] = done.usage
+    assert isinstance(call, LlmCall) and (call.normalized.input_tokens, call.normalized.total_tokens) == (1812, 1962)
+    assert call.normalized.sources["input_tokens"].startswith("message_start (message_delta sent 0")
+    assert isinstance(usage, AgentUsage) and usage.normalized is None and usage.incomplete
+    [tokens] = [f for f in result.findings if f.detector.startswith("tokens.cross_check")]
+    assert "input null, output null" in tokens.message and "input 1812, output 150" in tokens.message
+    saved = json.loads((run / FINDINGS_FILE).read_text())
+    assert saved["rederived"]["changed"] == done.changed
+    assert saved["rederived"]["usage"][0]["normalized"]["input_tokens"] == 1812
+    assert (run / "ledger").read_bytes() == ledger_bytes
+    assert verify_ledger(run, key).status == "ok"
+
+
+def test_replay_of_a_lying_gzip_label_reads_the_raw_blob(tmp_path):
+    run = record_old_run(tmp_path / "lying", role="http.response_body.encoded", encoding="gzip")
+    [result] = replay_runs([run], ensure_operator_key().verify_key, write=False)
+    [call, _] = result.rederived.usage
+    assert call.normalized.input_tokens == 1812 and call.label_mismatch.endswith("read as text/event-stream")
+
+
+def test_a_truncated_body_blob_keeps_the_live_call_and_says_why(tmp_path):
+    run = record_old_run(tmp_path / "cut", response_body=STREAM[:40], role="http.response_body.truncated")
+    [result] = replay_runs([run], ensure_operator_key().verify_key, write=False)
+    assert result.rederived.llm_calls == 0
+    assert result.rederived.kept_live == [
+        "seq 4 llm.call: the response body blob holds only the body's start (over the cap)"]
+    assert result.rederived.usage[0].normalized == OLD_VIEW
+
+
+def exchange(**kw) -> HttpExchange:
+    base = dict(method="POST", scheme="https", host="h", port=443, path="/v1/messages", status=200,
+                response_headers=[("content-type", "text/event-stream")])
+    return HttpExchange(**{**base, **kw})
+
+
+def test_rederive_llm_call_cases():
+    gz = gzip.compress(STREAM)
+    body = (REQUEST, "http.request_body")
+    call, why = rederive_llm_call(exchange(response_headers=[("content-type", "text/event-stream"),
+                                                              ("content-encoding", "gzip")]),
+                                  body, (STREAM, "http.response_body"))  # kept decoded: the header is not reapplied
+    assert why is None and call.normalized.total_tokens == 1962 and call.label_mismatch is None
+    call, _ = rederive_llm_call(exchange(response_headers=[("content-type", "text/event-stream"),
+                                                           ("content-encoding", "gzip")]),
+                                body, (gz, "http.response_body.encoded"))
+    assert call.normalized.total_tokens == 1962  # a raw blob is decoded again
+    assert rederive_llm_call(exchange(path="/v1/models"), body, None) == (None, None)
+    assert rederive_llm_call(exchange(denied="egress-allow-list", status=403), body, None) == (None, None)
+    sha = hashlib.sha256(STREAM).hexdigest()
+    assert rederive_llm_call(exchange(response_body_sha256=sha, response_bytes=9), body, None) == (
+        None, "the response body blob is missing")
+    call, _ = rederive_llm_call(exchange(error="peer closed connection"), body, (STREAM[:60], "http.response_body"))
+    assert call.usage is None and call.usage_missing_reason == "stream cut before message_stop"
+    call, _ = rederive_llm_call(exchange(status=None, error="upstream refused"), body, None)
+    assert call.usage_missing_reason == "no response"
+
+
+def test_replay_reads_a_transcript_with_the_agent_version_the_run_recorded(tmp_path):
+    """Codex of an unknown version: two running totals cannot be told from two turns' own usage."""
+    stdout = b"".join(json.dumps(o).encode() + b"\n" for o in [
+        {"type": "turn.started"}, {"type": "turn.completed", "usage": {"input_tokens": 3000, "output_tokens": 10}},
+        {"type": "turn.started"}, {"type": "turn.completed", "usage": {"input_tokens": 6500, "output_tokens": 20}}])
+    key = ensure_operator_key()
+    runs = {}
+    for version in ("0.171.0", "0.0.1"):
+        run = tmp_path / version
+        run.mkdir()
+        blobs = BlobStore(run / "blobs")
+        with LedgerWriter(run / "ledger", run_id=version, key=key, blobs=blobs) as w:
+            w.append(RunStarted(run_id=version, caisson_version="0",
+                                agent={"name": "codex", "gating": "ungated", "version": version}), source="recorder")
+            w.append(AgentUsage(agent="codex", token_source="codex turn.completed usage (summed over turns)",
+                                usage={"input_tokens": 9500, "output_tokens": 30},
+                                normalized=LlmUsage(input_tokens=9500, output_tokens=30, total_tokens=9530)),
+                     source="transcript")
+            w.append(BlobStored(sha256=blobs.put(stdout), size_bytes=len(stdout), role="stdout"), source="recorder")
+        [runs[version]] = replay_runs([run], key.verify_key, write=False)
+    known, unknown = runs["0.171.0"].rederived, runs["0.0.1"].rederived
+    assert known.versions["agent"] == "codex 0.171.0" and unknown.versions["agent"] == "codex 0.0.1"
+    assert known.changed[:2] == ["seq 2 stdout agent.usage: input_tokens 9500 -> 6500",
+                                 "seq 2 stdout agent.usage: output_tokens 30 -> 20"]
+    assert unknown.changed[0] == "seq 2 stdout agent.usage: input_tokens 9500 -> null"
+    assert unknown.usage[0].usage_missing_reason.startswith("2 turns and the meaning of turn.completed.usage")
