@@ -77,7 +77,7 @@ def test_question_timeout_monitor_and_egress():
 def test_an_agent_plan_has_its_command_gating_arm_and_deny_list():
     plan = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
                                   env={"X": "1"}), SCENARIO)
-    assert plan.agent == PlannedAgent(name="claude-code", gating="enforced", image="agent")
+    assert plan.agent == PlannedAgent(name="claude-code", gating="enforced", image="agent", version="2.1.328")
     assert plan.arm.name == "no-write" and plan.arm.grant == ("Bash",) and "Write" in plan.arm.deny
     assert "Bash" not in plan.arm.deny and plan.arm.deny == tuple(sorted(plan.arm.deny))
     assert plan.refusal is None and plan.transcript == "claude-code" and plan.image_recipe == "agent"
