@@ -68,7 +68,7 @@ def record_old_run(run_dir: Path, *, response_body: bytes = STREAM, role: str = 
         out = blobs.put(STDOUT)
         w.append(BlobStored(sha256=out, size_bytes=len(STDOUT), role="stdout", media_type="text/plain"),
                  source="recorder")
-        w.append(RunEnded(exit_code=0, wall_ns=10**9), source="recorder")
+        w.append(RunEnded(exit_code=0, duration_ns=10**9), source="recorder")
     return run_dir
 
 
