@@ -26,12 +26,12 @@ from typing import NamedTuple
 import psutil
 import trio
 
-from collectors._witness import send_last
+from collectors._witness import WitnessFailed, witness_life
 from ledger import CaissonError, Submission
-from ledger.events import Event, HostSample, ProcSample, WitnessGap, WitnessStarted, WitnessStopped
+from ledger.events import HostSample, ProcSample
 
 __all__ = [
-    "PSI_RESOURCES", "CpuTimes", "HostReading", "HostSampler", "LoadAvg", "ProcfsParseError",
+    "PSI_RESOURCES", "CpuTimes", "HostPids", "HostReading", "HostSampler", "LoadAvg", "ProcfsParseError",
     "parse_loadavg", "parse_nspid", "parse_pid_stat_starttime", "parse_pressure",
     "parse_proc_stat_cpu", "run_procfs_witness", "sample_tree", "steal_ratio",
 ]
@@ -41,8 +41,6 @@ PSI_RESOURCES = ("cpu", "memory", "io")
 """The ``/proc/pressure/*`` files sampled, when the kernel has them."""
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")  # clock ticks per second of /proc/PID/stat times
-_monotonic_ns = time.monotonic_ns
-_time_ns = time.time_ns
 
 
 class ProcfsParseError(CaissonError, ValueError):
@@ -255,6 +253,57 @@ class HostSampler:
         return HostReading(load1=load1, cpu_steal_ratio=ratio, psi=psi)
 
 
+class HostPids:
+    """Finds the host pid of a process of the chamber from its pid there (``NSpid``).
+
+    A callable ``chamber pid -> host pid | None`` for `collectors.strace.StraceParser`
+    (``host_pid=``). Only the chamber's processes are read: its init (the tracer) and
+    init's descendants, each ``/proc/PID/status``'s ``NSpid`` line. A process that has
+    already exited (and been reaped) maps to None: it cannot be found any more.
+
+    A known mapping is checked before it is returned (the process still has that pid in
+    the chamber), so a chamber pid reused by a new process is never given the old
+    process's host pid.
+
+    Args:
+        init_host_pid: the chamber's init as a host pid.
+        proc_root: where procfs is mounted.
+    """
+
+    def __init__(self, init_host_pid: int, *, proc_root: str | os.PathLike[str] = "/proc"):
+        self._init = init_host_pid
+        self._proc = Path(proc_root)
+        self._known: dict[int, int] = {}
+        self.scans = 0  # tree walks so far (each reads every chamber process's status)
+
+    def __call__(self, chamber_pid: int) -> int | None:
+        """The host pid of ``chamber_pid``, or None when no live process of the chamber has it."""
+        host = self._known.get(chamber_pid)
+        if host is not None and self._nspid(host) == chamber_pid:
+            return host
+        self._scan()
+        return self._known.get(chamber_pid)
+
+    def _nspid(self, host_pid: int) -> int | None:
+        try:
+            return parse_nspid((self._proc / str(host_pid) / "status").read_text())
+        except (OSError, ProcfsParseError):
+            return None
+
+    def _scan(self) -> None:
+        self.scans += 1
+        self._known.clear()
+        try:
+            root = psutil.Process(self._init)
+            pids = [self._init, *(p.pid for p in root.children(recursive=True))]
+        except psutil.Error:
+            return
+        for pid in pids:
+            nspid = self._nspid(pid)
+            if nspid is not None:
+                self._known[nspid] = pid
+
+
 def sample_tree(root_host_pid: int, *, failures: list[ProcfsParseError] | None = None) -> list[ProcSample]:
     """Sample a process and all its descendants.
 
@@ -319,12 +368,10 @@ async def run_procfs_witness(
     process (stamped when the tree was read). Sampling runs in a worker thread, so a slow
     ``/proc`` does not delay other tasks; it cannot hide a stall, which is measured first.
 
-    On cancellation it sends ``witness.stopped`` (``lines``: ticks, ``events``: samples
-    sent, ``parse_failures``, ``bytes``: host procfs text read) and re-raises. If sampling
-    raises, it sends ``witness.gap`` and returns without raising: the run goes on, void.
-    Those last events are sent inside a shielded cancel scope (a cancelled task cannot
-    otherwise await) bounded by 1 s, so a full channel nobody drains cannot hang shutdown.
-    If the receiver is gone the task returns quietly: there is no one left to tell.
+    Ends as `collectors._witness.witness_life` says: on cancellation ``witness.stopped``
+    (``lines``: ticks, ``events``: samples sent, ``parse_failures``, ``bytes``: host
+    procfs text read) and re-raises; if sampling raises, ``witness.gap`` (since the tick)
+    and returns without raising: the run goes on, void; quietly when the writer is gone.
 
     Args:
         send_channel: where submissions go; closed when this task ends, so pass a clone.
@@ -342,57 +389,37 @@ async def run_procfs_witness(
         raise ValueError(f"interval_s must be positive, got {interval_s!r}")
     sampler = HostSampler(proc_root)
     failures: list[ProcfsParseError] = []
-    ticks = events = 0
 
-    def submit(event: Event, wall_ns: int, mono_ns: int) -> Submission:
-        return Submission(source=WITNESS, event=event, wall_ns=wall_ns, mono_ns=mono_ns)
-
-    def sample(pid: int | None) -> tuple[HostReading, list[ProcSample], int, int]:
+    def sample(pid: int | None) -> tuple[HostReading, list[ProcSample], tuple[int, int]]:
         host = sampler.sample()
-        mono, wall = _monotonic_ns(), _time_ns()
-        return host, ([] if pid is None else sample_tree(pid, failures=failures)), wall, mono
+        return host, ([] if pid is None else sample_tree(pid, failures=failures)), w.now()
 
-    async with send_channel:
-        try:
-            started = WitnessStarted(witness=WITNESS, detail={"interval_ns": interval_ns})
-            await send_channel.send(submit(started, _time_ns(), _monotonic_ns()))
-            task_status.started()
-            deadline = _monotonic_ns()
-            while True:
-                woke = await _sleep_until_ns(deadline)
-                wall = _time_ns()
-                try:
-                    pid = root_host_pid() if callable(root_host_pid) else root_host_pid
-                    host, procs, proc_wall, proc_mono = await trio.to_thread.run_sync(sample, pid)
-                except Exception as exc:
-                    gap = WitnessGap(witness=WITNESS, reason=f"sampling failed: {exc!r}",
-                                     missing="host.sample, proc.sample", since_ns=wall)
-                    await send_last(send_channel, submit(gap, _time_ns(), _monotonic_ns()))
-                    return
-                ticks += 1
-                sample_event = HostSample(load1=host.load1, cpu_steal_ratio=host.cpu_steal_ratio,
-                                          psi=host.psi, timer_lateness_ns=woke - deadline,
-                                          interval_ns=interval_ns)
-                await send_channel.send(submit(sample_event, wall, woke))
-                events += 1
-                for proc in procs:
-                    await send_channel.send(submit(proc, proc_wall, proc_mono))
-                    events += 1
-                deadline = _next_deadline(deadline, interval_ns, _monotonic_ns())
-        except trio.Cancelled:
-            stopped = WitnessStopped(witness=WITNESS, lines=ticks, events=events,
-                                     parse_failures=sampler.parse_failures + len(failures),
-                                     bytes=sampler.bytes_read)
-            await send_last(send_channel, submit(stopped, _time_ns(), _monotonic_ns()))
-            raise
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return  # the writer is gone; nothing left to report to
+    async with witness_life(send_channel, WITNESS, missing="host.sample, proc.sample") as w:
+        await w.started({"interval_ns": interval_ns})
+        task_status.started()
+        deadline = time.monotonic_ns()
+        while True:
+            woke = await _sleep_until_ns(deadline)
+            wall = w.now()[0]
+            try:
+                pid = root_host_pid() if callable(root_host_pid) else root_host_pid
+                host, procs, (proc_wall, proc_mono) = await trio.to_thread.run_sync(sample, pid)
+            except Exception as exc:
+                raise WitnessFailed(f"sampling failed: {exc!r}", since_ns=wall) from exc
+            w.lines += 1
+            w.parse_failures, w.bytes = sampler.parse_failures + len(failures), sampler.bytes_read
+            await w.send(HostSample(load1=host.load1, cpu_steal_ratio=host.cpu_steal_ratio, psi=host.psi,
+                                    timer_lateness_ns=woke - deadline, interval_ns=interval_ns),
+                         wall_ns=wall, mono_ns=woke)
+            for proc in procs:
+                await w.send(proc, wall_ns=proc_wall, mono_ns=proc_mono)
+            deadline = _next_deadline(deadline, interval_ns, time.monotonic_ns())
 
 
 async def _sleep_until_ns(deadline_ns: int) -> int:
     """Sleep until `time.monotonic_ns` reaches ``deadline_ns``; returns the wake time, ns."""
     while True:
-        now = _monotonic_ns()
+        now = time.monotonic_ns()
         if now >= deadline_ns:
             return now
         await trio.sleep((deadline_ns - now) / 1e9)

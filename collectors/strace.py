@@ -40,9 +40,16 @@ time; the lines of a new pid printed before its parent's clone returned wait for
 ``ppid`` and ``cwd`` are known). ``wall_ns`` is therefore not monotonic across events.
 Strings are decoded as UTF-8 with ``backslashreplace`` (see `collectors._strace_lines`).
 
-Pids: strace prints thread ids; events carry the thread group id, as ``host_pid`` and,
-through ``chamber_pid``, as ``pid``. A process whose parent the parser has not seen (the
-root) has ``ppid`` None.
+Pids: strace prints thread ids of its own pid namespace; events carry the thread group
+id. The witness runs strace inside the chamber, so the printed pid is the event's ``pid``
+and the injected ``host_pid`` mapper finds the host pid (`StraceParser`); a trace taken
+on the host maps the other way (``chamber_pid``). A process whose parent the parser has
+not seen (the root) has ``ppid`` None.
+
+Secrets: with the run's ``fingerprint_key``, an exec'd environment (``-v``) is redacted
+here (`ledger.redact_env`), so what the parser emits is what the ledger holds.
+
+`run_strace_witness` is the trio task: trace bytes in, events to the ledger writer.
 """
 
 from __future__ import annotations
@@ -50,7 +57,9 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import deque
-from typing import Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
+
+import trio
 
 from collectors._strace_lines import (
     AT_FDCWD,
@@ -65,7 +74,8 @@ from collectors._strace_lines import (
     parse_sockaddr,
     split_call,
 )
-from ledger import CaissonError
+from collectors._witness import witness_life
+from ledger import CaissonError, Submission, redact_env
 from ledger.events import (
     Event,
     FileChange,
@@ -85,6 +95,7 @@ __all__ = [
     "Stamped",
     "StraceParser",
     "ParserClosedError",
+    "run_strace_witness",
     "strace_argv",
 ]
 
@@ -218,6 +229,9 @@ class StraceParser:
         signals: signal-delivery lines (no event).
         unfinished: events emitted with ``errno`` `UNFINISHED`.
         truncated: strings or argv arrays that strace cut (``-s``).
+        root_pid: the printed pid of the first process of the trace (the traced
+            command), None until a line of a process is parsed.
+        root_exited: whether that process's exit (``+++ exited`` / ``killed``) was seen.
     """
 
     def __init__(
@@ -225,33 +239,62 @@ class StraceParser:
         *,
         root_cwd: str | None = None,
         chamber_pid: Callable[[int], int | None] | None = None,
+        host_pid: Callable[[int], int | None] | None = None,
+        fingerprint_key: bytes | None = None,
+        credential_patterns: Sequence[str] = (),
         max_line_bytes: int = 8 << 20,
     ):
         """Make a parser for one trace.
 
+        strace prints the pids of its own pid namespace. Traced from the host, they are
+        host pids and ``chamber_pid`` names each in the chamber; traced from inside the
+        chamber (the witness), they are chamber pids and ``host_pid`` finds each on the
+        host. Give one or neither (then ``pid`` and ``host_pid`` are both the printed pid).
+
         Args:
             root_cwd: initial cwd of the traced command (the first process seen), so its
                 relative paths resolve before a ``-yy`` ``AT_FDCWD</cwd>`` shows it.
-            chamber_pid: maps a host pid to the pid in the chamber's namespace; None when
-                unknown (the event's ``pid`` is then 0). Default: identity. Called once
-                per process, when its first event is built.
+            chamber_pid: maps a printed (host) pid to the pid in the chamber's namespace;
+                None when unknown (the event's ``pid`` is then 0). Called once per
+                process, when its first event is built.
+            host_pid: maps a printed (chamber) pid to the host pid; None when unknown (the
+                event's ``host_pid`` is then None). Called once per process, as early as
+                the trace names it: when its parent's clone returns, else at its first
+                event (a short-lived process may be gone by its first event).
+            fingerprint_key: the run's key for secrets: each ``ProcessExec.env`` (printed
+                with ``-v``) goes through `ledger.redact_env` with it, so credential
+                variables and key-like values become keyed fingerprints. None keeps the
+                environment verbatim (parsing one's own traces; the witness always
+                passes the run's key).
+            credential_patterns: extra credential variable names (the scenario's
+                ``credential_patterns``), for `ledger.redact_env`.
             max_line_bytes: a longer line is cut there, deterministically, and the pieces
                 parsed as lines of their own (they become `WitnessRaw`), bytes.
+
+        Raises:
+            ValueError: both ``chamber_pid`` and ``host_pid`` are given (our misuse).
         """
+        if chamber_pid is not None and host_pid is not None:
+            raise ValueError("give chamber_pid (strace on the host) or host_pid (strace in the chamber), not both")
         self._root_cwd = root_cwd
         self._chamber_pid = chamber_pid
+        self._host_pid = host_pid
+        self._key = fingerprint_key
+        self._patterns = tuple(credential_patterns)
         self._max_line = max_line_bytes
         self._buf = bytearray()
         self._out: deque[Stamped] = deque()
         self._tasks: dict[int, _Task] = {}
         self._ppid: dict[int, int | None] = {}
-        self._pids: dict[int, int] = {}
+        self._pids: dict[int, int | None] = {}  # printed tgid -> the other namespace's pid
         self._pending: dict[int, _Pending] = {}
         self._fds: dict[tuple[int, int], str] = {}  # (tgid, fd) -> path, from -yy results of opens
         self._held: dict[int, list[tuple[int | None, object, str]]] = {}
         self._seen_any = False
         self._last_ns: int | None = None
         self._closed = False
+        self.root_pid: int | None = None
+        self.root_exited = False
         self.lines = self.events = self.parse_failures = self.bytes = 0
         self.unmapped = self.signals = self.unfinished = self.truncated = 0
 
@@ -408,15 +451,22 @@ class StraceParser:
         if task is None:  # the root, or a process whose parent we did not see
             task = self._tasks[tid] = _Task(tid, _Fs(None if self._seen_any else self._root_cwd))
             self._ppid.setdefault(tid, None)
+            if self.root_pid is None:
+                self.root_pid = tid
         self._seen_any = True
         return task
 
-    def _pid(self, tgid: int) -> int:
-        pid = self._pids.get(tgid)
-        if pid is None:
-            mapped = self._chamber_pid(tgid) if self._chamber_pid else tgid
-            pid = self._pids[tgid] = mapped if mapped is not None else 0
-        return pid
+    def _ident(self, tgid: int) -> dict[str, int | None]:
+        """``pid`` (in the chamber) and ``host_pid`` of the process strace names ``tgid``."""
+        if tgid not in self._pids:
+            if self._host_pid is not None:
+                self._pids[tgid] = self._host_pid(tgid)
+            else:
+                self._pids[tgid] = self._chamber_pid(tgid) if self._chamber_pid else tgid
+        other = self._pids[tgid]
+        if self._host_pid is not None:
+            return {"pid": tgid, "host_pid": other}
+        return {"pid": other if other is not None else 0, "host_pid": tgid}
 
     def _cloned(self, tid: int, args: Iterable[str], child: int) -> None:
         parent = self._task(tid)
@@ -430,14 +480,16 @@ class StraceParser:
         ppid = self._ppid.get(parent.tgid) if "CLONE_PARENT" in flags else parent.tgid
         self._ppid[child] = ppid
         self._pids.pop(child, None)  # a reused pid is a new process
+        if self._host_pid is not None:  # now, while the child surely lives: it may be gone by its first event
+            self._ident(child)
 
     def _exited(self, tid: int, task: _Task, e: Exited) -> None:
         self._flush_unfinished(tid)
         self._tasks.pop(tid, None)
         if task.tgid != tid:  # a thread
             return
-        self._out.append(Stamped(e.wall_ns, ProcessExit(
-            pid=self._pid(tid), host_pid=tid, code=e.code, signal=e.signal)))
+        self.root_exited = self.root_exited or tid == self.root_pid
+        self._out.append(Stamped(e.wall_ns, ProcessExit(**self._ident(tid), code=e.code, signal=e.signal)))
 
     # --- calls ---------------------------------------------------------------------------
 
@@ -498,7 +550,7 @@ class StraceParser:
         name, failed = c.name, res.value is None or res.value < 0
         errno = res.errno if res.errno else (UNFINISHED if res.value is None else None)
         result = -1 if failed else 0
-        ident = {"pid": self._pid(task.tgid), "host_pid": task.tgid}
+        ident = self._ident(task.tgid)
         for token in args[:1]:  # the cwd the kernel reports beats our tracking
             fd, deco = parse_fd(token)
             if fd == AT_FDCWD and deco and deco.startswith("/"):
@@ -506,6 +558,8 @@ class StraceParser:
         if name in ("execve", "execveat"):
             at = 1 if name == "execveat" else 0
             env = self._env(args[at + 2]) if len(args) > at + 2 else None
+            if env and self._key is not None:  # no secret reaches the ledger
+                env = redact_env(env, key=self._key, patterns=self._patterns)
             return ProcessExec(**ident, ppid=self._ppid.get(task.tgid), path=self._string(args[at]),
                                argv=self._argv(args[at + 1]), cwd=task.fs.cwd, env=env,
                                result=result, errno=errno)
@@ -558,6 +612,62 @@ class StraceParser:
         if name in ("chdir", "fchdir", "exit_group"):
             return None
         return False
+
+
+_CHUNK = 1 << 16  # bytes read from the trace at a time
+
+
+async def run_strace_witness(
+    send_channel: trio.MemorySendChannel[Submission],
+    *,
+    trace: trio.abc.ReceiveStream,
+    parser: StraceParser,
+    detail: dict[str, Any],
+    root_exit_expected: Callable[[], bool] = lambda: True,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Move the trace's bytes through ``parser`` into the ledger until the trace ends.
+
+    Sends ``witness.started`` (``detail``: argv, options), then the parser's events as
+    they come (stamped with their line's time), exactly as the parser made them: the
+    parser maps pids and redacts environments. At the end of the trace (the tracer
+    exited), and also when cancelled, it flushes the parser (`StraceParser.close`), then
+    sends ``witness.gap`` if the tracer wrote nothing, or if the traced command's exit is
+    missing while ``root_exit_expected()`` says it should be there, then
+    ``witness.stopped`` (``lines``, ``parse_failures``, ``bytes`` of the trace). Last
+    words as `collectors._witness.witness_life` says (shielded, bounded).
+
+    Args:
+        send_channel: where submissions go; closed when this task ends, so pass a clone.
+        trace: the tracer's output (a FIFO's read end); closed when this task ends.
+        parser: the parser for this trace, made with the run's pid mapper and key.
+        detail: ``witness.started``'s detail.
+        root_exit_expected: asked at the end: False when the chamber was killed at its
+            deadline or interrupted (a tracer killed with it is not a gap).
+        task_status: started once ``witness.started`` is sent.
+    """
+    async with witness_life(send_channel, WITNESS, missing="syscalls") as w, trace:
+        await w.started(detail)
+        task_status.started()
+
+        async def pump() -> None:
+            while (item := parser.next_event()) is not NEED_DATA:
+                await w.send(item.event, wall_ns=item.wall_ns)
+            w.lines, w.parse_failures, w.bytes = parser.lines, parser.parse_failures, parser.bytes
+
+        try:
+            while data := await trace.receive_some(_CHUNK):
+                parser.feed(data)
+                await pump()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                parser.close()
+                await pump()
+                if parser.root_pid is None:
+                    await w.gap("the tracer wrote nothing", missing="every syscall", since_ns=None)
+                elif not parser.root_exited and root_exit_expected():
+                    await w.gap("the tracer exited before the agent", missing="syscalls after its last line")
+        await w.stopped()
 
 
 def _decoration_path(deco: str | None) -> str | None:
