@@ -227,6 +227,13 @@ def tcpdump_argv(interface: str, pcap_path: Path, bpf_filter: str = "", *, tcpdu
 
     ``-Z root`` (only when running as root) keeps tcpdump from dropping to its own user
     before opening the output file, which may sit in a directory only root can write.
+
+    Args:
+        interface: the interface to capture (``any`` for all).
+        pcap_path: where tcpdump writes the pcap.
+        bpf_filter: a pcap-filter(7) expression; empty captures everything.
+        tcpdump: the tcpdump executable.
+        snaplen: bytes kept of each packet; 0: tcpdump's default (whole packets).
     """
     argv = [tcpdump, "-i", interface, "-U", "-n", "-s", str(snaplen), "--immediate-mode",
             "--time-stamp-precision=nano", "-w", str(pcap_path)]
@@ -269,11 +276,9 @@ async def run_pcap_witness(
         interface: the interface to capture (the chamber network's bridge; ``any``).
         pcap_path: where tcpdump writes; must not be read by anyone else meanwhile.
         blobs: the run's blob store.
-        bpf_filter: a pcap-filter(7) expression; empty captures everything.
-        tcpdump: the tcpdump executable.
+        bpf_filter, tcpdump, snaplen: as `tcpdump_argv` takes them.
         start_timeout_s: how long to wait for ``listening on``, seconds.
         stop_timeout_s: how long tcpdump may take to exit after SIGINT, seconds.
-        snaplen: bytes kept of each packet; 0: tcpdump's default (whole packets).
         task_status: started with True when capturing, False when capture failed.
     """
     argv = tcpdump_argv(interface, pcap_path, bpf_filter, tcpdump=tcpdump, snaplen=snaplen)
@@ -294,13 +299,20 @@ async def run_pcap_witness(
                 exited_by_itself = True
         finally:
             with trio.move_on_after(_FINAL_TIMEOUT_S, shield=True):
-                since = w.now()[0]
-                await _stop(proc, pcap_path, stderr, stop_timeout_s)
-                if exited_by_itself and w.has_started:
-                    await w.gap(f"tcpdump exited by itself ({proc.returncode}): {_tail(stderr)}",
-                                missing="packets after this time", since_ns=since)
-                if w.has_started:
-                    await _file_capture(w, pcap_path, blobs, parse_tcpdump_stats(stderr.decode(errors="replace")))
+                await _finish(w, proc, pcap_path, blobs, stderr, stop_timeout_s, exited_by_itself=exited_by_itself)
+
+
+async def _finish(w: Witnessing, proc: trio.Process, pcap_path: Path, blobs: BlobStore, stderr: bytearray,
+                  stop_timeout_s: float, *, exited_by_itself: bool) -> None:
+    """Stop tcpdump; once started, file what it captured (called shielded)."""
+    since = w.now()[0]
+    await _stop(proc, pcap_path, stderr, stop_timeout_s)
+    if not w.has_started:  # the writer went away before: nobody to file it for
+        return
+    if exited_by_itself:
+        await w.gap(f"tcpdump exited by itself ({proc.returncode}): {_tail(stderr)}",
+                    missing="packets after this time", since_ns=since)
+    await _file_capture(w, pcap_path, blobs, parse_tcpdump_stats(stderr.decode(errors="replace")))
 
 
 def _tail(stderr: bytearray) -> str:

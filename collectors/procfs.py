@@ -363,15 +363,13 @@ async def run_procfs_witness(
 ) -> None:
     """Sample the host and the chamber's tree every ``interval_s`` until cancelled.
 
-    Sends ``witness.started`` first, then per tick one ``host.sample`` (stamped at the
-    wake-up, where lateness is measured, before any sampling) and one ``proc.sample`` per
-    process (stamped when the tree was read). Sampling runs in a worker thread, so a slow
-    ``/proc`` does not delay other tasks; it cannot hide a stall, which is measured first.
+    Sends ``witness.started``, then per tick one ``host.sample`` (stamped at the wake-up,
+    where lateness is measured) and one ``proc.sample`` per process (stamped when the
+    tree was read, in a worker thread: a slow ``/proc`` cannot hide a stall).
 
-    Ends as `collectors._witness.witness_life` says: on cancellation ``witness.stopped``
-    (``lines``: ticks, ``events``: samples sent, ``parse_failures``, ``bytes``: host
-    procfs text read) and re-raises; if sampling raises, ``witness.gap`` (since the tick)
-    and returns without raising: the run goes on, void; quietly when the writer is gone.
+    Ends as `collectors._witness.witness_life` says: cancelled, ``witness.stopped``
+    (``lines``: ticks, ``bytes``: host procfs text read); if sampling raises,
+    ``witness.gap`` since the tick and a return: the run goes on, void.
 
     Args:
         send_channel: where submissions go; closed when this task ends, so pass a clone.

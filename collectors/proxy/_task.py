@@ -18,14 +18,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 import trio
 
-from collectors._witness import FINAL_SEND_TIMEOUT_S as _FINAL_SEND_TIMEOUT_S
-from collectors._witness import WitnessFailed, Witnessing, witness_life
+from collectors._witness import FINAL_SEND_TIMEOUT_S, WitnessFailed, Witnessing, witness_life
 from collectors.proxy._bodies import BodyDecoder
 from collectors.proxy._exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler, Output
 from collectors.proxy._frames import NEED_DATA, Frame, FrameDecoder, FrameError, Hello, encode_frame
@@ -91,7 +91,23 @@ def mitmdump_command(
     ssl_insecure_upstream: bool = False, upstream_trusted_ca: Path | None = None,
     mitmdump: str | None = None,
 ) -> list[str]:
-    """The mitmdump command line of the witness (see `run_proxy_witness` for arguments)."""
+    """The mitmdump command line of the witness.
+
+    Args:
+        socket_path: the Unix socket where the addon sends its frames.
+        listen_host: address to listen on (the chamber's bridge gateway, or 127.0.0.1).
+        listen_port: TCP port; 0 lets the kernel choose.
+        confdir: mitmproxy's directory: its CA (created if absent) and generated certs.
+        allow_hosts: hosts the chamber may reach (names or ``*.suffix``); empty: none.
+        upstream: rewrites ``{host: "ip:port" | "http://ip:port" | "https://ip:port"}``.
+        ssl_insecure_upstream: do not verify upstream TLS certificates.
+        upstream_trusted_ca: PEM file of CAs trusted for upstream TLS, besides the
+            system's (e.g. a local test server's).
+        mitmdump: the executable (default: beside the running Python, else on PATH).
+
+    Raises:
+        ProxyStartError: no ``mitmdump`` was given or found.
+    """
     cmd = [
         mitmdump or _find_mitmdump(), "--listen-host", listen_host, "--listen-port", str(listen_port),
         "--set", f"confdir={confdir}", "--set", "connection_strategy=lazy",
@@ -213,48 +229,39 @@ async def run_proxy_witness(
 ) -> None:
     """Run mitmdump with the witness addon and record every exchange until cancelled.
 
-    Sends ``witness.started`` (detail: command, mitmproxy version, listen address, CA
-    path, allow list, upstream rewrites), then per exchange its body blobs,
-    ``http.exchange`` and, for model APIs, ``llm.call``; odd input as ``witness.raw``.
-    If mitmdump exits on its own: ``witness.gap`` and a return (the run goes on, void).
-    On cancellation it stops mitmdump (SIGTERM, then SIGKILL after 5 s), drains its last
-    frames, finishes open exchanges as cut, then ``witness.stopped`` (``lines``: frames,
-    ``parse_failures``: bad frames, ``bytes``: frame bytes) and re-raises; shielded and
-    bounded (`collectors._witness.witness_life`).
+    Sends ``witness.started`` (command, version, listen address, CA, allow list, rewrites),
+    then per exchange its body blobs, ``http.exchange`` and, for model APIs, ``llm.call``;
+    odd input as ``witness.raw``. mitmdump exiting on its own is a ``witness.gap`` and a
+    return (the run goes on, void). Cancelled, it stops mitmdump (SIGTERM, SIGKILL after
+    5 s), drains its last frames, finishes open exchanges as cut, then ``witness.stopped``
+    (``lines``: frames, ``parse_failures``: bad frames, ``bytes``: frame bytes).
 
     Args:
         send: where submissions go; closed when this task ends, so pass a clone.
         blobs: the run's blob store (bodies are stored before their events are sent).
         fingerprint_key: the operator's fingerprint key (secrets -> keyed fingerprints).
-        confdir: mitmproxy's directory: its CA (created if absent) and generated certs.
-        listen_host, listen_port: where to listen (the chamber's bridge gateway, or
-            127.0.0.1); port 0 lets the kernel choose (reported in `ProxyInfo`).
-        allow_hosts, upstream, ssl_insecure_upstream, upstream_trusted_ca, mitmdump: as
-            `mitmdump_command` takes them.
+        confdir, listen_host, listen_port, allow_hosts, upstream, ssl_insecure_upstream,
+            upstream_trusted_ca, mitmdump: as `mitmdump_command` takes them (port 0: the
+            kernel's choice, reported in `ProxyInfo`).
         max_body_bytes: body bytes kept per direction of one exchange.
         start_timeout_s: how long mitmdump may take to listen, seconds.
         task_status: started with `ProxyInfo` once mitmdump listens.
 
     Raises:
-        ProxyStartError: mitmdump is missing, exits or does not listen in time (before
-            ``started``; nothing was sent but what the exception says).
+        ProxyStartError: mitmdump is missing, exits or does not listen in time (nothing sent).
     """
     ca_cert = await trio.to_thread.run_sync(ensure_ca, confdir)
-    tmp = Path(tempfile.mkdtemp(prefix="caisson-proxy-"))
-    socket_path, log_path = str(tmp / "frames.sock"), tmp / "mitmdump.log"
-    cmd = mitmdump_command(socket_path=socket_path, listen_host=listen_host, listen_port=listen_port,
-                           confdir=confdir, allow_hosts=allow_hosts, upstream=upstream,
-                           ssl_insecure_upstream=ssl_insecure_upstream,
-                           upstream_trusted_ca=upstream_trusted_ca, mitmdump=mitmdump)
-    assembler = ExchangeAssembler(keyed_fingerprint(fingerprint_key), max_body_bytes=max_body_bytes)
-    proc: trio.Process | None = None
-    try:
+    with tempfile.TemporaryDirectory(prefix="caisson-proxy-", ignore_cleanup_errors=True) as tmp:
+        socket_path, log_path = f"{tmp}/frames.sock", Path(tmp, "mitmdump.log")
+        cmd = mitmdump_command(socket_path=socket_path, listen_host=listen_host, listen_port=listen_port,
+                               confdir=confdir, allow_hosts=allow_hosts, upstream=upstream,
+                               ssl_insecure_upstream=ssl_insecure_upstream,
+                               upstream_trusted_ca=upstream_trusted_ca, mitmdump=mitmdump)
+        assembler = ExchangeAssembler(keyed_fingerprint(fingerprint_key), max_body_bytes=max_body_bytes)
         with await _frames_listener(socket_path) as sock:
-            listener = trio.SocketListener(sock)
-            async with witness_life(send, WITNESS, missing="every HTTP(S) exchange after this point") as w:
-                pump = _Pump(w, blobs, assembler)
-                with open(log_path, "wb") as log:
-                    proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            async with (witness_life(send, WITNESS, missing="every HTTP(S) exchange after this point") as w,
+                        _mitmdump(cmd, log_path) as proc):
+                pump, listener = _Pump(w, blobs, assembler), trio.SocketListener(sock)
                 stream, hello = await _hello(listener, proc, pump, start_timeout_s, log_path)
                 info = ProxyInfo(host=listen_host, port=hello.listen[0][1], ca_cert_path=ca_cert, pid=proc.pid)
                 await w.started({"command": cmd, "mitmproxy_version": hello.mitmproxy_version, "pid": proc.pid,
@@ -262,12 +269,20 @@ async def run_proxy_witness(
                                  "allow": list(allow_hosts), "upstream": dict(upstream)})
                 task_status.started(info)
                 await _serve(listener, proc, stream, pump, log_path)
+
+
+@asynccontextmanager
+async def _mitmdump(cmd: list[str], log_path: Path) -> AsyncIterator[trio.Process]:
+    """mitmdump, its output in ``log_path``; killed on the way out if it still runs."""
+    with open(log_path, "wb") as log:
+        proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    try:
+        yield proc
     finally:
-        if proc is not None and proc.returncode is None:
+        if proc.returncode is None:
             proc.kill()
             with trio.CancelScope(shield=True):
                 await proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 async def _frames_listener(socket_path: str) -> trio.socket.SocketType:
@@ -312,7 +327,7 @@ async def _serve(listener: trio.SocketListener, proc: trio.Process, stream: trio
             with trio.move_on_after(_DRAIN_S, shield=True):
                 await _drain(proc, stream, pump)
             assembler.close(*w.now())
-            with trio.move_on_after(_FINAL_SEND_TIMEOUT_S * 4, shield=True):
+            with trio.move_on_after(FINAL_SEND_TIMEOUT_S * 4, shield=True):
                 try:
                     await pump.flush()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
