@@ -20,6 +20,7 @@ from ledger import CaissonError, Submission
 from ledger.events import HostSample, ProcSample, WitnessGap, WitnessStarted, WitnessStopped
 from collectors.procfs import (
     CpuTimes,
+    HostPids,
     HostSampler,
     ProcfsParseError,
     parse_loadavg,
@@ -232,6 +233,33 @@ def test_sample_tree_real_processes(tree):
     # (pid, start_time_ns) is the stable key; CPU time only grows.
     assert {(s.pid, s.start_time_ns) for s in samples} == {(s.pid, s.start_time_ns) for s in again.values()}
     assert all(again[p].cpu_ns >= by_host_pid[p].cpu_ns for p in by_host_pid)
+
+
+def test_host_pids_map_the_tree_by_nspid(tree):
+    root, kids = tree
+    host_pids = HostPids(root)
+    assert [host_pids(pid) for pid in (root, *kids)] == [root, *kids]  # no namespace here: NSpid == pid
+    assert host_pids.scans == 1  # one walk found them all
+    assert host_pids(os.getpid()) is None  # not in the tree
+
+
+def _status(proc: Path, host_pid: int, nspid: int) -> None:
+    (proc / str(host_pid)).mkdir(exist_ok=True)
+    (proc / str(host_pid) / "status").write_text(f"Name:\tx\nNSpid:\t{host_pid}\t{nspid}\n")
+
+
+def test_host_pids_never_give_a_reused_chamber_pid_the_old_process(tree, tmp_path):
+    """Chamber pid 2 was the first kid; it exited and pid 2 now belongs to the second kid."""
+    root, (first, second) = tree
+    _status(tmp_path, root, 1)
+    _status(tmp_path, first, 2)
+    host_pids = HostPids(root, proc_root=tmp_path)
+    assert host_pids(2) == first
+    (tmp_path / str(first) / "status").unlink()  # gone
+    _status(tmp_path, second, 2)
+    assert host_pids(2) == second
+    (tmp_path / str(second) / "status").unlink()
+    assert host_pids(2) is None
 
 
 def test_sample_tree_vanished_root_and_vanishing_child(tree):
