@@ -257,32 +257,67 @@ class HostPids:
     """Finds the host pid of a process of the chamber from its pid there (``NSpid``).
 
     A callable ``chamber pid -> host pid | None`` for `collectors.strace.StraceParser`
-    (``host_pid=``). Only the chamber's processes are read: its init (the tracer) and
-    init's descendants, each ``/proc/PID/status``'s ``NSpid`` line. A process that has
-    already exited (and been reaped) maps to None: it cannot be found any more.
+    (``host_pid=``). A host process is the chamber's process N when it lives in the
+    chamber's pid namespace (the ``/proc/PID/ns/pid`` link of its init) and the last
+    number of its ``NSpid`` line is N: an exact test, at the moment it is made.
 
-    A known mapping is checked before it is returned (the process still has that pid in
-    the chamber), so a chamber pid reused by a new process is never given the old
-    process's host pid.
+    Speed is what makes it reliable: a short-lived process is reaped within milliseconds,
+    and a process that is gone cannot be found any more (it maps to None). So a lookup
+    does not walk the host's process table (psutil's tree walk reads every process's
+    ``stat``): it checks the host pids that appeared in ``/proc`` since the last lookup
+    (one ``readlink`` each; the other namespaces' pids are remembered), and only when
+    that fails, every pid once more. A known mapping is checked before it is returned,
+    so a chamber pid reused by a new process never gets the old process's host pid.
 
     Args:
         init_host_pid: the chamber's init as a host pid.
         proc_root: where procfs is mounted.
+
+    Attributes:
+        scans: how many times ``/proc`` was listed.
     """
 
     def __init__(self, init_host_pid: int, *, proc_root: str | os.PathLike[str] = "/proc"):
-        self._init = init_host_pid
         self._proc = Path(proc_root)
-        self._known: dict[int, int] = {}
-        self.scans = 0  # tree walks so far (each reads every chamber process's status)
+        self._namespace = self._ns(init_host_pid)
+        self._known: dict[int, int] = {}  # chamber pid -> host pid
+        self._foreign: set[int] = set()  # host pids outside the chamber's namespace, as last seen
+        self.scans = 0
 
     def __call__(self, chamber_pid: int) -> int | None:
         """The host pid of ``chamber_pid``, or None when no live process of the chamber has it."""
         host = self._known.get(chamber_pid)
-        if host is not None and self._nspid(host) == chamber_pid:
+        if host is not None and self._is(host, chamber_pid):
             return host
-        self._scan()
-        return self._known.get(chamber_pid)
+        if self._namespace is None:
+            return None
+        for full in (False, True):  # the new pids first; then all, a foreign pid may have been reused
+            self._scan(full=full)
+            host = self._known.get(chamber_pid)
+            if host is not None and self._is(host, chamber_pid):
+                return host
+        return None
+
+    def resolve(self, chamber_pids: set[int]) -> dict[int, int]:
+        """The host pids of those of ``chamber_pids`` that live now: the known ones checked,
+        the others looked up in one listing of the pids new in ``/proc``.
+
+        For `collectors.strace.run_strace_witness`: the pids a chunk of trace names, as
+        it arrives. Pids of no live process of the chamber are left out.
+        """
+        found = {pid: self._known[pid] for pid in chamber_pids
+                 if pid in self._known and self._is(self._known[pid], pid)}
+        if len(found) < len(chamber_pids) and self._namespace is not None:
+            self._scan(full=False)
+            found.update((pid, self._known[pid]) for pid in chamber_pids - found.keys()
+                         if pid in self._known and self._is(self._known[pid], pid))
+        return found
+
+    def _ns(self, host_pid: int) -> str | None:
+        try:
+            return os.readlink(self._proc / str(host_pid) / "ns" / "pid")
+        except OSError:
+            return None
 
     def _nspid(self, host_pid: int) -> int | None:
         try:
@@ -290,18 +325,28 @@ class HostPids:
         except (OSError, ProcfsParseError):
             return None
 
-    def _scan(self) -> None:
+    def _is(self, host_pid: int, chamber_pid: int) -> bool:
+        return self._ns(host_pid) == self._namespace and self._nspid(host_pid) == chamber_pid
+
+    def _scan(self, *, full: bool) -> None:
         self.scans += 1
-        self._known.clear()
+        if full:
+            self._foreign.clear()
         try:
-            root = psutil.Process(self._init)
-            pids = [self._init, *(p.pid for p in root.children(recursive=True))]
-        except psutil.Error:
+            names = os.listdir(self._proc)
+        except OSError:
             return
-        for pid in pids:
-            nspid = self._nspid(pid)
+        mapped = set(self._known.values())
+        for name in names:
+            if not name.isdigit() or int(name) in self._foreign or (int(name) in mapped and not full):
+                continue
+            host = int(name)
+            if self._ns(host) != self._namespace:
+                self._foreign.add(host)
+                continue
+            nspid = self._nspid(host)
             if nspid is not None:
-                self._known[nspid] = pid
+                self._known[nspid] = host
 
 
 def sample_tree(root_host_pid: int, *, failures: list[ProcfsParseError] | None = None) -> list[ProcSample]:

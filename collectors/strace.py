@@ -57,7 +57,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import deque
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import trio
 
@@ -74,7 +74,7 @@ from collectors._strace_lines import (
     parse_sockaddr,
     split_call,
 )
-from collectors._witness import witness_life
+from collectors._witness import Witnessing, witness_life
 from ledger import CaissonError, Submission, redact_env
 from ledger.events import (
     Event,
@@ -95,6 +95,7 @@ __all__ = [
     "Stamped",
     "StraceParser",
     "ParserClosedError",
+    "named_pids",
     "run_strace_witness",
     "strace_argv",
 ]
@@ -287,6 +288,7 @@ class StraceParser:
         self._tasks: dict[int, _Task] = {}
         self._ppid: dict[int, int | None] = {}
         self._pids: dict[int, int | None] = {}  # printed tgid -> the other namespace's pid
+        self._learned: dict[int, int] = {}  # printed pid -> host pid, found as the trace arrived
         self._pending: dict[int, _Pending] = {}
         self._fds: dict[tuple[int, int], str] = {}  # (tgid, fd) -> path, from -yy results of opens
         self._held: dict[int, list[tuple[int | None, object, str]]] = {}
@@ -318,6 +320,16 @@ class StraceParser:
             line = bytes(self._buf[:cut])
             del self._buf[: cut + 1 if nl >= 0 else cut]
             self._line(line)
+
+    def learn_host_pids(self, host_pids: Mapping[int, int]) -> None:
+        """Host pids of printed pids, found when the bytes about to be fed arrived.
+
+        Found then, a short-lived process is still alive; by the time its line is parsed
+        it may be gone. Give them just before the `feed` of those bytes: a pid the trace
+        names later again (reused in the chamber) is then learned anew, in order. A
+        process with a learned host pid is not asked of the ``host_pid`` mapper.
+        """
+        self._learned.update(host_pids)
 
     def close(self) -> None:
         """End of input: flush the last partial line, held lines and unfinished calls."""
@@ -460,7 +472,8 @@ class StraceParser:
         """``pid`` (in the chamber) and ``host_pid`` of the process strace names ``tgid``."""
         if tgid not in self._pids:
             if self._host_pid is not None:
-                self._pids[tgid] = self._host_pid(tgid)
+                learned = self._learned.get(tgid)
+                self._pids[tgid] = learned if learned is not None else self._host_pid(tgid)
             else:
                 self._pids[tgid] = self._chamber_pid(tgid) if self._chamber_pid else tgid
         other = self._pids[tgid]
@@ -615,6 +628,8 @@ class StraceParser:
 
 
 _CHUNK = 1 << 16  # bytes read from the trace at a time
+_READ_AHEAD_CHUNKS = 1024  # chunks read but not parsed yet, at most (64 MiB); then strace waits
+_FEED = 4096  # bytes parsed between two looks at the trace, see `_parse`
 
 
 async def run_strace_witness(
@@ -623,51 +638,96 @@ async def run_strace_witness(
     trace: trio.abc.ReceiveStream,
     parser: StraceParser,
     detail: dict[str, Any],
+    host_pids: Callable[[set[int]], Mapping[int, int]] | None = None,
     root_exit_expected: Callable[[], bool] = lambda: True,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Move the trace's bytes through ``parser`` into the ledger until the trace ends.
 
-    Sends ``witness.started`` (``detail``: argv, options), then the parser's events as
-    they come (stamped with their line's time), exactly as the parser made them: the
-    parser maps pids and redacts environments. At the end of the trace (the tracer
-    exited), and also when cancelled, it flushes the parser (`StraceParser.close`), then
-    sends ``witness.gap`` if the tracer wrote nothing, or if the traced command's exit is
-    missing while ``root_exit_expected()`` says it should be there, then
-    ``witness.stopped`` (``lines``, ``parse_failures``, ``bytes`` of the trace). Last
-    words as `collectors._witness.witness_life` says (shielded, bounded).
+    Sends ``witness.started``, then the parser's events exactly as it made them (pids
+    mapped, environments redacted). The trace is read as it comes, ahead of the parser,
+    and ``host_pids`` looks up the pids each chunk names right then, while short-lived
+    processes still live (`StraceParser.learn_host_pids`). At the end of the trace, and
+    when cancelled, what was read is parsed, the parser closed, then ``witness.gap`` if
+    the tracer wrote nothing or the traced command's exit is missing while
+    ``root_exit_expected()``, then ``witness.stopped`` (``lines``, ``parse_failures``,
+    ``bytes``); last words as `collectors._witness.witness_life` says.
 
     Args:
         send_channel: where submissions go; closed when this task ends, so pass a clone.
         trace: the tracer's output (a FIFO's read end); closed when this task ends.
         parser: the parser for this trace, made with the run's pid mapper and key.
-        detail: ``witness.started``'s detail.
+        detail: ``witness.started``'s detail (argv, options).
+        host_pids: printed pids -> host pids, found now (e.g. `collectors.procfs.HostPids.resolve`).
         root_exit_expected: asked at the end: False when the chamber was killed at its
             deadline or interrupted (a tracer killed with it is not a gap).
         task_status: started once ``witness.started`` is sent.
     """
-    async with witness_life(send_channel, WITNESS, missing="syscalls") as w, trace:
+    async with witness_life(send_channel, WITNESS, missing="syscalls") as w:
         await w.started(detail)
         task_status.started()
-
-        async def pump() -> None:
-            while (item := parser.next_event()) is not NEED_DATA:
-                await w.send(item.event, wall_ns=item.wall_ns)
-            w.lines, w.parse_failures, w.bytes = parser.lines, parser.parse_failures, parser.bytes
-
+        send_chunks, chunks = trio.open_memory_channel[tuple[bytes, Mapping[int, int]]](_READ_AHEAD_CHUNKS)
         try:
-            while data := await trace.receive_some(_CHUNK):
-                parser.feed(data)
-                await pump()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_read_ahead, trace, send_chunks, host_pids)
+                async for data, hosts in chunks:
+                    await _parse(w, parser, data, hosts)
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(2):
+                while (item := _next_nowait(chunks)) is not None:  # read, not parsed yet
+                    await _parse(w, parser, *item)
                 parser.close()
-                await pump()
+                await _parse(w, parser, b"", {})  # what close() flushed
                 if parser.root_pid is None:
-                    await w.gap("the tracer wrote nothing", missing="every syscall", since_ns=None)
+                    await w.gap("the tracer wrote nothing", missing="every syscall")
                 elif not parser.root_exited and root_exit_expected():
                     await w.gap("the tracer exited before the agent", missing="syscalls after its last line")
         await w.stopped()
+
+
+async def _read_ahead(trace: trio.abc.ReceiveStream, send: trio.MemorySendChannel[tuple[bytes, Mapping[int, int]]],
+                      host_pids: Callable[[set[int]], Mapping[int, int]] | None) -> None:
+    """Read the trace as it comes, each chunk with the host pids of the pids it names."""
+    tail = b""  # a line cut by the chunk's end, named with the next chunk
+    async with send, trace:
+        while data := await trace.receive_some(_CHUNK):
+            lines, _, tail = (tail[-_CHUNK:] + data).rpartition(b"\n")
+            await send.send((data, host_pids(named_pids(lines)) if host_pids is not None and lines else {}))
+
+
+def _next_nowait(chunks: trio.MemoryReceiveChannel[tuple[bytes, Mapping[int, int]]]):
+    try:
+        return chunks.receive_nowait()
+    except (trio.WouldBlock, trio.EndOfChannel):
+        return None
+
+
+async def _parse(w: Witnessing, parser: StraceParser, data: bytes, hosts: Mapping[int, int]) -> None:
+    """Feed ``data`` (after its host pids; nothing after `StraceParser.close`) and send the
+    events, a slice at a time: parsing is the slow part, and between slices the reader
+    takes in what the tracer wrote meanwhile, while its processes still live."""
+    parser.learn_host_pids(hosts)
+    for start in range(0, max(len(data), 1), _FEED):
+        if data:
+            parser.feed(data[start:start + _FEED])
+        while (item := parser.next_event()) is not NEED_DATA:
+            await w.send(item.event, wall_ns=item.wall_ns)
+        await trio.lowlevel.checkpoint()
+    w.lines, w.parse_failures, w.bytes = parser.lines, parser.parse_failures, parser.bytes
+
+
+_NAMED = re.compile(rb"(?m)^(\d+) +\d+\.\d+ |(?:clone3?|v?fork)\(.*\) += (\d+)$|<\.\.\. (?:clone3?|v?fork) resumed>.*= (\d+)$")
+
+
+def named_pids(lines: bytes) -> set[int]:
+    """The pids whole lines of trace name: of each line, and the children clones return.
+
+    Cheap (one regular expression over the bytes), so it can run as the bytes arrive,
+    long before they are parsed: the hint for a host pid lookup
+    (`StraceParser.learn_host_pids`). Give whole lines: a line cut at either end may
+    read as another pid.
+    """
+    return {int(a or b or c) for a, b, c in _NAMED.findall(lines)}
 
 
 def _decoration_path(deco: str | None) -> str | None:

@@ -96,18 +96,14 @@ class StraceWitness:
         assert self._fds is not None
         rfd, wfd = self._fds
         ctx.nursery.start_soon(_hold_until_stop, ctx, wfd)
-        parser = StraceParser(root_cwd=SANDBOX_PATH, host_pid=HostPids(ctx.started.host_pid) if ctx.started else _unknown,
-                              fingerprint_key=ctx.fingerprint_key,
+        host_pids = HostPids(ctx.started.host_pid if ctx.started else 0)
+        parser = StraceParser(root_cwd=SANDBOX_PATH, host_pid=host_pids, fingerprint_key=ctx.fingerprint_key,
                               credential_patterns=tuple(ctx.scenario.credential_patterns))
         ctx.nursery.start_soon(functools.partial(
-            run_strace_witness, ctx.send, trace=trio.lowlevel.FdStream(rfd), parser=parser,
+            run_strace_witness, ctx.send, trace=trio.lowlevel.FdStream(rfd), parser=parser, host_pids=host_pids.resolve,
             detail={"argv": self._argv, "seccomp": self.seccomp,
                     "tracer_user": "agent" if self.weaken_user else "root"},
             root_exit_expected=lambda: ctx.end_status not in ("timeout", "interrupted")))
-
-
-def _unknown(pid: int) -> None:
-    """No chamber started: no host pid is known."""
 
 
 async def _hold_until_stop(ctx, wfd: int) -> None:

@@ -21,6 +21,7 @@ from collectors.strace import (
     STRACE_SYSCALLS,
     UNFINISHED,
     ParserClosedError,
+    named_pids,
     Stamped,
     StraceParser,
     strace_argv,
@@ -423,6 +424,27 @@ def test_a_child_is_mapped_when_its_clone_returns_not_when_it_is_gone():
     parser.close()
     assert parser.next_event().event == ProcessExit(pid=11, host_pid=4011, code=0)
     assert (parser.root_pid, parser.root_exited) == (10, False)
+
+
+def test_named_pids_finds_line_pids_and_clone_children_whole_or_cut():
+    data = golden("env.strace")
+    assert named_pids(data) == {17972, 17973}
+    assert named_pids(golden("pipeline.strace")) == {17759, 17760, 17761, 17762, 17763, 17764}
+    assert named_pids(f"1 {T} clone3({{flags=CLONE_VM}} => {{parent_tid=[2]}}, 88) = 2\n".encode()) == {1, 2}
+    assert named_pids(b"") == set() and named_pids(b"\xff\xfe garbage\n") == set()
+    lines = data.splitlines(keepends=True)
+    assert set().union(*(named_pids(line) for line in lines)) == {17972, 17973}  # line by line
+    assert named_pids(lines[4]) == {17973} and named_pids(lines[5]) == {17972, 17973}  # vfork resumed = 17973
+
+
+def test_learned_host_pids_beat_the_mapper_and_are_asked_once():
+    asked: list[int] = []
+    parser = StraceParser(host_pid=lambda pid: asked.append(pid) or None)
+    parser.learn_host_pids({1: 4001})
+    parser.feed(f'1 {T} open("/a", O_RDONLY) = 3\n2 {T} open("/b", O_RDONLY) = 3\n'.encode())
+    parser.close()
+    assert [(s.event.pid, s.event.host_pid) for s in iter(parser.next_event, NEED_DATA)] == [(1, 4001), (2, None)]
+    assert asked == [2]
 
 
 KEY = bytes(range(32))

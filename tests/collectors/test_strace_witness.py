@@ -95,3 +95,28 @@ def test_cancelled_mid_trace_flushes_the_parser_then_stops():
     execs = [s.event for s in got if isinstance(s.event, ProcessExec)]
     assert [e.path for e in execs] == ["/bin/sh", "/bin/true"]  # released by close()
     assert [g.event.reason for g in got if isinstance(g.event, WitnessGap)] == ["the tracer exited before the agent"]
+
+
+def test_host_pids_are_found_as_the_trace_arrives_and_learned_in_order():
+    """By parse time the processes are gone (the parser's own lookup finds nothing); the
+    lookup made as each chunk arrived is used, per chunk: chamber pid 11 is reused."""
+    T = "1796000000.000001"
+    chunks = [f"10 {T} clone(child_stack=NULL, flags=SIGCHLD) = 11\n11 {T} +++ exited with 0 +++\n".encode(),
+              f"10 {T} clone(child_stack=NULL, flags=SIGCHLD) = 11\n11 {T} +++ exited with 1 +++\n"
+              f"10 {T} +++ exited with 0 +++\n".encode()]
+    arrivals = iter([{10: 5010, 11: 5011}, {10: 5010, 11: 6011}])
+    asked: list[set[int]] = []
+
+    def host_pids(pids: set[int]) -> dict[int, int]:
+        asked.append(pids)
+        return next(arrivals)
+
+    async def main():
+        send, receive = trio.open_memory_channel[Submission](100)
+        await run_strace_witness(send, trace=Trace(chunks), parser=StraceParser(host_pid=lambda pid: None),
+                                 detail={}, host_pids=host_pids)
+        return [s.event async for s in receive]
+
+    exits = [e for e in trio.run(main) if type(e).__name__ == "ProcessExit"]
+    assert [(e.pid, e.host_pid, e.code) for e in exits] == [(11, 5011, 0), (11, 6011, 1), (10, 5010, 0)]
+    assert asked == [{10, 11}, {10, 11}]
