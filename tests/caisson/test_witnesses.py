@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 
@@ -101,16 +102,18 @@ def test_the_agent_cannot_signal_or_read_the_tracer(chamber_image, tmp_path):
 
 def test_killing_the_tracer_mid_run_is_a_recorded_gap_and_the_ledger_verifies(chamber_image, tmp_path):
     run_dir = tmp_path / "run"
+    token = uuid.uuid4().hex  # finds this test's chamber among the others running on the engine
     proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "record", "--out", str(run_dir), "--",
-                             "sh", "-c", "for i in $(seq 100); do ls > /dev/null; sleep 0.1; done"],
+                             "sh", "-c", f"for i in $(seq 100); do ls > /dev/null; sleep 0.1; done; : {token}"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     pid = None
     while time.monotonic() < deadline and pid is None:
-        out = subprocess.run(["docker", "ps", "-q", "--filter", "label=caisson.run"], capture_output=True,
-                             text=True).stdout.split()
-        if out:
-            pid = int(subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", out[0]], capture_output=True,
+        out = subprocess.run(["docker", "ps", "--no-trunc", "--filter", "label=caisson.run",
+                              "--format", "{{.ID}} {{.Command}}"], capture_output=True, text=True).stdout
+        ours = [line.split()[0] for line in out.splitlines() if token in line]
+        if ours:
+            pid = int(subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", ours[0]], capture_output=True,
                                      text=True).stdout.strip() or 0) or None
         time.sleep(0.1)
     assert pid, "the chamber never started"
