@@ -25,6 +25,7 @@ malformed query has ``name=""``, ``qtype=""``, ``rcode="FORMERR"``; its reason i
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import time
@@ -43,9 +44,9 @@ import dns.rrset
 import msgspec
 import trio
 
-from collectors._witness import send_last
+from collectors._witness import WitnessFailed, Witnessing, witness_life
 from ledger import Submission
-from ledger.events import DnsQuery, Event, WitnessGap, WitnessRaw, WitnessStarted, WitnessStopped
+from ledger.events import DnsQuery, WitnessRaw
 
 __all__ = ["DnsAnswer", "DnsPolicy", "answer", "answer_from_upstream", "run_dns_witness"]
 
@@ -55,8 +56,6 @@ _CLASSIC_UDP = 512  # RFC 1035 §4.2.1 limit without EDNS, bytes
 _TCP_MAX = 65535  # RFC 1035 §4.2.2 two-byte length prefix, bytes
 _HEADER = struct.Struct("!HHHHHH")  # id, flags, qd, an, ns, ar counts (RFC 1035 §4.1.1)
 _PARSE_ERRORS = (dns.exception.DNSException, ValueError, UnicodeError, struct.error, IndexError)
-_monotonic_ns = time.monotonic_ns
-_time_ns = time.time_ns
 
 
 class DnsPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -270,15 +269,6 @@ def answer_from_upstream(query_bytes: bytes, upstream: bytes | None, *,
 
 
 
-class _State:
-    """Counts for ``witness.stopped`` and why serving ended, when it did by itself."""
-
-    def __init__(self) -> None:
-        self.queries = self.events = self.failures = self.bytes = 0
-        self.failure: str | None = None  # the loop broke: a gap
-        self.writer_gone = False
-
-
 async def _forward(query_bytes: bytes, policy: DnsPolicy) -> bytes | None:
     """Send the query to the forwarder over UDP from a fresh port; None on timeout/error."""
     assert policy.forward is not None
@@ -321,12 +311,10 @@ async def run_dns_witness(
     arrived; ``duration_ns``: arrival to reply sent, monotonic ns), plus one
     ``witness.raw`` line (rcode, reason, query hex) per malformed or unanswerable query.
     Each query is answered in its own task, so a slow forward never holds up others.
-
-    On cancellation it sends ``witness.stopped`` (``lines``: queries received,
-    ``events``: ``dns.query`` events sent, ``parse_failures``: queries without a readable
-    question, ``bytes``: query bytes received) and re-raises. If serving breaks (socket
-    error, a bug in a handler), it sends ``witness.gap`` and returns: the run goes on,
-    void. Last events are sent shielded, bounded by 1 s each.
+    Ends as `collectors._witness.witness_life` says: ``witness.stopped`` on cancellation
+    (``lines``: queries received, ``parse_failures``: queries without a readable
+    question, ``bytes``: query bytes received); ``witness.gap`` and a return when serving
+    breaks (socket error, a bug in a handler): the run goes on, void.
 
     Args:
         send_channel: where submissions go; closed when this task ends, so pass a clone.
@@ -340,7 +328,27 @@ async def run_dns_witness(
     Raises:
         OSError: the UDP socket cannot be bound (nothing was started, nothing sent).
     """
-    state = _State()
+    udp, listeners, detail = await _bind(listen_host, listen_port, policy, tcp)
+    port = udp.getsockname()[1]
+    async with witness_life(send_channel, WITNESS, missing="dns.query; the chamber's name resolution") as w:
+        with udp:
+            await w.started(detail)
+            task_status.started(port)
+            async with trio.open_nursery() as nursery:
+                for listener in listeners:
+                    nursery.start_soon(trio.serve_listeners, functools.partial(_serve_tcp, w, policy), [listener])
+                while True:
+                    try:
+                        data, peer = await udp.recvfrom(_TCP_MAX)
+                    except OSError as exc:
+                        raise WitnessFailed(f"udp socket failed: {exc!r}") from exc
+                    w.lines, w.bytes = w.lines + 1, w.bytes + len(data)
+                    nursery.start_soon(_respond, w, policy, data, None, lambda r, p=peer: udp.sendto(r, p), *w.now())
+
+
+async def _bind(listen_host: str, listen_port: int, policy: DnsPolicy,
+                tcp: bool) -> tuple[trio.socket.SocketType, list[trio.SocketListener], dict[str, object]]:
+    """Bind UDP (raising OSError), then TCP on the same port when asked; ``witness.started``'s detail."""
     family = trio.socket.AF_INET6 if ":" in listen_host else trio.socket.AF_INET
     udp = trio.socket.socket(family, trio.socket.SOCK_DGRAM)
     try:
@@ -359,87 +367,55 @@ async def run_dns_witness(
         except OSError as exc:
             detail["tcp_error"] = f"{type(exc).__name__}: {exc}"
     detail["transports"] = ["udp"] + (["tcp"] if listeners else [])
+    return udp, listeners, detail
 
-    def submit(event: Event, wall: int | None = None, mono: int | None = None) -> Submission:
-        return Submission(source=WITNESS, event=event, wall_ns=_time_ns() if wall is None else wall,
-                          mono_ns=_monotonic_ns() if mono is None else mono)
 
-    async def respond(data: bytes, max_size: int | None, reply, wall: int, mono: int,
-                      cancel: trio.CancelScope) -> None:
-        """Answer one query, send the reply with ``reply(bytes)``, then its events."""
-        try:
-            result = await _resolve(data, policy, max_size)
-            if result.response is not None:
-                try:
-                    await reply(result.response)
-                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    result = result._replace(error=f"reply not sent: {exc!r}")
-            event = msgspec.structs.replace(result.event, duration_ns=_monotonic_ns() - mono)
-            if not event.name:
-                state.failures += 1
-            await send_channel.send(submit(event, wall, mono))
-            state.events += 1
-            if result.error is not None:
-                line = f"{event.rcode} {result.error}: {data[:512].hex()}"
-                await send_channel.send(submit(WitnessRaw(witness=WITNESS, line=line), wall, mono))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            state.writer_gone = True  # the writer is gone; nothing left to report to
-            cancel.cancel()
-        except Exception as exc:
-            state.failure = f"query handler failed: {exc!r}"
-            cancel.cancel()
+async def _respond(w: Witnessing, policy: DnsPolicy, data: bytes, max_size: int | None, reply,
+                   wall: int, mono: int) -> None:
+    """Answer one query, send the reply with ``reply(bytes)``, then its events.
 
-    async def serve_tcp(stream: trio.SocketStream, cancel: trio.CancelScope) -> None:
-        buffer = bytearray()
-        try:
-            async with stream:
-                while True:
-                    while len(buffer) < 2 or len(buffer) < 2 + int.from_bytes(buffer[:2], "big"):
-                        chunk = await stream.receive_some(_TCP_MAX)
-                        if not chunk:
-                            return
-                        buffer += chunk
-                    size = int.from_bytes(buffer[:2], "big")
-                    data, buffer = bytes(buffer[2:2 + size]), buffer[2 + size:]
-                    state.queries += 1
-                    state.bytes += len(data)
-                    await respond(data, _TCP_MAX, lambda r: stream.send_all(len(r).to_bytes(2, "big") + r),
-                                  _time_ns(), _monotonic_ns(), cancel)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass  # a client that resets its connection is not a witness failure
-
-    async with send_channel:
-        with udp:
+    Raises:
+        WitnessFailed: the handler broke (a bug): the witness ends with a gap.
+    """
+    try:
+        result = await _resolve(data, policy, max_size)
+        if result.response is not None:
             try:
-                await send_channel.send(submit(WitnessStarted(witness=WITNESS, detail=detail)))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            task_status.started(port)
-            try:
-                async with trio.open_nursery() as nursery:
-                    cancel = nursery.cancel_scope
-                    for listener in listeners:
-                        nursery.start_soon(trio.serve_listeners, lambda s: serve_tcp(s, cancel), [listener])
-                    try:
-                        while True:
-                            data, peer = await udp.recvfrom(_TCP_MAX)
-                            state.queries += 1
-                            state.bytes += len(data)
-                            nursery.start_soon(respond, data, None, lambda r, p=peer: udp.sendto(r, p),
-                                               _time_ns(), _monotonic_ns(), cancel)
-                    except OSError as exc:
-                        state.failure = f"udp socket failed: {exc!r}"
-                        cancel.cancel()
-            finally:
-                if state.writer_gone:
-                    pass
-                elif state.failure is not None:
-                    gap = WitnessGap(witness=WITNESS, reason=state.failure, since_ns=_time_ns(),
-                                     missing="dns.query; the chamber's name resolution")
-                    await send_last(send_channel, submit(gap))
-                else:  # cancelled from outside: the normal end
-                    stopped = WitnessStopped(witness=WITNESS, lines=state.queries, events=state.events,
-                                             parse_failures=state.failures, bytes=state.bytes)
-                    await send_last(send_channel, submit(stopped))
+                await reply(result.response)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                result = result._replace(error=f"reply not sent: {exc!r}")
+        event = msgspec.structs.replace(result.event, duration_ns=time.monotonic_ns() - mono)
+    except Exception as exc:
+        raise WitnessFailed(f"query handler failed: {exc!r}") from exc
+    w.parse_failures += not event.name
+    await w.send(event, wall_ns=wall, mono_ns=mono)
+    if result.error is not None:
+        line = f"{event.rcode} {result.error}: {data[:512].hex()}"
+        await w.send(WitnessRaw(witness=WITNESS, line=line), wall_ns=wall, mono_ns=mono)
 
 
+async def _serve_tcp(w: Witnessing, policy: DnsPolicy, stream: trio.SocketStream) -> None:
+    """Answer the queries of one TCP connection (two-byte length prefixes, RFC 1035 §4.2.2)."""
+    buffer = bytearray()
+    async with stream:
+        while (data := await _tcp_query(stream, buffer)) is not None:
+            w.lines, w.bytes = w.lines + 1, w.bytes + len(data)
+            await _respond(w, policy, data, _TCP_MAX,
+                           lambda r: stream.send_all(len(r).to_bytes(2, "big") + r), *w.now())
+
+
+async def _tcp_query(stream: trio.SocketStream, buffer: bytearray) -> bytes | None:
+    """The connection's next query (taken out of ``buffer``); None at its end or on a reset
+    (a client that resets its connection is not a witness failure)."""
+    try:
+        while len(buffer) < 2 or len(buffer) < 2 + int.from_bytes(buffer[:2], "big"):
+            chunk = await stream.receive_some(_TCP_MAX)
+            if not chunk:
+                return None
+            buffer += chunk
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        return None
+    size = int.from_bytes(buffer[:2], "big")
+    data = bytes(buffer[2:2 + size])
+    del buffer[:2 + size]
+    return data

@@ -41,8 +41,9 @@ from typing import NamedTuple
 import dpkt
 import trio
 
+from collectors._witness import WitnessFailed, Witnessing, witness_life
 from ledger import BlobStore, CaissonError, Submission
-from ledger.events import BlobStored, Event, NetFlow, WitnessGap, WitnessStarted, WitnessStopped
+from ledger.events import BlobStored, NetFlow
 
 __all__ = ["LINK_TYPES", "PcapParseError", "PcapStats", "parse_tcpdump_stats", "run_pcap_witness",
            "summarize_flows", "tcpdump_argv"]
@@ -58,8 +59,6 @@ _PROTOS = {1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 50: "esp", 58: "icmp6", 13
 _DECODE_ERRORS = (dpkt.Error, struct.error, ValueError, IndexError, KeyError, TypeError)
 _SETTLE_S = 0.2  # the pcap must stop growing this long before SIGINT, s (see `_settle`)
 _FINAL_TIMEOUT_S = 30.0  # stop tcpdump, store, parse and send: at most this long, s
-_monotonic_ns = time.monotonic_ns
-_time_ns = time.time_ns
 
 
 class PcapParseError(CaissonError, ValueError):
@@ -228,6 +227,13 @@ def tcpdump_argv(interface: str, pcap_path: Path, bpf_filter: str = "", *, tcpdu
 
     ``-Z root`` (only when running as root) keeps tcpdump from dropping to its own user
     before opening the output file, which may sit in a directory only root can write.
+
+    Args:
+        interface: the interface to capture (``any`` for all).
+        pcap_path: where tcpdump writes the pcap.
+        bpf_filter: a pcap-filter(7) expression; empty captures everything.
+        tcpdump: the tcpdump executable.
+        snaplen: bytes kept of each packet; 0: tcpdump's default (whole packets).
     """
     argv = [tcpdump, "-i", interface, "-U", "-n", "-s", str(snaplen), "--immediate-mode",
             "--time-stamp-precision=nano", "-w", str(pcap_path)]
@@ -258,112 +264,107 @@ async def run_pcap_witness(
     ``witness.started`` and ``task_status.started(True)``. On cancellation it stops
     tcpdump (SIGINT, then SIGKILL after ``stop_timeout_s``), stores the pcap
     (``blob.stored``, role ``pcap``), sends one ``net.flow`` per flow, then
-    ``witness.stopped`` (``lines``: packets in the file, ``events``: events sent,
-    ``parse_failures``: undecodable packets + 1 for a torn tail, ``bytes``: pcap file
-    size) and re-raises. All of that runs shielded, bounded by 30 s.
-
-    ``witness.gap`` is sent (and the run goes on, void) when tcpdump cannot start or
-    open the interface (then ``task_status.started(False)`` and return), when it exits
-    by itself (what it captured is still stored and summarised), when the kernel
-    reports dropped packets, when the file holds fewer packets than tcpdump says it
-    captured, or when the file cannot be read or summarised.
+    ``witness.stopped`` (``lines``: packets in the file, ``parse_failures``: undecodable
+    packets + 1 for a torn tail, ``bytes``: pcap file size) and re-raises; all of that
+    shielded, bounded by 30 s. ``witness.gap`` (the run goes on, void) when tcpdump
+    cannot start (then ``task_status.started(False)``), exits by itself (what it captured
+    is still filed), the kernel dropped packets, the file holds fewer packets than
+    tcpdump captured, or the file cannot be read or summarised.
 
     Args:
         send_channel: where submissions go; closed when this task ends, so pass a clone.
         interface: the interface to capture (the chamber network's bridge; ``any``).
         pcap_path: where tcpdump writes; must not be read by anyone else meanwhile.
         blobs: the run's blob store.
-        bpf_filter: a pcap-filter(7) expression; empty captures everything.
-        tcpdump: the tcpdump executable.
+        bpf_filter, tcpdump, snaplen: as `tcpdump_argv` takes them.
         start_timeout_s: how long to wait for ``listening on``, seconds.
         stop_timeout_s: how long tcpdump may take to exit after SIGINT, seconds.
         task_status: started with True when capturing, False when capture failed.
     """
     argv = tcpdump_argv(interface, pcap_path, bpf_filter, tcpdump=tcpdump, snaplen=snaplen)
     stderr = bytearray()
-    sent = 0
-
-    def submit(event: Event) -> Submission:
-        return Submission(source=WITNESS, event=event, wall_ns=_time_ns(), mono_ns=_monotonic_ns())
-
-    async def send_last(event: Event) -> None:
-        nonlocal sent
+    async with witness_life(send_channel, WITNESS, missing="pcap, net.flow") as w:
         try:
-            await send_channel.send(submit(event))
-            sent += 1
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-
-    def tail() -> str:
-        return stderr.decode(errors="replace").strip()[-500:]
-
-    async with send_channel:
-        try:
-            proc = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL,
-                                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        except OSError as exc:
-            with trio.move_on_after(1.0, shield=True):
-                await send_last(WitnessGap(witness=WITNESS, reason=f"cannot run tcpdump: {exc}",
-                                           missing="pcap, net.flow", since_ns=_time_ns()))
+            proc, listening = await _start(argv, stderr, start_timeout_s)
+        except WitnessFailed:
             task_status.started(False)
-            return
-        listening = None
-        try:
-            with trio.move_on_after(start_timeout_s):
-                while listening is None:
-                    chunk = await proc.stderr.receive_some(4096)
-                    if not chunk:
-                        break
-                    stderr += chunk
-                    listening = next((line for line in stderr.decode(errors="replace").splitlines()
-                                      if "listening on" in line), None)
-        except BaseException:  # cancelled while starting: leave no tcpdump behind
-            with trio.CancelScope(shield=True):
-                await _reap(proc)
             raise
-        if listening is None:
-            with trio.CancelScope(shield=True):
-                await _reap(proc)
-            with trio.move_on_after(1.0, shield=True):
-                await send_last(WitnessGap(witness=WITNESS, since_ns=_time_ns(), missing="pcap, net.flow",
-                                           reason=f"tcpdump did not start (exit {proc.returncode}): {tail()}"))
-            task_status.started(False)
-            return
-        try:
-            await send_channel.send(submit(WitnessStarted(witness=WITNESS, detail={
-                "argv": argv, "interface": interface, "listening": listening.strip()})))
-            sent += 1
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            with trio.CancelScope(shield=True):
-                await _reap(proc)
-            return
-        task_status.started(True)
         exited_by_itself = False
         try:
+            await w.started({"argv": argv, "interface": interface, "listening": listening})
+            task_status.started(True)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_drain, proc.stderr, stderr)
                 await proc.wait()
                 exited_by_itself = True
         finally:
             with trio.move_on_after(_FINAL_TIMEOUT_S, shield=True):
-                since = _time_ns()
-                if proc.returncode is None:
-                    with trio.move_on_after(stop_timeout_s):
-                        await _settle(pcap_path, _SETTLE_S)
-                    proc.send_signal(signal.SIGINT)  # tcpdump flushes, prints its counters
-                    with trio.move_on_after(stop_timeout_s):
-                        await proc.wait()
-                    if proc.returncode is None:
-                        proc.kill()
-                        await proc.wait()
-                with trio.move_on_after(1.0):
-                    await _drain(proc.stderr, stderr)
-                await _reap(proc)
-                if exited_by_itself:
-                    await send_last(WitnessGap(witness=WITNESS, since_ns=since, missing="packets after this time",
-                                               reason=f"tcpdump exited by itself ({proc.returncode}): {tail()}"))
-                await _file_capture(pcap_path, blobs, parse_tcpdump_stats(stderr.decode(errors="replace")),
-                                    send_last, stopped=not exited_by_itself, sent=lambda: sent)
+                await _finish(w, proc, pcap_path, blobs, stderr, stop_timeout_s, exited_by_itself=exited_by_itself)
+
+
+async def _finish(w: Witnessing, proc: trio.Process, pcap_path: Path, blobs: BlobStore, stderr: bytearray,
+                  stop_timeout_s: float, *, exited_by_itself: bool) -> None:
+    """Stop tcpdump; once started, file what it captured (called shielded)."""
+    since = w.now()[0]
+    await _stop(proc, pcap_path, stderr, stop_timeout_s)
+    if not w.has_started:  # the writer went away before: nobody to file it for
+        return
+    if exited_by_itself:
+        await w.gap(f"tcpdump exited by itself ({proc.returncode}): {_tail(stderr)}",
+                    missing="packets after this time", since_ns=since)
+    await _file_capture(w, pcap_path, blobs, parse_tcpdump_stats(stderr.decode(errors="replace")))
+
+
+def _tail(stderr: bytearray) -> str:
+    return stderr.decode(errors="replace").strip()[-500:]
+
+
+async def _start(argv: list[str], stderr: bytearray, timeout_s: float) -> tuple[trio.Process, str]:
+    """Start tcpdump and wait for its ``listening on`` line; the process and that line.
+
+    Raises:
+        WitnessFailed: tcpdump cannot run or did not start listening (it is reaped).
+    """
+    try:
+        proc = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL,
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise WitnessFailed(f"cannot run tcpdump: {exc}") from exc
+    listening = None
+    try:
+        with trio.move_on_after(timeout_s):
+            while listening is None:
+                chunk = await proc.stderr.receive_some(4096)
+                if not chunk:
+                    break
+                stderr += chunk
+                listening = next((line for line in stderr.decode(errors="replace").splitlines()
+                                  if "listening on" in line), None)
+    except BaseException:  # cancelled while starting: leave no tcpdump behind
+        with trio.CancelScope(shield=True):
+            await _reap(proc)
+        raise
+    if listening is None:
+        with trio.CancelScope(shield=True):
+            await _reap(proc)
+        raise WitnessFailed(f"tcpdump did not start (exit {proc.returncode}): {_tail(stderr)}")
+    return proc, listening.strip()
+
+
+async def _stop(proc: trio.Process, pcap_path: Path, stderr: bytearray, timeout_s: float) -> None:
+    """Stop tcpdump once the pcap settled (SIGINT, SIGKILL after ``timeout_s``); keep its last words."""
+    if proc.returncode is None:
+        with trio.move_on_after(timeout_s):
+            await _settle(pcap_path, _SETTLE_S)
+        proc.send_signal(signal.SIGINT)  # tcpdump flushes, prints its counters
+        with trio.move_on_after(timeout_s):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    with trio.move_on_after(1.0):
+        await _drain(proc.stderr, stderr)
+    await _reap(proc)
 
 
 async def _settle(pcap_path: Path, quiet_s: float) -> None:
@@ -374,15 +375,15 @@ async def _settle(pcap_path: Path, quiet_s: float) -> None:
     packets captured, 12 packets received by filter" when stopped within a millisecond
     of the traffic). Letting tcpdump catch up first closes that window in practice.
     """
-    size, quiet_since = -1, _monotonic_ns()
+    size, quiet_since = -1, time.monotonic_ns()
     while True:
         try:
             now_size = os.stat(pcap_path).st_size
         except OSError:
             now_size = -1
         if now_size != size:
-            size, quiet_since = now_size, _monotonic_ns()
-        elif _monotonic_ns() - quiet_since >= quiet_s * 1e9:
+            size, quiet_since = now_size, time.monotonic_ns()
+        elif time.monotonic_ns() - quiet_since >= quiet_s * 1e9:
             return
         await trio.sleep(quiet_s / 4)
 
@@ -402,34 +403,30 @@ async def _drain(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
         del into[:-65536]
 
 
-async def _file_capture(pcap_path: Path, blobs: BlobStore, counters: dict[str, int], send_last,
-                        *, stopped: bool, sent) -> None:
-    """Store the pcap, send its flows and the closing events (called shielded)."""
+async def _file_capture(w: Witnessing, pcap_path: Path, blobs: BlobStore, counters: dict[str, int]) -> None:
+    """Store the pcap, send its flows and the gaps it shows (called shielded).
+
+    Raises:
+        WitnessFailed: the pcap cannot be read or summarised (no ``witness.stopped`` follows).
+    """
     try:
         data = await trio.to_thread.run_sync(Path(pcap_path).read_bytes)
     except OSError as exc:
-        await send_last(WitnessGap(witness=WITNESS, reason=f"pcap unreadable: {exc}", missing="pcap, net.flow"))
-        return
+        raise WitnessFailed(f"pcap unreadable: {exc}", missing="pcap, net.flow") from exc
     digest = await trio.to_thread.run_sync(blobs.put, data)
-    await send_last(BlobStored(sha256=digest, size_bytes=len(data), role="pcap",
-                               media_type="application/vnd.tcpdump.pcap"))
+    await w.send(BlobStored(sha256=digest, size_bytes=len(data), role="pcap", media_type="application/vnd.tcpdump.pcap"))
     try:
         flows, stats = await trio.to_thread.run_sync(summarize_flows, data)
     except PcapParseError as exc:
-        await send_last(WitnessGap(witness=WITNESS, reason=f"pcap not summarised: {exc}", missing="net.flow"))
-        return
+        raise WitnessFailed(f"pcap not summarised: {exc}", missing="net.flow") from exc
     for flow in flows:
-        await send_last(flow)
+        await w.send(flow)
     dropped = counters.get("dropped_by_kernel", 0) + counters.get("dropped_by_interface", 0)
     if dropped:
-        await send_last(WitnessGap(witness=WITNESS, reason=f"the kernel dropped {dropped} packets",
-                                   missing="dropped packets", dropped=dropped))
+        await w.gap(f"the kernel dropped {dropped} packets", missing="dropped packets", dropped=dropped)
     if stats.packets < counters.get("captured", 0):
-        await send_last(WitnessGap(witness=WITNESS, missing="packets absent from the pcap",
-                                   reason=f"pcap holds {stats.packets} packets, tcpdump captured {counters['captured']}",
-                                   dropped=counters["captured"] - stats.packets))
+        await w.gap(f"pcap holds {stats.packets} packets, tcpdump captured {counters['captured']}",
+                    missing="packets absent from the pcap", dropped=counters["captured"] - stats.packets)
     if stats.error:
-        await send_last(WitnessGap(witness=WITNESS, reason=f"pcap damaged: {stats.error}", missing="net.flow"))
-    if stopped:
-        await send_last(WitnessStopped(witness=WITNESS, lines=stats.packets, events=sent(),
-                                       parse_failures=stats.undecodable + stats.truncated, bytes=len(data)))
+        await w.gap(f"pcap damaged: {stats.error}", missing="net.flow")
+    w.lines, w.parse_failures, w.bytes = stats.packets, stats.undecodable + stats.truncated, len(data)

@@ -26,12 +26,12 @@ from typing import NamedTuple
 import psutil
 import trio
 
-from collectors._witness import send_last
+from collectors._witness import WitnessFailed, witness_life
 from ledger import CaissonError, Submission
-from ledger.events import Event, HostSample, ProcSample, WitnessGap, WitnessStarted, WitnessStopped
+from ledger.events import HostSample, ProcSample
 
 __all__ = [
-    "PSI_RESOURCES", "CpuTimes", "HostReading", "HostSampler", "LoadAvg", "ProcfsParseError",
+    "PSI_RESOURCES", "CpuTimes", "HostPids", "HostReading", "HostSampler", "LoadAvg", "ProcfsParseError",
     "parse_loadavg", "parse_nspid", "parse_pid_stat_starttime", "parse_pressure",
     "parse_proc_stat_cpu", "run_procfs_witness", "sample_tree", "steal_ratio",
 ]
@@ -41,8 +41,6 @@ PSI_RESOURCES = ("cpu", "memory", "io")
 """The ``/proc/pressure/*`` files sampled, when the kernel has them."""
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")  # clock ticks per second of /proc/PID/stat times
-_monotonic_ns = time.monotonic_ns
-_time_ns = time.time_ns
 
 
 class ProcfsParseError(CaissonError, ValueError):
@@ -255,6 +253,102 @@ class HostSampler:
         return HostReading(load1=load1, cpu_steal_ratio=ratio, psi=psi)
 
 
+class HostPids:
+    """Finds the host pid of a process of the chamber from its pid there (``NSpid``).
+
+    A callable ``chamber pid -> host pid | None`` for `collectors.strace.StraceParser`
+    (``host_pid=``). A host process is the chamber's process N when it lives in the
+    chamber's pid namespace (the ``/proc/PID/ns/pid`` link of its init) and the last
+    number of its ``NSpid`` line is N: an exact test, at the moment it is made.
+
+    Speed is what makes it reliable: a short-lived process is reaped within milliseconds,
+    and a process that is gone cannot be found any more (it maps to None). So a lookup
+    does not walk the host's process table (psutil's tree walk reads every process's
+    ``stat``): it checks the host pids that appeared in ``/proc`` since the last lookup
+    (one ``readlink`` each; the other namespaces' pids are remembered), and only when
+    that fails, every pid once more. A known mapping is checked before it is returned,
+    so a chamber pid reused by a new process never gets the old process's host pid.
+
+    Args:
+        init_host_pid: the chamber's init as a host pid.
+        proc_root: where procfs is mounted.
+
+    Attributes:
+        scans: how many times ``/proc`` was listed.
+    """
+
+    def __init__(self, init_host_pid: int, *, proc_root: str | os.PathLike[str] = "/proc"):
+        self._proc = Path(proc_root)
+        self._namespace = self._ns(init_host_pid)
+        self._known: dict[int, int] = {}  # chamber pid -> host pid
+        self._foreign: set[int] = set()  # host pids outside the chamber's namespace, as last seen
+        self.scans = 0
+
+    def __call__(self, chamber_pid: int) -> int | None:
+        """The host pid of ``chamber_pid``, or None when no live process of the chamber has it."""
+        host = self._known.get(chamber_pid)
+        if host is not None and self._is(host, chamber_pid):
+            return host
+        if self._namespace is None:
+            return None
+        for full in (False, True):  # the new pids first; then all, a foreign pid may have been reused
+            self._scan(full=full)
+            host = self._known.get(chamber_pid)
+            if host is not None and self._is(host, chamber_pid):
+                return host
+        return None
+
+    def resolve(self, chamber_pids: set[int]) -> dict[int, int]:
+        """The host pids of those of ``chamber_pids`` that live now: the known ones checked,
+        the others looked up in one listing of the pids new in ``/proc``.
+
+        For `collectors.strace.run_strace_witness`: the pids a chunk of trace names, as
+        it arrives. Pids of no live process of the chamber are left out.
+        """
+        found = {pid: self._known[pid] for pid in chamber_pids
+                 if pid in self._known and self._is(self._known[pid], pid)}
+        if len(found) < len(chamber_pids) and self._namespace is not None:
+            self._scan(full=False)
+            found.update((pid, self._known[pid]) for pid in chamber_pids - found.keys()
+                         if pid in self._known and self._is(self._known[pid], pid))
+        return found
+
+    def _ns(self, host_pid: int) -> str | None:
+        try:
+            return os.readlink(self._proc / str(host_pid) / "ns" / "pid")
+        except OSError:
+            return None
+
+    def _nspid(self, host_pid: int) -> int | None:
+        try:
+            return parse_nspid((self._proc / str(host_pid) / "status").read_text())
+        except (OSError, ProcfsParseError):
+            return None
+
+    def _is(self, host_pid: int, chamber_pid: int) -> bool:
+        return self._ns(host_pid) == self._namespace and self._nspid(host_pid) == chamber_pid
+
+    def _scan(self, *, full: bool) -> None:
+        self.scans += 1
+        if full:
+            self._foreign.clear()
+        try:
+            names = os.listdir(self._proc)
+        except OSError:
+            return
+        mapped = set(self._known.values())
+        for name in names:
+            if not name.isdigit() or int(name) in self._foreign or (int(name) in mapped and not full):
+                continue
+            host = int(name)
+            if self._ns(host) != self._namespace:
+                self._foreign.add(host)
+                continue
+            nspid = self._nspid(host)
+            if nspid is not None:
+                self._known[nspid] = host
+
+
 def sample_tree(root_host_pid: int, *, failures: list[ProcfsParseError] | None = None) -> list[ProcSample]:
     """Sample a process and all its descendants.
 
@@ -314,17 +408,13 @@ async def run_procfs_witness(
 ) -> None:
     """Sample the host and the chamber's tree every ``interval_s`` until cancelled.
 
-    Sends ``witness.started`` first, then per tick one ``host.sample`` (stamped at the
-    wake-up, where lateness is measured, before any sampling) and one ``proc.sample`` per
-    process (stamped when the tree was read). Sampling runs in a worker thread, so a slow
-    ``/proc`` does not delay other tasks; it cannot hide a stall, which is measured first.
+    Sends ``witness.started``, then per tick one ``host.sample`` (stamped at the wake-up,
+    where lateness is measured) and one ``proc.sample`` per process (stamped when the
+    tree was read, in a worker thread: a slow ``/proc`` cannot hide a stall).
 
-    On cancellation it sends ``witness.stopped`` (``lines``: ticks, ``events``: samples
-    sent, ``parse_failures``, ``bytes``: host procfs text read) and re-raises. If sampling
-    raises, it sends ``witness.gap`` and returns without raising: the run goes on, void.
-    Those last events are sent inside a shielded cancel scope (a cancelled task cannot
-    otherwise await) bounded by 1 s, so a full channel nobody drains cannot hang shutdown.
-    If the receiver is gone the task returns quietly: there is no one left to tell.
+    Ends as `collectors._witness.witness_life` says: cancelled, ``witness.stopped``
+    (``lines``: ticks, ``bytes``: host procfs text read); if sampling raises,
+    ``witness.gap`` since the tick and a return: the run goes on, void.
 
     Args:
         send_channel: where submissions go; closed when this task ends, so pass a clone.
@@ -342,57 +432,37 @@ async def run_procfs_witness(
         raise ValueError(f"interval_s must be positive, got {interval_s!r}")
     sampler = HostSampler(proc_root)
     failures: list[ProcfsParseError] = []
-    ticks = events = 0
 
-    def submit(event: Event, wall_ns: int, mono_ns: int) -> Submission:
-        return Submission(source=WITNESS, event=event, wall_ns=wall_ns, mono_ns=mono_ns)
-
-    def sample(pid: int | None) -> tuple[HostReading, list[ProcSample], int, int]:
+    def sample(pid: int | None) -> tuple[HostReading, list[ProcSample], tuple[int, int]]:
         host = sampler.sample()
-        mono, wall = _monotonic_ns(), _time_ns()
-        return host, ([] if pid is None else sample_tree(pid, failures=failures)), wall, mono
+        return host, ([] if pid is None else sample_tree(pid, failures=failures)), w.now()
 
-    async with send_channel:
-        try:
-            started = WitnessStarted(witness=WITNESS, detail={"interval_ns": interval_ns})
-            await send_channel.send(submit(started, _time_ns(), _monotonic_ns()))
-            task_status.started()
-            deadline = _monotonic_ns()
-            while True:
-                woke = await _sleep_until_ns(deadline)
-                wall = _time_ns()
-                try:
-                    pid = root_host_pid() if callable(root_host_pid) else root_host_pid
-                    host, procs, proc_wall, proc_mono = await trio.to_thread.run_sync(sample, pid)
-                except Exception as exc:
-                    gap = WitnessGap(witness=WITNESS, reason=f"sampling failed: {exc!r}",
-                                     missing="host.sample, proc.sample", since_ns=wall)
-                    await send_last(send_channel, submit(gap, _time_ns(), _monotonic_ns()))
-                    return
-                ticks += 1
-                sample_event = HostSample(load1=host.load1, cpu_steal_ratio=host.cpu_steal_ratio,
-                                          psi=host.psi, timer_lateness_ns=woke - deadline,
-                                          interval_ns=interval_ns)
-                await send_channel.send(submit(sample_event, wall, woke))
-                events += 1
-                for proc in procs:
-                    await send_channel.send(submit(proc, proc_wall, proc_mono))
-                    events += 1
-                deadline = _next_deadline(deadline, interval_ns, _monotonic_ns())
-        except trio.Cancelled:
-            stopped = WitnessStopped(witness=WITNESS, lines=ticks, events=events,
-                                     parse_failures=sampler.parse_failures + len(failures),
-                                     bytes=sampler.bytes_read)
-            await send_last(send_channel, submit(stopped, _time_ns(), _monotonic_ns()))
-            raise
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return  # the writer is gone; nothing left to report to
+    async with witness_life(send_channel, WITNESS, missing="host.sample, proc.sample") as w:
+        await w.started({"interval_ns": interval_ns})
+        task_status.started()
+        deadline = time.monotonic_ns()
+        while True:
+            woke = await _sleep_until_ns(deadline)
+            wall = w.now()[0]
+            try:
+                pid = root_host_pid() if callable(root_host_pid) else root_host_pid
+                host, procs, (proc_wall, proc_mono) = await trio.to_thread.run_sync(sample, pid)
+            except Exception as exc:
+                raise WitnessFailed(f"sampling failed: {exc!r}", since_ns=wall) from exc
+            w.lines += 1
+            w.parse_failures, w.bytes = sampler.parse_failures + len(failures), sampler.bytes_read
+            await w.send(HostSample(load1=host.load1, cpu_steal_ratio=host.cpu_steal_ratio, psi=host.psi,
+                                    timer_lateness_ns=woke - deadline, interval_ns=interval_ns),
+                         wall_ns=wall, mono_ns=woke)
+            for proc in procs:
+                await w.send(proc, wall_ns=proc_wall, mono_ns=proc_mono)
+            deadline = _next_deadline(deadline, interval_ns, time.monotonic_ns())
 
 
 async def _sleep_until_ns(deadline_ns: int) -> int:
     """Sleep until `time.monotonic_ns` reaches ``deadline_ns``; returns the wake time, ns."""
     while True:
-        now = _monotonic_ns()
+        now = time.monotonic_ns()
         if now >= deadline_ns:
             return now
         await trio.sleep((deadline_ns - now) / 1e9)

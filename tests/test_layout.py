@@ -124,3 +124,29 @@ def test_no_import_cycle():
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+WITNESS_TASKS = {"run_strace_witness", "run_procfs_witness", "run_proxy_witness", "run_dns_witness",
+                 "run_pcap_witness"}
+
+
+def test_every_witness_task_is_under_60_lines():
+    """A witness task is a thin loop inside `collectors._witness.witness_life`: past 60 lines
+    (``def`` to its last line, docstring included), the lifecycle or the parsing leaked in."""
+    lengths: dict[str, int] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("run_") \
+                        and node.name.endswith("_witness"):
+                    lengths[f"{path.relative_to(ROOT)}:{node.name}"] = node.end_lineno - node.lineno + 1
+    assert {name.rpartition(":")[2] for name in lengths} >= WITNESS_TASKS
+    assert {name: n for name, n in lengths.items() if n >= 60} == {}
+
+
+def test_witness_events_reach_the_ledger_as_the_collectors_made_them():
+    """The chamber's wiring of the witnesses builds and rewrites no event: what a collector's
+    parser emits is what the ledger holds (its golden tests pin the recorded events)."""
+    path = ROOT / "caisson" / "run" / "witnesses.py"
+    assert "ledger.events" not in _imported_modules(path, _package_sources(), top_level_only=False)
+    assert "msgspec.structs.replace(event" not in path.read_text()

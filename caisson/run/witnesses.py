@@ -2,8 +2,9 @@
 
 A witness has a ``name``, may ``prepare`` the container spec before the chamber starts
 (the strace witness wraps the command), and ``start``s its tasks once the chamber runs
-(see `caisson.run.record.WitnessContext`). The parsing is in `collectors`; this module only
-moves bytes and events.
+(see `caisson.run._session.WitnessContext`). The tasks and their parsers are in
+`collectors` (docs/architecture.md); this module only wires them into the chamber: container
+spec, FIFOs, CA, addresses. Events go from the collectors to the ledger unchanged.
 
 The strace witness runs *inside* the chamber as root, with the agent started under it
 as the unprivileged user (``strace -u agent``): the agent's own first execve is traced,
@@ -22,56 +23,19 @@ import shutil
 from pathlib import Path
 
 import msgspec
-import psutil
 import trio
 
-from caisson.chamber import ContainerSpec
-from collectors.procfs import run_procfs_witness
-from collectors.strace import NEED_DATA, StraceParser, strace_argv
-from ledger import Submission, redact_env
 from caisson._paths import SANDBOX_PATH
-from ledger.events import ProcessExec, ProcessExit, WitnessGap, WitnessStarted
+from caisson.chamber import ContainerSpec
+from collectors.procfs import HostPids, run_procfs_witness
+from collectors.strace import StraceParser, run_strace_witness, strace_argv
 
 __all__ = ["StraceWitness", "ProcfsWitness", "ProxyWitness", "DnsWitness", "PcapWitness", "default_witnesses",
            "WITNESS_DIR", "CA_DIR"]
 
 WITNESS_DIR = "/caisson/witness"
 """Where witness FIFOs are mounted in the chamber (a root-only directory)."""
-_CHUNK = 1 << 16
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux), absent from older Pythons' fcntl
-
-
-class HostPids:
-    """Maps pids of the chamber's namespace to host pids, via ``NSpid`` in /proc.
-
-    Only processes of the chamber (its init and descendants) are considered. A process
-    that has already exited maps to None.
-    """
-
-    def __init__(self, init_host_pid: int):
-        self._init = init_host_pid
-        self._known: dict[int, int] = {}
-
-    def __call__(self, chamber_pid: int) -> int | None:
-        if chamber_pid not in self._known:
-            self._scan()
-        return self._known.get(chamber_pid)
-
-    def _scan(self) -> None:
-        try:
-            procs = [psutil.Process(self._init)]
-            procs += procs[0].children(recursive=True)
-        except psutil.Error:
-            return
-        for proc in procs:
-            try:
-                with open(f"/proc/{proc.pid}/status", "rb") as f:
-                    for line in f:
-                        if line.startswith(b"NSpid:"):
-                            self._known[int(line.split()[-1])] = proc.pid
-                            break
-            except (OSError, ValueError):
-                continue
 
 
 class StraceWitness:
@@ -109,8 +73,6 @@ class StraceWitness:
         self._fds = (rfd, wfd)
         self._argv = ["strace", *strace_argv(f"{WITNESS_DIR}/strace.fifo", seccomp=self.seccomp,
                                              verbose_env=True)]
-        self._redact = functools.partial(redact_env, key=ctx.fingerprint_key,
-                                         patterns=tuple(ctx.scenario.credential_patterns))
         argv = list(self._argv)
         if self.weaken_user:
             os.chown(wdir, 1000, 1000)
@@ -131,63 +93,26 @@ class StraceWitness:
 
     async def start(self, ctx) -> None:
         """Start reading the trace; the FIFO's ends were opened in `prepare`."""
-        ctx.nursery.start_soon(self._read, ctx)
-
-    async def _read(self, ctx) -> None:
         assert self._fds is not None
         rfd, wfd = self._fds
-        send: trio.MemorySendChannel[Submission] = ctx.send
-        parser = StraceParser(root_cwd=SANDBOX_PATH)
-        host_pids = HostPids(ctx.started.host_pid) if ctx.started else (lambda pid: None)
-        root: list[int | None] = [None]
-        exited: set[int] = set()
+        ctx.nursery.start_soon(_hold_until_stop, ctx, wfd)
+        host_pids = HostPids(ctx.started.host_pid if ctx.started else 0)
+        parser = StraceParser(root_cwd=SANDBOX_PATH, host_pid=host_pids, fingerprint_key=ctx.fingerprint_key,
+                              credential_patterns=tuple(ctx.scenario.credential_patterns))
+        ctx.nursery.start_soon(functools.partial(
+            run_strace_witness, ctx.send, trace=trio.lowlevel.FdStream(rfd), parser=parser, host_pids=host_pids.resolve,
+            detail={"argv": self._argv, "seccomp": self.seccomp,
+                    "tracer_user": "agent" if self.weaken_user else "root"},
+            root_exit_expected=lambda: ctx.end_status not in ("timeout", "interrupted")))
 
-        async def pump() -> None:
-            while (item := parser.next_event()) is not NEED_DATA:
-                wall_ns, event = item
-                pid = getattr(event, "host_pid", None)
-                if pid is not None:  # strace runs in the chamber: the pids it prints are chamber pids
-                    event = msgspec.structs.replace(event, pid=pid, host_pid=host_pids(pid))
-                    if isinstance(event, ProcessExec) and event.env:  # no secret reaches the ledger
-                        event = msgspec.structs.replace(event, env=self._redact(event.env))
-                    if root[0] is None:
-                        root[0] = pid
-                    if isinstance(event, ProcessExit):
-                        exited.add(pid)
-                await send.send(Submission(source=self.name, event=event, wall_ns=wall_ns))
 
-        held = [wfd]
-
-        async def hold_until_stop() -> None:
-            # Our own write end keeps the FIFO from reading as EOF before strace opens it;
-            # once the chamber has ended, it goes, and the reader drains to the real EOF.
-            await ctx.stop.wait()
-            os.close(held.pop())
-
-        async with send, trio.open_nursery() as nursery:
-            await send.send(Submission(source=self.name, event=WitnessStarted(
-                witness=self.name, detail={"argv": self._argv, "seccomp": self.seccomp,
-                                           "tracer_user": "agent" if self.weaken_user else "root"})))
-            nursery.start_soon(hold_until_stop)
-            try:
-                async with trio.lowlevel.FdStream(rfd) as stream:
-                    while data := await stream.receive_some(_CHUNK):
-                        parser.feed(data)
-                        await pump()
-            finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(2):
-                    parser.close()
-                    await pump()
-                    if root[0] is None:
-                        await send.send(Submission(source=self.name, event=WitnessGap(
-                            witness=self.name, reason="the tracer wrote nothing", missing="every syscall")))
-                    elif root[0] not in exited and ctx.end_status not in ("timeout", "interrupted"):
-                        await send.send(Submission(source=self.name, event=WitnessGap(
-                            witness=self.name, reason="the tracer exited before the agent",
-                            missing="syscalls after its last line")))
-                    await send.send(Submission(source=self.name, event=parser.witness_stopped()))
-                if held:
-                    os.close(held.pop())
+async def _hold_until_stop(ctx, wfd: int) -> None:
+    """Our own write end keeps the FIFO from reading as EOF before strace opens it; once
+    the chamber has ended, it goes, and the reader drains to the real EOF."""
+    try:
+        await ctx.stop.wait()
+    finally:
+        os.close(wfd)
 
 
 class ProcfsWitness:

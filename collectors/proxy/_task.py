@@ -18,18 +18,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 import trio
 
+from collectors._witness import FINAL_SEND_TIMEOUT_S, WitnessFailed, Witnessing, witness_life
 from collectors.proxy._bodies import BodyDecoder
 from collectors.proxy._exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler, Output
 from collectors.proxy._frames import NEED_DATA, Frame, FrameDecoder, FrameError, Hello, encode_frame
 from ledger import BlobStore, CaissonError, Submission, keyed_fingerprint
-from ledger.events import Event, WitnessGap, WitnessRaw, WitnessStarted, WitnessStopped
+from ledger.events import Event, WitnessRaw
 
 __all__ = [
     "ADDON_PATH", "CA_CERT_FILE", "NEED_DATA", "BodyDecoder", "ExchangeAssembler", "Frame",
@@ -41,11 +42,8 @@ WITNESS = "proxy"
 ADDON_PATH = Path(__file__).with_name("addon.py")
 CA_CERT_FILE = "mitmproxy-ca-cert.pem"
 """The CA certificate (PEM) in ``confdir`` that the chamber must trust."""
-_FINAL_SEND_TIMEOUT_S = 1.0  # how long each shielded last event may wait for channel space
 _DRAIN_S = 5.0  # how long shutdown waits for mitmdump to exit and its frames to drain
 _READ_BYTES = 1 << 16
-_time_ns = time.time_ns
-_monotonic_ns = time.monotonic_ns
 
 
 class ProxyStartError(CaissonError):
@@ -93,7 +91,23 @@ def mitmdump_command(
     ssl_insecure_upstream: bool = False, upstream_trusted_ca: Path | None = None,
     mitmdump: str | None = None,
 ) -> list[str]:
-    """The mitmdump command line of the witness (see `run_proxy_witness` for arguments)."""
+    """The mitmdump command line of the witness.
+
+    Args:
+        socket_path: the Unix socket where the addon sends its frames.
+        listen_host: address to listen on (the chamber's bridge gateway, or 127.0.0.1).
+        listen_port: TCP port; 0 lets the kernel choose.
+        confdir: mitmproxy's directory: its CA (created if absent) and generated certs.
+        allow_hosts: hosts the chamber may reach (names or ``*.suffix``); empty: none.
+        upstream: rewrites ``{host: "ip:port" | "http://ip:port" | "https://ip:port"}``.
+        ssl_insecure_upstream: do not verify upstream TLS certificates.
+        upstream_trusted_ca: PEM file of CAs trusted for upstream TLS, besides the
+            system's (e.g. a local test server's).
+        mitmdump: the executable (default: beside the running Python, else on PATH).
+
+    Raises:
+        ProxyStartError: no ``mitmdump`` was given or found.
+    """
     cmd = [
         mitmdump or _find_mitmdump(), "--listen-host", listen_host, "--listen-port", str(listen_port),
         "--set", f"confdir={confdir}", "--set", "connection_strategy=lazy",
@@ -110,16 +124,18 @@ def mitmdump_command(
 
 
 class _Pump:
-    """Frames from the addon's connection into the ledger: decoder, assembler, blobs."""
+    """Frames from the addon's connection into the ledger: decoder, assembler, blobs.
 
-    def __init__(self, send: trio.MemorySendChannel[Submission], blobs: BlobStore, assembler: ExchangeAssembler):
-        self.send, self.blobs, self.assembler = send, blobs, assembler
+    Counts into the `Witnessing`: ``lines`` frames, ``parse_failures`` bad frames,
+    ``bytes`` frame bytes.
+    """
+
+    def __init__(self, w: Witnessing, blobs: BlobStore, assembler: ExchangeAssembler):
+        self.w, self.blobs, self.assembler = w, blobs, assembler
         self.decoder = FrameDecoder()
-        self.frames = self.bad_frames = self.bytes = self.events = 0
 
     async def emit(self, event: Event, wall_ns: int | None = None, mono_ns: int | None = None) -> None:
-        await self.send.send(Submission(source=WITNESS, event=event, wall_ns=wall_ns, mono_ns=mono_ns))
-        self.events += 1
+        await self.w.send(event, wall_ns=wall_ns, mono_ns=mono_ns)
 
     async def flush(self) -> None:
         while (out := self.assembler.next_output()) is not NEED_DATA:
@@ -135,7 +151,7 @@ class _Pump:
             while (frame := self._next()) is not NEED_DATA:
                 if frame is None:  # sync lost: drop this connection, the addon reconnects
                     return None
-                self.frames += 1
+                self.w.lines += 1
                 self.assembler.feed(frame)  # type: ignore[arg-type]
                 if until_hello and isinstance(frame, Hello):
                     await self.flush()
@@ -148,12 +164,12 @@ class _Pump:
             if not data:
                 if self.decoder.buffered:
                     offset = self.decoder.bytes_fed - self.decoder.buffered
-                    self.bad_frames += 1
+                    self.w.parse_failures += 1
                     self.assembler.bad_frame(FrameError("connection ended inside a frame", fatal=False, offset=offset))
                 self.decoder = FrameDecoder()  # a new connection starts a new stream
                 await self.flush()
                 return None
-            self.bytes += len(data)
+            self.w.bytes += len(data)
             self.decoder.feed(data)
 
     def _next(self) -> Frame | object | None:
@@ -162,8 +178,8 @@ class _Pump:
             try:
                 return self.decoder.next_frame()
             except FrameError as exc:
-                self.bad_frames += 1
-                self.assembler.bad_frame(exc, _time_ns())
+                self.w.parse_failures += 1
+                self.assembler.bad_frame(exc, self.w.now()[0])
                 if exc.fatal:
                     self.decoder = FrameDecoder()
                     return None
@@ -194,15 +210,6 @@ def _tail(path: Path, chars: int = 2000) -> str:
         return ""
 
 
-async def _send_last(send: trio.MemorySendChannel[Submission], event: Event) -> None:
-    """Send a final event even while cancelled: shielded, bounded, receiver may be gone."""
-    with trio.move_on_after(_FINAL_SEND_TIMEOUT_S, shield=True):
-        try:
-            await send.send(Submission(source=WITNESS, event=event, wall_ns=_time_ns(), mono_ns=_monotonic_ns()))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-
-
 async def run_proxy_witness(
     send: trio.MemorySendChannel[Submission],
     *,
@@ -222,101 +229,117 @@ async def run_proxy_witness(
 ) -> None:
     """Run mitmdump with the witness addon and record every exchange until cancelled.
 
-    Sends ``witness.started`` (detail: command, mitmproxy version, listen address, CA
-    path, allow list, upstream rewrites), then per exchange its body blobs,
-    ``http.exchange`` and, for model APIs, ``llm.call``; odd input as ``witness.raw``.
-    If mitmdump exits on its own it sends ``witness.gap`` and returns without raising
-    (the run goes on, void). On cancellation it stops mitmdump (SIGTERM, then SIGKILL
-    after 5 s), drains its last frames, finishes open exchanges as cut, sends
-    ``witness.stopped`` (``lines``: frames, ``events``, ``parse_failures``: bad frames,
-    ``bytes``: frame bytes) and re-raises; these last steps are shielded and bounded.
+    Sends ``witness.started`` (command, version, listen address, CA, allow list, rewrites),
+    then per exchange its body blobs, ``http.exchange`` and, for model APIs, ``llm.call``;
+    odd input as ``witness.raw``. mitmdump exiting on its own is a ``witness.gap`` and a
+    return (the run goes on, void). Cancelled, it stops mitmdump (SIGTERM, SIGKILL after
+    5 s), drains its last frames, finishes open exchanges as cut, then ``witness.stopped``
+    (``lines``: frames, ``parse_failures``: bad frames, ``bytes``: frame bytes).
 
     Args:
         send: where submissions go; closed when this task ends, so pass a clone.
         blobs: the run's blob store (bodies are stored before their events are sent).
         fingerprint_key: the operator's fingerprint key (secrets -> keyed fingerprints).
-        confdir: mitmproxy's directory: its CA (created if absent) and generated certs.
-        listen_host: address to listen on (the chamber's bridge gateway, or 127.0.0.1).
-        listen_port: TCP port; 0 lets the kernel choose (reported in `ProxyInfo`).
-        allow_hosts: hosts the chamber may reach (names or ``*.suffix``); empty: none.
-        upstream: rewrites ``{host: "ip:port" | "http://ip:port" | "https://ip:port"}``.
-        ssl_insecure_upstream: do not verify upstream TLS certificates.
-        upstream_trusted_ca: PEM file of CAs trusted for upstream TLS, besides the
-            system's (e.g. a local test server's).
+        confdir, listen_host, listen_port, allow_hosts, upstream, ssl_insecure_upstream,
+            upstream_trusted_ca, mitmdump: as `mitmdump_command` takes them (port 0: the
+            kernel's choice, reported in `ProxyInfo`).
         max_body_bytes: body bytes kept per direction of one exchange.
         start_timeout_s: how long mitmdump may take to listen, seconds.
-        mitmdump: the executable (default: beside the running Python, else on PATH).
         task_status: started with `ProxyInfo` once mitmdump listens.
 
     Raises:
-        ProxyStartError: mitmdump is missing, exits or does not listen in time (before
-            ``started``; nothing was sent but what the exception says).
+        ProxyStartError: mitmdump is missing, exits or does not listen in time (nothing sent).
     """
     ca_cert = await trio.to_thread.run_sync(ensure_ca, confdir)
-    tmp = Path(tempfile.mkdtemp(prefix="caisson-proxy-"))
-    socket_path, log_path = str(tmp / "frames.sock"), tmp / "mitmdump.log"
-    cmd = mitmdump_command(socket_path=socket_path, listen_host=listen_host, listen_port=listen_port,
-                           confdir=confdir, allow_hosts=allow_hosts, upstream=upstream,
-                           ssl_insecure_upstream=ssl_insecure_upstream,
-                           upstream_trusted_ca=upstream_trusted_ca, mitmdump=mitmdump)
-    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-    await sock.bind(socket_path)
-    sock.listen(4)
-    listener = trio.SocketListener(sock)
-    assembler = ExchangeAssembler(keyed_fingerprint(fingerprint_key), max_body_bytes=max_body_bytes)
-    pump = _Pump(send, blobs, assembler)
-    proc: trio.Process | None = None
-    stream: trio.SocketStream | None = None
-    try:
-        async with send:
-            with open(log_path, "wb") as log:
-                proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-            try:
-                stream = await _accept(listener, proc, start_timeout_s)
-                hello = await pump.read(stream, until_hello=True) if stream is not None else None
-                if hello is None or not hello.listen:
-                    why = "exited" if proc.returncode is not None else "did not listen in time"
-                    raise ProxyStartError(f"mitmdump {why} (exit code {proc.returncode})", stderr=_tail(log_path))
+    with tempfile.TemporaryDirectory(prefix="caisson-proxy-", ignore_cleanup_errors=True) as tmp:
+        socket_path, log_path = f"{tmp}/frames.sock", Path(tmp, "mitmdump.log")
+        cmd = mitmdump_command(socket_path=socket_path, listen_host=listen_host, listen_port=listen_port,
+                               confdir=confdir, allow_hosts=allow_hosts, upstream=upstream,
+                               ssl_insecure_upstream=ssl_insecure_upstream,
+                               upstream_trusted_ca=upstream_trusted_ca, mitmdump=mitmdump)
+        assembler = ExchangeAssembler(keyed_fingerprint(fingerprint_key), max_body_bytes=max_body_bytes)
+        with await _frames_listener(socket_path) as sock:
+            async with (witness_life(send, WITNESS, missing="every HTTP(S) exchange after this point") as w,
+                        _mitmdump(cmd, log_path) as proc):
+                pump, listener = _Pump(w, blobs, assembler), trio.SocketListener(sock)
+                stream, hello = await _hello(listener, proc, pump, start_timeout_s, log_path)
                 info = ProxyInfo(host=listen_host, port=hello.listen[0][1], ca_cert_path=ca_cert, pid=proc.pid)
-                detail = {"command": cmd, "mitmproxy_version": hello.mitmproxy_version, "pid": proc.pid,
-                          "listen": f"{listen_host}:{info.port}", "ca_cert": str(ca_cert),
-                          "allow": list(allow_hosts), "upstream": dict(upstream)}
-                await pump.emit(WitnessStarted(witness=WITNESS, detail=detail), _time_ns(), _monotonic_ns())
+                await w.started({"command": cmd, "mitmproxy_version": hello.mitmproxy_version, "pid": proc.pid,
+                                 "listen": f"{listen_host}:{info.port}", "ca_cert": str(ca_cert),
+                                 "allow": list(allow_hosts), "upstream": dict(upstream)})
                 task_status.started(info)
-                while stream is not None:
-                    await pump.read(stream)
-                    await stream.aclose()
-                    stream = await _accept(listener, proc, float("inf"))  # the addon reconnects
-                since = _time_ns()
-                assembler.close(since, _monotonic_ns(), reason="mitmdump exited before the exchange finished")
-                await pump.flush()
-                await pump.emit(WitnessGap(witness=WITNESS, since_ns=since, dropped=assembler.dropped,
-                                           reason=f"mitmdump exited with code {proc.returncode}: {_tail(log_path, 300)}",
-                                           missing="every HTTP(S) exchange after this point"))
-            except trio.Cancelled:
-                with trio.move_on_after(_DRAIN_S, shield=True):
-                    await _drain(proc, stream, pump)
-                assembler.close(_time_ns(), _monotonic_ns())
-                with trio.move_on_after(_FINAL_SEND_TIMEOUT_S * 4, shield=True):
-                    try:
-                        await pump.flush()
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
-                if proc.returncode not in (0, None, -15):
-                    await _send_last(send, WitnessRaw(witness=WITNESS, line=f"mitmdump exit code {proc.returncode}: "
-                                                      f"{_tail(log_path, 300)}"))
-                await _send_last(send, WitnessStopped(witness=WITNESS, lines=pump.frames, events=pump.events,
-                                                      parse_failures=pump.bad_frames, bytes=pump.bytes))
-                raise
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        return  # the writer is gone; nothing left to report to
+                await _serve(listener, proc, stream, pump, log_path)
+
+
+@asynccontextmanager
+async def _mitmdump(cmd: list[str], log_path: Path) -> AsyncIterator[trio.Process]:
+    """mitmdump, its output in ``log_path``; killed on the way out if it still runs."""
+    with open(log_path, "wb") as log:
+        proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    try:
+        yield proc
     finally:
-        if proc is not None and proc.returncode is None:
+        if proc.returncode is None:
             proc.kill()
             with trio.CancelScope(shield=True):
                 await proc.wait()
-        sock.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def _frames_listener(socket_path: str) -> trio.socket.SocketType:
+    """The Unix socket the addon connects to, bound and listening."""
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await sock.bind(socket_path)
+    sock.listen(4)
+    return sock
+
+
+async def _hello(listener: trio.SocketListener, proc: trio.Process, pump: _Pump, timeout_s: float,
+                 log_path: Path) -> tuple[trio.SocketStream, Hello]:
+    """The addon's first connection and its hello frame, once mitmdump listens.
+
+    Raises:
+        ProxyStartError: mitmdump exited or did not listen within ``timeout_s`` seconds.
+    """
+    stream = await _accept(listener, proc, timeout_s)
+    hello = await pump.read(stream, until_hello=True) if stream is not None else None
+    if stream is None or hello is None or not hello.listen:
+        why = "exited" if proc.returncode is not None else "did not listen in time"
+        raise ProxyStartError(f"mitmdump {why} (exit code {proc.returncode})", stderr=_tail(log_path))
+    return stream, hello
+
+
+async def _serve(listener: trio.SocketListener, proc: trio.Process, stream: trio.SocketStream | None,
+                 pump: _Pump, log_path: Path) -> None:
+    """Move frames until mitmdump exits (then finish its exchanges as cut and fail with a
+    gap) or the task is cancelled (then stop mitmdump and drain it, shielded and bounded).
+
+    Raises:
+        WitnessFailed: mitmdump exited by itself.
+    """
+    w, assembler = pump.w, pump.assembler
+    try:
+        while stream is not None:
+            await pump.read(stream)
+            await stream.aclose()
+            stream = await _accept(listener, proc, float("inf"))  # the addon reconnects
+    finally:
+        if proc.returncode is None:  # cancelled, or the writer is gone
+            with trio.move_on_after(_DRAIN_S, shield=True):
+                await _drain(proc, stream, pump)
+            assembler.close(*w.now())
+            with trio.move_on_after(FINAL_SEND_TIMEOUT_S * 4, shield=True):
+                try:
+                    await pump.flush()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+            if proc.returncode not in (0, None, -15):
+                await w.send_last(WitnessRaw(witness=WITNESS, line=f"mitmdump exit code {proc.returncode}: "
+                                             f"{_tail(log_path, 300)}"))
+    since, mono = w.now()
+    assembler.close(since, mono, reason="mitmdump exited before the exchange finished")
+    await pump.flush()
+    raise WitnessFailed(f"mitmdump exited with code {proc.returncode}: {_tail(log_path, 300)}", since_ns=since,
+                        dropped=assembler.dropped)
 
 
 async def _drain(proc: trio.Process, stream: trio.SocketStream | None, pump: _Pump) -> None:

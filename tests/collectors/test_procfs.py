@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from ledger import CaissonError, Submission
 from ledger.events import HostSample, ProcSample, WitnessGap, WitnessStarted, WitnessStopped
 from collectors.procfs import (
     CpuTimes,
+    HostPids,
     HostSampler,
     ProcfsParseError,
     parse_loadavg,
@@ -232,6 +234,44 @@ def test_sample_tree_real_processes(tree):
     # (pid, start_time_ns) is the stable key; CPU time only grows.
     assert {(s.pid, s.start_time_ns) for s in samples} == {(s.pid, s.start_time_ns) for s in again.values()}
     assert all(again[p].cpu_ns >= by_host_pid[p].cpu_ns for p in by_host_pid)
+
+
+def test_host_pids_on_a_real_tree(tree):
+    root, kids = tree
+    host_pids = HostPids(root)
+    assert [host_pids(pid) for pid in (root, *kids)] == [root, *kids]  # no namespace here: NSpid == pid
+    assert host_pids.scans == 1  # one listing of /proc found them all
+    assert host_pids(2**22 + 1) is None  # beyond any pid_max: no such process
+
+
+def _proc(proc: Path, host_pid: int, namespace: str, nspid: int) -> None:
+    """A fake /proc/PID: its pid namespace link and NSpid line."""
+    (proc / str(host_pid) / "ns").mkdir(parents=True, exist_ok=True)
+    link = proc / str(host_pid) / "ns" / "pid"
+    link.unlink(missing_ok=True)
+    link.symlink_to(f"pid:[{namespace}]")
+    (proc / str(host_pid) / "status").write_text(f"Name:\tx\nNSpid:\t{host_pid}\t{nspid}\n")
+
+
+def _gone(proc: Path, host_pid: int) -> None:
+    shutil.rmtree(proc / str(host_pid))
+
+
+def test_host_pids_are_exact_in_the_chamber_namespace_and_never_stale(tmp_path):
+    _proc(tmp_path, 100, "4026532001", 1)  # the chamber's init
+    _proc(tmp_path, 300, "4026539999", 2)  # another container's pid 2
+    _proc(tmp_path, 200, "4026532001", 2)  # the chamber's pid 2
+    host_pids = HostPids(100, proc_root=tmp_path)
+    assert host_pids(2) == 200 and host_pids(1) == 100
+    _gone(tmp_path, 200)  # pid 2 exited; the chamber reuses 2 for a new process
+    _proc(tmp_path, 201, "4026532001", 2)
+    assert host_pids(2) == 201
+    _gone(tmp_path, 201)
+    assert host_pids(2) is None  # gone: never the old host pid, never the other container's
+    _gone(tmp_path, 300)  # host pid 300 reused by a process of the chamber
+    _proc(tmp_path, 300, "4026532001", 3)
+    assert host_pids(3) == 300
+    assert HostPids(999, proc_root=tmp_path)(1) is None  # no such init
 
 
 def test_sample_tree_vanished_root_and_vanishing_child(tree):

@@ -23,10 +23,12 @@ from collectors.strace import (
     STRACE_SYSCALLS,
     UNFINISHED,
     ParserClosedError,
+    named_pids,
     Stamped,
     StraceParser,
     strace_argv,
 )
+from ledger import fingerprint_secret
 from ledger.events import (
     FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessSyscall, WitnessRaw,
 )
@@ -401,6 +403,91 @@ def test_chamber_pid_translation():
                  f'200 {T} open("/c", O_RDONLY) = 3\n', chamber_pid=chamber_pid)
     assert [(e.pid, e.host_pid) for e in evs] == [(1, 100), (1, 100), (0, 200)]
     assert seen == [100, 200]  # once per process
+
+
+def test_host_pid_mapping_for_a_trace_taken_in_the_chamber():
+    seen: list[int] = []
+
+    def host_pid(chamber: int) -> int | None:
+        seen.append(chamber)
+        return {1: 4001}.get(chamber)
+
+    evs = events(f'1 {T} open("/a", O_RDONLY) = 3\n1 {T} open("/b", O_RDONLY) = 3\n'
+                 f'2 {T} open("/c", O_RDONLY) = 3\n', host_pid=host_pid)
+    assert [(e.pid, e.host_pid) for e in evs] == [(1, 4001), (1, 4001), (2, None)]
+    assert seen == [1, 2]  # once per process
+    with pytest.raises(ValueError):
+        StraceParser(host_pid=host_pid, chamber_pid=host_pid)
+
+
+def test_a_child_is_mapped_when_its_clone_returns_not_when_it_is_gone():
+    """A process whose first event is its exit: by then it has been reaped on the host, so
+    its host pid is asked for as soon as the trace names it (its parent's clone)."""
+    parser: StraceParser
+
+    def host_pid(chamber: int) -> int | None:  # pid 11 lives until its exit line is read
+        return {10: 4010, 11: 4011}[chamber] if chamber == 10 or parser.lines < 2 else None
+
+    parser = StraceParser(host_pid=host_pid)
+    parser.feed(f"10 {T} clone(child_stack=NULL, flags=CLONE_CHILD_SETTID|SIGCHLD) = 11\n"
+                f"11 {T} +++ exited with 0 +++\n".encode())
+    parser.close()
+    assert parser.next_event().event == ProcessExit(pid=11, host_pid=4011, code=0)
+    assert (parser.root_pid, parser.root_exited) == (10, False)
+
+
+def test_named_pids_finds_line_pids_and_clone_children_whole_or_cut():
+    data = golden("env.strace")
+    assert named_pids(data) == {17972, 17973}
+    assert named_pids(golden("pipeline.strace")) == {17759, 17760, 17761, 17762, 17763, 17764}
+    assert named_pids(f"1 {T} clone3({{flags=CLONE_VM}} => {{parent_tid=[2]}}, 88) = 2\n".encode()) == {1, 2}
+    assert named_pids(b"") == set() and named_pids(b"\xff\xfe garbage\n") == set()
+    lines = data.splitlines(keepends=True)
+    assert set().union(*(named_pids(line) for line in lines)) == {17972, 17973}  # line by line
+    assert named_pids(lines[4]) == {17973} and named_pids(lines[5]) == {17972, 17973}  # vfork resumed = 17973
+
+
+def test_learned_host_pids_beat_the_mapper_and_are_asked_once():
+    asked: list[int] = []
+    parser = StraceParser(host_pid=lambda pid: asked.append(pid) or None)
+    parser.learn_host_pids({1: 4001})
+    parser.feed(f'1 {T} open("/a", O_RDONLY) = 3\n2 {T} open("/b", O_RDONLY) = 3\n'.encode())
+    parser.close()
+    assert [(s.event.pid, s.event.host_pid) for s in iter(parser.next_event, NEED_DATA)] == [(1, 4001), (2, None)]
+    assert asked == [2]
+
+
+KEY = bytes(range(32))
+
+
+def test_env_golden_is_recorded_redacted_with_host_pids():
+    """What the witness's parser makes of a trace is what the ledger holds: host pids mapped,
+    credentials and key-like values fingerprinted with the run's key (ledger.redact_env)."""
+    parser_events = parse([golden("env.strace")], host_pid={17972: 90072, 17973: 90073}.get,
+                          fingerprint_key=KEY, credential_patterns=("MY_ORG_*",))
+    evs = [e for _, e in parser_events if not isinstance(e, FileOpen) or not_lib(e)]
+    fp = {v: fingerprint_secret(v, KEY) for v in ("sk-ant-api03-not-a-real-key", "org-42",
+                                                   "http://user:pw@proxy.example/")}
+    base = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "GREETING": "hello",
+            "ANTHROPIC_API_KEY": fp["sk-ant-api03-not-a-real-key"], "MY_ORG_ID": fp["org-42"]}
+    assert evs == [
+        ProcessExec(pid=17972, host_pid=90072, path="/bin/sh", cwd=ROOT_CWD, result=0, env=base, argv=[
+            "/bin/sh", "-c", "PROXY_URL=http://user:pw@proxy.example/ /bin/true; exec /bin/echo done"]),
+        ProcessExec(pid=17973, host_pid=90073, ppid=17972, path="/bin/true", argv=["/bin/true"], cwd=ROOT_CWD,
+                    result=0, env={**base, "PROXY_URL": fp["http://user:pw@proxy.example/"], "PWD": ROOT_CWD}),
+        ProcessExit(pid=17973, host_pid=90073, code=0),
+        ProcessExec(pid=17972, host_pid=90072, path="/bin/echo", argv=["/bin/echo", "done"], cwd=ROOT_CWD,
+                    result=0, env={**base, "PWD": ROOT_CWD}),
+        ProcessExit(pid=17972, host_pid=90072, code=0),
+    ]
+    assert [list(e.env) for e in evs if isinstance(e, ProcessExec)][1][:3] == ["PROXY_URL", "MY_ORG_ID", "GREETING"]
+    envs = repr([e.env for _, e in parser_events if isinstance(e, ProcessExec)])
+    assert "not-a-real-key" not in envs and "user:pw" not in envs and "org-42" not in envs
+
+
+def test_env_without_a_key_is_kept_as_printed():
+    (sh, *_) = of(events(golden("env.strace")), ProcessExec)
+    assert sh.env["ANTHROPIC_API_KEY"] == "sk-ant-api03-not-a-real-key"
 
 
 def test_overlong_lines_are_cut_deterministically():

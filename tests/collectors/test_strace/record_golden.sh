@@ -15,11 +15,12 @@ PY=$ROOT/.venv/bin/python
 W=/tmp/caisson-golden
 rm -rf "$W"; mkdir -p "$W"; cd "$W"
 
-opts() {  # the witness's strace options, with an optional string limit
+opts() {  # the witness's strace options, with an optional string limit and -v (verbose_env)
     "$PY" -c 'import sys; from collectors.strace import strace_argv
-print("\n".join(strace_argv(sys.argv[1], string_limit=int(sys.argv[2]))))' "$1" "${2:-4096}"
+print("\n".join(strace_argv(sys.argv[1], string_limit=int(sys.argv[2]), verbose_env=sys.argv[3] == "v")))' \
+        "$1" "${2:-4096}" "${3:-}"
 }
-trace() {  # trace NAME [LIMIT] -- COMMAND...
+trace() {  # trace NAME LIMIT -- COMMAND...
     name=$1; limit=$2; shift 3
     out="$HERE/$name.strace"
     # shellcheck disable=SC2046
@@ -171,6 +172,16 @@ subprocess.run(["/bin/sh", "-c", "exit 130"])
 subprocess.run(["/bin/sh", "-c", "kill -INT $$"])
 PY
 trace audit 4096 -- /usr/bin/python3 -S audit.py
+
+# 8. the witness's -v: exec'd environments with a credential variable, a scenario-declared
+#    one (MY_ORG_*), a URL with a password, and a short-lived child (vfork, exec, exit)
+#    whose lines come before its parent's vfork returns. Recorded with strace 6.1 (Debian 12).
+out="$HERE/env.strace"
+# shellcheck disable=SC2046
+(IFS='
+'; env -i PATH=/usr/bin:/bin LC_ALL=C ANTHROPIC_API_KEY=sk-ant-api03-not-a-real-key MY_ORG_ID=org-42 \
+    GREETING=hello strace $(opts "$out" 4096 v) /bin/sh -c \
+    'PROXY_URL=http://user:pw@proxy.example/ /bin/true; exec /bin/echo done') || true
 
 rm -rf "$W"
 ls -l "$HERE"/*.strace
