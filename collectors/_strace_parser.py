@@ -392,9 +392,9 @@ class StraceParser:
         return any(p.call.name in _CLONES for p in self._pending.values())
 
     def _release_held(self) -> None:
-        if self._clone_in_flight():
-            return
-        while self._held:
+        # A released line may itself start a clone: the lines after it wait again, and are
+        # not popped again until that clone returns (else they would be re-held forever).
+        while self._held and not self._clone_in_flight():
             tid = next(iter(self._held))
             for wall_ns, parsed, text in self._held.pop(tid):
                 self._dispatch(wall_ns, parsed, text)
