@@ -28,6 +28,7 @@ _COMMANDS = {
     "preflight": "before a matrix: check every arm x agent's tool gating on the scripted model",
     "model": "the scripted model endpoint (preflights, tests)",
     "image": "build chamber and agent images offline",
+    "study": "plan, run and follow a study (a matrix of cells)",
     "demo": "run the built-in example",
 }
 

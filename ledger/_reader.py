@@ -31,6 +31,7 @@ from ledger._format import (
     FrameParser,
     Header,
     Record,
+    Seal,
     seal_decoder,
 )
 from ledger._keys import VerifyKey
@@ -140,6 +141,7 @@ class LedgerChecker:
         self.sealed = 0
         self.final = False
         self.final_offset: int | None = None
+        self.last_seal: Seal | None = None  # the last seal that checked out
         self.tampered: tuple[str, int, int] | None = None
         self.blob_refs: list[tuple[int, BlobStored]] = []
         self._wall = 0  # running sums restoring absolute times
@@ -261,6 +263,7 @@ class LedgerChecker:
             if not self._trusted.verify(seal.signature, message):
                 raise _Tampered("bad signature on seal", frame.offset, self.sealed)
         self.sealed = seal.upto
+        self.last_seal = seal
         if seal.final:
             self.final = True
             self.final_offset = frame.offset
