@@ -31,11 +31,11 @@ SCRIPTED_KEY = "sk-caisson-scripted-endpoint"
 _BASELINE_SCRIPT = '''name = "study-baseline"
 [[turns]]
 text = "ready"
-usage = {{ input = 10, output = 2 }}
+usage = { input = 10, output = 2 }
 [[background]]
-match = {{ model_contains = "haiku" }}
-text = "{{}}"
-usage = {{ input = 1, output = 1 }}
+match = { model_contains = "haiku" }
+text = "{}"
+usage = { input = 1, output = 1 }
 '''
 
 
