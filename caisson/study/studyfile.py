@@ -140,19 +140,33 @@ class Study(_Strict, kw_only=True):
 
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<at>[^`]*)`)?$", re.S)
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def _where(text: str, field: str) -> str:
-    """``line L, column C`` of the last key named in ``field`` (a JSON path), or ``""``."""
-    keys = _KEY.findall(field.replace("$", ""))
-    if not keys:
-        return ""
-    pattern = re.compile(rf"(?m)^(\s*|.*[{{,]\s*)(\[\[?)?\s*{re.escape(keys[-1])}\s*(=|\]|\.)")
-    for n, line in enumerate(text.splitlines(), 1):
-        m = pattern.match(line)
-        if m:
-            return f"line {n}, column {line.index(keys[-1], m.start()) + 1}: "
+    """``line L, column C: `` where the field a JSON path names is written, or ``""``.
+
+    Follows ``[[table]]`` headers for indexed segments (``$.agents[1].adapter`` is looked
+    up after the second ``[[agents]]``); a best effort for a human, never an error.
+    """
+    lines = text.splitlines()
+    start = 0
+    segments = re.findall(r"\.([A-Za-z_][A-Za-z0-9_-]*)(?:\[(\d+)\])?", field)
+    for n, (key, index) in enumerate(segments):
+        last = n == len(segments) - 1
+        if index and not last:
+            header = re.compile(rf"^\s*\[\[\s*{re.escape(key)}\s*\]\]")
+            hits = [i for i in range(start, len(lines)) if header.match(lines[i])]
+            if len(hits) > int(index):
+                start = hits[int(index)]
+                continue
+        assign = re.compile(rf"(^|[{{,\s])\[?\s*{re.escape(key)}\s*(=|\]|\.)")
+        for i in range(start, len(lines)):
+            m = assign.search(lines[i])
+            if m:
+                if last:
+                    return f"line {i + 1}, column {lines[i].index(key, m.start()) + 1}: "
+                start = i
+                break
     return ""
 
 
