@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import secrets
 import subprocess
 import time
@@ -36,7 +37,7 @@ from caisson.agents import adapter as get_adapter
 from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario, dispatch, session_options
 from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
 from caisson.study.preflight import assess_baseline, check_grader
-from caisson.study.studyfile import Study, load_study, resolve
+from caisson.study.studyfile import PROVIDERS, load_study, resolve
 from caisson.study.studyledger import StudyLedger, read_study, sealed_state
 from ledger import SigningKey, read_records
 from ledger.events import (BaselineMeasured, CellEnded, CellStarted, StudyAborted, StudyEnded, StudyPlanned)
@@ -98,6 +99,12 @@ class _Runner:
             self.commit = self._resolve_commit(self.commit or "HEAD")
             seed = self.study.order.seed if self.study.order.seed is not None else secrets.randbits(32)
             plan = plan_study(self.study, self.scenario, seed=seed)
+        for combo in plan.combos:  # a real provider's credential comes from the caller: check it first
+            if combo.adapter and combo.endpoint.get("provider"):
+                credential = combo.endpoint.get("credential") or PROVIDERS[combo.adapter][1]
+                if not os.environ.get(credential):
+                    raise UsageError(f"agent {combo.agent}: its endpoint is {combo.endpoint['provider']}, but"
+                                     f" {credential} is not set in the environment")
         from caisson.run.record import new_run_id
 
         self.ledger = StudyLedger(self.out, self.key, run_id=f"study-{new_run_id()}", resume=self.resume)
