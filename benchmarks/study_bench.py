@@ -13,6 +13,7 @@ median wall time of `caisson study run` over the median of the N records (target
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import subprocess
@@ -63,7 +64,7 @@ def main() -> int:
         repo = make_probe_repo(work)
         (work / "scenario.toml").write_text(SCENARIO)
         study = work / "study.toml"
-        command = ", ".join(f"'{part}'" for part in COMMAND)
+        command = ", ".join(json.dumps(part) for part in COMMAND)
         study.write_text(f'name = "bench"\nscenario = "scenario.toml"\nrepetitions = {args.cells}\n'
                          f'[[agents]]\nname = "grep"\ncommand = [{command}]\n')
         timed([*cli, "record", "--out", str(work / "warm"), "--", "true"])
