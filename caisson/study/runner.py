@@ -99,6 +99,9 @@ class _Runner:
             self.commit = self._resolve_commit(self.commit or "HEAD")
             seed = self.study.order.seed if self.study.order.seed is not None else secrets.randbits(32)
             plan = plan_study(self.study, self.scenario, seed=seed)
+        if not self.resume:  # the grader check: a false key or a lax checklist stops here, before a ledger
+            key_file = resolve(self.study_path, self.study.answer_key) if self.study.answer_key else None
+            self.grader = check_grader(self.scenario, plan.questions, key_file)
         for combo in plan.combos:  # a real provider's credential comes from the caller: check it first
             if combo.adapter and combo.endpoint.get("provider"):
                 credential = combo.endpoint.get("credential") or PROVIDERS[combo.adapter][1]
@@ -122,8 +125,7 @@ class _Runner:
         study_sha = self.ledger.put_blob(self.data, "study", "application/toml")
         scenario_file = resolve(self.study_path, self.study.scenario)
         scenario_sha = self.ledger.put_blob(scenario_file.read_bytes(), "scenario", "application/toml")
-        key_file = resolve(self.study_path, self.study.answer_key) if self.study.answer_key else None
-        grader = check_grader(self.scenario, plan.questions, key_file)
+        grader = self.grader
         self.emit(StudyPlanned(
             study=self.study.name, study_sha256=study_sha, scenario_sha256=scenario_sha, scenario=self.study.scenario,
             repo=str(self.repo.resolve()), commit=self.commit, order_seed=plan.seed,

@@ -267,3 +267,37 @@ def test_checked_in_study_runs_end_to_end(agent_image, tmp_path, capsys):
     assert sorted(e.cell_id for e in ended) == sorted(c["cell_id"] for c in planned.cells)
     assert not any(e.cell_id.startswith("no-search--codex") for e in ended)
     assert main(["verify", str(out)]) == 0
+
+
+def test_infra_failures_are_void_attempts_and_the_first_sealed_clean_one_counts(chamber_image, tmp_path):
+    from caisson.errors import ChamberError
+
+    repo = make_probe_repo(tmp_path)
+    calls: list[Path] = []
+
+    @contextlib.contextmanager
+    def engine_fails_once(run_dir: Path):
+        calls.append(run_dir)
+        if len(calls) == 1:
+            raise ChamberError("the engine went away (injected)")
+        yield
+
+    study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP ", ""),
+                   questions='questions = ["where-answer"]')
+    result = run_study(study, tmp_path / "out", repo=repo, around_cell=engine_fails_once)
+    assert result.state == "ended" and (result.counted, result.void) == (1, 0)
+    ended = _events(tmp_path / "out", CellEnded)
+    assert [(e.attempt, e.status, e.infra_failure, e.counting) for e in ended] == [
+        (1, "failed", True, False), (2, "clean", False, True)]
+    assert "injected" in ended[0].void_reason and ended[1].score == 1.0
+    assert len(_events(tmp_path / "out", CellStarted)) == 2  # each attempt written before its dispatch
+
+    missing = _study(tmp_path, 'arms = ["plain"]\n[[agents]]\nname = "missing"\ncommand = ["/opt/agent/bin/none"]\n',
+                     questions='questions = ["where-answer"]')
+    result = run_study(missing, tmp_path / "out2", repo=repo, infra_retries=1)
+    ended = _events(tmp_path / "out2", CellEnded)
+    assert [(e.attempt, e.infra_failure, e.counting, e.score) for e in ended] == [(1, True, False, None),
+                                                                                   (2, True, False, None)]
+    assert all("infra_failure" in e.void_reason for e in ended)
+    assert result.state == "ended" and (result.counted, result.void) == (0, 1)  # void, never a 0
+    assert verify_study(tmp_path / "out2", ensure_operator_key().verify_key).status == "ok"
