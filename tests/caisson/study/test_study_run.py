@@ -70,11 +70,12 @@ def _events(out: Path, kind):
 
 @pytest.fixture(scope="module")
 def small_study(tmp_path_factory, request) -> Path:
-    """A finished study: the grep probe on two questions, one arm, one repetition."""
+    """A finished study: the grep probe on two questions, one repetition; arm plain runs,
+    arm no-write is refused (a command is ungated and no-write withholds Write)."""
     request.getfixturevalue("chamber_image")
     root = tmp_path_factory.mktemp("small-study")
     repo = make_probe_repo(root)
-    study = _study(root, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP ", ""))
+    study = _study(root, GREP_AGENT.replace("SLEEP ", ""))
     result = run_study(study, root / "out", repo=repo)
     assert result.state == "ended", result
     return root / "out"
@@ -87,6 +88,8 @@ def test_study_ledger_binds_baseline_and_every_cell(small_study):
     assert [c["question_id"] for c in sorted(planned.cells, key=lambda c: c["question_id"])] == [
         "where-answer", "where-nothing"]
     assert planned.order_seed is not None and len(planned.grader) == 2
+    assert [(r["arm"], r["agent"], r["gating"], r["kind"], r["cells"]) for r in planned.refusals] == [
+        ("no-write", "grep", "ungated", "cannot", 2)]
     [baseline] = _events(small_study, BaselineMeasured)
     assert baseline.status == "ok" and (small_study / baseline.run_dir / "ledger").is_file()
     ended = _events(small_study, CellEnded)
@@ -98,6 +101,26 @@ def test_study_ledger_binds_baseline_and_every_cell(small_study):
         assert (small_study / e.run_dir / "findings.json").is_file()
     assert main(["verify", str(small_study)]) == 0
     assert main(["study", "status", str(small_study)]) == 0
+
+
+def test_progress_plain_lines_and_status_come_from_the_study_ledger(small_study, capsys):
+    import io
+
+    from caisson.study.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(small_study, live=False, stream=stream)
+    progress.update()
+    progress.update()  # unchanged: not printed twice
+    progress.close()
+    assert stream.getvalue() == ("study t: ended; cells 2: done 2, void 0, left 0; refused 2; attempts 2"
+                                 " (infra failures 0)\n")
+    capsys.readouterr()
+    assert main(["study", "status", str(small_study), "--json"]) == 0
+    import json
+
+    status = json.loads(capsys.readouterr().out)
+    assert (status["state"], status["done"], status["left"], status["refused"]) == ("ended", 2, 0, 2)
 
 
 def _cells(out: Path) -> list[Path]:
@@ -183,6 +206,7 @@ def test_sigkill_mid_cell_then_resume_runs_the_same_cells(chamber_image, tmp_pat
     killed = _events(out, CellStarted)[1]
     key = ensure_operator_key().verify_key
     assert verify_study(out, key).status == "unclosed"
+    assert main(["study", "status", str(out)]) == 3  # running or stopped: resumable
     resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
     report = verify_study(out, key)
