@@ -42,10 +42,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     status.set_defaults(func=run_status)
 
 
-def plan_lines(plan) -> list[str]:
-    """The human lines of `caisson study plan` (also printed before a run)."""
+def plan_lines(plan, *, drawn: bool = False) -> list[str]:
+    """The human lines of `caisson study plan` (also printed before a run); ``drawn``: the
+    study draws its seed at run time (the order shown is one example)."""
+    order = ("not shuffled" if plan.seed is None else
+             "shuffled, seed drawn and recorded at run time" if drawn else f"shuffled, seed {plan.seed}")
     lines = [f"study {plan.study}: {len(plan.cells)} cells ({len(plan.questions)} questions x {plan.repetitions}"
-             f" repetitions per combination), order seed {plan.seed}"]
+             f" repetitions per combination), order {order}"]
     for c in plan.combos:
         elicitation = ", ".join(f"{k}={v}" for k, v in c.elicitation.items()) or "-"
         lines.append(f"RUN     {c.arm} x {c.agent} x {c.model or '-'}: gating {c.gating}, elicitation {elicitation},"
@@ -65,7 +68,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(msgspec.json.encode(plan).decode() + "\n")
     else:
-        print("\n".join(plan_lines(plan)))
+        print("\n".join(plan_lines(plan, drawn=args.seed is None and study.order.seed is None)))
     return 0
 
 
