@@ -46,7 +46,7 @@ class Progress:
         return status_lines(study_status(records), now_ns=time.time_ns(), load=os.getloadavg())
 
     def update(self) -> None:
-        """Redraw (live) or print the status line when it changed (plain)."""
+        """Redraw (live), or print the status line when its counts changed (plain)."""
         lines = self._lines()
         if not lines:
             return
@@ -55,7 +55,7 @@ class Progress:
 
             self._live.update(Text("\n".join(lines)))
             return
-        plain = lines[0] + (f" | {lines[2].strip()}" if len(lines) > 2 else "")
+        plain = lines[0]  # counts changed: a cell ended, or the study did
         if plain != self._last_plain:
             print(plain, file=self.stream, flush=True)
             self._last_plain = plain
