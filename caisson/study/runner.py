@@ -33,6 +33,7 @@ from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, should_abort_s
 from caisson.errors import ChamberError, UsageError
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
+from caisson.run.record import new_run_id
 from caisson.agents import adapter as get_adapter
 from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario, dispatch, session_options
 from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
@@ -108,8 +109,6 @@ class _Runner:
                 if not os.environ.get(credential):
                     raise UsageError(f"agent {combo.agent}: its endpoint is {combo.endpoint['provider']}, but"
                                      f" {credential} is not set in the environment")
-        from caisson.run.record import new_run_id
-
         self.ledger = StudyLedger(self.out, self.key, run_id=f"study-{new_run_id()}", resume=self.resume)
         return plan, previous
 
