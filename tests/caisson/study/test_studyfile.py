@@ -223,3 +223,22 @@ def test_status_folds_attempts_infra_retries_and_abort():
     assert status.eta_ns == status.mean_attempt_ns * 1
     aborted = study_status(records + _records(StudyAborted(reason="stall", cells=["a"])))
     assert aborted.state == "aborted" and aborted.current is None and aborted.abort_reason == "stall"
+
+
+def test_study_run_with_a_bad_file_exits_2_and_writes_nothing(folder, tmp_path):
+    path = _write(folder, GOOD.replace("repetitions = 2", "repetitions = -1"))
+    out = tmp_path / "never"
+    assert main(["study", "run", str(path), "--out", str(out), "--repo", str(tmp_path)]) == 2
+    assert not out.exists()
+
+
+def test_public_surface_is_pinned():
+    import caisson.study
+
+    assert sorted(caisson.study.__all__) == [
+        "BaselineFacts", "Cell", "Combo", "GraderCheck", "Refusal", "SealedState", "Study", "StudyAgent",
+        "StudyPlan", "StudyResult", "StudyStatus", "StudyVerifyReport", "assess_baseline", "cell_id",
+        "check_grader", "is_study_dir", "load_study", "parse_study", "plan_study", "read_study", "run_study",
+        "sealed_state", "status_lines", "study_status", "verify_study"]
+    for name in caisson.study.__all__:
+        assert getattr(caisson.study, name).__module__.startswith("caisson.study.")
