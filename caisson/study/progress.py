@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from caisson.study.status import status_lines, study_status
-from caisson.study.studyledger import read_study
+from caisson.study.studyledger import segments
+from ledger import LEDGER_FILE, LedgerChecker, Record
 
 __all__ = ["Progress"]
 
@@ -32,18 +33,35 @@ class Progress:
         self.live = self.stream.isatty() if live is None else live
         self._live = None
         self._last_plain = ""
+        self._records: list[Record] = []
+        self._read: dict[Path, tuple[LedgerChecker, int]] = {}  # segment -> (its checker, bytes fed)
         if self.live:
             from rich.live import Live
 
             self._live = Live("", refresh_per_second=2, transient=False)
             self._live.start()
 
+    def _follow(self) -> None:
+        """Feed each segment's new bytes to its checker (the study ledger is read once, as it grows)."""
+        for seg in segments(self.study_dir):
+            checker, fed = self._read.get(seg, (None, 0))
+            if checker is None:
+                checker = LedgerChecker(None, decode=True)
+            try:
+                with open(seg / LEDGER_FILE, "rb") as handle:
+                    handle.seek(fed)
+                    data = handle.read()
+            except FileNotFoundError:
+                continue
+            checker.feed(data)
+            self._records.extend(checker.records())
+            self._read[seg] = (checker, fed + len(data))
+
     def _lines(self) -> list[str]:
-        try:
-            records = read_study(self.study_dir)
-        except Exception:  # the first segment is being created: nothing to show yet
+        self._follow()
+        if not self._records:
             return []
-        return status_lines(study_status(records), now_ns=time.time_ns(), load=os.getloadavg())
+        return status_lines(study_status(self._records), now_ns=time.time_ns(), load=os.getloadavg())
 
     def update(self) -> None:
         """Redraw (live), or print the status line when its counts changed (plain)."""
