@@ -124,6 +124,11 @@ class _Runner:
         study_sha = self.ledger.put_blob(self.data, "study", "application/toml")
         scenario_file = resolve(self.study_path, self.study.scenario)
         scenario_sha = self.ledger.put_blob(scenario_file.read_bytes(), "scenario", "application/toml")
+        for combo in plan.combos:  # what the scripted endpoint played is evidence too
+            script = combo.endpoint.get("script")
+            for qid in (plan.questions if script and "{question}" in script else [None] if script else []):
+                path = resolve(self.study_path, script.replace("{question}", qid or ""))
+                self.ledger.put_blob(path.read_bytes(), f"model_script {combo.agent} {qid or '*'}", "application/toml")
         grader = self.grader
         self.emit(StudyPlanned(
             study=self.study.name, study_sha256=study_sha, scenario_sha256=scenario_sha, scenario=self.study.scenario,
