@@ -453,7 +453,7 @@ class CellEnded(_Event, tag="cell.ended", frozen=True, kw_only=True):
     attempt: int
     run_id: str | None = None  # None: no ledger was written (the chamber never started)
     run_dir: str = ""  # relative to the study directory
-    status: str = ""  # clean | void | unverified | unclosed | failed
+    status: str = ""  # clean | void | unverified | unclosed | failed | refused (record refused the session)
     void_reason: str = ""  # the voiding findings, one per line
     infra_failure: bool = False  # void because the chamber or agent failed to start (retried)
     counting: bool = False  # this attempt is the cell's counting one (first sealed, not infra)

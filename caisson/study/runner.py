@@ -30,7 +30,7 @@ import msgspec
 
 from caisson.detectors import VOID, Finding
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, should_abort_study
-from caisson.errors import ChamberError, UsageError
+from caisson.errors import CaissonError, ChamberError, UsageError
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
 from caisson.run.record import new_run_id
@@ -59,6 +59,10 @@ class StudyResult(msgspec.Struct, kw_only=True):
     void: int = 0
 
 
+class _Stop(Exception):
+    """A session was refused before it ran: the study stops here, recorded as aborted."""
+
+
 class _Runner:
     def __init__(self, study_path: Path, out: Path, *, repo: Path, commit: str | None, resume: bool,
                  infra_retries: int, weaken: list[str], around_cell, on_event: Callable[[], None]):
@@ -69,6 +73,7 @@ class _Runner:
         self.key: SigningKey = ensure_operator_key()
         self.commit = commit
         self.history: list[list[Finding]] = []  # counting cells' findings, in run order (the abort rule)
+        self.interrupted = False  # Ctrl-C: stop after the attempt is settled, resumable
 
     # -- the study ledger ----------------------------------------------------------------
 
@@ -162,9 +167,15 @@ class _Runner:
                              commit=self.commit, command=list(agent.command), timeout_s=self.study.timeout_s,
                              study_dir=self.out, weaken=self.weaken) as options:
             try:
-                return dispatch(options, around=None if session.baseline else self.around_cell), ""
+                outcome = dispatch(options, around=None if session.baseline else self.around_cell)
             except ChamberError as exc:
                 return None, f"the chamber failed: {exc}"
+            except CaissonError as exc:  # refused before anything ran (containment, a bad input): not retried
+                raise _Stop(f"{'baseline' if session.baseline else 'cell'} {session.run_dir.name}: record refused:"
+                            f" {exc}") from exc
+            if outcome.status == "interrupted":  # Ctrl-C reached the recorder: settle this attempt, then stop
+                self.interrupted = True
+            return outcome, ""
 
     # -- preflight -----------------------------------------------------------------------
 
@@ -181,7 +192,12 @@ class _Runner:
             rel = base / str(n)
             session = Session(run_dir=self.out / rel, question_id=BASELINE_QUESTION, baseline=True,
                               scenario=self._scenario_for(combo, baseline=True))
-            outcome, error = self._record(combo, session)
+            try:
+                outcome, error = self._record(combo, session)
+            except _Stop as stop:
+                self.emit(BaselineMeasured(arm=combo.arm, agent=combo.agent, model=combo.model, run_dir=str(rel),
+                                           status="abort", reason=str(stop)))
+                return f"preflight: {stop}"
             state = sealed_state(session.run_dir, self.key.verify_key) if (session.run_dir / "ledger").exists() else None
             static = get_adapter(combo.adapter).static_tools if combo.adapter else ()
             if state is None or state.status != "ok":
@@ -247,10 +263,17 @@ class _Runner:
             session = Session(run_dir=self.out / rel, question_id=cell.question_id,
                               scenario=self._scenario_for(combo, baseline=False))
             t0 = time.monotonic_ns()
-            outcome, error = self._record(combo, session)
+            try:
+                outcome, error = self._record(combo, session)
+            except _Stop as stop:
+                self.emit(CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="refused",
+                                    void_reason=str(stop), wall_ns=time.monotonic_ns() - t0))
+                raise
             done = self._conclude(cell, attempt, rel, outcome, error, time.monotonic_ns() - t0)
             self.emit(done)
             ended.append(done)
+            if self.interrupted:
+                raise KeyboardInterrupt
 
     def _restore_history(self, previous: list) -> None:
         for record in previous:
@@ -268,6 +291,8 @@ class _Runner:
                 if failed:
                     return self.finish(plan, "preflight: the grader " + " | ".join(failed), [])
             reason = self.preflight(plan, previous)
+            if self.interrupted:
+                raise KeyboardInterrupt
             if reason:
                 return self.finish(plan, reason, [])
             self._restore_history(previous)
@@ -283,8 +308,11 @@ class _Runner:
             for cell in plan.cells:
                 cell_ended = ended.setdefault(cell.cell_id, [])
                 before = len(self.history)
-                self.run_cell(cell, combos[(cell.arm, cell.agent, cell.model)], cell_ended,
-                              started.get(cell.cell_id, set()))
+                try:
+                    self.run_cell(cell, combos[(cell.arm, cell.agent, cell.model)], cell_ended,
+                                  started.get(cell.cell_id, set()))
+                except _Stop as stop:
+                    return self.finish(plan, str(stop), [cell.cell_id], ended)
                 if len(self.history) > before and should_abort_study(self.history, self.study.abort.host_stalled_in_a_row):
                     n = self.study.abort.host_stalled_in_a_row
                     stalled = [c for c in self._counting_order(ended)][-n:]

@@ -325,3 +325,17 @@ def test_infra_failures_are_void_attempts_and_the_first_sealed_clean_one_counts(
     assert all("infra_failure" in e.void_reason for e in ended)
     assert result.state == "ended" and (result.counted, result.void) == (0, 1)  # void, never a 0
     assert verify_study(tmp_path / "out2", ensure_operator_key().verify_key).status == "ok"
+
+
+def test_a_session_record_refuses_aborts_the_study_with_its_reason(chamber_image, tmp_path):
+    repo = make_probe_repo(tmp_path)
+    study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP ", ""),
+                   questions='questions = ["where-answer"]')
+    (tmp_path / "scenario.toml").write_text(SCENARIO.replace('answer_file = "ANSWER.md"',
+                                                             'answer_file = "ANSWER.md"\nleak_terms = ["return 42"]'))
+    result = run_study(study, tmp_path / "out", repo=repo)
+    assert result.state == "aborted" and "record refused" in result.reason and "return 42" in result.reason
+    [baseline] = _events(tmp_path / "out", BaselineMeasured)
+    assert baseline.status == "abort" and baseline.reason in result.reason
+    assert _events(tmp_path / "out", CellStarted) == []
+    assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
