@@ -73,6 +73,7 @@ class _Runner:
         self.key: SigningKey = ensure_operator_key()
         self.commit = commit
         self.history: list[list[Finding]] = []  # counting cells' findings, in run order (the abort rule)
+        self.history_cells: list[str] = []  # the same cells' ids
         self.interrupted = False  # Ctrl-C: stop after the attempt is settled, resumable
 
     # -- the study ledger ----------------------------------------------------------------
@@ -234,6 +235,7 @@ class _Runner:
         counting = state.status == "ok" and not infra
         if counting:
             self.history.append(list(result.findings))
+            self.history_cells.append(cell.cell_id)
         status = result.status if state.status == "ok" else state.status
         return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_id=state.run_id, run_dir=str(rel), status=status,
                          void_reason="\n".join(result.reasons) or state.reason or error, infra_failure=infra,
@@ -282,6 +284,7 @@ class _Runner:
                 stalled = [Finding(detector=HOST_STALLED, kind="host_stalled", effect=VOID, message=line)
                            for line in e.void_reason.splitlines() if line.startswith("host_stalled:")]
                 self.history.append(stalled)
+                self.history_cells.append(e.cell_id)
 
     def run(self) -> StudyResult:
         plan, previous = self.start()
@@ -315,17 +318,13 @@ class _Runner:
                     return self.finish(plan, str(stop), [cell.cell_id], ended)
                 if len(self.history) > before and should_abort_study(self.history, self.study.abort.host_stalled_in_a_row):
                     n = self.study.abort.host_stalled_in_a_row
-                    stalled = [c for c in self._counting_order(ended)][-n:]
+                    stalled = self.history_cells[-n:]
                     return self.finish(plan, f"{n} host_stalled cells in a row: the host, not the agents, is being"
                                        " measured", stalled, ended)
             return self.finish(plan, "", [], ended)
         finally:
             if not self.ledger.writer.closed:
                 self.ledger.close()
-
-    def _counting_order(self, ended: dict[str, list[CellEnded]]) -> list[str]:
-        records = [(e.cell_id, e) for es in ended.values() for e in es if e.counting]
-        return [cell for cell, _ in records]
 
     def finish(self, plan: StudyPlan, reason: str, cells: list[str],
                ended: dict[str, list[CellEnded]] | None = None) -> StudyResult:
