@@ -339,3 +339,24 @@ def test_a_session_record_refuses_aborts_the_study_with_its_reason(chamber_image
     assert baseline.status == "abort" and baseline.reason in result.reason
     assert _events(tmp_path / "out", CellStarted) == []
     assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
+
+
+def test_resume_concludes_a_closed_attempt_without_running_it_again(chamber_image, tmp_path):
+    repo = make_probe_repo(tmp_path)
+    study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP ", ""),
+                   questions='questions = ["where-answer"]')
+
+    @contextlib.contextmanager
+    def runner_dies_after_the_record(run_dir: Path):
+        yield
+        raise KeyboardInterrupt  # the recorder closed its ledger; the runner never wrote cell.ended
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(study, tmp_path / "out", repo=repo, around_cell=runner_dies_after_the_record)
+    assert _events(tmp_path / "out", CellEnded) == [] and len(_events(tmp_path / "out", CellStarted)) == 1
+    result = run_study(study, tmp_path / "out", repo=repo, resume=True)
+    assert result.state == "ended" and result.counted == 1
+    [ended] = _events(tmp_path / "out", CellEnded)
+    assert (ended.attempt, ended.status, ended.counting, ended.score) == (1, "clean", True, 1.0)
+    assert len(_events(tmp_path / "out", CellStarted)) == 1  # not dispatched again
+    assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
