@@ -433,6 +433,7 @@ class BaselineMeasured(_Event, tag="baseline.measured", frozen=True, kw_only=Tru
     status: str = ""  # ok | abort
     reason: str = ""  # why the study aborts here, naming tool, arm and agent
     tools_discovered: list[str] = []  # the surface the agent reported (agent.tools)
+    tools_requested: list[str] = []  # the tools its model requests offered (proxy witness: request bodies)
     deny: list[str] = []  # the deny list of this combination's cells (static union discovered, minus grant)
     floor_tokens: int | None = None  # the session's total tokens (input + output); None: not measured
     floor_source: str | None = None  # where floor_tokens comes from, e.g. "claude-code result.usage"

@@ -7,16 +7,20 @@ The grader check (`check_grader`) grades, for each question, the answer key's ow
 answer. An absence question's key answer is its correct abstention. A false key, or a
 checklist that accepts anything, stops the study here, not in the report.
 
-The baseline (`assess_baseline`) reads a probe session's sealed records: the tool surface
-the agent reported is the **isolation assertion** (a tool of the deny list still offered,
-or an offered tool the deny list does not know and the arm does not grant, aborts naming
-tool, arm and agent), the **tool discovery** (the combination's deny list is the static
-one unioned with the discovered surface minus the grant) and the **token floor** (the
-session's total tokens, input + output, with their source; None when not measured).
+The baseline (`assess_baseline`) reads a probe session's sealed records. Two witnesses
+give its tool surface: what the agent reported about itself (``agent.tools``) and what
+its model requests offered (the request bodies the proxy kept, `request_tools`). Their
+union is the **isolation assertion** (a tool of the deny list still offered, or an
+offered tool the arm neither grants nor denies, aborts naming tool, arm and agent: the
+deny list must be every discovered tool minus the grant, and a cell's is the adapter's
+static one), the **tool discovery** (the combination's deny list: the static one unioned
+with the discovered surface, minus the grant) and the **token floor** (the session's
+total tokens, input + output, with their source; None when not measured).
 """
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,7 +33,7 @@ from caisson.scenario import Scenario
 from ledger import Record
 from ledger.events import AgentTools, AgentUsage
 
-__all__ = ["GraderCheck", "BaselineFacts", "check_grader", "assess_baseline", "BAD_ANSWER"]
+__all__ = ["GraderCheck", "BaselineFacts", "check_grader", "assess_baseline", "request_tools", "BAD_ANSWER"]
 
 BAD_ANSWER = "It is defined in src/caisson_nowhere/never.py at line 1."
 """A known-bad answer when the key has none: a confident location that answers nothing."""
@@ -52,6 +56,7 @@ class BaselineFacts(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
     reason: str = ""
     tools_discovered: list[str] = []
+    tools_requested: list[str] = []
     deny: list[str] = []
     floor_tokens: int | None = None
     floor_source: str | None = None
@@ -102,8 +107,31 @@ def check_grader(scenario: Scenario, question_ids: Iterable[str], key_file: Path
     return checks
 
 
+def request_tools(body: bytes) -> list[str] | None:
+    """The tool names one model request offers, from its JSON body; None: not a JSON object.
+
+    Shapes (Anthropic Messages ``tools[].name``; OpenAI Chat ``tools[].function.name``;
+    OpenAI Responses ``tools[].name``, or ``tools[].type`` for a built-in such as
+    ``web_search``).
+    """
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    names = []
+    for tool in obj.get("tools") or []:
+        if isinstance(tool, dict):
+            function = tool.get("function") if isinstance(tool.get("function"), dict) else {}
+            name = tool.get("name") or function.get("name") or tool.get("type")
+            if isinstance(name, str) and name:
+                names.append(name)
+    return names
+
+
 def assess_baseline(records: Iterable[Record], *, arm: str, agent: str, grant: Iterable[str],
-                    deny: Iterable[str], static: Iterable[str]) -> BaselineFacts:
+                    deny: Iterable[str], static: Iterable[str], requested: Iterable[str] = ()) -> BaselineFacts:
     """The isolation assertion, tool discovery and token floor of one baseline session.
 
     Args:
@@ -112,35 +140,40 @@ def assess_baseline(records: Iterable[Record], *, arm: str, agent: str, grant: I
         grant: the arm's granted tools.
         deny: the deny list the probe was given.
         static: the adapter's static tool list (empty for a command agent).
+        requested: the tools the session's model requests offered (`request_tools` over
+            the proxy's request bodies).
 
     Returns:
         The facts; ``ok`` False (with the reason) when the study must abort.
     """
-    offered: set[str] = set()
+    reported_tools: set[str] = set()
     reported = False
     floor, source = None, None
     for record in records:
         event = record.event
         if isinstance(event, AgentTools):
             reported = True
-            offered.update(event.tools)
+            reported_tools.update(event.tools)
         elif isinstance(event, AgentUsage) and event.normalized is not None:
             total = event.normalized.total_tokens
             if total is not None:
                 floor, source = (floor or 0) + total, event.token_source
+    requested_tools = set(requested)
+    offered = reported_tools | requested_tools
     denied, granted = set(deny), set(grant)
-    discovered = sorted(offered)
     full_deny = sorted(denied | (offered - granted) | (set(static) - granted))
-    facts = dict(tools_discovered=discovered, deny=full_deny, floor_tokens=floor, floor_source=source)
+    facts = dict(tools_discovered=sorted(reported_tools), tools_requested=sorted(requested_tools), deny=full_deny,
+                 floor_tokens=floor, floor_source=source)
     still = sorted(offered & denied)
     if still:
         return BaselineFacts(ok=False, reason=f"isolation: arm {arm}, agent {agent}: denied tool(s) still offered:"
                              f" {', '.join(still)}", **facts)
     unknown = sorted(offered - granted - denied)
     if unknown:
-        return BaselineFacts(ok=False, reason=f"isolation: arm {arm}, agent {agent}: offers tool(s) the deny list"
-                             f" does not name and the arm does not grant: {', '.join(unknown)}", **facts)
-    if denied and not reported:
-        return BaselineFacts(ok=False, reason=f"isolation: arm {arm}, agent {agent}: the agent reported no tool"
-                             " surface, so its deny list cannot be verified", **facts)
+        return BaselineFacts(ok=False, reason=f"isolation: arm {arm}, agent {agent}: offers tool(s) the arm neither"
+                             f" grants nor denies: {', '.join(unknown)} (grant them, or teach the adapter's static"
+                             " list to deny them)", **facts)
+    if denied and not reported and not requested_tools:
+        return BaselineFacts(ok=False, reason=f"isolation: arm {arm}, agent {agent}: no tool surface was seen"
+                             " (neither reported nor requested), so its deny list cannot be verified", **facts)
     return BaselineFacts(ok=True, **facts)

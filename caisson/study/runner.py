@@ -37,11 +37,12 @@ from caisson.run.record import new_run_id
 from caisson.agents import adapter as get_adapter
 from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario, dispatch, session_options
 from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
-from caisson.study.preflight import assess_baseline, check_grader
+from caisson.study.preflight import assess_baseline, check_grader, request_tools
 from caisson.study.studyfile import PROVIDERS, load_study, resolve
 from caisson.study.studyledger import StudyLedger, read_study, sealed_state
-from ledger import SigningKey, read_records
-from ledger.events import (BaselineMeasured, CellEnded, CellStarted, StudyAborted, StudyEnded, StudyPlanned)
+from ledger import BLOBS_DIR, BlobStore, SigningKey, read_records
+from ledger.events import (BaselineMeasured, CellEnded, CellStarted, HttpExchange, StudyAborted, StudyEnded,
+                           StudyPlanned)
 
 __all__ = ["StudyResult", "run_study", "EXIT_ABORTED"]
 
@@ -205,14 +206,16 @@ class _Runner:
                 reason = error or f"the baseline ledger did not verify closed ({state.status if state else 'absent'})"
                 facts_ok, facts = False, None
             else:
-                facts = assess_baseline(read_records(session.run_dir, self.key.verify_key), arm=combo.arm,
-                                        agent=combo.agent, grant=combo.grant, deny=combo.deny, static=static)
+                records = list(read_records(session.run_dir, self.key.verify_key))
+                facts = assess_baseline(records, arm=combo.arm, agent=combo.agent, grant=combo.grant,
+                                        deny=combo.deny, static=static, requested=_requested(session.run_dir, records))
                 facts_ok, reason = facts.ok, facts.reason
             self.emit(BaselineMeasured(
                 arm=combo.arm, agent=combo.agent, model=combo.model, run_id=state.run_id if state else None,
                 run_dir=str(rel), ledger_records=state.records if state else 0, ledger_head=state.head if state else "",
                 status="ok" if facts_ok else "abort", reason=reason,
-                tools_discovered=facts.tools_discovered if facts else [], deny=facts.deny if facts else [],
+                tools_discovered=facts.tools_discovered if facts else [],
+                tools_requested=facts.tools_requested if facts else [], deny=facts.deny if facts else [],
                 floor_tokens=facts.floor_tokens if facts else None, floor_source=facts.floor_source if facts else None))
             if not facts_ok:
                 return f"preflight: {reason}"
@@ -338,6 +341,21 @@ class _Runner:
         self.ledger.close()
         return StudyResult(out=str(self.out), state="aborted" if reason else "ended", reason=reason,
                            cells=len(plan.cells), counted=len(counted), void=void)
+
+
+_MODEL_PATHS = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
+
+
+def _requested(run_dir: Path, records: list) -> list[str]:
+    """Every tool a session's model requests offered, from the request bodies the proxy kept."""
+    blobs = BlobStore(run_dir / BLOBS_DIR)
+    names: set[str] = set()
+    for record in records:
+        e = record.event
+        path = e.path.split("?", 1)[0] if isinstance(e, HttpExchange) else ""
+        if path.endswith(_MODEL_PATHS) and e.request_body_sha256 and blobs.check(e.request_body_sha256) is None:
+            names.update(request_tools(blobs.get(e.request_body_sha256)) or [])
+    return sorted(names)
 
 
 def run_study(study_path: Path, out: Path, *, repo: Path, commit: str | None = None, resume: bool = False,

@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from caisson.study.studyledger import read_study, sealed_state, segments
-from ledger import LedgerError, VerifyKey, verify_ledger
+from ledger import LedgerChecker, LedgerError, VerifyKey, locate, verify_ledger
 from ledger.events import BaselineMeasured, CellEnded, CellStarted, StudyResumed
 
 __all__ = ["StudyVerifyReport", "verify_study", "is_study_dir"]
@@ -64,7 +64,7 @@ def _segments_ok(study_dir: Path, trusted: VerifyKey, report: StudyVerifyReport)
             return False
         states.append(sealed_state(seg, trusted))
     for i, seg in enumerate(segs[1:], 1):
-        first = next(iter(read_study_segment(seg, trusted)), None)
+        first = next(iter(_segment_events(seg, trusted)), None)
         prev = states[i - 1]
         if not isinstance(first, StudyResumed):
             report.problems.append(f"{seg}: a continuation segment must start with study.resumed")
@@ -77,10 +77,8 @@ def _segments_ok(study_dir: Path, trusted: VerifyKey, report: StudyVerifyReport)
     return not report.problems
 
 
-def read_study_segment(seg: Path, trusted: VerifyKey):
-    """The events of one segment (its sealed records)."""
-    from ledger import LedgerChecker, locate
-
+def _segment_events(seg: Path, trusted: VerifyKey):
+    """The events of one segment, blob records left out."""
     ledger_path, _ = locate(seg)
     checker = LedgerChecker(trusted, decode=True)
     checker.feed(ledger_path.read_bytes())

@@ -287,6 +287,10 @@ def test_checked_in_study_runs_end_to_end(agent_image, tmp_path, capsys):
     baselines = _events(out, BaselineMeasured)
     assert len(baselines) == 3 and all(b.status == "ok" for b in baselines)
     assert all(b.floor_tokens for b in baselines if b.agent == "claude-code")
+    codex = next(b for b in baselines if b.agent == "codex")  # no self-report: the proxy's request bodies
+    assert codex.tools_discovered == [] and "exec_command" in codex.tools_requested
+    narrow = next(b for b in baselines if b.arm == "no-search")
+    assert narrow.tools_discovered == narrow.tools_requested == ["Bash", "Read"]
     ended = [e for e in _events(out, CellEnded) if e.counting]
     assert sorted(e.cell_id for e in ended) == sorted(c["cell_id"] for c in planned.cells)
     assert not any(e.cell_id.startswith("no-search--codex") for e in ended)

@@ -203,6 +203,14 @@ def test_baseline_isolation_discovery_and_floor_playbook():
     assert not new.ok and "Teleport" in new.reason and "Teleport" in new.deny
     silent = assess_baseline(_records(), arm="a", agent="x", grant=[], deny=["Write"], static=[])
     assert not silent.ok and "no tool surface" in silent.reason
+    requested = assess_baseline(_records(AgentTools(agent="claude-code", surface="init", tools=["Bash"])),
+                                arm="a", agent="claude-code", grant=["Bash"], deny=["Write"], static=[],
+                                requested=["Bash", "Write"])
+    assert not requested.ok and requested.reason.endswith("denied tool(s) still offered: Write")
+    assert (requested.tools_discovered, requested.tools_requested) == (["Bash"], ["Bash", "Write"])
+    codex = assess_baseline(_records(), arm="a", agent="codex", grant=["exec_command"], deny=["web_search"],
+                            static=[], requested=["exec_command"])
+    assert codex.ok and codex.tools_requested == ["exec_command"]
     assert assess_baseline(_records(), arm="a", agent="probe", grant=[], deny=[], static=[]).ok
 
 
@@ -242,3 +250,24 @@ def test_public_surface_is_pinned():
         "sealed_state", "status_lines", "study_status", "verify_study"]
     for name in caisson.study.__all__:
         assert getattr(caisson.study, name).__module__.startswith("caisson.study.")
+
+
+ANTHROPIC_BODY = b'{"model":"m","tools":[{"name":"Bash","input_schema":{}},{"name":"Read"}],"messages":[]}'
+CHAT_BODY = b'{"model":"m","tools":[{"type":"function","function":{"name":"exec_command"}}]}'
+RESPONSES_BODY = b'{"model":"m","tools":[{"type":"function","name":"exec_command"},{"type":"web_search"}]}'
+
+
+@pytest.mark.parametrize("body, names", [
+    (ANTHROPIC_BODY, ["Bash", "Read"]),
+    (CHAT_BODY, ["exec_command"]),
+    (RESPONSES_BODY, ["exec_command", "web_search"]),
+    (b'{"model":"m"}', []),
+    (b'{"tools":[1,{"x":2},{"name":""}]}', []),
+    (b"[1,2]", None),
+    (ANTHROPIC_BODY + b"junk", None),
+    (b"\xff\xfe", None),
+], ids=["anthropic", "chat", "responses", "no-tools", "odd-items", "not-object", "trailing-junk", "not-utf8"])
+def test_request_tools_reads_every_provider_shape_and_refuses_junk(body, names):
+    from caisson.study.preflight import request_tools
+
+    assert request_tools(body) == names
