@@ -6,7 +6,7 @@ compiler or OpenSSL's headers the install still succeeds and the ledger uses the
 pure-Python twins (same bytes, slower; `ledger._chain.NATIVE`, `ledger._append.NATIVE` and
 the ledger benchmark say which ones ran).
 
-A wheel also carries ``images/`` and ``scenarios/`` as ``caisson/_data/``: an installed
+A wheel also carries ``images/``, ``scenarios/`` and ``studies/`` as ``caisson/_data/``: an installed
 caisson finds them there (`caisson.resources`), a checkout finds them beside the package.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
-RESOURCE_DIRS = ("images", "scenarios")
+RESOURCE_DIRS = ("images", "scenarios", "studies")
 
 
 class BuildPyWithResources(build_py):

@@ -29,6 +29,7 @@ _COMMANDS = {
     "model": "the scripted model endpoint (preflights, tests)",
     "image": "build chamber and agent images offline",
     "gc": "list and remove chambers, networks and scratch dirs whose recorder is gone",
+    "study": "plan, run and follow a study (a matrix of cells)",
     "demo": "run the built-in example",
 }
 

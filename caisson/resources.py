@@ -1,10 +1,11 @@
-"""Where caisson finds its own folders: the image recipes (`images/`) and the scenarios
-(`scenarios/`, including the selftest's probes and the demo's click scenario).
+"""Where caisson finds its own folders: the image recipes (`images/`), the scenarios
+(`scenarios/`, including the selftest's probes and the demo's click scenario) and the
+studies (`studies/`, the checked-in study definitions).
 
 One rule, the same from a checkout and from an installed wheel (docs/architecture.md,
 "resources"), first match wins:
 
-1. ``$CAISSON_IMAGES_DIR`` / ``$CAISSON_SCENARIOS_DIR``, when set;
+1. ``$CAISSON_IMAGES_DIR`` / ``$CAISSON_SCENARIOS_DIR`` / ``$CAISSON_STUDIES_DIR``, when set;
 2. the folder beside the ``caisson`` package, when it exists (a checkout, or an editable
    install of one);
 3. the copy shipped inside the package, ``caisson/_data/<name>`` (setup.py's ``build_py``
@@ -21,19 +22,19 @@ from caisson.errors import UsageError
 
 __all__ = ["ResourceName", "resource_dir"]
 
-ResourceName = Literal["images", "scenarios"]
+ResourceName = Literal["images", "scenarios", "studies"]
 _PACKAGE = Path(__file__).resolve().parent
 
 
 def resource_dir(name: ResourceName) -> Path:
-    """The folder of caisson's ``images`` or ``scenarios``, by the rule in the module docstring.
+    """The folder of caisson's ``images``, ``scenarios`` or ``studies``, by the rule in the module docstring.
 
     Raises:
-        UsageError: ``name`` is not one of the two, or no candidate folder exists (the
+        UsageError: ``name`` is not one of the three, or no candidate folder exists (the
             message lists every place looked at).
     """
-    if name not in ("images", "scenarios"):
-        raise UsageError(f"unknown resource folder {name!r}: expected 'images' or 'scenarios'")
+    if name not in ("images", "scenarios", "studies"):
+        raise UsageError(f"unknown resource folder {name!r}: expected 'images', 'scenarios' or 'studies'")
     variable = f"CAISSON_{name.upper()}_DIR"
     if os.environ.get(variable):
         return Path(os.environ[variable])

@@ -29,6 +29,7 @@ from ledger._format import (
     FrameParser,
     Header,
     Record,
+    Seal,
     WireRecord,
     decompress_records,
     envelope_list_decoder,
@@ -152,6 +153,7 @@ class LedgerChecker:
         self.sealed = 0
         self.final = False
         self.final_offset: int | None = None
+        self.last_seal: Seal | None = None  # the last seal that checked out
         self.tampered: tuple[str, int, int] | None = None
         self.fork: tuple[int, int, int] | None = None
         self.blob_refs: list[tuple[int, BlobStored]] = []
@@ -310,6 +312,7 @@ class LedgerChecker:
         self.sealed = seal.upto
         if seal.size is not None:
             self._bound_offset = seal.size
+        self.last_seal = seal
         if seal.final:
             self.final = True
             self.final_offset = frame.offset

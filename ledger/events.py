@@ -75,16 +75,23 @@ __all__ = [
     "AgentToolResult",
     "AgentAnswer",
     "AgentUsage",
+    "StudyPlanned",
+    "StudyResumed",
+    "BaselineMeasured",
+    "CellStarted",
+    "CellEnded",
+    "StudyAborted",
+    "StudyEnded",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
 ``duration_ns`` (it was ``wall_ns``, still read from older ledgers); 4: ``net.send``,
 ``process.syscall``, ``run.started.seccomp``, ``run.ended.oom_killed``; 5: usage rules and
 sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete``,
-``usage_missing_reason`` and ``parser``."""
+``usage_missing_reason`` and ``parser``; 6: ``study.*``, ``baseline.measured``, ``cell.*``."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -509,6 +516,100 @@ class AgentUsage(_Event, tag="agent.usage", frozen=True, kw_only=True):
     parser: str = ""  # the transcript parser that read it, "name@version"
 
 
+# --- studies (the study ledger: caisson study run; docs/studies.md) -----------------------
+
+
+class StudyPlanned(_Event, tag="study.planned", frozen=True, kw_only=True):
+    """A study's plan, first event of its study ledger: what will run, and what will not."""
+
+    study: str  # the study's name
+    study_sha256: str  # blob of the study file's bytes (role "study")
+    scenario_sha256: str = ""  # blob of the scenario file's bytes (role "scenario")
+    scenario: str = ""  # the scenario path as the study file gives it
+    repo: str | None = None  # live repository path on the host
+    commit: str | None = None  # full commit hash under test
+    order_seed: int | None = None  # seed of the shuffled cell order; None: the order as planned
+    combos: list[dict[str, Any]] = []  # per (arm, agent, model): gating, elicitation, endpoint, deny list, cells
+    cells: list[dict[str, Any]] = []  # the matrix in run order: cell_id, arm, agent, model, question_id, repetition
+    refusals: list[dict[str, Any]] = []  # per refused (arm, agent, model): gating, kind (cannot | not_yet), reason, cells
+    prices: dict[str, Any] = {}  # model -> {input_usd_per_mtok, output_usd_per_mtok}, as the study gives them
+    abort: dict[str, Any] = {}  # abort rules, e.g. {"host_stalled_in_a_row": 3}
+    infra_retries: int = 1  # attempts after an infra failure, per cell
+    grader: list[dict[str, Any]] = []  # per question: the key, empty and bad answers' scores
+    weakened: list[str] = []  # controls weakened on purpose (tests only): never a clean study
+
+
+class StudyResumed(_Event, tag="study.resumed", frozen=True, kw_only=True):
+    """First event of a continuation segment: names the last sealed state of the one before."""
+
+    previous_run_id: str  # the previous segment's ledger run id
+    previous_records: int  # records covered by its last seal
+    previous_head: str  # hex chain head at its last seal
+    previous_final: bool = False  # whether it had been closed cleanly
+
+
+class BaselineMeasured(_Event, tag="baseline.measured", frozen=True, kw_only=True):
+    """The preflight probe session of one (arm, agent, model), before any cell."""
+
+    arm: str
+    agent: str
+    model: str | None = None
+    run_id: str | None = None  # the probe run's id
+    run_dir: str = ""  # relative to the study directory
+    ledger_records: int = 0  # records covered by the probe ledger's last seal
+    ledger_head: str = ""  # hex chain head at that seal
+    status: str = ""  # ok | abort
+    reason: str = ""  # why the study aborts here, naming tool, arm and agent
+    tools_discovered: list[str] = []  # the surface the agent reported (agent.tools)
+    tools_requested: list[str] = []  # the tools its model requests offered (proxy witness: request bodies)
+    deny: list[str] = []  # the deny list of this combination's cells (static union discovered, minus grant)
+    floor_tokens: int | None = None  # the session's total tokens (input + output); None: not measured
+    floor_source: str | None = None  # where floor_tokens comes from, e.g. "claude-code result.usage"
+
+
+class CellStarted(_Event, tag="cell.started", frozen=True, kw_only=True):
+    """An attempt of a cell is about to be dispatched (sealed before it is)."""
+
+    cell_id: str
+    attempt: int  # 1, 2, ... per cell
+    run_dir: str = ""  # where the attempt's run goes, relative to the study directory
+
+
+class CellEnded(_Event, tag="cell.ended", frozen=True, kw_only=True):
+    """An attempt of a cell ended; binds its ledger's sealed state into the study ledger."""
+
+    cell_id: str
+    attempt: int
+    run_id: str | None = None  # None: no ledger was written (the chamber never started)
+    run_dir: str = ""  # relative to the study directory
+    status: str = ""  # clean | void | unverified | unclosed | failed | refused (record refused the session)
+    void_reason: str = ""  # the voiding findings, one per line
+    infra_failure: bool = False  # void because the chamber or agent failed to start (retried)
+    counting: bool = False  # this attempt is the cell's counting one (first sealed, not infra)
+    score: float | None = None  # the checklist score as replayed (None: void or unscored)
+    ledger_records: int = 0  # records covered by the cell ledger's last seal
+    ledger_head: str = ""  # hex chain head at that seal
+    ledger_final: bool = False  # whether that seal is the final one (a cleanly closed ledger)
+    seal_signature: str = ""  # hex Ed25519 signature of that seal
+    wall_ns: int = 0  # the attempt's duration as the runner saw it, ns
+
+
+class StudyAborted(_Event, tag="study.aborted", frozen=True, kw_only=True):
+    """The study stopped before its matrix was done."""
+
+    reason: str
+    cells: list[str] = []  # the cells behind the reason (e.g. three stalled in a row)
+
+
+class StudyEnded(_Event, tag="study.ended", frozen=True, kw_only=True):
+    """The study's last event: counts over its cells."""
+
+    cells: int = 0  # cells planned
+    counted: int = 0  # cells with a counting attempt
+    void: int = 0  # counting attempts that are void, plus cells with none
+    aborted: bool = False
+
+
 Event = Union[
     RunStarted,
     RunEnded,
@@ -538,6 +639,13 @@ Event = Union[
     AgentToolResult,
     AgentAnswer,
     AgentUsage,
+    StudyPlanned,
+    StudyResumed,
+    BaselineMeasured,
+    CellStarted,
+    CellEnded,
+    StudyAborted,
+    StudyEnded,
 ]
 """The one tagged union of every event kind."""
 

@@ -6,7 +6,8 @@ with every question, a published report, agent instructions, telemetry, grading)
 exclusion set and the containment scan matter. The honest grep agent answers every
 question of ``scenarios/click/scenario.toml`` in the chamber; the key reader goes after
 the answer key on a few. Every ledger is verified, every run replayed: findings and
-scores are printed per run and per agent.
+scores are printed per run and per agent. Then the checked-in study
+(``studies/click-arms``) runs over the same repository and its directory is verified.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--key-reader-questions", type=int, default=3, help="questions the key reader gets (default 3)")
     p.add_argument("--agent-questions", type=int, default=4,
                    help="questions Claude Code answers on the scripted model (default 4; 0: skip the real agent)")
+    p.add_argument("--no-study", action="store_true",
+                   help="skip the checked-in study (studies/click-arms) that runs after the single runs")
     p.set_defaults(func=run)
 
 
@@ -176,4 +179,34 @@ def run(args: argparse.Namespace) -> int:
     console.print()
     console.print(summary)
     console.print(f"\nfindings.json beside each run; verify one yourself: caisson verify {run_dirs[0]}")
-    return 0 if ok == len(run_dirs) else 1
+    study_ok = True if args.no_study else _study(console, out, repo, commit)
+    return 0 if ok == len(run_dirs) and study_ok else 1
+
+
+def _study(console: Console, out: Path, repo: Path, commit: str) -> bool:
+    """Part 6: the checked-in study (studies/click-arms) over the same repository."""
+    from caisson._cli.study import plan_lines
+    from caisson.study import load_study, plan_study, run_study, verify_study
+    from caisson.study.progress import Progress
+
+    path = resource_dir("studies") / "click-arms" / "study.toml"
+    target = out / "study"
+    if target.exists():
+        shutil.rmtree(target)
+    console.print(f"\n== 6. a study: {os.path.relpath(path)} (scripted model: scores show the mechanics,"
+                  " not an agent's quality)")
+    study, scenario, _ = load_study(path)
+    for line in plan_lines(plan_study(study, scenario, seed=0))[1:]:
+        console.print("  " + line)
+    build_image("agent")
+    progress = Progress(target)
+    try:
+        result = run_study(path, target, repo=repo, commit=commit, on_event=progress.update)
+    finally:
+        progress.close()
+    report = verify_study(target, ensure_operator_key().verify_key)
+    console.print(f"  study {result.state}{': ' + result.reason if result.reason else ''}; {result.cells} cells,"
+                  f" {result.counted} counted, {result.void} void; verify: {report.status}"
+                  f" ({report.runs_checked} run ledgers bound by the study ledger)")
+    console.print(f"  caisson study status {target}; caisson verify {target}")
+    return result.state == "ended" and report.status == "ok"

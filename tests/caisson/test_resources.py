@@ -1,4 +1,4 @@
-"""caisson finds images/ and scenarios/ by one rule, from a checkout and from a wheel."""
+"""caisson finds images/, scenarios/ and studies/ by one rule, from a checkout and from a wheel."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_checkout_folders_are_found_beside_the_package(monkeypatch):
     monkeypatch.delenv("CAISSON_IMAGES_DIR", raising=False)
     monkeypatch.delenv("CAISSON_SCENARIOS_DIR", raising=False)
+    monkeypatch.delenv("CAISSON_STUDIES_DIR", raising=False)
     assert resource_dir("images") == ROOT / "images"
     assert resource_dir("scenarios") == ROOT / "scenarios"
+    assert resource_dir("studies") == ROOT / "studies"
 
 
 def test_environment_variable_wins(monkeypatch, tmp_path):
@@ -46,4 +48,5 @@ def test_a_wheel_carries_images_and_scenarios(tmp_path):
     assert "caisson/_data/images/chamber/recipe.toml" in names
     assert "caisson/_data/scenarios/probes/honest_grep.sh" in names
     assert "caisson/_data/scenarios/click/scenario.toml" in names
+    assert "caisson/_data/studies/click-arms/study.toml" in names
     assert "caisson/resources.py" in names

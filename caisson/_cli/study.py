@@ -1,0 +1,109 @@
+"""`caisson study plan|run|status`: a study's matrix, its run, and where it stands.
+
+- ``caisson study plan STUDY [--json]``: one line per (arm, agent, model) with its gating,
+  elicitation and number of cells, and a ``REFUSE`` line with the reason for every
+  combination that cannot be measured honestly. Exit 0; 2 a bad study file.
+- ``caisson study run STUDY --out DIR --repo P [--commit REV] [--resume] [--infra-retries N]``:
+  the preflight and the cells into DIR (docs/studies.md). Exit 0 the study ended; 1 it
+  aborted (preflight: grader or isolation; the abort rule); 2 a bad study file or usage.
+- ``caisson study status DIR``: the same counts as the live display, from the study
+  ledger (also while it runs). Exit 0 ended; 1 aborted; 3 running or crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import msgspec
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("study", help="plan, run and follow a study (a matrix of cells)")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    plan = verbs.add_parser("plan", help="print the matrix and the refusals; runs nothing")
+    plan.add_argument("study", type=Path, metavar="STUDY", help="the study file (studies/<name>/study.toml)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--seed", type=int, help="the order's seed (default: the study's, else 0 for display)")
+    plan.set_defaults(func=run_plan)
+    run = verbs.add_parser("run", help="run a study's preflight and cells into DIR")
+    run.add_argument("study", type=Path, metavar="STUDY")
+    run.add_argument("--out", type=Path, required=True, metavar="DIR", help="the study directory")
+    run.add_argument("--repo", type=Path, required=True, metavar="PATH", help="the live repository under test")
+    run.add_argument("--commit", metavar="REV", help="the commit under test (default HEAD, resolved once)")
+    run.add_argument("--resume", action="store_true", help="continue the study in DIR after a crash or kill")
+    run.add_argument("--infra-retries", type=int, default=1, metavar="N",
+                     help="new attempts after an infra failure, per cell (default 1)")
+    run.set_defaults(func=run_run)
+    status = verbs.add_parser("status", help="where a study stands, from its study ledger")
+    status.add_argument("dir", type=Path, metavar="DIR")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=run_status)
+
+
+def plan_lines(plan, *, drawn: bool = False) -> list[str]:
+    """The human lines of `caisson study plan` (also printed before a run); ``drawn``: the
+    study draws its seed at run time (the order shown is one example)."""
+    order = ("not shuffled" if plan.seed is None else
+             "shuffled, seed drawn and recorded at run time" if drawn else f"shuffled, seed {plan.seed}")
+    lines = [f"study {plan.study}: {len(plan.cells)} cells ({len(plan.questions)} questions x {plan.repetitions}"
+             f" repetitions per combination), order {order}"]
+    for c in plan.combos:
+        elicitation = ", ".join(f"{k}={v}" for k, v in c.elicitation.items()) or "-"
+        lines.append(f"RUN     {c.arm} x {c.agent} x {c.model or '-'}: gating {c.gating}, elicitation {elicitation},"
+                     f" {c.cells} cells")
+    for r in plan.refusals:
+        lines.append(f"REFUSE  {r.arm} x {r.agent} x {r.model or '-'}: gating {r.gating} ({r.kind}), {r.cells} cells"
+                     f" not run: {r.reason}")
+    return lines
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from caisson.study import load_study, plan_study
+
+    study, scenario, _ = load_study(args.study)
+    seed = args.seed if args.seed is not None else (study.order.seed if study.order.seed is not None else 0)
+    plan = plan_study(study, scenario, seed=seed)
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(plan).decode() + "\n")
+    else:
+        print("\n".join(plan_lines(plan, drawn=args.seed is None and study.order.seed is None)))
+    return 0
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from caisson.study import load_study, plan_study, run_study
+    from caisson.study.progress import Progress
+
+    study, scenario, _ = load_study(args.study)  # a bad file fails here, before DIR is touched
+    if not args.resume:
+        seed = study.order.seed if study.order.seed is not None else 0
+        lines = plan_lines(plan_study(study, scenario, seed=seed))
+        print("\n".join(line for line in lines[1:]))
+    progress = Progress(args.out)
+    try:
+        result = run_study(args.study, args.out, repo=args.repo, commit=args.commit, resume=args.resume,
+                           infra_retries=args.infra_retries, on_event=progress.update)
+    finally:
+        progress.close()
+    if result.state == "aborted":
+        print(f"ABORTED {result.out}: {result.reason}")
+        return 1
+    print(f"ENDED {result.out}: {result.cells} cells, {result.counted} counted, {result.void} void;"
+          f" verify it: caisson verify {result.out}")
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    import os
+    import time
+
+    from caisson.study import read_study, status_lines, study_status
+
+    status = study_status(read_study(args.dir))
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(status).decode() + "\n")
+    else:
+        print("\n".join(status_lines(status, now_ns=time.time_ns(), load=os.getloadavg())))
+    return {"ended": 0, "aborted": 1}.get(status.state, 3)

@@ -1,0 +1,127 @@
+"""One session of a study (a cell's attempt or a baseline probe): its record options, the
+model endpoint it talks to, and the one call to `caisson.run.record`.
+
+`dispatch` is the only place a study calls the recorder, so the plan stage
+(`caisson.run.plan`) can take its place in one spot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
+
+from caisson.errors import UsageError
+from caisson.model import scripted_model
+from caisson.run import RecordOptions, RunOutcome, default_witnesses, record
+from caisson.scenario import Egress, Scenario
+from caisson.study.plan import Combo
+from caisson.study.studyfile import PROVIDERS
+
+__all__ = ["BASELINE_QUESTION", "SCRIPTED_KEY", "Session", "dispatch", "derived_scenario", "session_options"]
+
+BASELINE_QUESTION = "caisson-baseline"
+"""The id of the baseline probe's question, added to the baseline scenario."""
+SCRIPTED_KEY = "sk-caisson-scripted-endpoint"
+"""The credential handed to an agent talking to the scripted endpoint: not a secret."""
+_BASELINE_SCRIPT = '''name = "study-baseline"
+[[turns]]
+text = "ready"
+usage = { input = 10, output = 2 }
+[[background]]
+match = { model_contains = "haiku" }
+text = "{}"
+usage = { input = 1, output = 1 }
+'''
+
+
+class Session(msgspec.Struct, frozen=True, kw_only=True):
+    """What one recorded session of a study is: where, which question, which scenario."""
+
+    run_dir: Path
+    question_id: str
+    scenario: Path  # the (derived) scenario file it records with
+    baseline: bool = False
+
+
+def derived_scenario(scenario_file: Path, combo: Combo, target: Path, *, baseline_prompt: str | None = None) -> Path:
+    """Write the scenario a combination's sessions record with; its path.
+
+    The scenario's own bytes, with the agent's model and elicitation (``[agent]``), the
+    credential it passes (``pass_credentials``) and, for a baseline, the probe question
+    added, so each run keeps as its blob exactly what it ran under.
+    """
+    text = Path(scenario_file).read_text()
+    head, tail = "", ""
+    if combo.adapter is not None:
+        credential = combo.endpoint.get("credential") or PROVIDERS[combo.adapter][1]
+        head = f"pass_credentials = [{json.dumps(credential)}]\n"
+        tail += "\n[agent]\n"
+        if combo.model:
+            tail += f"model = {json.dumps(combo.model)}\n"
+        if combo.elicitation.get("max_turns"):
+            tail += f"max_turns = {int(combo.elicitation['max_turns'])}\n"
+    if baseline_prompt is not None:
+        tail += f"\n[[questions]]\nid = {json.dumps(BASELINE_QUESTION)}\nprompt = {json.dumps(baseline_prompt)}\n"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(head + text + "\n" + tail)
+    return target
+
+
+@contextlib.contextmanager
+def session_options(combo: Combo, session: Session, *, scenario: Scenario, repo: Path, commit: str,
+                    command: list[str], timeout_s: float | None, study_dir: Path,
+                    weaken: list[str]) -> Iterator[RecordOptions]:
+    """The record options of one session, with its model endpoint up while they are used.
+
+    A scripted endpoint is a fresh `caisson model serve` per session (a script plays its
+    turns once); a provider is reached through the egress proxy with the caller's credential.
+
+    Raises:
+        UsageError: a provider endpoint whose credential is not in the caller's environment.
+    """
+    with contextlib.ExitStack() as stack:
+        env: dict[str, str] = {}
+        egress = None
+        if combo.adapter is not None:
+            host, credential = PROVIDERS[combo.adapter]
+            credential = combo.endpoint.get("credential") or credential
+            if combo.endpoint.get("script"):
+                script = Path(combo.endpoint["script"].replace("{question}", session.question_id))
+                if session.baseline:
+                    script = study_dir / "scenarios" / "baseline-model.toml"
+                    script.write_text(_BASELINE_SCRIPT)
+                address = stack.enter_context(scripted_model(script))
+                egress = Egress(allow_hosts=[host], upstream={host: f"http://{address}"})
+                env[credential] = SCRIPTED_KEY
+            else:
+                host = combo.endpoint["provider"]
+                if not os.environ.get(credential):
+                    raise UsageError(f"agent {combo.agent}: its endpoint is {host}, but {credential} is not set"
+                                     " in the environment")
+                egress = msgspec.structs.replace(scenario.egress,
+                                                 allow_hosts=sorted({*scenario.egress.allow_hosts, host}))
+        yield RecordOptions(command=[] if combo.adapter else list(command), scenario=session.scenario, repo=repo,
+                            commit=commit, out=session.run_dir, question=session.question_id,
+                            agent=combo.adapter, arm=combo.arm if combo.adapter else None, env=env, egress=egress,
+                            timeout_s=timeout_s, weaken=list(weaken))
+
+
+def dispatch(options: RecordOptions, *, around: Callable[[Path], contextlib.AbstractContextManager] | None = None
+             ) -> RunOutcome:
+    """Record one session: the study's one call to the recorder.
+
+    Args:
+        options: the session's record options.
+        around: a context manager factory entered around the recording with the run
+            directory (tests: a host staller); None: nothing.
+
+    Raises:
+        As `caisson.run.record`.
+    """
+    with around(options.out) if around is not None else contextlib.nullcontext():
+        return record(options, witnesses=default_witnesses(weaken=options.weaken))

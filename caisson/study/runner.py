@@ -1,0 +1,389 @@
+"""`caisson study run`: a study's matrix, end to end, into one verifiable directory.
+
+Order of work (docs/studies.md): plan (cells, refusals, order seed) and the grader check
+-> ``study.planned`` -> preflight: one baseline probe per (arm, agent, model), each a
+recorded run under ``DIR/baselines/`` (``baseline.measured``; a failed isolation
+assertion aborts before any cell) -> cells in the recorded order, each attempt under
+``DIR/cells/<cell-id>/<n>/`` with its ``findings.json`` from replay, ``cell.started``
+sealed before it is dispatched and ``cell.ended`` binding its ledger's sealed head ->
+``study.ended`` (after ``study.aborted`` when the abort rule fired).
+
+Attempts, never best-of: a chamber or agent that fails to start is an infra failure, void
+and retried (``infra_retries`` times) as a new attempt; the counting attempt is the first
+sealed one that is not an infra failure. ``resume`` continues a crashed or killed study in
+a new segment of the study ledger: a cell whose attempt verifies closed is not run again;
+an unclosed attempt is recorded as such and the cell runs again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from caisson.detectors import VOID, Finding
+from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, should_abort_study
+from caisson.errors import CaissonError, ChamberError, UsageError
+from caisson.home import ensure_operator_key
+from caisson.replay import replay_runs
+from caisson.run.record import new_run_id
+from caisson.agents import adapter as get_adapter
+from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario, dispatch, session_options
+from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
+from caisson.study.preflight import assess_baseline, check_grader, request_tools
+from caisson.study.studyfile import PROVIDERS, load_study, resolve
+from caisson.study.studyledger import StudyLedger, read_study, sealed_state
+from ledger import BLOBS_DIR, BlobStore, SigningKey, read_records
+from ledger.events import (BaselineMeasured, CellEnded, CellStarted, HttpExchange, StudyAborted, StudyEnded,
+                           StudyPlanned)
+
+__all__ = ["StudyResult", "run_study", "EXIT_ABORTED"]
+
+EXIT_ABORTED = 1
+
+
+class StudyResult(msgspec.Struct, kw_only=True):
+    """How a study run ended: ``ended`` or ``aborted`` (with the reason)."""
+
+    out: str
+    state: str
+    reason: str = ""
+    cells: int = 0
+    counted: int = 0
+    void: int = 0
+
+
+class _Stop(Exception):
+    """A session was refused before it ran: the study stops here, recorded as aborted."""
+
+
+class _Runner:
+    def __init__(self, study_path: Path, out: Path, *, repo: Path, commit: str | None, resume: bool,
+                 infra_retries: int, weaken: list[str], around_cell, on_event: Callable[[], None]):
+        self.study_path, self.out = Path(study_path), Path(out)
+        self.study, self.scenario, self.data = load_study(study_path)
+        self.repo, self.resume, self.weaken = Path(repo), resume, list(weaken)
+        self.infra_retries, self.around_cell, self.on_event = infra_retries, around_cell, on_event
+        self.key: SigningKey = ensure_operator_key()
+        self.commit = commit
+        self.history: list[list[Finding]] = []  # counting cells' findings, in run order (the abort rule)
+        self.history_cells: list[str] = []  # the same cells' ids
+        self.interrupted = False  # Ctrl-C: stop after the attempt is settled, resumable
+
+    # -- the study ledger ----------------------------------------------------------------
+
+    def emit(self, event) -> None:
+        self.ledger.append(event)
+        self.on_event()
+
+    def start(self) -> tuple[StudyPlan, list]:
+        if self.infra_retries < 0:
+            raise UsageError("--infra-retries must be 0 or more")
+        previous = []
+        if self.resume:
+            previous = read_study(self.out, self.key.verify_key)
+            planned = next((r.event for r in previous if isinstance(r.event, StudyPlanned)), None)
+            if planned is None:
+                raise UsageError(f"{self.out}: the study ledger has no study.planned to resume")
+            if planned.study_sha256 != hashlib.sha256(self.data).hexdigest():
+                raise UsageError(f"{self.study_path} changed since the study was planned: resume needs the same file")
+            if any(isinstance(r.event, StudyEnded) for r in previous):
+                raise UsageError(f"{self.out}: the study has ended; nothing to resume")
+            self.commit, self.infra_retries, self.weaken = planned.commit, planned.infra_retries, planned.weakened
+            plan = StudyPlan(study=planned.study, questions=[], arms=[], repetitions=self.study.repetitions,
+                             seed=planned.order_seed, combos=msgspec.convert(planned.combos, list[Combo]),
+                             refusals=msgspec.convert(planned.refusals, list[Refusal]),
+                             cells=msgspec.convert(planned.cells, list[Cell]))
+        else:
+            if self.out.exists() and any(self.out.iterdir()):
+                raise UsageError(f"--out {self.out}: exists and is not empty; pick a new directory (or --resume)")
+            self.commit = self._resolve_commit(self.commit or "HEAD")
+            seed = self.study.order.seed if self.study.order.seed is not None else secrets.randbits(32)
+            plan = plan_study(self.study, self.scenario, seed=seed)
+        if not self.resume:  # the grader check: a false key or a lax checklist stops here, before a ledger
+            key_file = resolve(self.study_path, self.study.answer_key) if self.study.answer_key else None
+            self.grader = check_grader(self.scenario, plan.questions, key_file)
+        for combo in plan.combos:  # a real provider's credential comes from the caller: check it first
+            if combo.adapter and combo.endpoint.get("provider"):
+                credential = combo.endpoint.get("credential") or PROVIDERS[combo.adapter][1]
+                if not os.environ.get(credential):
+                    raise UsageError(f"agent {combo.agent}: its endpoint is {combo.endpoint['provider']}, but"
+                                     f" {credential} is not set in the environment")
+        self.ledger = StudyLedger(self.out, self.key, run_id=f"study-{new_run_id()}", resume=self.resume)
+        return plan, previous
+
+    def _resolve_commit(self, rev: str) -> str:
+        proc = subprocess.run(["git", "-C", str(self.repo), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise UsageError(f"--repo {self.repo} --commit {rev}: not a commit of a git repository:"
+                             f" {proc.stderr.strip()[-200:]}")
+        return proc.stdout.strip()
+
+    def record_plan(self, plan: StudyPlan) -> list:
+        study_sha = self.ledger.put_blob(self.data, "study", "application/toml")
+        scenario_file = resolve(self.study_path, self.study.scenario)
+        scenario_sha = self.ledger.put_blob(scenario_file.read_bytes(), "scenario", "application/toml")
+        for combo in plan.combos:  # what the scripted endpoint played is evidence too
+            script = combo.endpoint.get("script")
+            for qid in (plan.questions if script and "{question}" in script else [None] if script else []):
+                path = resolve(self.study_path, script.replace("{question}", qid or ""))
+                self.ledger.put_blob(path.read_bytes(), f"model_script {combo.agent} {qid or '*'}", "application/toml")
+        grader = self.grader
+        self.emit(StudyPlanned(
+            study=self.study.name, study_sha256=study_sha, scenario_sha256=scenario_sha, scenario=self.study.scenario,
+            repo=str(self.repo.resolve()), commit=self.commit, order_seed=plan.seed,
+            combos=[msgspec.to_builtins(c) for c in plan.combos], cells=[msgspec.to_builtins(c) for c in plan.cells],
+            refusals=[msgspec.to_builtins(r) for r in plan.refusals],
+            prices={m: msgspec.to_builtins(p) for m, p in self.study.prices.items()},
+            abort=msgspec.to_builtins(self.study.abort), infra_retries=self.infra_retries,
+            grader=[msgspec.to_builtins(g) for g in grader], weakened=sorted(self.weaken)))
+        return [g.reason for g in grader if not g.ok]
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def _scenario_for(self, combo: Combo, baseline: bool) -> Path:
+        name = combo_id("", combo.agent, combo.model).lstrip("-") + ("--baseline" if baseline else "")
+        target = self.out / "scenarios" / f"{name}.toml"
+        if not target.exists():
+            derived_scenario(resolve(self.study_path, self.study.scenario), combo, target,
+                             baseline_prompt=self.study.baseline_prompt if baseline else None)
+        return target
+
+    def _combo_for_session(self, combo: Combo) -> Combo:
+        if combo.endpoint.get("script"):
+            script = str(resolve(self.study_path, combo.endpoint["script"]).resolve())
+            return msgspec.structs.replace(combo, endpoint={**combo.endpoint, "script": script})
+        return combo
+
+    def _record(self, combo: Combo, session: Session):
+        agent = next(a for a in self.study.agents if a.label == combo.agent)
+        with session_options(self._combo_for_session(combo), session, scenario=self.scenario, repo=self.repo,
+                             commit=self.commit, command=list(agent.command), timeout_s=self.study.timeout_s,
+                             study_dir=self.out, weaken=self.weaken) as options:
+            try:
+                outcome = dispatch(options, around=None if session.baseline else self.around_cell)
+            except ChamberError as exc:
+                return None, f"the chamber failed: {exc}"
+            except CaissonError as exc:  # refused before anything ran (containment, a bad input): not retried
+                raise _Stop(f"{'baseline' if session.baseline else 'cell'} {session.run_dir.name}: record refused:"
+                            f" {exc}") from exc
+            if outcome.status == "interrupted":  # Ctrl-C reached the recorder: settle this attempt, then stop
+                self.interrupted = True
+            return outcome, ""
+
+    # -- preflight -----------------------------------------------------------------------
+
+    def preflight(self, plan: StudyPlan, previous: list) -> str:
+        measured = {(e.arm, e.agent, e.model) for e in (r.event for r in previous)
+                    if isinstance(e, BaselineMeasured) and e.status == "ok"}
+        for combo in plan.combos:
+            if (combo.arm, combo.agent, combo.model) in measured:
+                continue
+            base = Path("baselines") / combo_id(combo.arm, combo.agent, combo.model)
+            n = 1
+            while (self.out / base / str(n)).exists():
+                n += 1
+            rel = base / str(n)
+            session = Session(run_dir=self.out / rel, question_id=BASELINE_QUESTION, baseline=True,
+                              scenario=self._scenario_for(combo, baseline=True))
+            try:
+                outcome, error = self._record(combo, session)
+            except _Stop as stop:
+                self.emit(BaselineMeasured(arm=combo.arm, agent=combo.agent, model=combo.model, run_dir=str(rel),
+                                           status="abort", reason=str(stop)))
+                return f"preflight: {stop}"
+            state = sealed_state(session.run_dir, self.key.verify_key) if (session.run_dir / "ledger").exists() else None
+            static = get_adapter(combo.adapter).static_tools if combo.adapter else ()
+            if state is None or state.status != "ok":
+                reason = error or f"the baseline ledger did not verify closed ({state.status if state else 'absent'})"
+                facts_ok, facts = False, None
+            else:
+                records = list(read_records(session.run_dir, self.key.verify_key))
+                facts = assess_baseline(records, arm=combo.arm, agent=combo.agent, grant=combo.grant,
+                                        deny=combo.deny, static=static, requested=_requested(session.run_dir, records))
+                facts_ok, reason = facts.ok, facts.reason
+            self.emit(BaselineMeasured(
+                arm=combo.arm, agent=combo.agent, model=combo.model, run_id=state.run_id if state else None,
+                run_dir=str(rel), ledger_records=state.records if state else 0, ledger_head=state.head if state else "",
+                status="ok" if facts_ok else "abort", reason=reason,
+                tools_discovered=facts.tools_discovered if facts else [],
+                tools_requested=facts.tools_requested if facts else [], deny=facts.deny if facts else [],
+                floor_tokens=facts.floor_tokens if facts else None, floor_source=facts.floor_source if facts else None))
+            if not facts_ok:
+                return f"preflight: {reason}"
+        return ""
+
+    # -- cells ---------------------------------------------------------------------------
+
+    def _attempt_dir(self, cell: Cell, attempt: int) -> Path:
+        return Path("cells") / cell.cell_id / str(attempt)
+
+    def _conclude(self, cell: Cell, attempt: int, rel: Path, outcome, error: str, wall_ns: int) -> CellEnded:
+        run_dir = self.out / rel
+        if not (run_dir / "ledger").exists():
+            return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="failed",
+                             void_reason=error or "no ledger was written", infra_failure=True, wall_ns=wall_ns)
+        state = sealed_state(run_dir, self.key.verify_key)
+        [result] = replay_runs([run_dir], self.key.verify_key)
+        infra = any(f.detector == INFRA_FAILURE for f in result.findings)
+        infra = infra or (outcome is not None and outcome.status == "infra_failure") or state.status != "ok"
+        counting = state.status == "ok" and not infra
+        if counting:
+            self.history.append(list(result.findings))
+            self.history_cells.append(cell.cell_id)
+        status = result.status if state.status == "ok" else state.status
+        return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_id=state.run_id, run_dir=str(rel), status=status,
+                         void_reason="\n".join(result.reasons) or state.reason or error, infra_failure=infra,
+                         counting=counting, score=result.score, ledger_records=state.records, ledger_head=state.head,
+                         ledger_final=state.final, seal_signature=state.signature, wall_ns=wall_ns)
+
+    def run_cell(self, cell: Cell, combo: Combo, ended: list[CellEnded], started: set[int]) -> None:
+        for attempt in sorted(started - {e.attempt for e in ended}):  # killed mid-attempt: settle it first
+            rel = self._attempt_dir(cell, attempt)
+            settled = self._conclude(cell, attempt, rel, None, "", 0) if (self.out / rel / "ledger").exists() else None
+            if settled is None or settled.status in ("unclosed", "failed", "tampered"):
+                settled = CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="unclosed",
+                                    void_reason="the runner stopped during this attempt", infra_failure=True,
+                                    run_id=settled.run_id if settled else None,
+                                    ledger_records=settled.ledger_records if settled else 0,
+                                    ledger_head=settled.ledger_head if settled else "")
+            self.emit(settled)
+            ended.append(settled)
+        attempt = max([0, *started, *(e.attempt for e in ended)])
+        while not any(e.counting for e in ended):
+            infra = sum(e.infra_failure and e.status != "unclosed" for e in ended)
+            if infra > self.infra_retries:
+                return
+            attempt += 1
+            rel = self._attempt_dir(cell, attempt)
+            self.emit(CellStarted(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel)))
+            session = Session(run_dir=self.out / rel, question_id=cell.question_id,
+                              scenario=self._scenario_for(combo, baseline=False))
+            t0 = time.monotonic_ns()
+            try:
+                outcome, error = self._record(combo, session)
+            except _Stop as stop:
+                self.emit(CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="refused",
+                                    void_reason=str(stop), wall_ns=time.monotonic_ns() - t0))
+                raise
+            done = self._conclude(cell, attempt, rel, outcome, error, time.monotonic_ns() - t0)
+            self.emit(done)
+            ended.append(done)
+            if self.interrupted:
+                raise KeyboardInterrupt
+
+    def _restore_history(self, previous: list) -> None:
+        for record in previous:
+            e = record.event
+            if isinstance(e, CellEnded) and e.counting:
+                stalled = [Finding(detector=HOST_STALLED, kind="host_stalled", effect=VOID, message=line)
+                           for line in e.void_reason.splitlines() if line.startswith("host_stalled:")]
+                self.history.append(stalled)
+                self.history_cells.append(e.cell_id)
+
+    def run(self) -> StudyResult:
+        plan, previous = self.start()
+        try:
+            if not self.resume:
+                failed = self.record_plan(plan)
+                if failed:
+                    return self.finish(plan, "preflight: the grader " + " | ".join(failed), [])
+            reason = self.preflight(plan, previous)
+            if self.interrupted:
+                raise KeyboardInterrupt
+            if reason:
+                return self.finish(plan, reason, [])
+            self._restore_history(previous)
+            ended: dict[str, list[CellEnded]] = {}
+            started: dict[str, set[int]] = {}
+            for record in previous:
+                e = record.event
+                if isinstance(e, CellStarted):
+                    started.setdefault(e.cell_id, set()).add(e.attempt)
+                elif isinstance(e, CellEnded):
+                    ended.setdefault(e.cell_id, []).append(e)
+            combos = {(c.arm, c.agent, c.model): c for c in plan.combos}
+            for cell in plan.cells:
+                cell_ended = ended.setdefault(cell.cell_id, [])
+                before = len(self.history)
+                try:
+                    self.run_cell(cell, combos[(cell.arm, cell.agent, cell.model)], cell_ended,
+                                  started.get(cell.cell_id, set()))
+                except _Stop as stop:
+                    return self.finish(plan, str(stop), [cell.cell_id], ended)
+                if len(self.history) > before and should_abort_study(self.history, self.study.abort.host_stalled_in_a_row):
+                    n = self.study.abort.host_stalled_in_a_row
+                    stalled = self.history_cells[-n:]
+                    return self.finish(plan, f"{n} host_stalled cells in a row: the host, not the agents, is being"
+                                       " measured", stalled, ended)
+            return self.finish(plan, "", [], ended)
+        finally:
+            if not self.ledger.writer.closed:
+                self.ledger.close()
+
+    def finish(self, plan: StudyPlan, reason: str, cells: list[str],
+               ended: dict[str, list[CellEnded]] | None = None) -> StudyResult:
+        ended = ended or {}
+        counted = [e for es in ended.values() for e in es if e.counting]
+        void = sum(e.status != "clean" for e in counted) + sum(1 for c in plan.cells if c.cell_id in ended
+                                                               and not any(e.counting for e in ended[c.cell_id]))
+        if reason:
+            self.emit(StudyAborted(reason=reason, cells=cells))
+        self.emit(StudyEnded(cells=len(plan.cells), counted=len(counted), void=void, aborted=bool(reason)))
+        self.ledger.close()
+        return StudyResult(out=str(self.out), state="aborted" if reason else "ended", reason=reason,
+                           cells=len(plan.cells), counted=len(counted), void=void)
+
+
+_MODEL_PATHS = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
+
+
+def _requested(run_dir: Path, records: list) -> list[str]:
+    """Every tool a session's model requests offered, from the request bodies the proxy kept."""
+    blobs = BlobStore(run_dir / BLOBS_DIR)
+    names: set[str] = set()
+    for record in records:
+        e = record.event
+        path = e.path.split("?", 1)[0] if isinstance(e, HttpExchange) else ""
+        if path.endswith(_MODEL_PATHS) and e.request_body_sha256 and blobs.check(e.request_body_sha256) is None:
+            names.update(request_tools(blobs.get(e.request_body_sha256)) or [])
+    return sorted(names)
+
+
+def run_study(study_path: Path, out: Path, *, repo: Path, commit: str | None = None, resume: bool = False,
+              infra_retries: int = 1, weaken: list[str] | tuple[str, ...] = (),
+              around_cell: Callable[[Path], contextlib.AbstractContextManager] | None = None,
+              on_event: Callable[[], None] = lambda: None) -> StudyResult:
+    """Run (or resume) a study into ``out``; see the module docstring.
+
+    Args:
+        study_path: the study file.
+        out: the study directory (``DIR``); new and empty, or a study's with ``resume``.
+        repo: the live repository the sandboxes are exported from.
+        commit: the commit under test (default HEAD; resolved once, recorded).
+        resume: continue the study in ``out`` in a new segment of its study ledger.
+        infra_retries: new attempts after an infra failure, per cell.
+        weaken: controls weakened on purpose in every session (tests of the preflight only;
+            recorded in ``study.planned``).
+        around_cell: a context manager factory entered around every cell attempt with its
+            run directory (tests: a host staller).
+        on_event: called after every study event is sealed (the progress display).
+
+    Returns:
+        How it ended.
+
+    Raises:
+        ScenarioError: a bad study file (nothing is written).
+        UsageError: ``out`` not empty (without ``resume``), nothing to resume, a bad repository.
+        ContainmentError: the sandbox holds a question or a leak term (from the first session).
+    """
+    return _Runner(study_path, out, repo=repo, commit=commit, resume=resume, infra_retries=infra_retries,
+                   weaken=list(weaken), around_cell=around_cell, on_event=on_event).run()

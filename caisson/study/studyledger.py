@@ -1,0 +1,151 @@
+"""The study ledger: a signed ledger like any run's, in segments, under ``DIR/study/``.
+
+Segment ``DIR/study/000/`` starts with ``study.planned``; a resumed study writes a new
+segment (``001``, ...) whose first event, ``study.resumed``, names the previous segment's
+run id, record count and chain head at its last valid seal, so the segments verify as
+one whole even though a crash left the previous one unclosed. Every study event is
+sealed (flushed and fsynced) as soon as it is written: ``cell.started`` is durable
+before its cell is dispatched.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import msgspec
+
+from caisson.errors import UsageError
+from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, locate
+from ledger.events import StudyResumed
+
+__all__ = ["SealedState", "StudyLedger", "segments", "sealed_state", "read_study", "STUDY_DIR", "SOURCE"]
+
+STUDY_DIR = "study"
+SOURCE = "study"
+
+
+class SealedState(msgspec.Struct, frozen=True, kw_only=True):
+    """What a ledger's last valid seal covers: the state a study binds."""
+
+    run_id: str | None
+    records: int  # records covered by the last valid seal
+    head: str  # hex chain head at that seal ("" when no seal checked out)
+    final: bool  # that seal closed the ledger
+    signature: str  # hex Ed25519 signature of that seal
+    status: str  # ok | tampered | unclosed (as `ledger.verify_ledger` would say)
+    reason: str = ""
+
+
+def sealed_state(path: Path, trusted: VerifyKey) -> SealedState:
+    """Check a ledger (run directory or file) against ``trusted``; its last seal's state.
+
+    Blobs are not checked here (`ledger.verify_ledger` does that).
+
+    Raises:
+        LedgerError: nothing readable at ``path`` (NotALedgerError: not a ledger).
+    """
+    ledger_path, _ = locate(Path(path))
+    try:
+        data = ledger_path.read_bytes()
+    except OSError as exc:
+        raise LedgerError(f"cannot read: {exc.strerror}", path=str(ledger_path)) from None
+    checker = LedgerChecker(trusted, decode=False)
+    checker.feed(data)
+    for _ in checker.records():
+        pass
+    seal = checker.last_seal
+    status, reason = "ok", ""
+    if checker.tampered is not None:
+        status, reason = "tampered", checker.tampered[0]
+    elif not checker.final:
+        status = "unclosed"
+    elif checker.pending_bytes:
+        status, reason = "tampered", f"{checker.pending_bytes} bytes after the final seal"
+    return SealedState(run_id=checker.header.run_id if checker.header else None,
+                       records=seal.upto if seal else 0, head=seal.head.hex() if seal else "",
+                       final=bool(seal and seal.final), signature=seal.signature.hex() if seal else "",
+                       status=status, reason=reason)
+
+
+def segments(study_dir: Path) -> list[Path]:
+    """The study ledger's segment directories under ``DIR/study/``, in order."""
+    root = Path(study_dir) / STUDY_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def read_study(study_dir: Path, trusted: VerifyKey | None = None) -> list[Record]:
+    """Every record of every segment, in order, up to each segment's last valid seal.
+
+    With ``trusted`` None, signatures are not checked (a viewer: `caisson study status`);
+    records after a segment's last seal (a crash's unsealed tail) are left out.
+
+    Raises:
+        UsageError: ``study_dir`` holds no study ledger.
+    """
+    segs = segments(study_dir)
+    if not segs:
+        raise UsageError(f"{study_dir}: no study ledger ({STUDY_DIR}/000/ledger); is it a study directory?")
+    out: list[Record] = []
+    for seg in segs:
+        ledger_path, _ = locate(seg)
+        checker = LedgerChecker(trusted, decode=True)
+        checker.feed(ledger_path.read_bytes())
+        records = list(checker.records())
+        sealed = checker.last_seal.upto if checker.last_seal else 0
+        out += [r for r in records if r.seq < sealed]
+    return out
+
+
+class StudyLedger:
+    """The writer of one segment of a study ledger; every event is sealed at once.
+
+    Args:
+        study_dir: the study directory (``DIR``).
+        key: the operator's signing key.
+        run_id: the segment's ledger run id.
+        resume: continue a study: a new segment naming the last one's sealed state.
+
+    Raises:
+        UsageError: a new study over a directory that already has a study ledger, or a
+            continuation whose previous segment does not verify (tampered).
+    """
+
+    def __init__(self, study_dir: Path, key: SigningKey, *, run_id: str, resume: bool = False):
+        self.study_dir = Path(study_dir)
+        existing = segments(self.study_dir)
+        if existing and not resume:
+            raise UsageError(f"{self.study_dir}: a study already ran here; pass --resume to continue it,"
+                             " or pick a new --out")
+        if resume and not existing:
+            raise UsageError(f"{self.study_dir}: --resume, but there is no study ledger to continue")
+        previous = None
+        if existing:
+            previous = sealed_state(existing[-1], key.verify_key)
+            if previous.status == "tampered":
+                raise UsageError(f"{existing[-1]}: the study ledger does not verify ({previous.reason});"
+                                 " it cannot be continued")
+        seg = self.study_dir / STUDY_DIR / f"{len(existing):03d}"
+        seg.mkdir(parents=True)
+        self.path = seg
+        self.writer = LedgerWriter(seg / "ledger", run_id=run_id, key=key, blobs=BlobStore(seg / "blobs"),
+                                   flush_records=1 << 20, flush_interval_s=float("inf"))
+        if previous is not None:
+            self.append(StudyResumed(previous_run_id=previous.run_id or "", previous_records=previous.records,
+                                     previous_head=previous.head, previous_final=previous.final))
+
+    def put_blob(self, data: bytes, role: str, media_type: str = "application/octet-stream") -> str:
+        """Store a blob beside the segment and record it (``blob.stored``); its sha256 hex."""
+        return self.writer.put_blob(data, role=role, media_type=media_type, source=SOURCE)
+
+    def append(self, event) -> int:
+        """Append one study event and seal it (durable when this returns); its sequence number."""
+        seq = self.writer.append(event, source=SOURCE, wall_ns=time.time_ns(), mono_ns=time.monotonic_ns())
+        self.writer.flush()
+        return seq
+
+    def close(self) -> None:
+        """Write the final seal."""
+        self.writer.close()

@@ -1,0 +1,73 @@
+"""The study ledger's segments, without a chamber: a continuation must name the last seal
+of the segment before it, or `verify_study` fails; an unclosed last segment is exit 3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from caisson.errors import UsageError
+from caisson.home import ensure_operator_key
+from caisson.study import read_study, sealed_state, verify_study
+from caisson.study.studyledger import StudyLedger
+from ledger import BlobStore, LedgerWriter
+from ledger.events import StudyEnded, StudyPlanned, StudyResumed
+
+
+def _crashed_segment(out: Path, key) -> None:
+    """Segment 000 with a sealed study.planned and no final seal, as a kill -9 leaves it."""
+    seg = out / "study" / "000"
+    seg.mkdir(parents=True)
+    with LedgerWriter(out / "live-ledger", run_id="study-a", key=key, blobs=BlobStore(seg / "blobs")) as writer:
+        writer.append(StudyPlanned(study="s", study_sha256="0"), source="study")
+        writer.flush()  # sealed; the bytes as they were before any close are what a kill leaves
+        (seg / "ledger").write_bytes((out / "live-ledger").read_bytes())
+    (out / "live-ledger").unlink()
+
+
+def test_continuation_names_the_previous_seal_and_verifies_as_one(tmp_path):
+    key = ensure_operator_key()
+    _crashed_segment(tmp_path, key)
+    assert verify_study(tmp_path, key.verify_key).status == "unclosed"
+    with pytest.raises(UsageError, match="already ran here"):
+        StudyLedger(tmp_path, key, run_id="study-b")
+    ledger = StudyLedger(tmp_path, key, run_id="study-b", resume=True)
+    ledger.append(StudyEnded(cells=0))
+    ledger.close()
+    report = verify_study(tmp_path, key.verify_key)
+    assert (report.status, report.segments, report.problems) == ("ok", 2, [])
+    kinds = [type(r.event).__name__ for r in read_study(tmp_path, key.verify_key)]
+    assert kinds == ["StudyPlanned", "StudyResumed", "StudyEnded"]
+    state = sealed_state(tmp_path / "study" / "000", key.verify_key)
+    link = next(r.event for r in read_study(tmp_path) if isinstance(r.event, StudyResumed))
+    assert (link.previous_run_id, link.previous_records, link.previous_head) == ("study-a", 1, state.head)
+
+
+def test_a_continuation_that_names_another_seal_fails(tmp_path):
+    key = ensure_operator_key()
+    _crashed_segment(tmp_path, key)
+    seg = tmp_path / "study" / "001"
+    seg.mkdir(parents=True)
+    with LedgerWriter(seg / "ledger", run_id="study-b", key=key) as writer:
+        writer.append(StudyResumed(previous_run_id="study-a", previous_records=1, previous_head="00" * 32),
+                      source="study")
+    report = verify_study(tmp_path, key.verify_key)
+    assert report.status == "tampered"
+    assert "study.resumed names study-a at 1 records" in report.problems[0]
+
+
+def test_a_continuation_without_study_resumed_fails(tmp_path):
+    key = ensure_operator_key()
+    _crashed_segment(tmp_path, key)
+    seg = tmp_path / "study" / "001"
+    seg.mkdir(parents=True)
+    with LedgerWriter(seg / "ledger", run_id="study-b", key=key) as writer:
+        writer.append(StudyEnded(cells=0), source="study")
+    report = verify_study(tmp_path, key.verify_key)
+    assert report.status == "tampered" and "must start with study.resumed" in report.problems[0]
+
+
+def test_read_study_refuses_a_directory_without_a_study(tmp_path):
+    with pytest.raises(UsageError, match="no study ledger"):
+        read_study(tmp_path)
