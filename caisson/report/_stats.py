@@ -210,7 +210,7 @@ def sign_flip_p(diffs: Sequence[float], *, seed: int = 0, resamples: int = 200_0
     d = np.abs(np.asarray(diffs, dtype=float))
     n = len(d)
     observed = abs(float(np.sum(np.asarray(diffs, dtype=float))))
-    tol = 1e-9 * max(1.0, float(np.sum(d)))
+    tol = 100 * np.finfo(float).eps * observed  # ties within rounding count as reaching it (as scipy's)
     if n == 0:
         return 1.0, "exact"
     if n <= EXACT_SIGN_FLIP_MAX:
