@@ -16,6 +16,7 @@ import msgspec
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from caisson.report._aggregate import ArmSummary, Rate
 from caisson.report._gate import Comparison
@@ -141,12 +142,12 @@ def render_text(report: Report, *, width: int = 160, color: bool = False) -> str
     for line in identity_lines(report):
         console.print(line, markup=False)
     for title, header, rows in table_sections(report):
-        table = Table(title=title, box=box.SIMPLE_HEAD, show_lines=False, title_justify="left")
+        table = Table(title=Text(title), box=box.SIMPLE_HEAD, show_lines=False, title_justify="left")
         for name in header:
-            table.add_column(name, overflow="fold")
-        for row in rows:
+            table.add_column(Text(name), overflow="fold")
+        for row in rows:  # Text: a "[...]" in a label or an answer is data, never rich markup
             style = styles.get(row[2]) if title.startswith("Trust checklist") else None
-            table.add_row(*row, style=style)
+            table.add_row(*(Text(cell) for cell in row), style=style)
         if not rows:
             table.add_row(*(["none"] + [""] * (len(header) - 1)))
         console.print(table)

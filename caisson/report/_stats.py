@@ -185,7 +185,9 @@ def wilson(successes: int, trials: int, level: float = 0.95) -> tuple[float, flo
     denom = 1.0 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denom
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends, not a rounding residue
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return low, high
 
 
 def _half_sums(values: np.ndarray) -> np.ndarray:

@@ -9,9 +9,12 @@ from caisson.report import ReportBaseline, ReportCell, StudyReportInput, TokenFi
 SOURCE = "first_party:claude-code result.usage"
 
 
-def figure(total: int, source: str = SOURCE, *, input: int | None = None, output: int | None = None) -> TokenFigure:
-    """A token figure (input/output default to a 3:1 split of ``total``)."""
-    if input is None and output is None:
+_SPLIT = -1
+
+
+def figure(total: int, source: str = SOURCE, *, input: int | None = _SPLIT, output: int | None = _SPLIT) -> TokenFigure:
+    """A token figure (input/output default to a 3:1 split of ``total``; None: no split)."""
+    if input == _SPLIT and output == _SPLIT:
         input, output = total * 3 // 4, total - total * 3 // 4
     return TokenFigure(total=total, input=input, output=output, rank=source.split(":")[0], source=source)
 
