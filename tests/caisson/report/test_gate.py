@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from caisson.report import build_report
@@ -97,8 +98,7 @@ def test_a_winner_is_withheld_on_a_checklist_fail_unless_untrusted_is_allowed():
     cs = (cells("ag", "lean", 24, 3, lambda q, r: 0.65 + 0.01 * r)
           + cells("ag", "rich", 24, 3, lambda q, r: 0.50 + 0.01 * r))
     base = baselines("ag", ["lean", "rich"])
-    base[0] = base[0].__class__(**{**{f: getattr(base[0], f) for f in base[0].__struct_fields__},
-                                   "isolation": "failed", "denied_present": ("Bash",)})
+    base[0] = msgspec.structs.replace(base[0], isolation="failed", denied_present=("Bash",))
     report = build_report(study(cs, base))
     c = _score(report.agents[0].comparisons)
     assert not report.trusted
