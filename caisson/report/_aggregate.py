@@ -51,12 +51,13 @@ class ArmSummary(msgspec.Struct, frozen=True, kw_only=True):
         score: spread of the scores; ``by_kind`` the same per question kind.
         token_sources: source -> cells measured with it; ``tokens_unmeasured`` run cells
             with no figure; ``tokens_ambiguous`` cells with several session identities.
-        tokens: spread of the cell totals (one source only, else None: ``tokens_mixed``).
+        tokens: spread of the clean cells' totals (the cells the scores come from; one
+            source only, else None: ``tokens_mixed``).
         floor: the baseline's figure, or None (no baseline or not measured).
-        content: spread of content tokens (cell total - floor, same source).
-        content_null: run cells whose content tokens are null.
-        cost_usd: summed over cells with a price and an input/output split, or None;
-            ``cost_cells`` how many cells it covers.
+        content: spread of the clean cells' content tokens (total - floor, same source).
+        content_null: clean cells whose content tokens are null.
+        cost_usd: summed over every run cell (void ones spent too) with a price and an
+            input/output split, or None; ``cost_cells`` how many cells it covers.
         pass_rate: cells at full score among scored; ``void_rate`` void among run.
         pass_k: pass@k and pass^k for k = 1 and k = the smallest repetition count.
     """
@@ -175,7 +176,9 @@ def summarize_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseli
             kinds[c.question_kind].append(c.score)  # type: ignore[arg-type]
         measured = [c for c in ran if c.tokens is not None]
         sources = Counter(c.tokens.source for c in measured)  # type: ignore[union-attr]
-        contents = [v for v in (content_tokens(c, baseline) for c in ran) if v is not None]
+        clean = [c for c in ran if c.status == "clean"]  # spreads over the cells the scores come from
+        totals = [c.tokens.total for c in clean if c.tokens is not None]
+        contents = [v for v in (content_tokens(c, baseline) for c in clean) if v is not None]
         costs = [v for v in (cell_cost(c, price_of) for c in ran) if v is not None]
         void = Counter(c.void_reason or "unknown" for c in ran if c.status == "void")
         out[agent].append(ArmSummary(
@@ -188,9 +191,9 @@ def summarize_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseli
             by_kind={k: spread(v) for k, v in sorted(kinds.items())},  # type: ignore[misc]
             token_sources=dict(sorted(sources.items())), tokens_unmeasured=len(ran) - len(measured),
             tokens_ambiguous=sum(c.token_ambiguous for c in ran), tokens_mixed=len(sources) > 1,
-            tokens=spread([c.tokens.total for c in measured]) if len(sources) == 1 else None,  # type: ignore[union-attr]
+            tokens=spread(totals) if len(sources) == 1 else None,
             floor=baseline.floor if baseline is not None else None,
-            content=spread(contents), content_null=len(ran) - len(contents),
+            content=spread(contents), content_null=len(clean) - len(contents),
             cost_usd=sum(costs) if costs else None, cost_cells=len(costs),
             pass_rate=_rate(sum(c.score >= PASS_SCORE for c in scored), len(scored)),  # type: ignore[operator]
             void_rate=_rate(sum(void.values()), len(ran)), pass_k=_pass_k(group)))

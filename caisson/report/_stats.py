@@ -249,7 +249,8 @@ def bootstrap_gmr_interval(pairs: Sequence[tuple[Sequence[float], Sequence[float
 
     Stage one resamples questions with replacement; stage two resamples each chosen
     question's repetitions, for each arm, with replacement; each resample's statistic is
-    exp(mean over questions of log(median a / median b)). Percentile interval.
+    exp(mean over questions of log(median a / median b)). Percentile interval, each end
+    the order statistic just outside its tail (numpy's ``lower``/``higher`` methods).
 
     Args:
         pairs: per question, (arm a's repetition values, arm b's), each non-empty.
@@ -259,7 +260,9 @@ def bootstrap_gmr_interval(pairs: Sequence[tuple[Sequence[float], Sequence[float
 
     Returns:
         (low, high, undefined): ``undefined`` counts resamples whose statistic was not a
-        number (a resampled median of 0 against 0), left out of the percentiles.
+        number (a resampled median of 0 against 0), left out of the percentiles; when
+        they outnumber one tail's share of the resamples, low and high are NaN (no
+        interval can be formed).
 
     Raises:
         ValueError: no pairs, or a question with no values in an arm.
@@ -283,10 +286,13 @@ def bootstrap_gmr_interval(pairs: Sequence[tuple[Sequence[float], Sequence[float
         stats = np.mean(logs, axis=1)
     finite = stats[~np.isnan(stats)]
     undefined = resamples - len(finite)
-    if not len(finite):
+    if undefined > resamples * (1.0 - level) / 2.0:  # more missing than a tail holds: no interval
         return math.nan, math.nan, undefined
     tail = (1.0 - level) / 2.0 * 100.0
-    low, high = np.percentile(finite, [tail, 100.0 - tail])
+    # the order statistics just outside each tail (conservative, and no interpolation
+    # between infinite statistics: a resampled median of 0 gives a log-ratio of -inf or inf)
+    low = np.percentile(finite, tail, method="lower")
+    high = np.percentile(finite, 100.0 - tail, method="higher")
     return float(np.exp(low)), float(np.exp(high)), undefined
 
 

@@ -55,7 +55,7 @@ def test_counts_void_by_reason_spreads_per_kind_and_rates():
     assert row.pass_rate.low == pytest.approx(0.2077, abs=1e-4)
     # pass@k over questions with scored repetitions: q0 (2 reps, 1 pass), q1 (1 rep, 1 pass) -> k in {1}
     assert [(p.k, p.questions, p.pass_at_k, p.pass_hat_k) for p in row.pass_k] == [(1, 2, 0.75, 0.75)]
-    assert row.floor is None and row.content is None and row.content_null == 6
+    assert row.floor is None and row.content is None and row.content_null == 4  # the clean cells
 
 
 def test_mixed_sources_are_counted_not_pooled():
@@ -93,3 +93,14 @@ def test_report_lists_every_cell_with_its_derived_figures():
                                 baselines("ag", ["a"])))
     assert [(c.cell_id, c.tokens, c.token_source, c.content_tokens, c.tokens_null_reason) for c in report.cells] == [
         ("1", 1500, SOURCE, 500, ""), ("2", None, None, None, "no call")]
+
+
+def test_void_cells_spend_money_but_stay_out_of_the_token_spreads():
+    cs = [_cell(cell_id="1", tokens=figure(1500, input=1000, output=500)),
+          _cell(cell_id="2", status="void", void_reason="tool_escape", score=None,
+                tokens=figure(9000, input=8000, output=1000))]
+    (row,) = summarize_arms(cs, baselines("ag", ["a"]), [Price(model="m1", input_usd_per_mtok=1.0,
+                                                               output_usd_per_mtok=2.0)])["ag"]
+    assert (row.tokens.median, row.tokens.n, row.content.median, row.content.n) == (1500, 1, 500, 1)
+    assert row.token_sources == {SOURCE: 2} and row.cost_cells == 2
+    assert row.cost_usd == pytest.approx((1000 + 8000 + 2 * (500 + 1000)) / 1e6)

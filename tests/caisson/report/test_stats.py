@@ -120,6 +120,15 @@ def test_bootstrap_interval_is_seeded_and_covers_the_estimate():
         bootstrap_gmr_interval([([], [1.0])], seed=0)
 
 
+def test_bootstrap_with_zero_medians_is_conservative_or_absent():
+    # one question in five can resample to 0 in arm b: -inf/inf statistics, never interpolated into NaN
+    pairs = [([1.0, 1.0, 1.0], [0.5, 0.5, 0.6])] * 4 + [([1.0, 1.0, 1.0], [0.0, 0.5, 0.5])]
+    low, high, undefined = bootstrap_gmr_interval(pairs * 5, seed=2)
+    assert undefined == 0 and 1.0 < low and math.isfinite(low) and high == math.inf
+    low, high, undefined = bootstrap_gmr_interval([([0.0, 1.0, 1.0], [1.0, 1.0, 0.0])] * 25, seed=1)
+    assert math.isnan(low) and math.isnan(high) and undefined > 50
+
+
 def test_smallest_detectable_ratio():
     ratio, how = smallest_detectable_ratio([0.1, -0.1, 0.2, 0.0, 0.05, -0.05, 0.15, 0.1])
     sd = float(np.std([0.1, -0.1, 0.2, 0.0, 0.05, -0.05, 0.15, 0.1], ddof=1))
