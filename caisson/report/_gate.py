@@ -126,7 +126,7 @@ def _seed(c: Comparison, a: list[float], b: list[float]) -> None:
     c.range_a, c.range_b = (min(a), max(a)), (min(b), max(b))
     c.ratio = _ratio(c.median_a, c.median_b)
     higher = _HIGHER_IS_BETTER[c.metric]
-    better, worse = (c.arm_a, c.arm_b) if (c.median_a >= c.median_b) == higher else (c.arm_b, c.arm_a)
+    better = c.arm_a if (c.median_a >= c.median_b) == higher else c.arm_b
     hi, lo = (c.median_a, c.median_b) if c.median_a >= c.median_b else (c.median_b, c.median_a)
     gap = _ratio(hi, lo)
     separate = c.range_a[0] > c.range_b[1] or c.range_b[0] > c.range_a[1]
@@ -141,7 +141,6 @@ def _seed(c: Comparison, a: list[float], b: list[float]) -> None:
         if not separate:
             why.append("min-max ranges overlap")
         c.seed_detail = "; ".join(why)
-    del worse
 
 
 def _paired(c: Comparison, qa: dict[str, list[float]], qb: dict[str, list[float]], seed: int) -> list[float]:

@@ -111,8 +111,10 @@ def table_sections(report: Report) -> Iterator[tuple[str, list[str], list[list[s
                    ["model", "arm a", "arm b", "tokens", "source / why null"],
                    [[t.model, t.arm_a, t.arm_b, _num(t.tokens), t.source or t.null_reason] for t in section.schema_tax])
         if section.comparisons:
-            yield (f"Agent {section.agent}: comparisons", ["model", "verdict"],
-                   [[c.model, fmt_comparison(c)] for c in section.comparisons])
+            context = {(r.arm, r.model): f"{r.arm}: {r.gating}, {r.elicitation}" for r in section.rows}
+            yield (f"Agent {section.agent}: comparisons", ["model", "gating, elicitation", "verdict"],
+                   [[c.model, "; ".join(context[(arm, c.model)] for arm in (c.arm_a, c.arm_b)), fmt_comparison(c)]
+                    for c in section.comparisons])
     yield ("Refusals", ["agent", "arm", "model", "gating", "reason"],
            [[r.agent, r.arm, r.model, r.gating, r.reason] for r in report.refusals])
     if report.judge is not None:
@@ -173,8 +175,5 @@ def render_markdown(report: Report) -> str:
 
 
 def render_json(report: Report) -> bytes:
-    """The report as indented JSON (every field of `Report`; infinities as null)."""
-    def default(obj: object) -> object:
-        raise TypeError(f"cannot encode {type(obj).__name__}")
-    raw = msgspec.json.encode(report, enc_hook=default)
-    return msgspec.json.format(raw, indent=2) + b"\n"
+    """The report as indented JSON (every field of `Report`; infinities and NaN as null)."""
+    return msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n"
