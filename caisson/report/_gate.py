@@ -3,10 +3,13 @@
 For each agent and model, every two arms are compared on the score and, where resolved,
 on content tokens (issue #14):
 
-- **Seed rule** (the floor): the better arm's median over all its cells is at least
-  `SEED_RATIO` times the other's (higher is better for the score, lower for tokens) and
-  the two arms' min-max ranges do not overlap. At 3 repetitions this alone is a one-sided
-  p of 1/C(6,3) = 0.05 per comparison.
+- **Seed rule** (the floor), over each arm's per-repetition figures (repetition r's
+  figure: the mean of the metric over the questions of repetition r): the better arm's
+  median figure is at least `SEED_RATIO` times the other's (higher is better for the
+  score, lower for tokens) and the two arms' min-max ranges do not overlap. With r
+  repetitions per arm and no difference, all of one arm's figures beat all of the
+  other's with probability 1/C(2r, r): at 3 repetitions a one-sided p of 0.05 per
+  comparison, which is why the paired analysis must hold too.
 - **Paired analysis**: per question with values in both arms, the log of the ratio of the
   two arms' medians (questions where a median is not positive have no log-ratio and are
   counted, not used); the geometric mean ratio exp(mean); its 95% interval by t on the
@@ -52,8 +55,9 @@ class Comparison(msgspec.Struct, kw_only=True):
     """Two arms of one (agent, model) on one metric; ratios are arm_a over arm_b.
 
     Attributes:
-        median_a, median_b: medians over all the arm's cells with a value.
-        range_a, range_b: (min, max) over the same cells.
+        cells_a, cells_b: clean cells with a value in each arm.
+        median_a, median_b: medians of each arm's per-repetition figures (the seed rule's).
+        range_a, range_b: (min, max) of the same figures.
         seed_winner: the arm the seed rule picks, or None; ``seed_detail`` says why.
         questions: questions with a defined log-ratio; ``questions_excluded`` with values
             in both arms but a median that is not positive.
@@ -100,9 +104,11 @@ class Comparison(msgspec.Struct, kw_only=True):
     label: str = ""
 
 
-def _values(cells: Sequence[ReportCell], metric: str, floors: dict) -> dict[str, list[float]]:
-    """question id -> the metric's values over the clean cells that have one."""
+def _values(cells: Sequence[ReportCell], metric: str, floors: dict) -> tuple[dict[str, list[float]], list[float]]:
+    """(question id -> the metric's values over the clean cells that have one, and per
+    repetition the mean of those values over questions, in repetition order)."""
     out: dict[str, list[float]] = defaultdict(list)
+    reps: dict[int, list[float]] = defaultdict(list)
     for cell in cells:
         if cell.status != "clean":
             continue
@@ -112,7 +118,8 @@ def _values(cells: Sequence[ReportCell], metric: str, floors: dict) -> dict[str,
             value = content_tokens(cell, floors.get((cell.arm, cell.agent, cell.model)))
         if value is not None:
             out[cell.question_id].append(float(value))
-    return out
+            reps[cell.repetition].append(float(value))
+    return out, [sum(v) / len(v) for _, v in sorted(reps.items())]
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -133,13 +140,14 @@ def _seed(c: Comparison, a: list[float], b: list[float]) -> None:
     gap_text = "undefined (both medians 0)" if gap is None else f"{gap:.3g}x"
     if gap is not None and gap >= SEED_RATIO and separate:
         c.seed_winner = better
-        c.seed_detail = f"{better} better by {gap_text} (>= {SEED_RATIO}x), min-max ranges do not overlap"
+        c.seed_detail = (f"{better} better by {gap_text} (>= {SEED_RATIO}x), min-max ranges of the"
+                         f" per-repetition figures do not overlap")
     else:
         why = []
         if gap is None or gap < SEED_RATIO:
             why.append(f"median gap {gap_text} < {SEED_RATIO}x")
         if not separate:
-            why.append("min-max ranges overlap")
+            why.append("min-max ranges of the per-repetition figures overlap")
         c.seed_detail = "; ".join(why)
 
 
@@ -214,13 +222,11 @@ def compare_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseline
             values = {arm: _values(arms[arm], metric, floors) for arm in names}
             for i, arm_a in enumerate(names):
                 for arm_b in names[i + 1:]:
-                    qa, qb = values[arm_a], values[arm_b]
-                    a = [v for vs in qa.values() for v in vs]
-                    b = [v for vs in qb.values() for v in vs]
+                    (qa, a), (qb, b) = values[arm_a], values[arm_b]
                     if not a or not b:
                         continue
                     c = Comparison(agent=agent, model=model, metric=metric, arm_a=arm_a, arm_b=arm_b,
-                                   cells_a=len(a), cells_b=len(b))
+                                   cells_a=sum(map(len, qa.values())), cells_b=sum(map(len, qb.values())))
                     _seed(c, a, b)
                     out.append((c, _paired(c, qa, qb, seed)))
     by_agent: dict[str, list[Comparison]] = defaultdict(list)

@@ -23,15 +23,27 @@ def test_a_gap_of_1_3x_with_separated_spread_on_every_question_of_a_large_set_is
     assert c.ci_low > 1.0 and c.p_holm < 0.05
 
 
+def test_the_seed_rule_compares_per_repetition_figures_not_cells_of_unequal_questions():
+    # questions range from hard to easy; each is 1.3x better in lean: the cells' own ranges
+    # overlap widely, the per-repetition figures (means over the questions) do not
+    def lean(q, r):
+        return 1.3 * (0.2 + 0.02 * q) + 0.001 * r
+
+    cs = cells("ag", "lean", 24, 3, lean) + cells("ag", "rich", 24, 3, lambda q, r: 0.2 + 0.02 * q + 0.001 * r)
+    c = _score(compare_arms(cs, []))
+    assert c.range_a[0] > c.range_b[1] and c.ratio == pytest.approx(1.3, rel=0.01)
+    assert (c.verdict, c.winner) == ("winner", "lean")
+
+
 def test_a_gap_of_1_3x_with_overlapping_spread_is_never_a_winner():
-    # medians 0.65 vs 0.50 on every question; on one question one repetition of each arm
-    # reaches into the other's range
-    cs = (cells("ag", "lean", 24, 3, lambda q, r: 0.45 if (q, r) == (0, 2) else 0.65)
-          + cells("ag", "rich", 24, 3, lambda q, r: 0.70 if (q, r) == (0, 2) else 0.50))
+    # medians 0.65 vs 0.50 on every question, but in repetition 2 each arm reaches into the
+    # other's range: per-repetition figures lean (0.65, 0.65, 0.45), rich (0.50, 0.50, 0.70)
+    cs = (cells("ag", "lean", 24, 3, lambda q, r: 0.45 if r == 2 else 0.65)
+          + cells("ag", "rich", 24, 3, lambda q, r: 0.70 if r == 2 else 0.50))
     c = _score(compare_arms(cs, baselines("ag", ["lean", "rich"])))
     assert c.ratio == pytest.approx(1.3)
-    assert c.seed_winner is None and "ranges overlap" in c.seed_detail
-    assert c.paired_winner == "lean"  # the paired test alone would crown it; the seed rule does not
+    assert [*c.range_a, *c.range_b] == pytest.approx([0.45, 0.65, 0.50, 0.70])
+    assert c.seed_winner is None and "ranges of the per-repetition figures overlap" in c.seed_detail
     assert (c.verdict, c.winner) == ("tie", None)
 
 
