@@ -13,9 +13,6 @@ import html
 import io
 from collections import defaultdict
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from caisson.report._report import AgentSection, Report
 from caisson.report._render import identity_lines, table_sections
 
@@ -42,6 +39,9 @@ def agent_plot_png(section: AgentSection, cells: list, *, dpi: int = 80) -> byte
         cells: the report's `CellRow` list (only this agent's clean cells are drawn).
         dpi: resolution.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # here: text and JSON reports never pay for it
+    from matplotlib.figure import Figure
+
     groups = [(r.arm, r.model) for r in section.rows]
     scores: dict[tuple[str, str], list[float]] = defaultdict(list)
     content: dict[tuple[str, str], list[float]] = defaultdict(list)
