@@ -182,7 +182,8 @@ def check_input(data: StudyReportInput) -> None:
         ReportInputError: an unknown status or gating, a duplicate cell id, a score
             outside [0, 1], a clean cell with a void reason, a void cell without one, a
             score on a cell that did not run clean, a negative token total, a duplicate
-            baseline or price.
+            baseline or price, a baseline whose tool list is empty or disagrees with its
+            isolation (``unavailable`` exactly when no tools were audited).
     """
     seen: set[str] = set()
     for cell in data.cells:
@@ -212,9 +213,16 @@ def check_input(data: StudyReportInput) -> None:
         if key in keys:
             raise ReportInputError("two baselines", where=f"baseline {'/'.join(key)}", field="arm")
         keys.add(key)
+        where = f"baseline {'/'.join(key)}"
         if base.isolation not in ("passed", "failed", "unavailable"):
-            raise ReportInputError(f"{base.isolation!r} is not passed, failed or unavailable",
-                                   where=f"baseline {'/'.join(key)}", field="isolation")
+            raise ReportInputError(f"{base.isolation!r} is not passed, failed or unavailable", where=where,
+                                   field="isolation")
+        if base.tools is not None and not base.tools:
+            raise ReportInputError("an empty tool list: a tool audit that saw nothing is recorded as unavailable"
+                                   " (tools None), never as []", where=where, field="tools")
+        if (base.isolation == "unavailable") != (base.tools is None):
+            raise ReportInputError(f"isolation {base.isolation} with tools {base.tools!r}: unavailable goes with"
+                                   " tools None, and only with it", where=where, field="tools")
     models: set[str] = set()
     for price in data.prices:
         if price.model in models:

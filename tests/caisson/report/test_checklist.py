@@ -121,3 +121,14 @@ def test_duplicate_cells_and_baselines_are_refused():
         build_report(study(cs, base + base[:1]))
     with pytest.raises(ReportInputError, match="isolation"):
         build_report(study(cs, [ReportBaseline(arm="a", agent="ag", model="m1", isolation="maybe")]))
+
+
+def test_an_unavailable_tool_audit_is_never_an_empty_list():
+    cs, _ = _clean()
+    for base, field in ((ReportBaseline(arm="a", agent="ag", model="m1", isolation="unavailable", tools=()), "tools"),
+                        (ReportBaseline(arm="a", agent="ag", model="m1", isolation="passed", tools=None), "tools"),
+                        (ReportBaseline(arm="a", agent="ag", model="m1", isolation="unavailable",
+                                        tools=("Read",)), "tools")):
+        with pytest.raises(ReportInputError) as err:
+            build_report(study(cs, [base]))
+        assert err.value.field == field
