@@ -47,6 +47,7 @@ SEED_RATIO = 1.25
 EQUIVALENCE = (0.8, 1.25)
 ALPHA = 0.05
 BOOTSTRAP_FROM = 20
+BOOTSTRAP_RESAMPLES = 2000
 METRICS = ("score", "content_tokens")
 _HIGHER_IS_BETTER = {"score": True, "content_tokens": False}
 
@@ -173,9 +174,10 @@ def _paired(c: Comparison, qa: dict[str, list[float]], qb: dict[str, list[float]
         else:
             c.ci_method = "one question: no interval"
     else:
-        low, high, undefined = bootstrap_gmr_interval(pairs, seed=seed)
+        low, high, undefined = bootstrap_gmr_interval(pairs, seed=seed, resamples=BOOTSTRAP_RESAMPLES)
         c.ci_low, c.ci_high = (None if math.isnan(low) else low), (None if math.isnan(high) else high)
-        c.ci_method = f"two-stage bootstrap (questions, then repetitions), 2000 resamples, seed {seed}" + (
+        c.ci_method = (f"two-stage bootstrap (questions, then repetitions), {BOOTSTRAP_RESAMPLES} resamples,"
+                       f" seed {seed}") + (
             f", {undefined} undefined resamples left out" if undefined else "")
     c.p, c.p_method = sign_flip_p(logs, seed=seed)
     return logs
