@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from caisson.report import CellTokens, TokenFigure, cell_tokens
 from ledger import Record
 from ledger.events import AgentUsage, HttpExchange, LlmCall, LlmUsage, Note
@@ -89,3 +92,31 @@ def test_a_call_belongs_to_the_exchange_before_it_from_its_own_source():
                         ("proxy", LlmCall(provider="anthropic", endpoint="messages", exchange_seq=0,
                                           normalized=LlmUsage(input_tokens=1, output_tokens=1, total_tokens=2))))
     assert cell_tokens(explicit).sessions == ("s1",)
+
+
+_events = st.lists(st.one_of(
+    st.builds(lambda i, o, src, rep: _usage(i, o, source=src, reported=rep), st.integers(0, 10**6),
+              st.integers(0, 10**6), st.sampled_from([CC, "codex turn.completed usage"]), st.booleans()),
+    st.builds(lambda i, o, cut: _call(None if cut else i, o, missing="cut" if cut else None),
+              st.integers(0, 10**6), st.integers(0, 10**6), st.booleans()),
+    st.builds(_exchange, st.one_of(st.none(), st.sampled_from(["s1", "s2", "s3"]))),
+), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_events)
+def test_the_figure_is_one_rank_never_mixed_and_never_a_made_up_zero(pairs):
+    out = cell_tokens(_records(*pairs))
+    reports = [e for _, e in pairs if isinstance(e, AgentUsage) and e.usage is not None]
+    calls = [e for _, e in pairs if isinstance(e, LlmCall)]
+    assert out.token_ambiguous == (len(out.sessions) > 1)
+    if out.figure is None:
+        assert out.null_reason
+        return
+    assert not out.null_reason
+    if reports:  # the agent measured: its figure, from one source, or none at all
+        assert out.figure.rank == "first_party" and len({r.token_source for r in reports}) == 1
+        assert out.figure.total == sum(r.normalized.total_tokens for r in reports)
+    else:
+        assert out.figure.rank == "proxy" and all(c.normalized is not None for c in calls)
+        assert out.figure.total == sum(c.normalized.total_tokens for c in calls) and calls
