@@ -1,8 +1,9 @@
 """The trust checklist, computed: PASS / WARN / FAIL with counts and the cells behind them.
 
 Two parts, in the order a reader needs them (issue #14). *Before trusting a run*: ledgers
-verified, the isolation assertion, tool escapes, contamination, host stalls, refusals,
-token sources, token ambiguity, baselines, the judge's served model, disagreements.
+verified, containment (the sandbox built and scanned), the isolation assertion, tool
+escapes, contamination, host stalls, refusals, token sources, token ambiguity, baselines,
+the judge's served model, disagreements.
 *Before publishing*: per-agent separation, enforcement and elicitation stated, winners
 through the gate, refusals and limitations stated. A FAIL withholds every winner claim
 unless the caller allows an untrusted report (each claim is then labelled).
@@ -68,6 +69,9 @@ def checklist(data: StudyReportInput, rows: dict[str, list[ArmSummary]],
     items = [
         _item("trust", "ledgers_verified", [c.cell_id for c in ran if not c.verified], FAIL,
               f"{len(ran)} run cells, every ledger verified", "{n} run cells whose ledger did not verify"),
+        _item("trust", "containment", [c.cell_id for c in ran if c.verified and not c.contained], FAIL,
+              "every verified cell records its sandbox built and scanned",
+              "{n} verified cells without sandbox.built: no evidence the exclusion set was withheld and scanned"),
     ]
     failed = [f"{_combo(b.arm, b.agent, b.model)}: {', '.join(b.denied_present)}"
               for b in data.baselines if b.isolation == "failed"]

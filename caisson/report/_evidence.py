@@ -18,15 +18,18 @@ from caisson.replay import RunReplay, replay_records
 from caisson.report._inputs import ReportCell
 from caisson.report._tokens import CellTokens, cell_tokens
 from ledger import LedgerError, VerifyKey, verify_and_read
+from ledger.events import SandboxBuilt
 
 __all__ = ["CellEvidence", "read_cell", "report_cell"]
 
 
 class CellEvidence(msgspec.Struct, frozen=True, kw_only=True):
-    """A cell's replay (findings, status, score) and its token figure."""
+    """A cell's replay (findings, status, score), its token figure, and whether its
+    ledger records the sandbox built and scanned (``sandbox.built``)."""
 
     replay: RunReplay
     tokens: CellTokens
+    sandbox_built: bool = False
 
 
 def read_cell(run_dir: Path, trusted: VerifyKey,
@@ -54,7 +57,8 @@ def read_cell(run_dir: Path, trusted: VerifyKey,
     replay = replay_records(run_dir, report, records, detectors)
     if replay.verified != "ok":
         return CellEvidence(replay=replay, tokens=CellTokens(null_reason=f"ledger {replay.verified}"))
-    return CellEvidence(replay=replay, tokens=cell_tokens(records))
+    built = any(isinstance(r.event, SandboxBuilt) for r in records)
+    return CellEvidence(replay=replay, tokens=cell_tokens(records), sandbox_built=built)
 
 
 def report_cell(evidence: CellEvidence, *, cell_id: str, arm: str, agent: str, model: str, question_id: str,
@@ -81,5 +85,6 @@ def report_cell(evidence: CellEvidence, *, cell_id: str, arm: str, agent: str, m
         cell_id=cell_id, arm=arm, agent=agent, model=model, question_id=question_id, question_kind=question_kind,
         repetition=repetition, status=status, void_reason=reason, score=score, tokens=tokens.figure,
         tokens_null_reason=tokens.null_reason, sessions=tokens.sessions, token_ambiguous=tokens.token_ambiguous,
-        gating=gating, elicitation=elicitation, verified=replay.verified == "ok", findings=kinds,
+        gating=gating, elicitation=elicitation, verified=replay.verified == "ok",
+        contained=evidence.sandbox_built, findings=kinds,
         run_id=replay.run_id)

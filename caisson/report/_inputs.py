@@ -65,6 +65,9 @@ class ReportCell(msgspec.Struct, frozen=True, kw_only=True):
         gating: ``enforced`` | ``not_enforced`` | ``ungated``.
         elicitation: how the agent was asked (e.g. ``"default prompt, max_turns=20"``).
         verified: the cell's ledger verified against the trusted key.
+        contained: its ledger records the sandbox built, trimmed and scanned
+            (``sandbox.built``: the containment scan passed, or the run would not have
+            started).
         findings: kinds of every finding replay made on it (``excluded_read``, ...).
         run_id: the counting attempt's run id, when run.
     """
@@ -86,6 +89,7 @@ class ReportCell(msgspec.Struct, frozen=True, kw_only=True):
     gating: str
     elicitation: str
     verified: bool = True
+    contained: bool = True
     findings: tuple[str, ...] = ()
     run_id: str | None = None
 

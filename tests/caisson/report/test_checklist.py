@@ -35,7 +35,7 @@ def test_a_clean_study_passes_every_item_but_the_absent_judge():
                                                                                "disagreements": "WARN"}
     items = _items(study(cs, base, judge=JUDGE))
     assert all(i.status == "PASS" for i in items.values()), items
-    assert list(items)[:3] == ["ledgers_verified", "isolation", "tool_escape"]  # trust first
+    assert list(items)[:4] == ["ledgers_verified", "containment", "isolation", "tool_escape"]  # trust first
 
 
 def _with(cs, index, **changes):
@@ -46,6 +46,7 @@ def _with(cs, index, **changes):
 
 @pytest.mark.parametrize(("name", "status", "change"), [
     ("ledgers_verified", "FAIL", dict(verified=False)),
+    ("containment", "FAIL", dict(contained=False)),
     ("tool_escape", "FAIL", dict(status="void", score=None, void_reason="tool_escape", findings=("tool_escape",))),
     ("contamination", "WARN", dict(findings=("excluded_read",))),
     ("contamination", "WARN", dict(score=None, findings=("leak",))),

@@ -25,7 +25,7 @@ def test_an_honest_cell_is_clean_scored_and_measured_first_party(tmp_path):
     key = ensure_operator_key()
     run = write_cell(tmp_path / "honest", CellSpec(run_id="honest"), key)
     cell = _cell(read_cell(run, key.verify_key))
-    assert (cell.status, cell.score, cell.verified, cell.run_id) == ("clean", 1.0, True, "honest")
+    assert (cell.status, cell.score, cell.verified, cell.contained, cell.run_id) == ("clean", 1.0, True, True, "honest")
     assert cell.tokens == TokenFigure(total=4050, input=3600, output=450, rank="first_party",
                                       source="first_party:claude-code result.usage", reports=1)
     assert (cell.sessions, cell.token_ambiguous) == (("session-1",), False)
@@ -47,6 +47,7 @@ def test_a_ledger_that_does_not_verify_is_void_and_unmeasured(tmp_path):
     (run / "ledger").write_bytes(bytes(data))
     cell = _cell(read_cell(run, key.verify_key))
     assert (cell.status, cell.void_reason, cell.verified, cell.tokens) == ("void", "unverified", False, None)
+    assert not cell.contained  # nothing from an unverified ledger counts as evidence
     assert cell.tokens_null_reason == "ledger tampered"
     item = next(i for i in build_report(study([cell], [])).checklist if i.name == "ledgers_verified")
     assert (item.status, item.cells) == ("FAIL", ["c0"])
