@@ -21,8 +21,9 @@ and scoring"; issue #14):
   exchange's ``llm.call`` right after it (collectors/proxy/_exchange.py: the exchange,
   then its call, from one witness), so a call belongs to its ``exchange_seq`` when set,
   else to the last ``http.exchange`` of the same source before it (the proxy leaves
-  ``exchange_seq`` unset: the witness cannot know the seq the writer assigns). A cell whose summed calls carry
-  more than one identity is ``token_ambiguous``: the figure may add up several sessions.
+  ``exchange_seq`` unset: the witness cannot know the seq the writer assigns). A cell
+  whose summed calls carry more than one identity is ``token_ambiguous``: the figure may
+  add up several sessions.
   A first-party report covers the model calls its agent made, so the same calls decide.
   ``agent.usage`` itself records no session identity (the transcripts have one; the
   parsers do not keep it yet).
