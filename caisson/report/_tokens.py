@@ -15,9 +15,10 @@ and scoring"; issue #14):
 - **Totals.** total = input + output; cache counts are provenance, never added
   (`ledger.events.LlmUsage`).
 - **Session identity.** An agent names its session in each model request's headers:
-  Claude Code sends ``X-Claude-Code-Session-Id`` (its default headers, read from the
-  2.1.328 CLI in the agent image), Codex sends ``session_id`` (and ``conversation_id`` in
-  older releases). The proxy keeps request headers in ``http.exchange`` and writes each
+  Claude Code 2.1.328 sends ``X-Claude-Code-Session-Id``, Codex 0.171.0 sends
+  ``session-id`` (both seen in recordings through the proxy witness:
+  tests/caisson/report/test_sessions_agents.py); older Codex releases sent
+  ``session_id`` and ``conversation_id``. The proxy keeps request headers in ``http.exchange`` and writes each
   exchange's ``llm.call`` right after it (collectors/proxy/_exchange.py: the exchange,
   then its call, from one witness), so a call belongs to its ``exchange_seq`` when set,
   else to the last ``http.exchange`` of the same source before it (the proxy leaves
@@ -42,7 +43,7 @@ __all__ = ["FIRST_PARTY", "PROXY", "SESSION_HEADERS", "CellTokens", "TokenFigure
 
 FIRST_PARTY = "first_party"
 PROXY = "proxy"
-SESSION_HEADERS = ("x-claude-code-session-id", "session_id", "conversation_id")
+SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "conversation_id")
 """Request headers (lower case) that carry an agent's session identity, in order of trust."""
 
 
