@@ -157,6 +157,9 @@ def render_text(report: Report, *, width: int = 160, color: bool = False) -> str
 
 
 def _md_cell(text: str) -> str:
+    """Table-cell text: a pipe is escaped, a newline is a space, and HTML is shown, never
+    rendered (an answer excerpt is the agent's text: it must not become markup)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return text.replace("|", "\\|").replace("\n", " ")
 
 

@@ -73,7 +73,15 @@ def test_markdown_is_one_table_per_section():
     headings = re.findall(r"^## (.+)$", md, flags=re.M)
     assert headings[0].startswith("Trust checklist") and "Known limitations" in headings[-1]
     assert "| trust | tool_escape | FAIL | 1 |" in md
-    assert "&lt;b&gt;" not in md and "\\|" not in md.split("## Judge")[0].split("## Trust")[0]
+    # the alarm row; the agent's text is shown, never rendered as HTML
+    assert "| claude-code-lean-m1-q1-r0 | q1 | 0.66 | incorrect | &lt;b&gt;it is in x.py&lt;/b&gt; |" in md
+
+
+def test_markdown_escapes_a_pipe_in_data():
+    report = _report()
+    report = msgspec.structs.replace(report, refusals=[msgspec.structs.replace(report.refusals[0],
+                                                                               reason="a | b\nc")])
+    assert "| codex | rich | m1 | ungated | a \\| b c |" in render_markdown(report)
 
 
 def test_json_round_trips_into_the_report_type():
