@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Iterator
 
 import msgspec
@@ -130,6 +131,14 @@ def identity_lines(report: Report) -> list[str]:
             + (", ".join(report.detector_versions) or "none recorded")]
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(m: re.Match[str]) -> str:
+    """A control character as its escape (an answer's ESC must not drive the terminal)."""
+    return repr(m.group())[1:-1]
+
+
 def render_text(report: Report, *, width: int = 160, color: bool = False) -> str:
     """The report as terminal text (rich tables).
 
@@ -149,7 +158,7 @@ def render_text(report: Report, *, width: int = 160, color: bool = False) -> str
             table.add_column(Text(name), overflow="fold")
         for row in rows:  # Text: a "[...]" in a label or an answer is data, never rich markup
             style = styles.get(row[2]) if title.startswith("Trust checklist") else None
-            table.add_row(*(Text(cell) for cell in row), style=style)
+            table.add_row(*(Text(_CONTROL.sub(_visible, cell)) for cell in row), style=style)
         if not rows:
             table.add_row(*(["none"] + [""] * (len(header) - 1)))
         console.print(table)

@@ -77,6 +77,14 @@ def test_markdown_is_one_table_per_section():
     assert "| claude-code-lean-m1-q1-r0 | q1 | 0.66 | incorrect | &lt;b&gt;it is in x.py&lt;/b&gt; |" in md
 
 
+def test_text_shows_control_characters_never_sends_them():
+    report = _report()
+    report = msgspec.structs.replace(report, refusals=[msgspec.structs.replace(report.refusals[0],
+                                                                               reason="x\x1b[2Jy")])
+    text = render_text(report, width=400)
+    assert "\x1b" not in text and "x\\x1b[2Jy" in text
+
+
 def test_markdown_escapes_a_pipe_in_data():
     report = _report()
     report = msgspec.structs.replace(report, refusals=[msgspec.structs.replace(report.refusals[0],
