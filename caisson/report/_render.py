@@ -151,11 +151,12 @@ def render_text(report: Report, *, width: int = 160, color: bool = False) -> str
     console = Console(file=out, width=width, force_terminal=color, no_color=not color, highlight=False)
     styles = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
     for line in identity_lines(report):
-        console.print(line, markup=False)
+        console.print(Text(_CONTROL.sub(_visible, line)))
     for title, header, rows in table_sections(report):
-        table = Table(title=Text(title), box=box.SIMPLE_HEAD, show_lines=False, title_justify="left")
+        table = Table(title=Text(_CONTROL.sub(_visible, title)), box=box.SIMPLE_HEAD, show_lines=False,
+                      title_justify="left")
         for name in header:
-            table.add_column(Text(name), overflow="fold")
+            table.add_column(Text(_CONTROL.sub(_visible, name)), overflow="fold")
         for row in rows:  # Text: a "[...]" in a label or an answer is data, never rich markup
             style = styles.get(row[2]) if title.startswith("Trust checklist") else None
             table.add_row(*(Text(_CONTROL.sub(_visible, cell)) for cell in row), style=style)
