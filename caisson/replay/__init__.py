@@ -4,7 +4,15 @@ Findings and scores are derived data: written beside the run (``findings.json``)
 its ledger, so a detector fix changes them without touching the evidence.
 """
 
-from caisson.replay._replay import FINDINGS_FILE, WEAKENED, RunReplay, check_replayable, replay_run, replay_runs
+from caisson.replay._replay import (
+    FINDINGS_FILE,
+    WEAKENED,
+    RunReplay,
+    check_replayable,
+    replay_records,
+    replay_run,
+    replay_runs,
+)
 from caisson.replay.scoring import Grade, Summary, grade, summarize
 
 __all__ = [
@@ -15,6 +23,7 @@ __all__ = [
     "Summary",
     "check_replayable",
     "grade",
+    "replay_records",
     "replay_run",
     "replay_runs",
     "summarize",

@@ -23,10 +23,10 @@ from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
 from caisson.replay._rederive import Rederived, rederive
 from caisson.replay.scoring import Grade, grade
-from ledger import LedgerError, Record, VerifyKey, locate, verify_and_read
+from ledger import LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted
 
-__all__ = ["FINDINGS_FILE", "RunReplay", "replay_run", "replay_runs"]
+__all__ = ["FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "replay_runs"]
 
 FINDINGS_FILE = "findings.json"
 WEAKENED = "controls.weakened@1"
@@ -68,12 +68,30 @@ def replay_run(run_dir: Path, trusted: VerifyKey,
     Raises:
         CaissonError: the run keeps a scenario that no longer parses (names the field).
     """
-    names = [name for name, _ in detectors]
     try:
         report, records = verify_and_read(run_dir, trusted)  # one read of the file
     except LedgerError as exc:
         return RunReplay(run_dir=str(run_dir), verified="unreadable", verify_detail=str(exc), status="unverified",
-                         detectors=names)
+                         detectors=[name for name, _ in detectors])
+    return replay_records(run_dir, report, records, detectors)
+
+
+def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record],
+                   detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS) -> RunReplay:
+    """Detect and grade a run already verified and read (`ledger.verify_and_read`), so a
+    caller that needs the records too reads the ledger once.
+
+    Args:
+        run_dir: the run directory (its blobs hold the scenario and the answer).
+        report: the verification report of ``records``; a status other than ``ok`` gives
+            an unverified, unscored result.
+        records: the run's records, in order.
+        detectors: (name@version, detector) pairs to run.
+
+    Raises:
+        CaissonError: the run keeps a scenario that no longer parses (names the field).
+    """
+    names = [name for name, _ in detectors]
     if report.status != "ok":
         detail = report.reason or f"not closed: {report.unsealed} records after the last seal"
         return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,

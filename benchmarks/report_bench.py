@@ -1,0 +1,180 @@
+"""Study report over a synthetic study against verifying and reading the same ledgers.
+
+Usage: python benchmarks/report_bench.py [--cells N] [--events E] [--repeat R] [--html]
+
+Writes N synthetic cell ledgers (`caisson.probes.cells`: 2 agents x 2 arms x questions x
+10 repetitions, E strace-like events each, model calls through the proxy, first-party
+usage, a graded answer) plus one baseline per (arm, agent), signed with the operator key
+of ``$CAISSON_HOME``. Then, in alternated back-to-back pairs:
+
+- baseline: `ledger.verify_and_read` of every ledger (what any report must at least do);
+- report: the same reads, plus every detector and the checklist grading
+  (`caisson.replay.replay_records`), the token figure (`cell_tokens`), `build_report`
+  (aggregates, the gate with its bootstrap and sign-flip tests, the checklist) and the
+  text and JSON renderings (``--html`` adds the HTML file with its plots).
+
+Last line: ``report_ratio=R`` = median over pairs of report time / baseline time
+(target <= 1.5), then the best times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from caisson.home import ensure_operator_key  # noqa: E402
+from caisson.probes.cells import CellSpec, write_cell  # noqa: E402
+from caisson.detectors import config_from_records, run_detectors  # noqa: E402
+from caisson.replay import replay_records  # noqa: E402
+from caisson.report import (  # noqa: E402
+    CellEvidence,
+    ReportBaseline,
+    StudyReportInput,
+    build_report,
+    cell_tokens,
+    read_cell,
+    render_html,
+    render_json,
+    render_text,
+    report_cell,
+)
+from ledger import verify_and_read  # noqa: E402
+
+AGENTS = ("claude-code", "codex")
+ARMS = ("read-only", "shell")
+REPS = 10
+WRONG = "I could not find it."
+RIGHT = "`Context` is defined in src/click/core.py:234."
+
+
+def synthesise(work: Path, cells: int, events: int, key) -> tuple[list[tuple[Path, dict]], list[tuple[Path, dict]]]:
+    """Write the study's cell and baseline ledgers; return (run dir, place in the plan) pairs."""
+    questions = max(1, cells // (len(AGENTS) * len(ARMS) * REPS))
+    planned, bases, n = [], [], 0
+    for agent in AGENTS:
+        for a, arm in enumerate(ARMS):
+            spec = CellSpec(run_id=f"base-{agent}-{arm}", agent=agent, arm=arm, turns=1, tokens_in=900 + 300 * a,
+                            tokens_out=20, answer="", strace_events=events)
+            bases.append((write_cell(work / "baselines" / spec.run_id, spec, key),
+                          dict(arm=arm, agent=agent, model="m1")))
+            for q in range(questions):
+                for r in range(REPS):
+                    wrong = (q * 7 + r * 3 + a * 5) % (4 + 2 * a) == 0
+                    spec = CellSpec(run_id=f"{agent}-{arm}-q{q}-r{r}", agent=agent, arm=arm,
+                                    turns=2 + (q + r) % 3 + a, tokens_in=1000 + 37 * q, tokens_out=100 + r,
+                                    sessions=("s1", "s2") if (q, r) == (0, 0) else ("s1",),
+                                    answer=WRONG if wrong else RIGHT, strace_events=events, seed=n)
+                    planned.append((write_cell(work / "cells" / spec.run_id, spec, key),
+                                    dict(cell_id=spec.run_id, arm=arm, agent=agent, model="m1",
+                                         question_id=f"q{q}", question_kind="locate", repetition=r,
+                                         gating="enforced", elicitation="default prompt")))
+                    n += 1
+    return planned, bases
+
+
+def baseline(planned, bases, trusted) -> int:
+    """Verify and read every ledger; returns the number of records read."""
+    records = 0
+    for run_dir, _ in (*bases, *planned):
+        report, recs = verify_and_read(run_dir, trusted)
+        assert report.status == "ok", report
+        records += len(recs)
+    return records
+
+
+def full_report(planned, bases, trusted, html: bool) -> int:
+    """Read every ledger once, replay it, choose its tokens, build and render the report."""
+    baselines = []
+    for run_dir, place in bases:
+        evidence = read_cell(run_dir, trusted)
+        baselines.append(ReportBaseline(floor=evidence.tokens.figure, isolation="passed", tools=("Read",), **place))
+    cells = [report_cell(read_cell(run_dir, trusted), **place) for run_dir, place in planned]
+    data = StudyReportInput(study_id="bench", study_head="0" * 64, cells=tuple(cells), baselines=tuple(baselines))
+    report = build_report(data)
+    size = len(render_text(report)) + len(render_json(report))
+    if html:
+        size += len(render_html(report))
+    return size
+
+
+def breakdown(planned, trusted) -> dict[str, float]:
+    """One instrumented pass, outside the timed pairs: seconds in each stage of the report.
+
+    ``replay - detectors`` is the rest of `replay_records` (config, scenario parse,
+    blob reads, grading); the detectors are timed in a run of their own.
+    """
+    spent = dict.fromkeys(("verify+read", "replay", "detectors", "tokens", "build+render"), 0.0)
+    cells = []
+    for run_dir, place in planned:
+        t0 = time.perf_counter()
+        report, records = verify_and_read(run_dir, trusted)
+        t1 = time.perf_counter()
+        replay = replay_records(run_dir, report, records)
+        t2 = time.perf_counter()
+        tokens = cell_tokens(records)
+        t3 = time.perf_counter()
+        run_detectors(records, config_from_records(records))
+        t4 = time.perf_counter()
+        spent["verify+read"] += t1 - t0
+        spent["replay"] += t2 - t1
+        spent["tokens"] += t3 - t2
+        spent["detectors"] += t4 - t3
+        cells.append(report_cell(CellEvidence(replay=replay, tokens=tokens), **place))
+    t0 = time.perf_counter()
+    report = build_report(StudyReportInput(study_id="bench", study_head="0" * 64, cells=tuple(cells)))
+    render_text(report)
+    render_json(report)
+    spent["build+render"] = time.perf_counter() - t0
+    return spent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cells", type=int, default=2000,
+                    help="cells (default 2000; rounded down to whole questions, 40 cells each, at least 40)")
+    ap.add_argument("--events", type=int, default=300, help="strace-like events per cell (default 300)")
+    ap.add_argument("--repeat", type=int, default=3, help="alternated pairs (default 3)")
+    ap.add_argument("--html", action="store_true", help="also render the HTML file with its plots")
+    args = ap.parse_args()
+    key = ensure_operator_key()
+    work = Path(tempfile.mkdtemp(prefix="caisson-report-bench-"))
+    try:
+        t0 = time.perf_counter()
+        planned, bases = synthesise(work, args.cells, args.events, key)
+        print(f"wrote {len(planned)} cells and {len(bases)} baselines in {time.perf_counter() - t0:.1f} s")
+        records = baseline(planned, bases, key.verify_key)
+        print(f"{records:,} records in all")
+        ratios, base_s, report_s = [], [], []
+        for i in range(args.repeat):
+            times = {}
+            sides = (("baseline", lambda: baseline(planned, bases, key.verify_key)),
+                     ("report", lambda: full_report(planned, bases, key.verify_key, args.html)))
+            for name, fn in sides[:: 1 if i % 2 == 0 else -1]:
+                gc.collect()
+                t = time.perf_counter()
+                fn()
+                times[name] = time.perf_counter() - t
+            ratios.append(times["report"] / times["baseline"])
+            base_s.append(times["baseline"])
+            report_s.append(times["report"])
+            print(f"pair {i + 1}: verify+read {times['baseline']:.2f} s, report {times['report']:.2f} s")
+        spent = breakdown(planned, key.verify_key)
+        print("one instrumented pass: " + ", ".join(f"{k} {v:.2f} s" for k, v in spent.items())
+              + " (replay includes the detectors)")
+        print(f"report_ratio={statistics.median(ratios):.2f} baseline_s={min(base_s):.2f}"
+              f" report_s={min(report_s):.2f} cells={len(planned)}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Synthetic study cells: a signed run directory shaped like an agent cell (benchmarks, tests).
+
+A cell ledger as `caisson record` writes one for an agent on the scripted model: the
+manifest (question, agent, arm), the scenario and answer as blobs, the sandbox, a
+strace-like stream (`caisson.probes.synthetic.strace_like`), the proxy's
+``http.exchange`` and ``llm.call`` per model turn with the agent's session header, and
+the agent's first-party ``agent.usage``. Deterministic in its arguments; wall times are
+passed in, never read from a clock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from caisson._paths import CONFIG_HOME, SANDBOX_PATH
+from caisson.chamber.envpin import INJECTION_SWITCHES
+from caisson.probes.synthetic import strace_like
+from ledger import BlobStore, LedgerWriter, SigningKey
+from ledger.events import (
+    AgentAnswer,
+    AgentUsage,
+    BlobStored,
+    ExcludedPath,
+    HttpExchange,
+    LlmCall,
+    LlmUsage,
+    ProcessExec,
+    RunEnded,
+    RunStarted,
+    SandboxBuilt,
+    WitnessStarted,
+    WitnessStopped,
+)
+
+__all__ = ["CellSpec", "ENV", "SCENARIO", "write_cell"]
+
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PWD": SANDBOX_PATH, "HOME": CONFIG_HOME, **INJECTION_SWITCHES}
+"""The agent's start environment as the chamber pins it (clean for `env.inheritance`)."""
+
+SCENARIO = b'''
+name = "synthetic-study"
+answer_file = "ANSWER.md"
+
+[[questions]]
+id = "q-context"
+kind = "locate"
+prompt = "In which file is the `Context` class of this toolkit defined?"
+evidence = ["src/click/core.py"]
+required = [{ subject = "Context", pattern = "src/click/core.py" }]
+
+[[exclusions]]
+category = "answer_key"
+globs = ["benchmark/**"]
+'''
+"""A one-question scenario every synthetic cell keeps as its ``scenario`` blob."""
+
+
+class CellSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What one synthetic cell looks like.
+
+    Attributes:
+        run_id: the run's id (and the directory's name, by convention).
+        agent, arm: recorded in the manifest (the arm's grant is what detectors enforce).
+        answer: the agent's answer text (graded against `SCENARIO`'s question).
+        turns: model calls, each with ``tokens_in`` input and ``tokens_out`` output tokens.
+        sessions: session ids, cycled over the calls (two or more make the cell ambiguous).
+        first_party: write the agent's own ``agent.usage`` (the sum of the calls).
+        strace_events: strace-like events before the model calls.
+        seed: seeds the strace-like stream.
+    """
+
+    run_id: str
+    agent: str = "claude-code"
+    arm: str = "read-only"
+    answer: str = "`Context` is defined in src/click/core.py:234."
+    turns: int = 3
+    tokens_in: int = 1200
+    tokens_out: int = 150
+    sessions: tuple[str, ...] = ("session-1",)
+    first_party: bool = True
+    strace_events: int = 200
+    seed: int = 7
+
+
+def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int = 1_767_225_600_000_000_000) -> Path:
+    """Write one synthetic cell's ledger and blobs into ``run_dir`` (created).
+
+    Returns:
+        ``run_dir``.
+
+    Raises:
+        FileExistsError: ``run_dir`` already holds a ledger.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if (run_dir / "ledger").exists():
+        raise FileExistsError(f"{run_dir}: already holds a ledger")
+    blobs = BlobStore(run_dir / "blobs")
+    clock = [start_ns, 1_000_000_000]
+
+    def at() -> dict[str, int]:
+        clock[0] += 1_000
+        clock[1] += 1_000
+        return {"wall_ns": clock[0], "mono_ns": clock[1]}
+
+    with LedgerWriter(run_dir / "ledger", run_id=spec.run_id, key=key, blobs=blobs, flush_interval_s=3600,
+                      created_ns=start_ns) as w:
+        w.append(RunStarted(run_id=spec.run_id, caisson_version="synthetic", question_id="q-context",
+                            agent={"name": spec.agent, "gating": "enforced"},
+                            arm={"name": spec.arm, "grant": ["Read", "Grep", "Glob"], "deny": ["Bash"]},
+                            limits={"wall_seconds": 600}, env=ENV), source="recorder", **at())
+        w.append(BlobStored(sha256=blobs.put(SCENARIO), size_bytes=len(SCENARIO), role="scenario"),
+                 source="recorder", **at())
+        w.append(SandboxBuilt(path=SANDBOX_PATH, commit="c" * 40, tree_digest="d" * 64,
+                              excluded=[ExcludedPath(path="benchmark/questions.toml", category="answer_key")]),
+                 source="recorder", **at())
+        # the proxy's endpoint, which the strace-like stream connects to (caisson.probes.synthetic)
+        w.append(WitnessStarted(witness="proxy", detail={"listen": "10.89.0.2:3128"}), source="proxy", **at())
+        w.append(ProcessExec(pid=1, host_pid=40_001, path="/usr/local/bin/claude", argv=["claude", "-p", "..."],
+                             cwd=SANDBOX_PATH, env=ENV), source="strace", **at())
+        for wall, mono, event in strace_like(spec.strace_events, seed=spec.seed, start_ns=clock[0]):
+            clock[0], clock[1] = wall, mono
+            w.append(event, source="strace", wall_ns=wall, mono_ns=mono)
+        for turn in range(spec.turns):
+            session = spec.sessions[turn % len(spec.sessions)] if spec.sessions else None
+            headers = [("content-type", "application/json")]
+            if session is not None:
+                headers.append(("X-Claude-Code-Session-Id", session))
+            w.append(HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443,
+                                  path="/v1/messages", status=200, request_headers=headers), source="proxy", **at())
+            usage = {"input_tokens": spec.tokens_in, "output_tokens": spec.tokens_out}
+            w.append(LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
+                             served_model="claude-sonnet-4-5", usage=usage,
+                             normalized=LlmUsage(input_tokens=spec.tokens_in, output_tokens=spec.tokens_out,
+                                                 total_tokens=spec.tokens_in + spec.tokens_out, rule="anthropic")),
+                     source="proxy", **at())
+        w.append(AgentAnswer(agent=spec.agent, text=spec.answer), source="agent", **at())
+        if spec.first_party:
+            n_in, n_out = spec.turns * spec.tokens_in, spec.turns * spec.tokens_out
+            w.append(AgentUsage(agent=spec.agent, token_source="claude-code result.usage",
+                                usage={"input_tokens": n_in, "output_tokens": n_out},
+                                normalized=LlmUsage(input_tokens=n_in, output_tokens=n_out, total_tokens=n_in + n_out,
+                                                    rule="anthropic")), source="agent", **at())
+        answer = spec.answer.encode()
+        w.append(BlobStored(sha256=blobs.put(answer), size_bytes=len(answer), role="answer"), source="recorder",
+                 **at())
+        w.append(WitnessStopped(witness="proxy", events=2 * spec.turns), source="proxy", **at())
+        w.append(RunEnded(exit_code=0, wall_ns=10**9), source="recorder", **at())
+    return run_dir

@@ -1,0 +1,181 @@
+"""One token figure per cell, chosen by rank, and the agent session identities behind it.
+
+Pure over a run's records (no I/O, no clock). The rules (docs/architecture.md, "Detectors
+and scoring"; issue #14):
+
+- **Rank.** First-party usage (``agent.usage``: the agent's own report) outranks the
+  proxy's observation (``llm.call``). When the agent reported a figure, that figure is the
+  cell's, whatever the proxy saw; the proxy's sum is used only when the agent reported
+  none (no ``agent.usage``, or only reports with no usage).
+- **Never mixed.** A figure is summed over reports of one source only. First-party
+  reports naming different ``token_source`` strings, or some with usage and some
+  without, give a null figure (the reason says why), never a proxy figure in their place.
+- **Null, never 0.** Not measured is None: no report and no call, a call the proxy saw
+  without usage (a cut stream), or a report without a normalised total.
+- **Totals.** total = input + output; cache counts are provenance, never added
+  (`ledger.events.LlmUsage`).
+- **Session identity.** An agent names its session in each model request's headers:
+  Claude Code 2.1.328 sends ``X-Claude-Code-Session-Id``, Codex 0.171.0 sends
+  ``session-id`` (both seen in recordings through the proxy witness:
+  tests/caisson/report/test_sessions_agents.py); older Codex releases sent
+  ``session_id`` and ``conversation_id``. The proxy keeps request headers in ``http.exchange`` and writes each
+  exchange's ``llm.call`` right after it (collectors/proxy/_exchange.py: the exchange,
+  then its call, from one witness), so a call belongs to its ``exchange_seq`` when set,
+  else to the last ``http.exchange`` of the same source before it (the proxy leaves
+  ``exchange_seq`` unset: the witness cannot know the seq the writer assigns). A cell
+  whose summed calls carry more than one identity is ``token_ambiguous``: the figure may
+  add up several sessions.
+  A first-party report covers the model calls its agent made, so the same calls decide.
+  ``agent.usage`` itself records no session identity (the transcripts have one; the
+  parsers do not keep it yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from ledger import Record
+from ledger.events import AgentUsage, HttpExchange, LlmCall
+
+__all__ = ["FIRST_PARTY", "PROXY", "SESSION_HEADERS", "CellTokens", "TokenFigure", "cell_tokens"]
+
+FIRST_PARTY = "first_party"
+PROXY = "proxy"
+SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "conversation_id")
+"""Request headers (lower case) that carry an agent's session identity, in order of trust."""
+
+
+class TokenFigure(msgspec.Struct, frozen=True, kw_only=True):
+    """One cell's token figure from one source.
+
+    Attributes:
+        total: input + output tokens (cache counts excluded).
+        input: input tokens as the source counts them, or None when it gave no split.
+        output: output tokens, or None.
+        rank: `FIRST_PARTY` or `PROXY`.
+        source: what the figure is, printed beside it: ``"first_party:claude-code
+            result.usage"`` or ``"proxy:llm.call"``. Floors and subtractions compare it
+            exactly.
+        reports: number of reports (first-party) or calls (proxy) summed.
+    """
+
+    total: int
+    input: int | None = None
+    output: int | None = None
+    rank: str
+    source: str
+    reports: int = 1
+
+
+class CellTokens(msgspec.Struct, frozen=True, kw_only=True):
+    """What a cell's records say about its tokens.
+
+    Attributes:
+        figure: the chosen figure, or None when nothing comparable was measured.
+        null_reason: why ``figure`` is None ("" when it is not).
+        sessions: distinct session identities on the calls summed, sorted.
+        unidentified_calls: model calls whose exchange carried no session header (or
+            whose exchange is not in the ledger).
+        token_ambiguous: more than one session identity among the calls summed.
+        evidence: seqs of the records the figure and identities rest on.
+    """
+
+    figure: TokenFigure | None = None
+    null_reason: str = ""
+    sessions: tuple[str, ...] = ()
+    unidentified_calls: int = 0
+    token_ambiguous: bool = False
+    evidence: tuple[int, ...] = ()
+
+
+def _session_of(headers: list[tuple[str, str]]) -> str | None:
+    found = {k.lower(): v for k, v in headers if k.lower() in SESSION_HEADERS and v}
+    return next((found[h] for h in SESSION_HEADERS if h in found), None)
+
+
+def _first_party(reports: list[tuple[int, AgentUsage]]) -> tuple[TokenFigure | None, str]:
+    measured = [(s, r) for s, r in reports if r.usage is not None]
+    if not measured:
+        return None, ""
+    sources = sorted({r.token_source for _, r in measured})
+    if len(sources) > 1:
+        return None, f"first-party reports from {len(sources)} sources ({', '.join(sources)}): not summed"
+    if len(measured) < len(reports):
+        return None, f"{len(reports) - len(measured)} of {len(reports)} first-party reports carry no usage"
+    totals = [r.normalized.total_tokens if r.normalized is not None else None for _, r in measured]
+    if any(t is None for t in totals):
+        return None, "a first-party report has no normalised total"
+    ins = [r.normalized.input_tokens for _, r in measured]  # type: ignore[union-attr]
+    outs = [r.normalized.output_tokens for _, r in measured]  # type: ignore[union-attr]
+    return TokenFigure(
+        total=sum(totals),  # type: ignore[arg-type]
+        input=None if any(i is None for i in ins) else sum(ins),  # type: ignore[arg-type]
+        output=None if any(o is None for o in outs) else sum(outs),  # type: ignore[arg-type]
+        rank=FIRST_PARTY, source=f"{FIRST_PARTY}:{sources[0]}", reports=len(measured)), ""
+
+
+def _proxy(calls: list[tuple[int, LlmCall]]) -> tuple[TokenFigure | None, str]:
+    if not calls:
+        return None, "no first-party report and no model call seen by the proxy"
+    missing = [s for s, c in calls if c.normalized is None or c.normalized.total_tokens is None]
+    if missing:
+        first = next(c for s, c in calls if s == missing[0])
+        why = first.usage_missing_reason or "no usage"
+        return None, f"{len(missing)} of {len(calls)} proxy-observed calls without usage (seq {missing[0]}: {why})"
+    ins = [c.normalized.input_tokens for _, c in calls]  # type: ignore[union-attr]
+    outs = [c.normalized.output_tokens for _, c in calls]  # type: ignore[union-attr]
+    return TokenFigure(
+        total=sum(c.normalized.total_tokens for _, c in calls),  # type: ignore[union-attr,misc]
+        input=None if any(i is None for i in ins) else sum(ins),  # type: ignore[arg-type]
+        output=None if any(o is None for o in outs) else sum(outs),  # type: ignore[arg-type]
+        rank=PROXY, source=f"{PROXY}:llm.call", reports=len(calls)), ""
+
+
+def cell_tokens(records: Iterable[Record]) -> CellTokens:
+    """Choose one cell's token figure by rank and collect its session identities.
+
+    Args:
+        records: the cell's ledger records, in order (a verified ledger's).
+
+    Returns:
+        The figure (first-party over proxy-observed, never mixed, None when not
+        measured, with the reason), the session identities of the summed calls and
+        whether they make the figure ambiguous; see the module docstring.
+    """
+    reports: list[tuple[int, AgentUsage]] = []
+    calls: list[tuple[int, LlmCall]] = []
+    exchanges: dict[int, HttpExchange] = {}
+    last_exchange: dict[str, int] = {}  # source -> seq of its latest http.exchange
+    owner: dict[int, int | None] = {}  # llm.call seq -> http.exchange seq
+    for record in records:
+        event = record.event
+        if isinstance(event, AgentUsage):
+            reports.append((record.seq, event))
+        elif isinstance(event, LlmCall):
+            calls.append((record.seq, event))
+            owner[record.seq] = (event.exchange_seq if event.exchange_seq is not None
+                                 else last_exchange.pop(record.source, None))
+        elif isinstance(event, HttpExchange):
+            exchanges[record.seq] = event
+            last_exchange[record.source] = record.seq
+    figure, reason = _first_party(reports)
+    evidence = [s for s, r in reports if r.usage is not None]
+    if figure is None and not reason:  # the agent measured nothing: the proxy ranks next
+        figure, reason = _proxy(calls)
+        evidence = []
+    sessions: set[str] = set()
+    unidentified = 0
+    for seq, call in calls:
+        exchange_seq = owner[seq]
+        exchange = exchanges.get(exchange_seq) if exchange_seq is not None else None
+        session = _session_of(exchange.request_headers) if exchange is not None else None
+        evidence.append(seq)
+        if session is None:
+            unidentified += 1
+        else:
+            sessions.add(session)
+    return CellTokens(figure=figure, null_reason=reason, sessions=tuple(sorted(sessions)),
+                      unidentified_calls=unidentified, token_ambiguous=len(sessions) > 1,
+                      evidence=tuple(sorted(evidence)))

@@ -1,0 +1,90 @@
+"""A cell's evidence from its sealed run directory: replay and tokens from one read."""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+
+from caisson.detectors import DEFAULT_DETECTORS, VOID, Finding
+from caisson.home import ensure_operator_key
+from caisson.probes.cells import CellSpec, write_cell
+from caisson.report import TokenFigure, build_report, read_cell, render_json, report_cell
+from ledger.events import AgentAnswer
+from tests.caisson.report.study import study
+
+PLACE = dict(arm="read-only", agent="claude-code", model="m1", question_id="q-context", question_kind="locate",
+             gating="enforced", elicitation="default")
+
+
+def _cell(evidence, cell_id="c0", repetition=0):
+    return report_cell(evidence, cell_id=cell_id, repetition=repetition, **PLACE)
+
+
+def test_an_honest_cell_is_clean_scored_and_measured_first_party(tmp_path):
+    key = ensure_operator_key()
+    run = write_cell(tmp_path / "honest", CellSpec(run_id="honest"), key)
+    cell = _cell(read_cell(run, key.verify_key))
+    assert (cell.status, cell.score, cell.verified, cell.contained, cell.run_id) == ("clean", 1.0, True, True, "honest")
+    assert cell.tokens == TokenFigure(total=4050, input=3600, output=450, rank="first_party",
+                                      source="first_party:claude-code result.usage", reports=1)
+    assert (cell.sessions, cell.token_ambiguous) == (("session-1",), False)
+
+
+def test_two_sessions_without_a_first_party_report_are_a_proxy_figure_flagged_ambiguous(tmp_path):
+    key = ensure_operator_key()
+    run = write_cell(tmp_path / "two", CellSpec(run_id="two", sessions=("s-a", "s-b"), first_party=False), key)
+    cell = _cell(read_cell(run, key.verify_key))
+    assert cell.tokens.source == "proxy:llm.call" and cell.tokens.total == 4050
+    assert (cell.sessions, cell.token_ambiguous) == (("s-a", "s-b"), True)
+
+
+def test_a_ledger_that_does_not_verify_is_void_and_unmeasured(tmp_path):
+    key = ensure_operator_key()
+    run = write_cell(tmp_path / "bad", CellSpec(run_id="bad"), key)
+    data = bytearray((run / "ledger").read_bytes())
+    data[len(data) // 2] ^= 1
+    (run / "ledger").write_bytes(bytes(data))
+    cell = _cell(read_cell(run, key.verify_key))
+    assert (cell.status, cell.void_reason, cell.verified, cell.tokens) == ("void", "unverified", False, None)
+    assert not cell.contained  # nothing from an unverified ledger counts as evidence
+    assert cell.tokens_null_reason == "ledger tampered"
+    item = next(i for i in build_report(study([cell], [])).checklist if i.name == "ledgers_verified")
+    assert (item.status, item.cells) == ("FAIL", ["c0"])
+
+
+def test_an_answer_citing_the_key_scores_null_and_is_flagged(tmp_path):
+    key = ensure_operator_key()
+    run = write_cell(tmp_path / "cite", CellSpec(run_id="cite", answer="Per benchmark/questions.toml, `Context` is"
+                                                                       " in src/click/core.py."), key)
+    cell = _cell(read_cell(run, key.verify_key))
+    assert (cell.status, cell.score, "leak" in cell.findings) == ("clean", None, True)
+    item = next(i for i in build_report(study([cell], [])).checklist if i.name == "contamination")
+    assert item.status == "WARN"
+
+
+def test_a_changed_detector_changes_the_report_and_never_the_ledger(tmp_path):
+    key = ensure_operator_key()
+    runs = [write_cell(tmp_path / f"r{i}", CellSpec(run_id=f"r{i}", seed=i), key) for i in range(3)]
+    digests = [hashlib.sha256((r / "ledger").read_bytes()).hexdigest() for r in runs]
+
+    def answer_check(records, config):  # version 2 of a detector: an answer mentioning core.py now voids
+        for r in records:
+            if isinstance(r.event, AgentAnswer) and "core.py" in r.event.text:
+                yield Finding(detector="answers.check@2", kind="answer_check", effect=VOID, evidence=[r.seq],
+                              message="v2 rule")
+
+    def report(detectors):
+        cells = [_cell(read_cell(r, key.verify_key, detectors), cell_id=f"c{i}", repetition=i)
+                 for i, r in enumerate(runs)]
+        names = tuple(name for name, _ in detectors)
+        return build_report(msgspec.structs.replace(study(cells, []), detector_versions=names))
+
+    before = report(DEFAULT_DETECTORS)
+    after = report((*DEFAULT_DETECTORS, ("answers.check@2", answer_check)))
+    assert render_json(before) != render_json(after)
+    assert after.detector_versions[-1] == "answers.check@2"
+    assert [r.void_by_reason for r in after.agents[0].rows] == [{"answer_check": 3}]
+    assert [r.void_by_reason for r in before.agents[0].rows] == [{}]
+    assert [hashlib.sha256((r / "ledger").read_bytes()).hexdigest() for r in runs] == digests
+    assert not any((r / "findings.json").exists() for r in runs)  # the report writes nothing beside the runs
