@@ -61,6 +61,7 @@ class RecordOptions(msgspec.Struct, kw_only=True):
     transcript: str | None = None  # read stdout with this adapter's transcript parser (selftest probes)
     egress: Egress | None = None  # replaces the scenario's egress policy (preflight: the scripted endpoint)
     weaken: list[str] = []  # controls to weaken on purpose (selftest only; see WEAKENABLE)
+    syscall_witness: str = "strace"  # strace | ebpf | both: which syscall witness the CLI starts
 
 
 WEAKENABLE = {
