@@ -1,0 +1,96 @@
+"""The eBPF witness in a real chamber: reads of an excluded file by openat, io_uring and
+exec of a reader are each seen and void the cell; lost events void it with a gap.
+
+Needs root, bpftrace, the kernel's BTF and tracefs, and a Docker engine: locally a missing
+one skips, with ``CI=true`` it fails (tests/caisson/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from caisson.home import ensure_operator_key
+from caisson.probes.selftest import SCENARIO, make_probe_repo
+from caisson.replay import replay_runs
+from caisson.run.ebpf import EbpfWitness, ebpf_problem
+from caisson.run.record import RecordOptions, record
+from ledger import read_records
+from ledger.events import FileOpen, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
+from tests.caisson.conftest import require
+
+HERE = Path(__file__).with_suffix("")
+KEY = "benchmark/questions.toml"
+
+PROBE = f"""
+python3 -c "import os; os.close(os.open('{KEY}', os.O_RDONLY))"
+./uring_open {KEY}
+cat CLAUDE.md > /dev/null
+"""
+
+
+@pytest.fixture
+def ebpf(chamber_image) -> None:
+    require(ebpf_problem())
+    require(None if shutil.which("gcc") else "gcc is not installed (the io_uring probe is built with it)")
+
+
+def _probe_repo(tmp_path: Path) -> Path:
+    """The selftest's probe repository plus a static io_uring reader, committed."""
+    repo = make_probe_repo(tmp_path)
+    subprocess.run(["gcc", "-O2", "-static", "-o", str(repo / "uring_open"), str(HERE / "uring_open.c")], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t.invalid"}
+    for args in (["add", "uring_open"], ["commit", "-qm", "io_uring probe"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    return repo
+
+
+def _record(tmp_path: Path, command: str, witness: EbpfWitness, name: str = "run") -> tuple[Path, list]:
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(SCENARIO)
+    run_dir = tmp_path / name
+    record(RecordOptions(command=["sh", "-c", command], scenario=scenario, repo=_probe_repo(tmp_path / f"{name}-repo"),
+                         out=run_dir, question="where-answer", weaken=["exclusions"], timeout_s=90),
+           witnesses=[witness])
+    return run_dir, [r.event for r in read_records(run_dir)]
+
+
+def test_reads_of_an_excluded_file_by_openat_io_uring_and_exec_are_each_seen(ebpf, tmp_path):
+    run_dir, events = _record(tmp_path, PROBE, EbpfWitness())
+    end = next(e for e in events if isinstance(e, RunEnded))
+    assert end.exit_code == 0, end
+    assert next(e for e in events if isinstance(e, RunStarted)).witnesses == ["ebpf"]
+    started = [i for i, e in enumerate(events) if isinstance(e, WitnessStarted) and e.witness == "ebpf"]
+    execs = [i for i, e in enumerate(events) if isinstance(e, ProcessExec)]
+    assert started and execs and started[0] < execs[0]  # attached before the command's first exec
+    assert not [e for e in events if isinstance(e, WitnessGap)]
+    ok = {e.result is not None for e in events if isinstance(e, FileOpen)}
+    assert ok == {True, False}  # the dynamic loader's misses are there too
+    key = f"/work/sandbox/{KEY}"
+    by_syscall = {(e.syscall, e.path) for e in events if isinstance(e, FileOpen) and e.result is not None}
+    assert ("openat", key) in by_syscall
+    assert ("io_uring_openat", key) in by_syscall  # strace cannot see this one
+    assert ("openat", "/work/sandbox/CLAUDE.md") in by_syscall
+    cat = [e for e in events if isinstance(e, ProcessExec) and e.argv == ["cat", "CLAUDE.md"] and e.result == 0]
+    assert cat and cat[0].cwd == "/work/sandbox" and cat[0].ppid is not None and cat[0].host_pid != cat[0].pid
+    assert isinstance(events[-2], WitnessStopped) or any(isinstance(e, WitnessStopped) for e in events)
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    leaks = sorted(f.message for f in result.findings if f.detector.startswith("containment.excluded_read"))
+    assert leaks == ["read CLAUDE.md (agent_instructions) with openat",
+                     f"read {KEY} (answer_key) with io_uring_openat",
+                     f"read {KEY} (answer_key) with openat"]
+    assert result.status == "void"
+
+
+def test_a_flood_that_overflows_the_buffer_voids_the_cell_with_a_gap(ebpf, tmp_path):
+    flood = "python3 -c \"import os\nfor _ in range(200000): os.close(os.open('src/app.py', os.O_RDONLY))\""
+    run_dir, events = _record(tmp_path, flood, EbpfWitness(perf_rb_pages=1))
+    gaps = [e for e in events if isinstance(e, WitnessGap)]
+    assert gaps and gaps[0].witness == "ebpf" and gaps[0].dropped > 0, gaps
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    assert result.status == "void" and any(f.kind == "witness_gap" for f in result.findings)
