@@ -17,7 +17,7 @@ turns those lines into the same events as the strace witness (`collectors.strace
 
 Line grammar (space separated; a string is the rest of its line)::
 
-    B <mono_ns> <pidns_inum> <level>                  probes attached (BEGIN)
+    B <mono_ns> <pidns_inum> <level> <init_pid>       probes attached (BEGIN)
     E <mono_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> a call entered; i0/i1 per call below
     S|A|V <tid> <string>                               path / argv / env string of that call
     T <tid> argv|env                                   the list was cut (64 argv, 128 env)
@@ -27,7 +27,7 @@ Line grammar (space separated; a string is the rest of its line)::
     U <mono_ns> <tgid> <tid> <nspid> <op> <req> <dfd> <flags>  io_uring submission
     K <mono_ns> <tgid> <tid> <req> <res>               completion of a traced io_uring open
 
-``i0``/``i1``: exec: the parent's chamber pid (0: outside), 0; opens: dirfd (-100 is
+``i0``/``i1``: exec: the parent's chamber pid (0: outside) and host pid; opens: dirfd (-100 is
 AT_FDCWD), flags; renameat: old and new dirfd; unlinkat: dirfd, flags; connect: family, port.
 Pids: ``tgid``/``tid`` are the host's; ``nspid`` is the process's pid in the chamber.
 
@@ -35,8 +35,14 @@ Limits, stated: bpftrace 0.17 copies at most ``BPFTRACE_STRLEN`` - 1 bytes of a 
 (`STRING_LIMIT`): a string that long is marked cut with a ``...`` suffix (``truncated``).
 bpftrace prints strings raw, so a newline inside one continues on the next line: a line
 that is no record, right after a string line, is joined to that string. Relative paths are
-resolved against the cwd tracked from chdir/fchdir and inherited on fork (the chamber's
-workdir at its start); a path through a dirfd whose open was not seen stays relative.
+resolved against the cwd tracked from chdir/fchdir and inherited from the parent (the
+chamber's workdir at its start); a path through a dirfd whose open was not seen stays
+relative. bpftrace prints each CPU's buffer in turn, so lines of different CPUs can come
+out of order (a child's exec before its parent's fork line): a process takes its parent's
+cwd at whichever of the two comes first, and ``wall_ns`` is not monotonic across events.
+Paths of opens and changes are read when the call returns (the kernel has faulted them
+in by then); exec's path and argv when it enters (its memory is gone after a successful
+exec), so a string bpftrace could not read is empty, never guessed.
 Times: ``wall_ns`` = the line's monotonic ns + ``clock_offset_ns`` (wall - monotonic, taken
 once by the task and recorded in ``witness.started``), so replay builds identical events.
 """
@@ -100,13 +106,14 @@ def open_flags(flags: int) -> str:
     return "|".join(names)
 
 
-def bpftrace_command(pidns_inum: int, level: int = 1, *, program: Path = BPFTRACE_PROGRAM,
+def bpftrace_command(pidns_inum: int, level: int, init_pid: int, *, program: Path = BPFTRACE_PROGRAM,
                      perf_rb_pages: int = 1024) -> tuple[list[str], dict[str, str]]:
     """The bpftrace command line and extra environment that witness one PID namespace.
 
     Args:
         pidns_inum: inode number of the chamber's PID namespace (``stat -L /proc/PID/ns/pid``).
         level: that namespace's depth below the host's (1 for a container of the host).
+        init_pid: host pid of the namespace's init (its child reaper).
         program: the bpftrace program.
         perf_rb_pages: pages per CPU of bpftrace's perf ring buffer; a smaller buffer
             loses events sooner (tests use it to force ``Lost N events``).
@@ -115,15 +122,16 @@ def bpftrace_command(pidns_inum: int, level: int = 1, *, program: Path = BPFTRAC
         ``(argv, env)``: argv starts with ``bpftrace``; env is to be added to the caller's.
 
     Raises:
-        ValueError: ``pidns_inum`` or ``level`` below 1, or ``perf_rb_pages`` not a power of 2.
+        ValueError: ``pidns_inum``, ``level`` or ``init_pid`` below 1, or ``perf_rb_pages`` not a
+            power of 2.
     """
-    if pidns_inum < 1 or level < 1:
-        raise ValueError(f"pidns_inum and level must be >= 1, got {pidns_inum}, {level}")
+    if min(pidns_inum, level, init_pid) < 1:
+        raise ValueError(f"pidns_inum, level and init_pid must be >= 1, got {pidns_inum}, {level}, {init_pid}")
     if perf_rb_pages < 1 or perf_rb_pages & (perf_rb_pages - 1):
         raise ValueError(f"perf_rb_pages must be a power of 2, got {perf_rb_pages}")
     env = {"BPFTRACE_STRLEN": str(STRING_LIMIT), "BPFTRACE_PERF_RB_PAGES": str(perf_rb_pages),
            "BPFTRACE_MAP_KEYS_MAX": "65536"}
-    return ["bpftrace", "-B", "line", str(program), str(pidns_inum), str(level)], env
+    return ["bpftrace", "-B", "line", str(program), str(pidns_inum), str(level), str(init_pid)], env
 
 
 class ParserClosedError(CaissonError):
@@ -160,20 +168,24 @@ class EbpfParser:
         lost: events the kernel dropped, summed over ``Lost N events`` lines.
         truncated: strings or argv/env lists that were cut.
         unmapped: understood lines with no event kind (kept as `WitnessRaw`).
+        root_exited: the exit of the chamber's init was read.
     """
 
-    def __init__(self, *, clock_offset_ns: int = 0, root_cwd: str | None = None,
+    def __init__(self, *, clock_offset_ns: int = 0, root_cwd: str | None = None, root_host_pid: int | None = None,
                  string_limit: int = STRING_LIMIT, max_line_bytes: int = 1 << 16):
         """Make a parser for one bpftrace run.
 
         Args:
             clock_offset_ns: wall minus monotonic clock, ns, added to every line's stamp.
             root_cwd: the cwd of the chamber's processes until a chdir says otherwise.
+            root_host_pid: host pid of the chamber's init (sets ``root_exited``).
             string_limit: ``BPFTRACE_STRLEN`` of the run, bytes (a string of
                 ``string_limit - 1`` bytes or more is taken as cut).
             max_line_bytes: a longer line is cut there and the rest parsed as lines.
         """
         self._offset, self._root_cwd, self._limit, self._max_line = clock_offset_ns, root_cwd, string_limit, max_line_bytes
+        self._root = root_host_pid
+        self.root_exited = False
         self._buf = bytearray()
         self._out: deque[Stamped] = deque()
         self._calls: dict[int, _Call] = {}  # tid -> the call it is in, until it returns
@@ -288,6 +300,8 @@ class EbpfParser:
             if tid in self._calls:  # the previous call of this thread never returned
                 self._finish(tid, self._calls.pop(tid), None, None)
             self._calls[tid] = self._target[tid] = _Call(name, mono, tgid, nspid, int(f[6]), int(f[7]))
+            if name.startswith("execve") and tgid not in self._cwd:  # its parent's fork line may come later
+                self._inherit(int(f[7]), tgid)
         elif tag == "R":
             name = f[5].rpartition("sys_exit_")[2]
             call = self._calls.pop(tid, None)
@@ -300,9 +314,7 @@ class EbpfParser:
                 del self._target[tid]
             self._finish(tid, call, int(f[6]), mono)
         elif tag == "F":
-            child = int(f[5])
-            self._cwd[child] = self._cwd.get(tgid, self._root_cwd)
-            self._fds[child] = dict(self._fds.get(tgid, {}))
+            self._inherit(tgid, int(f[5]))
         elif tag == "Q":
             status = int(f[5])
             sig = status & 0x7F
@@ -310,6 +322,7 @@ class EbpfParser:
             self._fds.pop(tgid, None)
             self._emit(self.last_ns, ProcessExit(pid=nspid, host_pid=tgid, code=None if sig else status >> 8 & 0xFF,
                                                   signal=_signame(sig) if sig else None))
+            self.root_exited = tgid == self._root
         elif tag == "U":
             op = int(f[5])
             name = _IO_URING_OPS.get(op, f"io_uring_op{op}")
@@ -318,6 +331,12 @@ class EbpfParser:
             else:
                 self.unmapped += 1
                 self._raw(text, failure=False)
+
+    def _inherit(self, parent: int, child: int) -> None:
+        """A child's cwd and fds are its parent's, unless the child was seen first."""
+        if child not in self._cwd:
+            self._cwd[child] = self._cwd.get(parent, self._root_cwd)
+            self._fds[child] = dict(self._fds.get(parent, {}))
 
     def _cut(self, value: str, call: _Call, field: str) -> str:
         if len(value.encode("utf-8", "surrogateescape")) >= self._limit - 1 and not value.endswith("..."):
@@ -372,6 +391,8 @@ class EbpfParser:
             self._cwd[call.tgid] = new if new is not None and new.startswith("/") else None
 
     def _resolve(self, tgid: int, dirfd: int, path: str) -> str:
+        if not path:  # kept empty: never resolved to the directory (AT_EMPTY_PATH, or unreadable)
+            return path
         if path.startswith("/"):
             return _clean(path)
         base = self._cwd.get(tgid, self._root_cwd) if dirfd == AT_FDCWD else self._fds.get(tgid, {}).get(dirfd)
@@ -409,20 +430,19 @@ class EbpfWitnessError(CaissonError):
 
 
 async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser: EbpfParser, stop,
-                           root_host_pid: int, redact=None, detail: dict | None = None,
+                           redact=None, detail: dict | None = None,
                            task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run bpftrace, feed its output to ``parser`` and send the events, until ``stop``.
 
     Signals ``task_status.started()`` once bpftrace has attached every probe (its BEGIN
     line), so the caller can let the chamber's command start only then. When ``stop`` is
-    set, waits up to 2 s for the exit of the chamber's init (``root_host_pid``) to be read,
+    set, waits up to 2 s for the exit of the chamber's init (``parser.root_exited``) to be read,
     then stops bpftrace with SIGINT and drains its output.
 
     Args:
         send: the ledger channel clone of this witness (closed on return).
         argv, env: from `bpftrace_command` (env is the whole environment of bpftrace).
         parser: a fresh `EbpfParser`. stop: a `trio.Event`, set when the chamber has ended.
-        root_host_pid: host pid of the chamber's init.
         redact: maps an exec'd environment to what the ledger may keep (secrets fingerprinted).
         detail: added to ``witness.started``.
 
@@ -436,7 +456,7 @@ async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser
             event = item.event
             if isinstance(event, ProcessExec) and event.env and redact is not None:
                 event = msgspec.structs.replace(event, env=redact(event.env))
-            if isinstance(event, ProcessExit) and event.host_pid == root_host_pid:
+            if parser.root_exited:
                 root_exited.set()
             await send.send(Submission(source=WITNESS, event=event, wall_ns=item.wall_ns))
 

@@ -108,12 +108,12 @@ class EbpfWitness:
         ok = False
         try:
             inum, level = _pid_namespace(ctx.started.host_pid)
-            argv, extra = bpftrace_command(inum, level, perf_rb_pages=self.perf_rb_pages)
+            argv, extra = bpftrace_command(inum, level, ctx.started.host_pid, perf_rb_pages=self.perf_rb_pages)
             offset = time.time_ns() - time.monotonic_ns()  # bpftrace's nsecs is CLOCK_MONOTONIC
-            parser = EbpfParser(clock_offset_ns=offset, root_cwd=SANDBOX_PATH)
+            parser = EbpfParser(clock_offset_ns=offset, root_cwd=SANDBOX_PATH, root_host_pid=ctx.started.host_pid)
             await ctx.nursery.start(functools.partial(
                 run_ebpf_witness, ctx.send, argv=argv, env={**os.environ, **extra}, parser=parser, stop=ctx.stop,
-                root_host_pid=ctx.started.host_pid, redact=self._redact,
+                redact=self._redact,
                 detail={"env": extra, "clock_offset_ns": offset, "pidns_level": level}))
             ok = True
         finally:
