@@ -18,18 +18,24 @@ turns those lines into the same events as the strace witness (`collectors.strace
 Line grammar (space separated; a string is the rest of its line)::
 
     B <mono_ns> <pidns_inum> <level> <init_pid>       probes attached (BEGIN)
-    E <mono_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> a call entered; i0/i1 per call below
+    O <entry_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> <ret> <path>   an open or change, on return
+    E <mono_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> exec, fchdir or connect entered
     S|A|V <tid> <string>                               path / argv / env string of that call
     T <tid> argv|env                                   the list was cut (64 argv, 128 env)
-    R <mono_ns> <tgid> <tid> <nspid> <probe> <ret>     a call returned (ret: value or -errno)
+    Z <tid>                                            the entry's strings are complete
+    R <mono_ns> <tgid> <tid> <nspid> <probe> <ret>     it returned (ret: value or -errno)
     F <mono_ns> <tgid> <tid> <nspid> <child_tid>       a fork or thread
     Q <mono_ns> <tgid> <tid> <nspid> <exit_code>       a process's last thread exited (wait status)
-    U <mono_ns> <tgid> <tid> <nspid> <op> <req> <dfd> <flags>  io_uring submission
+    U <mono_ns> <tgid> <tid> <nspid> <op> <req> <dfd> <flags> [<path>]  io_uring submission
     K <mono_ns> <tgid> <tid> <req> <res>               completion of a traced io_uring open
 
-``i0``/``i1``: exec: the parent's chamber pid (0: outside) and host pid; opens: dirfd (-100 is
-AT_FDCWD), flags; renameat: old and new dirfd; unlinkat: dirfd, flags; connect: family, port.
+``i0``/``i1``: exec: the parent's pid in the chamber (0: outside) and on the host; opens:
+dirfd (-100 is AT_FDCWD), flags; renames: old and new dirfd (the old name is an ``S`` line
+just before the ``O``); unlinkat: dirfd, flags; connect: family, port; fchdir: fd.
 Pids: ``tgid``/``tid`` are the host's; ``nspid`` is the process's pid in the chamber.
+An exec, fchdir or connect can return on another CPU than it entered, and bpftrace prints
+each CPU's buffer in turn: its ``R`` may come before its ``E``; the two are paired in
+either order and the event comes out once both and the ``Z`` are in.
 
 Limits, stated: bpftrace 0.17 copies at most ``BPFTRACE_STRLEN`` - 1 bytes of a string
 (`STRING_LIMIT`): a string that long is marked cut with a ``...`` suffix (``truncated``).
@@ -83,13 +89,15 @@ _OPEN_FLAGS = (  # include/uapi/asm-generic/fcntl.h (x86_64, arm64 share these v
     (0o100000, "O_LARGEFILE"), (0o200000, "O_DIRECTORY"), (0o400000, "O_NOFOLLOW"), (0o1000000, "O_NOATIME"),
     (0o2000000, "O_CLOEXEC"), (0o4000000, "__O_SYNC"), (0o10000000, "O_PATH"), (0o20000000, "__O_TMPFILE"),
 )  # fmt: skip
+_KERNEL_ERRNOS = {512: "ERESTARTSYS", 513: "ERESTARTNOINTR", 514: "ERESTARTNOHAND", 515: "ENOIOCTLCMD",
+                  516: "ERESTART_RESTARTBLOCK"}  # include/linux/errno.h: never seen by user space, strace names them
 _FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6"}
 _OPENS = frozenset({"open", "openat", "openat2", "creat"})
 _CHANGES = frozenset({"unlink", "unlinkat", "rmdir", "mkdir", "mkdirat", "rename", "renameat", "renameat2"})
 _IO_URING_OPS = {18: "io_uring_openat", 28: "io_uring_openat2", 16: "io_uring_connect", 21: "io_uring_statx",
                  35: "io_uring_renameat", 36: "io_uring_unlinkat", 37: "io_uring_mkdirat",
                  38: "io_uring_symlinkat", 39: "io_uring_linkat"}  # include/uapi/linux/io_uring.h
-_RECORD = re.compile(r"^(?:[BERFQUK] \d|[SAVT] \d+ |[SAVT] \d+$)")
+_RECORD = re.compile(r"^(?:[BERFQUKO] \d|[SAVT] \d+ |[SAVTZ] \d+$)")
 _LOST = re.compile(r"^Lost (\d+) events$")
 
 
@@ -139,7 +147,7 @@ class ParserClosedError(CaissonError):
 
 
 class _Call:
-    __slots__ = ("name", "mono", "tgid", "nspid", "i0", "i1", "strings", "argv", "env", "cut")
+    __slots__ = ("name", "mono", "tgid", "nspid", "i0", "i1", "strings", "argv", "env", "cut", "ret", "sealed")
 
     def __init__(self, name: str, mono: int, tgid: int, nspid: int, i0: int, i1: int):
         self.name, self.mono, self.tgid, self.nspid, self.i0, self.i1 = name, mono, tgid, nspid, i0, i1
@@ -147,11 +155,13 @@ class _Call:
         self.argv: list[str] = []
         self.env: list[str] = []
         self.cut: set[str] = set()
+        self.ret: int | None = None  # the return value, once its R line is read
+        self.sealed = False  # its Z line was read: no more strings
 
 
 class _Text(NamedTuple):
-    call: _Call
-    field: str  # strings | argv | env
+    values: list[str]  # the list whose last string a continuation line extends
+    call: _Call | None
 
 
 class EbpfParser:
@@ -188,12 +198,14 @@ class EbpfParser:
         self.root_exited = False
         self._buf = bytearray()
         self._out: deque[Stamped] = deque()
-        self._calls: dict[int, _Call] = {}  # tid -> the call it is in, until it returns
-        self._target: dict[int, _Call] = {}  # tid -> the call its S/A/V/T lines belong to
+        self._calls: dict[int, _Call] = {}  # tid -> its E call, until both R and Z are read
+        self._early: dict[int, tuple[str, int, int, int]] = {}  # tid -> (name, ret, mono, tgid) of an R before its E
+        self._pre: dict[int, list[str]] = {}  # tid -> S lines before an O (a rename's old name)
         self._uring: dict[int, _Call] = {}  # io_uring req address -> its open
         self._cwd: dict[int, str | None] = {}  # tgid (or a child's tid, until it runs) -> cwd
         self._fds: dict[int, dict[int, str]] = {}  # tgid -> fd -> path, from opens seen
         self._text: _Text | None = None  # the string a continuation line extends
+        self._held: tuple[int, _Call] | None = None  # an O line's call, until its path is whole
         self.last_ns: int | None = None
         self._closed = False
         self.attached = False
@@ -228,10 +240,15 @@ class EbpfParser:
         if self._buf:
             self._line(bytes(self._buf).decode("utf-8", "backslashreplace"))
             self._buf.clear()
+        self._release()
         for tid in list(self._calls):
-            self._finish(tid, self._calls.pop(tid), None, None)
+            call = self._calls.pop(tid)
+            self._finish(tid, call, call.ret)
         for req in list(self._uring):
-            self._finish(0, self._uring.pop(req), None, None)
+            self._finish(0, self._uring.pop(req), None)
+        for tid, (name, ret, mono, tgid) in self._early.items():  # returns whose entry we never saw
+            self._raw(f"R {mono} {tgid} {tid} ? {name} {ret}", failure=True)
+        self._early.clear()
 
     def next_event(self) -> Stamped | _NeedData:
         """The next ``(wall_ns, event)``, or `NEED_DATA` when the bytes so far are used up."""
@@ -249,88 +266,141 @@ class EbpfParser:
 
     def _line(self, text: str) -> None:
         self.lines += 1
-        if not _RECORD.match(text):
-            if self._text is not None:  # a newline inside the previous string
-                call, field = self._text
-                values = getattr(call, field)
-                values[-1] = self._cut(values[-1] + "\n" + text, call, field)
-                return
-            lost = _LOST.match(text)
-            if lost:
-                self.lost += int(lost[1])
-                self._emit(self.last_ns, WitnessGap(
-                    witness=WITNESS, reason=f"the kernel dropped {lost[1]} events: bpftrace's perf buffer was full",
-                    missing="syscalls of the chamber", since_ns=self.last_ns, dropped=int(lost[1])))
-            elif text.strip() and not text.startswith("Attaching "):
-                self._raw(text, failure=True)
-            self._text = None
+        lost = _LOST.match(text)
+        record = lost is None and _RECORD.match(text) is not None
+        if not record and lost is None and self._text is not None:  # a newline inside the previous string
+            values = self._text.values
+            values[-1] = self._cut(values[-1] + "\n" + text)
             return
         self._text = None
-        try:
-            self._record(text)
-        except (ValueError, IndexError, KeyError):
-            self._raw(text, failure=True)
+        self._release()
+        if lost is not None:
+            self.lost += int(lost[1])
+            self._emit(self.last_ns, WitnessGap(
+                witness=WITNESS, reason=f"the kernel dropped {lost[1]} events: bpftrace's perf buffer was full",
+                missing="syscalls of the chamber", since_ns=self.last_ns, dropped=int(lost[1])))
+        elif not record:
+            if text.strip() and not text.startswith("Attaching "):
+                self._raw(text, failure=True)
+        else:
+            try:
+                self._record(text)
+            except (ValueError, IndexError, KeyError):
+                self._raw(text, failure=True)
 
     def _record(self, text: str) -> None:
         tag = text[0]
-        if tag in "SAV":
-            _, tid, value = text.split(" ", 2) if text.count(" ") >= 2 else (*text.split(" "), "")
-            call = self._target[int(tid)]
-            field = {"S": "strings", "A": "argv", "V": "env"}[tag]
-            getattr(call, field).append(self._cut(value, call, field))
-            self._text = _Text(call, field)
+        if tag in "SAVTZ":
+            self._string(tag, text)
             return
-        f = text.split(" ")
-        if tag == "T":
-            self._target[int(f[1])].cut.add(f[2])
-            self.truncated += 1
-            return
+        f = text.split(" ", 9)
         mono = int(f[1])
         self.last_ns = mono + self._offset
         if tag == "B":
             self.attached, self.pidns_inum = True, int(f[2])
-            return
-        if tag == "K":
+        elif tag == "K":
             call = self._uring.pop(int(f[4]))
-            self._finish(int(f[3]), call, int(f[5]), mono)
-            return
-        tgid, tid, nspid = int(f[2]), int(f[3]), int(f[4])
-        if tag == "E":
-            name = f[5].rpartition("sys_enter_")[2]
-            if tid in self._calls:  # the previous call of this thread never returned
-                self._finish(tid, self._calls.pop(tid), None, None)
-            self._calls[tid] = self._target[tid] = _Call(name, mono, tgid, nspid, int(f[6]), int(f[7]))
-            if name.startswith("execve") and tgid not in self._cwd:  # its parent's fork line may come later
-                self._inherit(int(f[7]), tgid)
+            self._finish(int(f[3]), call, int(f[5]))
+        elif tag == "O":
+            tid = int(f[3])
+            call = _Call(f[5].rpartition("sys_exit_")[2], mono, int(f[2]), int(f[4]), int(f[6]), int(f[7]))
+            call.ret = int(f[8])
+            call.strings = [*self._pre.pop(tid, []), self._cut(f[9] if len(f) > 9 else "")]
+            self._text = _Text(call.strings, call)
+            self._held = (tid, call)  # the next line may continue its path
+        elif tag == "E":
+            self._enter(text, f, mono)
         elif tag == "R":
-            name = f[5].rpartition("sys_exit_")[2]
-            call = self._calls.pop(tid, None)
-            if call is None and name.startswith("execve"):  # an exec from a thread returns on the leader
-                tid = next((t for t, c in self._calls.items() if c.tgid == tgid and c.name == name), tid)
-                call = self._calls.pop(tid, None)
-            if call is None or call.name != name:
-                raise ValueError(text)
-            if self._target.get(tid) is call:
-                del self._target[tid]
-            self._finish(tid, call, int(f[6]), mono)
+            self._return(f, mono)
         elif tag == "F":
-            self._inherit(tgid, int(f[5]))
+            self._inherit(int(f[2]), int(f[5]))
         elif tag == "Q":
-            status = int(f[5])
+            tgid, nspid, status = int(f[2]), int(f[4]), int(f[5])
             sig = status & 0x7F
             self._cwd.pop(tgid, None)
             self._fds.pop(tgid, None)
             self._emit(self.last_ns, ProcessExit(pid=nspid, host_pid=tgid, code=None if sig else status >> 8 & 0xFF,
-                                                  signal=_signame(sig) if sig else None))
-            self.root_exited = tgid == self._root
+                                                 signal=_signame(sig) if sig else None))
+            self.root_exited = self.root_exited or tgid == self._root
         elif tag == "U":
-            op = int(f[5])
-            name = _IO_URING_OPS.get(op, f"io_uring_op{op}")
-            if op in (18, 28):
-                self._uring[int(f[6])] = self._target[tid] = _Call(name, mono, tgid, nspid, int(f[7]), int(f[8]))
-            else:
+            op, tid = int(f[5]), int(f[3])
+            if op not in (18, 28):
                 self.unmapped += 1
                 self._raw(text, failure=False)
+                return
+            call = _Call(_IO_URING_OPS[op], mono, int(f[2]), int(f[4]), int(f[7]), int(f[8]))
+            call.strings = [self._cut(f[9] if len(f) > 9 else "")]
+            self._uring[int(f[6])] = call
+            self._text = _Text(call.strings, call)
+
+    def _string(self, tag: str, text: str) -> None:
+        """An S/A/V/T/Z line: a string of the call its thread is entering (or, S, of an O to come)."""
+        _, tid_s, *rest = text.split(" ", 2)
+        tid = int(tid_s)
+        value = rest[0] if rest else ""
+        call = self._calls.get(tid)
+        if call is not None and call.sealed:
+            call = None
+        if tag == "Z":
+            if call is None:
+                raise ValueError(text)
+            call.sealed = True
+            if call.ret is not None:
+                self._finish(tid, self._calls.pop(tid), call.ret)
+        elif tag == "T":
+            if call is None:
+                raise ValueError(text)
+            call.cut.add(value)
+            self.truncated += 1
+        elif call is None:  # an S before an O (a rename's old name)
+            if tag != "S":
+                raise ValueError(text)
+            values = self._pre.setdefault(tid, [])
+            values.append(self._cut(value))
+            self._text = _Text(values, None)
+        else:
+            values = {"S": call.strings, "A": call.argv, "V": call.env}[tag]
+            values.append(self._cut(value))
+            self._text = _Text(values, call)
+
+    def _enter(self, text: str, f: list[str], mono: int) -> None:
+        tgid, tid, nspid = int(f[2]), int(f[3]), int(f[4])
+        name = f[5].rpartition("sys_enter_")[2]
+        if tid in self._calls:  # the previous call of this thread never completed
+            old = self._calls.pop(tid)
+            self._finish(tid, old, old.ret)
+        call = self._calls[tid] = _Call(name, mono, tgid, nspid, int(f[6]), int(f[7]))
+        early = self._early.get(tid)
+        if early is None and name.startswith("execve"):  # an exec from a thread returns on the leader
+            early = self._early.get(tgid)
+            tid_early = tgid
+        else:
+            tid_early = tid
+        if early is not None and early[0] == name and early[2] >= mono:
+            del self._early[tid_early]
+            call.ret = early[1]
+        if name.startswith("execve") and tgid not in self._cwd:  # its parent's fork line may come later
+            self._inherit(int(f[7]), tgid)
+
+    def _return(self, f: list[str], mono: int) -> None:
+        tgid, tid = int(f[2]), int(f[3])
+        name, ret = f[5].rpartition("sys_exit_")[2], int(f[6])
+        call = self._calls.get(tid)
+        if (call is None or call.name != name) and name.startswith("execve"):  # from a thread: on the leader
+            tid = next((t for t, c in self._calls.items() if c.tgid == tgid and c.name == name), tid)
+            call = self._calls.get(tid)
+        if call is None or call.name != name or call.ret is not None:
+            self._early[tid] = (name, ret, mono, tgid)  # its E is on another CPU's buffer, or was before B
+            return
+        call.ret = ret
+        if call.sealed:
+            self._finish(tid, self._calls.pop(tid), ret)
+
+    def _release(self) -> None:
+        if self._held is not None:
+            tid, call = self._held
+            self._held = None
+            self._finish(tid, call, call.ret)
 
     def _inherit(self, parent: int, child: int) -> None:
         """A child's cwd and fds are its parent's, unless the child was seen first."""
@@ -338,7 +408,7 @@ class EbpfParser:
             self._cwd[child] = self._cwd.get(parent, self._root_cwd)
             self._fds[child] = dict(self._fds.get(parent, {}))
 
-    def _cut(self, value: str, call: _Call, field: str) -> str:
+    def _cut(self, value: str) -> str:
         if len(value.encode("utf-8", "surrogateescape")) >= self._limit - 1 and not value.endswith("..."):
             self.truncated += 1
             return value + "..."
@@ -346,10 +416,10 @@ class EbpfParser:
 
     # --- events --------------------------------------------------------------------------
 
-    def _finish(self, tid: int, call: _Call, ret: int | None, mono: int | None) -> None:
+    def _finish(self, tid: int, call: _Call, ret: int | None) -> None:
         """Build the event of a call that returned ``ret`` (None: it never did)."""
         failed = ret is None or ret < 0
-        err = UNFINISHED if ret is None else _errno.errorcode.get(-ret, str(-ret)) if ret < 0 else None
+        err = UNFINISHED if ret is None else _errno_name(-ret) if ret < 0 else None
         wall = call.mono + self._offset
         ident = {"pid": call.nspid, "host_pid": call.tgid}
         name, s = call.name, call.strings
@@ -405,6 +475,10 @@ class EbpfParser:
         if failure:
             self.parse_failures += 1
         self._emit(self.last_ns, WitnessRaw(witness=WITNESS, line=text))
+
+
+def _errno_name(code: int) -> str:
+    return _errno.errorcode.get(code) or _KERNEL_ERRNOS.get(code) or str(code)
 
 
 def _signame(sig: int) -> str:
