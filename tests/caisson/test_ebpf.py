@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from caisson._cli import record as record_cli
+from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.probes.selftest import SCENARIO, make_probe_repo
 from caisson.replay import replay_runs
+from caisson.run import ebpf as ebpf_module
 from caisson.run.ebpf import EbpfWitness, ebpf_problem
+from caisson.run.witnesses import StraceWitness, default_witnesses
 from caisson.run.record import RecordOptions, record
 from ledger import read_records
 from ledger.events import FileOpen, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
@@ -94,3 +98,45 @@ def test_a_flood_that_overflows_the_buffer_voids_the_cell_with_a_gap(ebpf, tmp_p
     assert gaps and gaps[0].witness == "ebpf" and gaps[0].dropped > 0, gaps
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
     assert result.status == "void" and any(f.kind == "witness_gap" for f in result.findings)
+
+
+class _Recorded(Exception):
+    pass
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Stops `caisson record` where it would start recording; holds the options and witnesses."""
+    seen: dict = {}
+
+    def fake_record(options, *, witnesses):
+        seen.update(options=options, witnesses=[w.name for w in witnesses])
+        raise _Recorded
+
+    monkeypatch.setattr(record_cli, "record", fake_record)
+    return seen
+
+
+def test_where_ebpf_cannot_run_record_says_so_once_and_uses_strace(recorded, monkeypatch, capsys):
+    monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: "bpftrace is not installed (apt-get install bpftrace)")
+    with pytest.raises(_Recorded):
+        main(["record", "--syscall-witness", "ebpf", "--", "true"])
+    err = capsys.readouterr().err
+    assert err.count("eBPF witness cannot run here") == 1 and "bpftrace is not installed" in err
+    assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]
+    assert recorded["options"].syscall_witness == "strace"
+
+
+def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
+    monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: None)
+    for choice, want in (("strace", {"strace"}), ("ebpf", {"ebpf"}), ("both", {"strace", "ebpf"})):
+        with pytest.raises(_Recorded):
+            main(["record", "--syscall-witness", choice, "--", "true"])
+        assert set(recorded["witnesses"]) & {"strace", "ebpf"} == want, choice
+    with pytest.raises(_Recorded):
+        main(["record", "--", "true"])
+    assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]  # the default
+    assert capsys.readouterr().err == ""
+    assert isinstance(default_witnesses()[3], StraceWitness)
+    with pytest.raises(ValueError):
+        default_witnesses(syscall="ptrace")
