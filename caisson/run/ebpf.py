@@ -2,7 +2,7 @@
 
 bpftrace (`collectors.ebpf`) runs on the host, where the agent can neither see nor signal
 it, and watches the chamber's PID namespace. So that no instruction of the command runs
-unwitnessed, the chamber's command is wrapped to wait for a go signal: it reads one line
+unwitnessed, the chamber's command is wrapped (in bash) to wait for a go signal: it reads one line
 from a FIFO bind-mounted read-only at `GO_PATH`, and execs the command only when the line
 is ``go``. The witness writes ``go`` once bpftrace has printed its BEGIN line (every probe
 attached); if bpftrace cannot attach, it writes ``abort`` and the command never runs (the
@@ -35,8 +35,13 @@ GO_PATH = f"{GO_DIR}/go"
 """The FIFO the chamber's command waits on (read-only in the chamber)."""
 ABORT_EXIT = 125
 """Exit status of the chamber when the witness could not attach (the command never ran)."""
-_WAIT = (f'read -r go < {GO_PATH}; [ "$go" = go ] && exec "$@"; '
-         f'echo "caisson: the eBPF witness did not attach; the command was not run" >&2; exit {ABORT_EXIT}')
+# bash, not sh: the PATH search is done here without exec (``type -P``) and argv[0] is kept
+# (``exec -a``), so the command's first execve in the ledger is the command's own and
+# succeeds, as under strace (which searches PATH itself), not a row of ENOENT attempts.
+_WAIT = (f'read -r go < {GO_PATH}; if [ "$go" != go ]; then '
+         f'echo "caisson: the eBPF witness did not attach; the command was not run" >&2; exit {ABORT_EXIT}; fi; '
+         'p=$(type -P -- "$1") || { echo "caisson: $1: command not found" >&2; exit 127; }; '
+         'exec -a "$1" "$p" "${@:2}"')
 _TRACEFS = Path("/sys/kernel/tracing")
 
 
@@ -95,7 +100,7 @@ class EbpfWitness:
         self._go_fd = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)
         self._redact = functools.partial(redact_env, key=ctx.fingerprint_key,
                                          patterns=tuple(ctx.scenario.credential_patterns))
-        return msgspec.structs.replace(spec, cmd=["/bin/sh", "-c", _WAIT, "caisson-wait", *spec.cmd],
+        return msgspec.structs.replace(spec, cmd=["/bin/bash", "-c", _WAIT, "caisson-wait", *spec.cmd],
                                        binds=[*spec.binds, (str(gdir), GO_DIR, True)])
 
     async def start(self, ctx) -> None:
