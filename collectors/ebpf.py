@@ -504,7 +504,7 @@ class EbpfWitnessError(CaissonError):
 
 
 async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser: EbpfParser, stop,
-                           redact=None, detail: dict | None = None,
+                           redact=None, detail: dict | None = None, skip_host_pid: int | None = None,
                            task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run bpftrace, feed its output to ``parser`` and send the events, until ``stop``.
 
@@ -519,6 +519,8 @@ async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser
         parser: a fresh `EbpfParser`. stop: a `trio.Event`, set when the chamber has ended.
         redact: maps an exec'd environment to what the ledger may keep (secrets fingerprinted).
         detail: added to ``witness.started``.
+        skip_host_pid: a process whose own events are not the chamber's command's (the
+            strace tracer, when both witnesses run): they are counted, not sent.
 
     Raises:
         EbpfWitnessError: bpftrace exited before it attached (the caller must not start the command).
@@ -532,10 +534,14 @@ async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser
                 event = msgspec.structs.replace(event, env=redact(event.env))
             if parser.root_exited:
                 root_exited.set()
+            if skip_host_pid is not None and getattr(event, "host_pid", None) == skip_host_pid:
+                skipped[0] += 1
+                continue
             await send.send(Submission(source=WITNESS, event=event, wall_ns=item.wall_ns))
 
     root_exited = trio.Event()
     started = False
+    skipped = [0]
     async with send, trio.open_nursery() as nursery:
         proc = await trio.lowlevel.open_process(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         errors = bytearray()

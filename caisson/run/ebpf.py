@@ -81,13 +81,17 @@ class EbpfWitness:
     Args:
         perf_rb_pages: pages per CPU of bpftrace's perf buffer (tests shrink it to force
             lost events, which must void the cell).
+        beside_strace: the strace witness runs too; it is then the chamber's init, and its
+            own calls (opening its output FIFO, its start-up probes) are not the command's:
+            they are left out, and ``witness.started`` says so.
     """
 
     name = "ebpf"
     needs_network = False
 
-    def __init__(self, *, perf_rb_pages: int = 1024):
+    def __init__(self, *, perf_rb_pages: int = 1024, beside_strace: bool = False):
         self.perf_rb_pages = perf_rb_pages
+        self.beside_strace = beside_strace
         self._go_fd: int | None = None
 
     def prepare(self, spec: ContainerSpec, ctx) -> ContainerSpec:
@@ -118,8 +122,9 @@ class EbpfWitness:
             parser = EbpfParser(clock_offset_ns=offset, root_cwd=SANDBOX_PATH, root_host_pid=ctx.started.host_pid)
             await ctx.nursery.start(functools.partial(
                 run_ebpf_witness, ctx.send, argv=argv, env={**os.environ, **extra}, parser=parser, stop=ctx.stop,
-                redact=self._redact,
-                detail={"env": extra, "clock_offset_ns": offset, "pidns_level": level}))
+                redact=self._redact, skip_host_pid=ctx.started.host_pid if self.beside_strace else None,
+                detail={"env": extra, "clock_offset_ns": offset, "pidns_level": level,
+                        "skipped": "the strace tracer's own calls" if self.beside_strace else None}))
             ok = True
         finally:
             os.write(self._go_fd, b"go\n" if ok else b"abort\n")

@@ -356,5 +356,5 @@ def default_witnesses(*, weaken: list[str] | tuple[str, ...] = (), syscall: str 
     if syscall in ("ebpf", "both"):
         from caisson.run.ebpf import EbpfWitness
 
-        syscall_witnesses.append(EbpfWitness())
+        syscall_witnesses.append(EbpfWitness(beside_strace=syscall == "both"))
     return [PcapWitness(), DnsWitness(), ProxyWitness(), *syscall_witnesses, ProcfsWitness()]

@@ -143,3 +143,19 @@ def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
     assert isinstance(default_witnesses()[3], StraceWitness)
     with pytest.raises(ValueError):
         default_witnesses(syscall="ptrace")
+
+
+def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebpf, tmp_path):
+    run_dir = tmp_path / "run"
+    witnesses = [w for w in default_witnesses(syscall="both") if w.name in ("strace", "ebpf")]
+    record(RecordOptions(command=["sh", "-c", "cat CLAUDE.md > /dev/null"], repo=_probe_repo(tmp_path / "repo"),
+                         out=run_dir, timeout_s=90), witnesses=witnesses)
+    records = list(read_records(run_dir))
+    seen = {(r.source, e.path) for r in records if isinstance(e := r.event, FileOpen) and e.result is not None}
+    assert {("strace", "/work/sandbox/CLAUDE.md"), ("ebpf", "/work/sandbox/CLAUDE.md")} <= seen
+    execs = {(r.source, tuple(r.event.argv)) for r in records if isinstance(r.event, ProcessExec) and r.event.result == 0}
+    assert {("strace", ("cat", "CLAUDE.md")), ("ebpf", ("cat", "CLAUDE.md"))} <= execs
+    # strace (the chamber's init) opening its own FIFO is not the agent writing outside its tree
+    assert not [p for s, p in seen if s == "ebpf" and p.startswith("/caisson/")]
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    assert result.status == "clean", result.findings
