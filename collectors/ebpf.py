@@ -193,7 +193,8 @@ class EbpfParser:
                 ``string_limit - 1`` bytes or more is taken as cut).
             max_line_bytes: a longer line is cut there and the rest parsed as lines.
         """
-        self._offset, self._root_cwd, self._limit, self._max_line = clock_offset_ns, root_cwd, string_limit, max_line_bytes
+        self._offset, self._root_cwd = clock_offset_ns, root_cwd
+        self._limit, self._max_line = string_limit, max_line_bytes
         self._root = root_host_pid
         self.root_exited = False
         self._buf = bytearray()

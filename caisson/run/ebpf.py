@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import msgspec
-import trio
 
 from caisson._paths import SANDBOX_PATH
 from caisson.chamber import ContainerSpec
@@ -111,7 +110,9 @@ class EbpfWitness:
         """Start bpftrace on the chamber's namespace; let the command go once it has attached.
 
         Raises:
-            EbpfWitnessError: bpftrace could not attach (the command is told to abort).
+            Exception: bpftrace could not attach (`EbpfWitnessError`, or the engine's pid
+                was gone): the command is told to abort and never runs; the session
+                records the failure as a ``witness.gap``.
         """
         assert self._go_fd is not None
         ok = False

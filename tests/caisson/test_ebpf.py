@@ -23,8 +23,8 @@ from caisson.run import ebpf as ebpf_module
 from caisson.run.ebpf import EbpfWitness, ebpf_problem
 from caisson.run.witnesses import StraceWitness, default_witnesses
 from caisson.run.record import RecordOptions, record
-from ledger import read_records
-from ledger.events import FileOpen, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
+from ledger import BlobStore, read_records
+from ledger.events import BlobStored, FileOpen, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
 from tests.caisson.conftest import require
 
 HERE = Path(__file__).with_suffix("")
@@ -159,3 +159,18 @@ def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebp
     assert not [p for s, p in seen if s == "ebpf" and p.startswith("/caisson/")]
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
     assert result.status == "clean", result.findings
+
+
+def test_when_bpftrace_cannot_attach_the_command_never_runs_and_the_cell_is_void(ebpf, tmp_path, monkeypatch):
+    real = ebpf_module.bpftrace_command
+    monkeypatch.setattr(ebpf_module, "bpftrace_command",
+                        lambda *a, **kw: (["sh", "-c", "echo 'ERROR: no such tracepoint' >&2; exit 1"], real(*a, **kw)[1]))
+    run_dir, events = _record(tmp_path, "touch ran", EbpfWitness())
+    end = next(e for e in events if isinstance(e, RunEnded))
+    assert end.exit_code == ebpf_module.ABORT_EXIT
+    stderr = next(e for e in events if isinstance(e, BlobStored) and e.role == "stderr")
+    assert b"the eBPF witness did not attach" in BlobStore(run_dir / "blobs").get(stderr.sha256)
+    gaps = [e for e in events if isinstance(e, WitnessGap)]
+    assert gaps and all(g.witness == "ebpf" for g in gaps) and "no such tracepoint" in gaps[0].reason
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    assert result.status == "void"
