@@ -8,7 +8,8 @@ turns those lines into the same events as the strace witness (`collectors.strace
 - ``execve``/``execveat`` -> `ProcessExec` (argv, environment, ppid in the chamber);
 - ``open``/``openat``/``openat2``/``creat`` and io_uring's ``IORING_OP_OPENAT[2]`` ->
   `FileOpen` (``syscall`` ``io_uring_openat`` for the latter, which strace cannot see);
-- ``unlink[at]``, ``rename[at[2]]``, ``mkdir[at]``, ``rmdir`` -> `FileChange`;
+- ``unlink[at]``, ``rename[at[2]]``, ``mkdir[at]``, ``rmdir``, ``[sym]link[at]``, ``chmod``,
+  ``fchmodat``, ``truncate`` -> `FileChange` (``path`` and ``target`` as strace's);
 - ``connect`` -> `NetConnect` (AF_INET, AF_INET6, AF_UNIX);
 - a process's last thread exiting -> `ProcessExit`;
 - ``chdir``/``fchdir``/fork: state only (cwd, inherited by children);
@@ -30,8 +31,8 @@ Line grammar (space separated; a string is the rest of its line)::
     K <mono_ns> <tgid> <tid> <req> <res>               completion of a traced io_uring open
 
 ``i0``/``i1``: exec: the parent's pid in the chamber (0: outside) and on the host; opens:
-dirfd (-100 is AT_FDCWD), flags; renames: old and new dirfd (the old name is an ``S`` line
-just before the ``O``); unlinkat: dirfd, flags; connect: family, port; fchdir: fd.
+dirfd (-100 is AT_FDCWD), flags; renames and links: old and new dirfd (the first name is
+an ``S`` line just before the ``O``); unlinkat: dirfd, flags; connect: family, port; fchdir: fd.
 Pids: ``tgid``/``tid`` are the host's; ``nspid`` is the process's pid in the chamber.
 An exec, fchdir or connect can return on another CPU than it entered, and bpftrace prints
 each CPU's buffer in turn: its ``R`` may come before its ``E``; the two are paired in
@@ -93,7 +94,8 @@ _KERNEL_ERRNOS = {512: "ERESTARTSYS", 513: "ERESTARTNOINTR", 514: "ERESTARTNOHAN
                   516: "ERESTART_RESTARTBLOCK"}  # include/linux/errno.h: never seen by user space, strace names them
 _FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6"}
 _OPENS = frozenset({"open", "openat", "openat2", "creat"})
-_CHANGES = frozenset({"unlink", "unlinkat", "rmdir", "mkdir", "mkdirat", "rename", "renameat", "renameat2"})
+_CHANGES = frozenset({"unlink", "unlinkat", "rmdir", "mkdir", "mkdirat", "rename", "renameat", "renameat2",
+                      "symlink", "symlinkat", "link", "linkat", "chmod", "fchmodat", "truncate"})
 _IO_URING_OPS = {18: "io_uring_openat", 28: "io_uring_openat2", 16: "io_uring_connect", 21: "io_uring_statx",
                  35: "io_uring_renameat", 36: "io_uring_unlinkat", 37: "io_uring_mkdirat",
                  38: "io_uring_symlinkat", 39: "io_uring_linkat"}  # include/uapi/linux/io_uring.h
@@ -439,12 +441,18 @@ class EbpfParser:
                 self._fds.setdefault(call.tgid, {})[ret] = path  # type: ignore[index]
             self._emit(wall, FileOpen(**ident, syscall=name, path=path, flags=flags, access=access,
                                       result=None if failed else ret, errno=err))
-        elif name in _CHANGES:
-            two = name.startswith("rename")
-            first_fd = call.i0 if name.endswith("at") or name == "renameat2" else AT_FDCWD
-            path = self._resolve(call.tgid, first_fd, s[0] if s else "")
-            target = self._resolve(call.tgid, call.i1 if name.startswith("renameat") else AT_FDCWD,
-                                   s[1]) if two and len(s) > 1 else None
+        elif name in _CHANGES:  # as strace's FileChange: path is the entry made, removed or changed
+            first_fd = AT_FDCWD if name in ("symlinkat", "rename", "link", "symlink") else call.i0
+            if name.startswith(("rename", "link", "symlink")) and len(s) > 1:
+                second = self._resolve(call.tgid, call.i1, s[1])
+                if name.startswith("rename"):  # old name -> new name
+                    path, target = self._resolve(call.tgid, first_fd, s[0]), second
+                elif name.startswith("link"):  # the new link; target: the existing file
+                    path, target = second, self._resolve(call.tgid, first_fd, s[0])
+                else:  # the new symlink; target: its contents, verbatim (never resolved)
+                    path, target = second, s[0]
+            else:
+                path, target = self._resolve(call.tgid, first_fd, s[0] if s else ""), None
             self._emit(wall, FileChange(**ident, syscall=name, path=path, target=target,
                                         result=-1 if failed else 0, errno=err))
         elif name == "connect":

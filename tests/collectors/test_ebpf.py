@@ -195,6 +195,15 @@ def test_a_rename_takes_its_old_name_from_the_line_before():
                             flags="O_RDONLY|O_LARGEFILE", result=4)]
 
 
+def test_links_and_symlinks_read_like_strace():
+    got = events("S 5 ../f\nO 1 5 5 2 tracepoint:syscalls:sys_exit_symlinkat -100 -100 0 s\n"
+                 "S 5 f\nO 2 5 5 2 tracepoint:syscalls:sys_exit_linkat -100 -100 0 h\n"
+                 "O 3 5 5 2 tracepoint:syscalls:sys_exit_fchmodat -100 0 -1 f\n", root_cwd="/w")
+    assert got == [FileChange(pid=2, host_pid=5, syscall="symlinkat", path="/w/s", target="../f"),
+                   FileChange(pid=2, host_pid=5, syscall="linkat", path="/w/h", target="/w/f"),
+                   FileChange(pid=2, host_pid=5, syscall="fchmodat", path="/w/f", result=-1, errno="EPERM")]
+
+
 def test_an_unknown_io_uring_op_and_an_unknown_family_are_raw_not_dropped():
     got = events("U 1 5 5 2 16 123 0 0\nE 2 5 5 2 tracepoint:syscalls:sys_enter_connect 16 0\nZ 5\n"
                  "R 3 5 5 2 tracepoint:syscalls:sys_exit_connect 0\n")
