@@ -71,6 +71,7 @@ WEAKENABLE = {
     "tracer_user": "the tracer runs as the agent's user, so the agent can signal it",
     "network": "the chamber network gets a route out and the host's side is not firewalled",
     "deny_list": "the agent is handed the arm's withheld tools as allowed, and no deny list",
+    "ebpf_buffer": "the eBPF witness's perf buffer is one page per CPU, so a flood of syscalls overflows it",
 }
 """Controls `caisson selftest` weakens one at a time to show the detector behind each fires.
 A run with any weakened control records it in ``run.started`` and can never be clean."""

@@ -356,5 +356,6 @@ def default_witnesses(*, weaken: list[str] | tuple[str, ...] = (), syscall: str 
     if syscall in ("ebpf", "both"):
         from caisson.run.ebpf import EbpfWitness
 
-        syscall_witnesses.append(EbpfWitness(beside_strace=syscall == "both"))
+        syscall_witnesses.append(EbpfWitness(beside_strace=syscall == "both",
+                                             perf_rb_pages=1 if "ebpf_buffer" in weaken else 1024))
     return [PcapWitness(), DnsWitness(), ProxyWitness(), *syscall_witnesses, ProcfsWitness()]
