@@ -529,7 +529,7 @@ async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser
         redact: maps an exec'd environment to what the ledger may keep (secrets fingerprinted).
         detail: added to ``witness.started``.
         skip_host_pid: a process whose own events are not the chamber's command's (the
-            strace tracer, when both witnesses run): they are counted, not sent.
+            strace tracer, when both witnesses run): they are not sent.
 
     Raises:
         EbpfWitnessError: bpftrace exited before it attached (the caller must not start the command).
@@ -544,13 +544,11 @@ async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser
             if parser.root_exited:
                 root_exited.set()
             if skip_host_pid is not None and getattr(event, "host_pid", None) == skip_host_pid:
-                skipped[0] += 1
                 continue
             await send.send(Submission(source=WITNESS, event=event, wall_ns=item.wall_ns))
 
     root_exited = trio.Event()
     started = False
-    skipped = [0]
     async with send, trio.open_nursery() as nursery:
         proc = await trio.lowlevel.open_process(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         errors = bytearray()
@@ -579,11 +577,16 @@ async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser
             code = await proc.wait()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(2):
-                if proc.returncode is None:
+                killed = proc.returncode is None  # cancelled before bpftrace drained and exited
+                if killed:
                     proc.kill()
                 parser.close()
                 await pump()
-                if started and not stop.is_set():
+                if started and killed:
+                    await send.send(Submission(source=WITNESS, event=WitnessGap(
+                        witness=WITNESS, reason="bpftrace was killed before it had drained its buffers",
+                        missing="syscalls not yet printed", since_ns=parser.last_ns)))
+                elif started and not stop.is_set():
                     await send.send(Submission(source=WITNESS, event=WitnessGap(
                         witness=WITNESS, reason=f"bpftrace exited before the chamber ended: {_tail(errors)}",
                         missing="syscalls after its last line", since_ns=parser.last_ns)))
