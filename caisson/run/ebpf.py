@@ -107,14 +107,21 @@ class EbpfWitness:
                                        binds=[*spec.binds, (str(gdir), GO_DIR, True)])
 
     async def start(self, ctx) -> None:
-        """Start bpftrace on the chamber's namespace; let the command go once it has attached.
+        """Start bpftrace on the chamber's namespace; the command goes once it has attached.
+
+        Returns at once: the other witnesses start while bpftrace compiles and attaches
+        (seconds), and the command waits on its go FIFO meanwhile.
+        """
+        ctx.nursery.start_soon(self._attach, ctx)
+        ctx.nursery.start_soon(self._close_at_stop, ctx)
+
+    async def _attach(self, ctx) -> None:
+        """Run the witness task; write ``go`` once it has attached, ``abort`` if it cannot.
 
         Raises:
             Exception: bpftrace could not attach (`EbpfWitnessError`, or the engine's pid
-                was gone): the command is told to abort and never runs; the session
-                records the failure as a ``witness.gap``.
+                was gone): the command never runs; the session records a ``witness.gap``.
         """
-        assert self._go_fd is not None
         ok = False
         try:
             inum, level = _pid_namespace(ctx.started.host_pid)
@@ -128,8 +135,8 @@ class EbpfWitness:
                         "skipped": "the strace tracer's own calls" if self.beside_strace else None}))
             ok = True
         finally:
-            os.write(self._go_fd, b"go\n" if ok else b"abort\n")
-            ctx.nursery.start_soon(self._close_at_stop, ctx)
+            if self._go_fd is not None:
+                os.write(self._go_fd, b"go\n" if ok else b"abort\n")
 
     async def _close_at_stop(self, ctx) -> None:
         await ctx.stop.wait()
