@@ -1,7 +1,7 @@
 """The eBPF witness's parser, on real bpftrace output (test_ebpf/probe.out) and on each line form.
 
 probe.out is collectors/ebpf.bt's output for test_ebpf/probe.sh in the chamber image,
-recorded from the host with ``bpftrace -B full collectors/ebpf.bt INUM 1 INIT_PID`` (the
+recorded from the host with ``bpftrace -B line collectors/ebpf.bt INUM 1 INIT_PID`` (the
 command's first line waits for a go FIFO written once bpftrace had attached).
 probe.events.jsonl is what the parser made of it, reviewed by hand: the exact expectation.
 Re-recording changes pids and times: regenerate the events and review them again.
