@@ -552,10 +552,12 @@ async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser
     async with send, trio.open_nursery() as nursery:
         proc = await trio.lowlevel.open_process(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         errors = bytearray()
+        stderr_read = trio.Event()
 
         async def read_stderr() -> None:
             async for chunk in proc.stderr:
                 errors.extend(chunk[: 1 << 14])
+            stderr_read.set()
 
         async def stop_at_end() -> None:
             await stop.wait()
@@ -575,6 +577,8 @@ async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser
                     task_status.started()
                 await pump()
             code = await proc.wait()
+            with trio.move_on_after(1):  # its last words, before they are quoted
+                await stderr_read.wait()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(2):
                 killed = proc.returncode is None  # cancelled before bpftrace drained and exited
