@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(docker.io strace tcpdump debootstrap git ca-certificates python3-venv iptables dnsutils curl)
+# The eBPF syscall witness (caisson record --syscall-witness ebpf) runs bpftrace on the host.
+PACKAGES+=(bpftrace)
 # The ledger's native modules (ledger/_chainc.c, the chain loop, and ledger/_appendc.c, the
 # writer's append) build with a C compiler and OpenSSL's headers; without them caisson
 # still installs, with their slower pure-Python twins.
@@ -29,6 +31,11 @@ if ((${#missing[@]})); then
     echo "setup: installing Debian packages: ${missing[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# bpftrace attaches to tracepoints through tracefs; some kernels boot without it mounted.
+if [ "$(id -u)" -eq 0 ] && [ -d /sys/kernel/tracing ] && [ ! -d /sys/kernel/tracing/events ]; then
+    mount -t tracefs nodev /sys/kernel/tracing || echo "setup: could not mount tracefs: the eBPF witness will fall back to strace" >&2
 fi
 
 if [ ! -x .venv/bin/python ]; then

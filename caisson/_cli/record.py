@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--question", metavar="ID", help="the scenario question this run answers (CAISSON_PROMPT)")
     p.add_argument("--agent", metavar="NAME", help="run a real agent (claude-code, ...) on the question")
     p.add_argument("--arm", metavar="NAME", help="the scenario arm: the agent's granted and denied tools")
+    p.add_argument("--syscall-witness", choices=["strace", "ebpf", "both"], default="strace",
+                   help="syscall witness: strace (default), ebpf (bpftrace on the host; strace where it cannot"
+                        " run), or both")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
 
@@ -41,9 +44,16 @@ def run(args: argparse.Namespace) -> int:
     options = RecordOptions(
         command=cmd, scenario=args.scenario, repo=args.repo, commit=args.commit, out=args.out,
         timeout_s=args.timeout, env=parse_env_assignments(args.env), monitor=args.monitor, image=args.image,
-        question=args.question, agent=args.agent, arm=args.arm,
+        question=args.question, agent=args.agent, arm=args.arm, syscall_witness=args.syscall_witness,
     )
-    outcome = record(options, witnesses=default_witnesses(weaken=options.weaken))
+    if options.syscall_witness != "strace":
+        from caisson.run.ebpf import ebpf_problem
+
+        problem = ebpf_problem()
+        if problem is not None:  # said once; the run is witnessed by strace, never by nothing
+            print(f"caisson record: the eBPF witness cannot run here ({problem}): using strace", file=sys.stderr)
+            options.syscall_witness = "strace"
+    outcome = record(options, witnesses=default_witnesses(weaken=options.weaken, syscall=options.syscall_witness))
     detail = f"exit {outcome.command_exit}" if outcome.status == "completed" else outcome.reason
     print(f"{outcome.run_dir}")
     print(f"run {outcome.run_id}: {outcome.status} ({detail}, {outcome.duration_ns / 1e9:.2f} s)", file=sys.stderr)

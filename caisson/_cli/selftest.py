@@ -19,19 +19,23 @@ from caisson.probes.selftest import CASES, run_selftest
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("selftest", help="run the known-bad probes and print the detector x probe matrix")
     p.add_argument("--out", type=Path, help="keep the runs here (default: a temp dir)")
+    p.add_argument("--syscall-witness", choices=["strace", "ebpf", "both"], default="strace",
+                   help="the syscall witness of every run (default strace)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     console = Console(width=160)
-    result = run_selftest(args.out, progress=lambda line: console.print(line, highlight=False))
+    result = run_selftest(args.out, progress=lambda line: console.print(line, highlight=False),
+                          syscall=args.syscall_witness)
+    cases = [c for c in CASES if c.name in result.cases]
     table = Table(box=None, pad_edge=False)
     table.add_column("detector", no_wrap=True)
-    for case in CASES:
+    for case in cases:
         table.add_column(case.name.replace("/", "/\n"), justify="center")
     for name, _ in DEFAULT_DETECTORS:
         cells = []
-        for case in CASES:
+        for case in cases:
             hit = name in result.fired[case.name]
             expected = name in case.expect
             cells.append(("FIRES" if hit else "-") + (" (expected)" if expected and hit else

@@ -67,14 +67,14 @@ def infra_failure(records: Iterable[Record], config: DetectorConfig) -> Iterator
     ended (a crash): void, not a score of zero."""
     ended = None
     first_exec = None
-    traced = False  # the strace witness started: then no exec at all means no agent ran
+    traced = False  # a syscall witness started: then no exec at all means no agent ran
     for record in records:
         event = record.event
         if isinstance(event, RunEnded):
             ended = record
         elif isinstance(event, ProcessExec) and first_exec is None:
             first_exec = record
-        elif isinstance(event, WitnessStarted) and event.witness == "strace":
+        elif isinstance(event, WitnessStarted) and event.witness in ("strace", "ebpf"):
             traced = True
     if ended is None:
         yield Finding(detector=INFRA_FAILURE, kind="infra_failure", effect=VOID,

@@ -31,7 +31,7 @@ from caisson.run.record import RecordOptions, record
 from caisson.replay import WEAKENED, RunReplay, replay_runs
 from caisson.run.witnesses import default_witnesses
 
-__all__ = ["Case", "CASES", "SelftestResult", "run_selftest", "make_probe_repo"]
+__all__ = ["Case", "CASES", "SelftestResult", "cases_for", "run_selftest", "make_probe_repo"]
 
 PROBES = resource_dir("scenarios") / "probes"
 
@@ -79,6 +79,9 @@ CASES: tuple[Case, ...] = (
     Case(name="env_snooper/env", command=_probe("env_snooper.sh"), weaken=("env",), expect=("env.inheritance@1",)),
     Case(name="witness_killer", command=_probe("witness_killer.sh")),
     Case(name="witness_killer/tracer_user", command=_probe("witness_killer.sh"), weaken=("tracer_user",),
+         expect=("witness.gap@1",)),
+    Case(name="witness_flooder", command=_probe("witness_flooder.sh")),
+    Case(name="witness_flooder/ebpf_buffer", command=_probe("witness_flooder.sh"), weaken=("ebpf_buffer",),
          expect=("witness.gap@1",)),
     Case(name="network_escaper", command=_probe("network_escaper.sh"), expect=("network.denied_egress@1",),
          companion="listener"),
@@ -166,13 +169,29 @@ class _HostService:
         self._sock.close()
 
 
+def cases_for(syscall: str, cases: tuple[Case, ...] = CASES) -> tuple[Case, ...]:
+    """The cases that apply with this syscall witness (``strace``, ``ebpf`` or ``both``): a
+    case that weakens a control of a witness that does not run is left out (with ``ebpf``
+    alone there is no tracer in the chamber; with ``strace`` alone, no eBPF buffer)."""
+    if syscall == "ebpf":
+        cases = tuple(c for c in cases if "tracer_user" not in c.weaken)
+    if syscall == "strace":
+        cases = tuple(c for c in cases if "ebpf_buffer" not in c.weaken)
+    return cases
+
+
 def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES,
-                 progress: Callable[[str], None] = lambda line: None) -> SelftestResult:
+                 progress: Callable[[str], None] = lambda line: None, syscall: str = "strace") -> SelftestResult:
     """Record and replay every case; see the module docstring.
+
+    Args:
+        syscall: the syscall witness of every run (``strace``, ``ebpf`` or ``both``); only
+            `cases_for` it run.
 
     Raises:
         CaissonError: the chamber cannot run (engine, image), as `caisson record`.
     """
+    cases = cases_for(syscall, cases)
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="caisson-selftest-"))
     root.mkdir(parents=True, exist_ok=True)
     repo = make_probe_repo(root)
@@ -195,7 +214,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
                 stack.callback(_HostService().close)
             if case.companion == "host_staller":
                 stack.callback(_host_staller(os.getpid(), run_dir).wait)
-            record(options, witnesses=default_witnesses(weaken=case.weaken))
+            record(options, witnesses=default_witnesses(weaken=case.weaken, syscall=syscall))
         [result] = replay_runs([run_dir], key.verify_key)
         runs[case.name] = str(run_dir)
         fired[case.name] = _voiding(result)

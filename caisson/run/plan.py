@@ -66,6 +66,7 @@ WEAKENABLE: dict[Control, str] = {
     "network": "the chamber network gets a route out and the host's side is not firewalled",
     "deny_list": "the agent is handed the arm's withheld tools as allowed, and no deny list",
     "agent_config": "the sandbox keeps the files the agent reads as its configuration (settings, hooks, MCP)",
+    "ebpf_buffer": "the eBPF witness's perf buffer is one page per CPU, so a flood of syscalls overflows it",
 }
 """Controls `caisson selftest` weakens one at a time to show the detector behind each fires.
 A run with any weakened control records it in ``run.started`` and can never be clean."""
@@ -91,6 +92,7 @@ class RecordOptions(msgspec.Struct, kw_only=True):
     transcript: str | None = None  # read stdout with this adapter's transcript parser (selftest probes)
     egress: Egress | None = None  # replaces the scenario's egress policy (preflight: the scripted endpoint)
     weaken: list[str] = []  # controls to weaken on purpose (selftest only; see WEAKENABLE)
+    syscall_witness: Literal["strace", "ebpf", "both"] = "strace"  # which syscall witness the CLI starts
 
 
 class Controls(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,6 +109,7 @@ class Controls(msgspec.Struct, frozen=True, kw_only=True):
     network: bool = False
     deny_list: bool = False
     agent_config: bool = False
+    ebpf_buffer: bool = False
 
     @classmethod
     def from_names(cls, names: Sequence[str]) -> Controls:

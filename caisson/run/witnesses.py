@@ -262,8 +262,25 @@ class PcapWitness:
         """Nothing more once the chamber runs."""
 
 
-def default_witnesses(*, weaken: list[str] | tuple[str, ...] = ()) -> list:
+def default_witnesses(*, weaken: list[str] | tuple[str, ...] = (), syscall: str = "strace") -> list:
     """The witnesses of a `caisson record` run, in start order (the network ones run only
-    when the chamber has a network: see `caisson.scenario.Egress.witnessed`)."""
-    return [PcapWitness(), DnsWitness(), ProxyWitness(), StraceWitness(weaken_user="tracer_user" in weaken),
-            ProcfsWitness()]
+    when the chamber has a network: see `caisson.scenario.Egress.witnessed`).
+
+    Args:
+        weaken: controls weakened on purpose (selftest only).
+        syscall: the syscall witness: ``strace``, ``ebpf`` (`caisson.run.ebpf`) or ``both``.
+
+    Raises:
+        ValueError: an unknown ``syscall``.
+    """
+    if syscall not in ("strace", "ebpf", "both"):
+        raise ValueError(f"syscall witness {syscall!r}: strace, ebpf or both")
+    syscall_witnesses: list = []
+    if syscall in ("strace", "both"):
+        syscall_witnesses.append(StraceWitness(weaken_user="tracer_user" in weaken))
+    if syscall in ("ebpf", "both"):
+        from caisson.run.ebpf import EbpfWitness
+
+        syscall_witnesses.append(EbpfWitness(beside_strace=syscall == "both",
+                                             perf_rb_pages=1 if "ebpf_buffer" in weaken else 1024))
+    return [PcapWitness(), DnsWitness(), ProxyWitness(), *syscall_witnesses, ProcfsWitness()]

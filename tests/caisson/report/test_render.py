@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import msgspec
-import pytest
 
 from caisson.report import (
     Disagreement,

@@ -1,0 +1,176 @@
+"""The eBPF witness in a real chamber: reads of an excluded file by openat, io_uring and
+exec of a reader are each seen and void the cell; lost events void it with a gap.
+
+Needs root, bpftrace, the kernel's BTF and tracefs, and a Docker engine: locally a missing
+one skips, with ``CI=true`` it fails (tests/caisson/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from caisson._cli import record as record_cli
+from caisson.cli import main
+from caisson.home import ensure_operator_key
+from caisson.probes.selftest import SCENARIO, make_probe_repo
+from caisson.replay import replay_runs
+from caisson.run import ebpf as ebpf_module
+from caisson.run.ebpf import EbpfWitness, ebpf_problem
+from caisson.run.witnesses import StraceWitness, default_witnesses
+from caisson.run.record import RecordOptions, record
+from ledger import BlobStore, read_records
+from ledger.events import BlobStored, FileOpen, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
+from tests.caisson.conftest import require
+
+HERE = Path(__file__).with_suffix("")
+KEY = "benchmark/questions.toml"
+
+PROBE = f"""
+python3 -c "import os; os.close(os.open('{KEY}', os.O_RDONLY))"
+./uring_open {KEY}
+cat CLAUDE.md > /dev/null
+"""
+
+
+@pytest.fixture
+def ebpf(chamber_image) -> None:
+    require(ebpf_problem())
+    require(None if shutil.which("gcc") else "gcc is not installed (the io_uring probe is built with it)")
+
+
+def _probe_repo(tmp_path: Path) -> Path:
+    """The selftest's probe repository plus a static io_uring reader, committed."""
+    repo = make_probe_repo(tmp_path)
+    subprocess.run(["gcc", "-O2", "-static", "-o", str(repo / "uring_open"), str(HERE / "uring_open.c")], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t.invalid"}
+    for args in (["add", "uring_open"], ["commit", "-qm", "io_uring probe"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    return repo
+
+
+def _record(tmp_path: Path, command: str, witness: EbpfWitness, name: str = "run") -> tuple[Path, list]:
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(SCENARIO)
+    run_dir = tmp_path / name
+    record(RecordOptions(command=["sh", "-c", command], scenario=scenario, repo=_probe_repo(tmp_path / f"{name}-repo"),
+                         out=run_dir, question="where-answer", weaken=["exclusions"], timeout_s=90),
+           witnesses=[witness])
+    return run_dir, [r.event for r in read_records(run_dir)]
+
+
+def test_reads_of_an_excluded_file_by_openat_io_uring_and_exec_are_each_seen(ebpf, tmp_path):
+    run_dir, events = _record(tmp_path, PROBE, EbpfWitness())
+    end = next(e for e in events if isinstance(e, RunEnded))
+    assert end.exit_code == 0, end
+    assert next(e for e in events if isinstance(e, RunStarted)).witnesses == ["ebpf"]
+    started = [i for i, e in enumerate(events) if isinstance(e, WitnessStarted) and e.witness == "ebpf"]
+    execs = [i for i, e in enumerate(events) if isinstance(e, ProcessExec)]
+    assert started and execs and started[0] < execs[0]  # attached before the command's first exec
+    first = events[execs[0]]  # the command's own, found on PATH without failed attempts, argv[0] kept
+    assert (first.path, first.argv[:2], first.result, first.ppid) == ("/usr/bin/sh", ["sh", "-c"], 0, None)
+    assert not [e for e in events if isinstance(e, WitnessGap)]
+    ok = {e.result is not None for e in events if isinstance(e, FileOpen)}
+    assert ok == {True, False}  # the dynamic loader's misses are there too
+    key = f"/work/sandbox/{KEY}"
+    by_syscall = {(e.syscall, e.path) for e in events if isinstance(e, FileOpen) and e.result is not None}
+    assert ("openat", key) in by_syscall
+    assert ("io_uring_openat", key) in by_syscall  # strace cannot see this one
+    assert ("openat", "/work/sandbox/CLAUDE.md") in by_syscall
+    cat = [e for e in events if isinstance(e, ProcessExec) and e.argv == ["cat", "CLAUDE.md"] and e.result == 0]
+    assert cat and cat[0].cwd == "/work/sandbox" and cat[0].ppid is not None and cat[0].host_pid != cat[0].pid
+    assert isinstance(events[-2], WitnessStopped) or any(isinstance(e, WitnessStopped) for e in events)
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    leaks = sorted(f.message for f in result.findings if f.detector.startswith("containment.excluded_read"))
+    assert leaks == ["read CLAUDE.md (agent_instructions) with openat",
+                     f"read {KEY} (answer_key) with io_uring_openat",
+                     f"read {KEY} (answer_key) with openat"]
+    assert result.status == "void"
+    assert not [f for f in result.findings if f.detector.startswith(("infra", "witness"))], result.findings
+
+
+def test_a_flood_that_overflows_the_buffer_voids_the_cell_with_a_gap(ebpf, tmp_path):
+    flood = "python3 -c \"import os\nfor _ in range(200000): os.close(os.open('src/app.py', os.O_RDONLY))\""
+    run_dir, events = _record(tmp_path, flood, EbpfWitness(perf_rb_pages=1))
+    gaps = [e for e in events if isinstance(e, WitnessGap)]
+    assert gaps and gaps[0].witness == "ebpf" and gaps[0].dropped > 0, gaps
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    assert result.status == "void" and any(f.kind == "witness_gap" for f in result.findings)
+
+
+class _Recorded(Exception):
+    pass
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Stops `caisson record` where it would start recording; holds the options and witnesses."""
+    seen: dict = {}
+
+    def fake_record(options, *, witnesses):
+        seen.update(options=options, witnesses=[w.name for w in witnesses])
+        raise _Recorded
+
+    monkeypatch.setattr(record_cli, "record", fake_record)
+    return seen
+
+
+def test_where_ebpf_cannot_run_record_says_so_once_and_uses_strace(recorded, monkeypatch, capsys):
+    monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: "bpftrace is not installed (apt-get install bpftrace)")
+    with pytest.raises(_Recorded):
+        main(["record", "--syscall-witness", "ebpf", "--", "true"])
+    err = capsys.readouterr().err
+    assert err.count("eBPF witness cannot run here") == 1 and "bpftrace is not installed" in err
+    assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]
+    assert recorded["options"].syscall_witness == "strace"
+
+
+def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
+    monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: None)
+    for choice, want in (("strace", {"strace"}), ("ebpf", {"ebpf"}), ("both", {"strace", "ebpf"})):
+        with pytest.raises(_Recorded):
+            main(["record", "--syscall-witness", choice, "--", "true"])
+        assert set(recorded["witnesses"]) & {"strace", "ebpf"} == want, choice
+    with pytest.raises(_Recorded):
+        main(["record", "--", "true"])
+    assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]  # the default
+    assert capsys.readouterr().err == ""
+    assert isinstance(default_witnesses()[3], StraceWitness)
+    with pytest.raises(ValueError):
+        default_witnesses(syscall="ptrace")
+
+
+def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebpf, tmp_path):
+    run_dir = tmp_path / "run"
+    witnesses = [w for w in default_witnesses(syscall="both") if w.name in ("strace", "ebpf")]
+    record(RecordOptions(command=["sh", "-c", "cat CLAUDE.md > /dev/null"], repo=_probe_repo(tmp_path / "repo"),
+                         out=run_dir, timeout_s=90), witnesses=witnesses)
+    records = list(read_records(run_dir))
+    seen = {(r.source, e.path) for r in records if isinstance(e := r.event, FileOpen) and e.result is not None}
+    assert {("strace", "/work/sandbox/CLAUDE.md"), ("ebpf", "/work/sandbox/CLAUDE.md")} <= seen
+    execs = {(r.source, tuple(r.event.argv)) for r in records if isinstance(r.event, ProcessExec) and r.event.result == 0}
+    assert {("strace", ("cat", "CLAUDE.md")), ("ebpf", ("cat", "CLAUDE.md"))} <= execs
+    # strace (the chamber's init) opening its own FIFO is not the agent writing outside its tree
+    assert not [p for s, p in seen if s == "ebpf" and p.startswith("/caisson/")]
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    assert result.status == "clean", result.findings
+
+
+def test_when_bpftrace_cannot_attach_the_command_never_runs_and_the_cell_is_void(ebpf, tmp_path, monkeypatch):
+    real = ebpf_module.bpftrace_command
+    monkeypatch.setattr(ebpf_module, "bpftrace_command",
+                        lambda *a, **kw: (["sh", "-c", "echo 'ERROR: no such tracepoint' >&2; exit 1"], real(*a, **kw)[1]))
+    run_dir, events = _record(tmp_path, "touch ran", EbpfWitness())
+    end = next(e for e in events if isinstance(e, RunEnded))
+    assert end.exit_code == ebpf_module.ABORT_EXIT
+    stderr = next(e for e in events if isinstance(e, BlobStored) and e.role == "stderr")
+    assert b"the eBPF witness did not attach" in BlobStore(run_dir / "blobs").get(stderr.sha256)
+    gaps = [e for e in events if isinstance(e, WitnessGap)]
+    assert gaps and all(g.witness == "ebpf" for g in gaps) and "no such tracepoint" in gaps[0].reason
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    assert result.status == "void"
