@@ -68,7 +68,7 @@ from typing import NamedTuple
 import msgspec
 import trio
 
-from collectors.strace import NEED_DATA, UNFINISHED, Stamped, _NeedData
+from collectors._strace_parser import NEED_DATA, UNFINISHED, Stamped, _NeedData
 from ledger import CaissonError
 from ledger.events import (FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, WitnessGap, WitnessRaw,
                            WitnessStarted, WitnessStopped)

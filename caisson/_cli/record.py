@@ -12,8 +12,12 @@ import sys
 from pathlib import Path
 
 from caisson.chamber.envpin import parse_env_assignments
+from caisson.errors import UsageError
 from caisson.run.record import RecordOptions, record
 from caisson.run.witnesses import default_witnesses
+
+SYSCALL_WITNESSES = ("strace", "ebpf", "both")
+"""The values of ``--syscall-witness``."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--question", metavar="ID", help="the scenario question this run answers (CAISSON_PROMPT)")
     p.add_argument("--agent", metavar="NAME", help="run a real agent (claude-code, ...) on the question")
     p.add_argument("--arm", metavar="NAME", help="the scenario arm: the agent's granted and denied tools")
-    p.add_argument("--syscall-witness", choices=["strace", "ebpf", "both"], default="strace",
+    p.add_argument("--syscall-witness", default="strace", metavar="strace|ebpf|both",
                    help="syscall witness: strace (default), ebpf (bpftrace on the host; strace where it cannot"
                         " run), or both")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
@@ -38,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.syscall_witness not in SYSCALL_WITNESSES:
+        raise UsageError(f"--syscall-witness {args.syscall_witness}: expected one of {', '.join(SYSCALL_WITNESSES)}")
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]

@@ -83,7 +83,7 @@ def test_an_agent_plan_has_its_command_gating_arm_and_deny_list():
     assert plan.refusal is None and plan.transcript == "claude-code" and plan.image_recipe == "agent"
     assert plan.command[0] == "claude" and "Where is the function `answer` defined?" in plan.command
     assert plan.env["X"] == "1" and plan.env["CAISSON_QUESTION_ID"] == "q1"
-    assert plan.agent_facts() == {"name": "claude-code", "gating": "enforced"}
+    assert plan.agent_facts() == {"name": "claude-code", "gating": "enforced", "version": "2.1.328"}
     assert plan.arm_facts() == {"name": "no-write", "grant": ["Bash"], "withhold": ["Write"],
                                 "deny": list(plan.arm.deny)}
 
@@ -110,7 +110,7 @@ def test_weakening_the_deny_list_hands_the_withheld_tools_as_allowed_but_records
 def test_controls_by_name():
     assert Controls.from_names(list(WEAKENABLE)).names == sorted(WEAKENABLE)
     assert Controls.from_names(["env", "network"]) == Controls(env=True, network=True)
-    with pytest.raises(UsageError, match="cannot weaken nope: known controls are agent_config, deny_list, env,"):
+    with pytest.raises(UsageError, match="cannot weaken nope: known controls are agent_config, deny_list, ebpf_buffer, env,"):
         Controls.from_names(["env", "nope"])
 
 
@@ -170,6 +170,7 @@ BAD = {
     "--question": (["--question", "nope"], "--question"),
     "--agent": (["--question", "q1", "--agent", "nope"], "--agent"),
     "--arm": (["--arm", "nope"], "--arm"),
+    "--syscall-witness": (["--syscall-witness", "dtrace"], "--syscall-witness"),
 }
 
 
