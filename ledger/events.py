@@ -591,7 +591,7 @@ class CellEnded(_Event, tag="cell.ended", frozen=True, kw_only=True):
     ledger_head: str = ""  # hex chain head at that seal
     ledger_final: bool = False  # whether that seal is the final one (a cleanly closed ledger)
     seal_signature: str = ""  # hex Ed25519 signature of that seal
-    wall_ns: int = 0  # the attempt's duration as the runner saw it, ns
+    duration_ns: int = 0  # the attempt's duration as the runner saw it, ns
 
 
 class StudyAborted(_Event, tag="study.aborted", frozen=True, kw_only=True):

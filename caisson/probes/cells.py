@@ -146,5 +146,5 @@ def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int 
         w.append(BlobStored(sha256=blobs.put(answer), size_bytes=len(answer), role="answer"), source="recorder",
                  **at())
         w.append(WitnessStopped(witness="proxy", events=2 * spec.turns), source="proxy", **at())
-        w.append(RunEnded(exit_code=0, wall_ns=10**9), source="recorder", **at())
+        w.append(RunEnded(exit_code=0, duration_ns=10**9), source="recorder", **at())
     return run_dir

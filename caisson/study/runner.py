@@ -226,11 +226,11 @@ class _Runner:
     def _attempt_dir(self, cell: Cell, attempt: int) -> Path:
         return Path("cells") / cell.cell_id / str(attempt)
 
-    def _conclude(self, cell: Cell, attempt: int, rel: Path, outcome, error: str, wall_ns: int) -> CellEnded:
+    def _conclude(self, cell: Cell, attempt: int, rel: Path, outcome, error: str, duration_ns: int) -> CellEnded:
         run_dir = self.out / rel
         if not (run_dir / "ledger").exists():
             return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="failed",
-                             void_reason=error or "no ledger was written", infra_failure=True, wall_ns=wall_ns)
+                             void_reason=error or "no ledger was written", infra_failure=True, duration_ns=duration_ns)
         state = sealed_state(run_dir, self.key.verify_key)
         [result] = replay_runs([run_dir], self.key.verify_key)
         infra = any(f.detector == INFRA_FAILURE for f in result.findings)
@@ -243,7 +243,7 @@ class _Runner:
         return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_id=state.run_id, run_dir=str(rel), status=status,
                          void_reason="\n".join(result.reasons) or state.reason or error, infra_failure=infra,
                          counting=counting, score=result.score, ledger_records=state.records, ledger_head=state.head,
-                         ledger_final=state.final, seal_signature=state.signature, wall_ns=wall_ns)
+                         ledger_final=state.final, seal_signature=state.signature, duration_ns=duration_ns)
 
     def run_cell(self, cell: Cell, combo: Combo, ended: list[CellEnded], started: set[int]) -> None:
         for attempt in sorted(started - {e.attempt for e in ended}):  # killed mid-attempt: settle it first
@@ -272,7 +272,7 @@ class _Runner:
                 outcome, error = self._record(combo, session)
             except _Stop as stop:
                 self.emit(CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="refused",
-                                    void_reason=str(stop), wall_ns=time.monotonic_ns() - t0))
+                                    void_reason=str(stop), duration_ns=time.monotonic_ns() - t0))
                 raise
             done = self._conclude(cell, attempt, rel, outcome, error, time.monotonic_ns() - t0)
             self.emit(done)

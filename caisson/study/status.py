@@ -59,8 +59,8 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
             open_cells.pop(event.cell_id, None)
             status.current = None if status.current == event.cell_id else status.current
             status.attempts += 1
-            if event.wall_ns:
-                durations.append(event.wall_ns)
+            if event.duration_ns:
+                durations.append(event.duration_ns)
             if event.counting:
                 settled[event.cell_id] = "clean" if event.status == "clean" else "void"
             elif event.infra_failure and event.status != "unclosed":

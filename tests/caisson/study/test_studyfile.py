@@ -220,7 +220,7 @@ def test_status_folds_attempts_infra_retries_and_abort():
     records = _records(
         planned,
         CellStarted(cell_id="a", attempt=1), CellEnded(cell_id="a", attempt=1, status="clean", counting=True,
-                                                       wall_ns=2_000_000_000),
+                                                       duration_ns=2_000_000_000),
         CellStarted(cell_id="b", attempt=1), CellEnded(cell_id="b", attempt=1, status="failed", infra_failure=True),
         CellStarted(cell_id="b", attempt=2), CellEnded(cell_id="b", attempt=2, status="failed", infra_failure=True),
         CellStarted(cell_id="c", attempt=1),
