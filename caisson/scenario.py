@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from caisson.errors import ScenarioError
+from caisson.grants import parse_grant
 from ledger import is_credential
 from ledger.events import Category
 
@@ -168,7 +169,9 @@ class Arm(_Strict):
 
     name: NonEmpty
     grant: list[NonEmpty] = []
-    """Tools the arm grants, by the agent's own names (e.g. ``Bash``, ``Grep``, ``Read``)."""
+    """Tools the arm grants, by the agent's own names (e.g. ``Bash``, ``Grep``, ``Read``), or
+    scoped to commands (``Bash(git log:*)``, caisson/grants.py): the audit then reads what
+    each call executed."""
     withhold: list[NonEmpty] = []
     """Tools or backends always denied, whatever the grant."""
     description: str = ""
@@ -254,6 +257,12 @@ def _check(scenario: Scenario, path: str) -> None:
                 f"duplicate question id {q.id!r}", path=path, field=f"$.questions[{i}].id"
             )
         seen.add(q.id)
+    for i, arm in enumerate(scenario.arms):
+        for j, entry in enumerate(arm.grant):
+            try:
+                parse_grant(entry)
+            except ValueError as e:
+                raise ScenarioError(str(e), path=path, field=f"$.arms[{i}].grant[{j}]") from None
     if scenario.answer_file is not None:
         p = PurePosixPath(scenario.answer_file)
         if not scenario.answer_file or p.is_absolute() or ".." in p.parts:

@@ -3,11 +3,14 @@ first-party token usage against what the proxy saw."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding
+from caisson.detectors._execs import outside_rules, shell_runs
+from caisson.grants import command_words, grants_by_tool
 from ledger import Record
-from ledger.events import AgentTools, AgentToolResult, AgentUsage, LlmCall
+from ledger.events import AgentTools, AgentToolCall, AgentToolResult, AgentUsage, LlmCall
 
 TOOL_ESCAPE = "enforcement.tool_escape@1"
 ISOLATION = "enforcement.isolation@1"
@@ -32,12 +35,34 @@ def strategy(tool: str) -> str:
     return f"tool:{tool}"
 
 
+def _command(call: AgentToolCall | None) -> str:
+    """The shell command a tool call asked for (Claude Code ``command``, Codex ``cmd``)."""
+    if call is None:
+        return ""
+    value = call.input.get("command", call.input.get("cmd", ""))
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return shlex.join(value)
+    return value if isinstance(value, str) else ""
+
+
 def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A tool executed outside the arm's grant voids the cell: refusals are classified out,
-    an outcome nobody recognised counts as executed. One finding per broken strategy."""
+    an outcome nobody recognised counts as executed. One finding per broken strategy.
+
+    A scoped grant (``Bash(git log:*)``, caisson/grants.py) is audited from what executed:
+    every program the call's shell started (strace ``process.exec``, caisson/detectors/_execs.py)
+    must match a rule, or descend from a program that did. A call whose shell strace does not
+    show cannot be checked and counts as outside the grant."""
     if config.granted_tools is None:
         return
-    granted = {strategy(t) for t in config.granted_tools}
+    records = list(records)
+    scoped = {tool: rules for tool, rules in grants_by_tool(config.granted_tools).items() if rules is not None}
+    granted = {strategy(tool) for tool, rules in grants_by_tool(config.granted_tools).items() if rules is None}
+    calls = {r.event.call_id: r.event for r in records if isinstance(r.event, AgentToolCall)}
+    audited = [r for r in records if isinstance(r.event, AgentToolResult) and r.event.outcome != "refused"
+               and strategy(r.event.tool) not in granted and r.event.tool in scoped]
+    runs = dict(zip((r.seq for r in audited),
+                    shell_runs(records, [_command(calls.get(r.event.call_id)) for r in audited])))
     escapes: dict[str, list[tuple[int, str, str]]] = {}
     for record in records:
         event = record.event
@@ -46,11 +71,22 @@ def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[F
         if event.outcome == "refused":
             yield Finding(detector=TOOL_ESCAPE, kind="tool_refused", effect=INFO, evidence=[record.seq],
                           message=f"{event.tool} ({strategy(event.tool)}) refused by the agent's permissions")
+        elif event.tool in scoped:
+            rules = scoped[event.tool]
+            run = runs[record.seq]
+            if run is None:
+                escapes.setdefault(strategy(event.tool), []).append(
+                    (record.seq, event.tool, f"{event.outcome}, no exec of its shell to check against"
+                     f" {', '.join(rules)}"))
+                continue
+            for bad in outside_rules(run, rules):
+                escapes.setdefault(strategy(event.tool), []).append(
+                    (bad.seq, event.tool, f"ran {command_words(bad.event.argv)[:80]!r}, outside {', '.join(rules)}"))
         else:
             escapes.setdefault(strategy(event.tool), []).append((record.seq, event.tool, event.outcome))
     for name, hits in escapes.items():
         tools = ", ".join(sorted({f"{tool} ({outcome})" for _, tool, outcome in hits}))
-        yield Finding(detector=TOOL_ESCAPE, kind="tool_escape", effect=VOID, evidence=[s for s, _, _ in hits],
+        yield Finding(detector=TOOL_ESCAPE, kind="tool_escape", effect=VOID, evidence=sorted(s for s, _, _ in hits),
                       message=f"strategy {name} is outside the grant and ran: {tools}")
 
 
@@ -60,7 +96,7 @@ def isolation(records: Iterable[Record], config: DetectorConfig) -> Iterator[Fin
     denied was never discovered: the deny list missed it (shown, for the adapter's list)."""
     if config.granted_tools is None:
         return
-    denied, granted = set(config.denied_tools), set(config.granted_tools)
+    denied, granted = set(config.denied_tools), set(grants_by_tool(config.granted_tools))
     for record in records:
         event = record.event
         if not isinstance(event, AgentTools):
