@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-__all__ = ["Grant", "parse_grant", "grants_by_tool", "command_matches", "command_words", "SHELLS"]
+__all__ = ["Grant", "parse_grant", "grants_by_tool", "command_matches", "command_words", "granted_by", "SHELLS"]
 
 _RULE = re.compile(r"^(?P<tool>[^()\s]+)\((?P<rule>[^()]*)\)$")
 
@@ -71,6 +71,17 @@ def grants_by_tool(entries: Iterable[str]) -> dict[str, tuple[str, ...] | None]:
         else:
             out[grant.tool] = (*out.get(grant.tool, ()), grant.rule)
     return out
+
+
+def granted_by(tool: str, granted: Iterable[str]) -> bool:
+    """True when ``tool`` is one of the ``granted`` tool names, or an MCP server's tool
+    (``mcp__SERVER__NAME``) whose server ``mcp__SERVER`` is granted (Claude Code's rule for
+    MCP servers, same reference as the module's)."""
+    granted = set(granted)
+    if tool in granted:
+        return True
+    server, sep, _ = tool.rpartition("__")
+    return bool(sep) and tool.startswith("mcp__") and server.count("__") == 1 and server in granted
 
 
 def command_words(argv: list[str]) -> str:
