@@ -77,7 +77,7 @@ __all__ = [
     "AgentUsage",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -429,6 +429,9 @@ class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     normalized: LlmUsage | None = None
     exchange_seq: int | None = None  # seq of the http.exchange it belongs to
     label_mismatch: str | None = None  # the body's content-encoding failed; its raw bytes were read as sent
+    server_tools: dict[str, int] = {}  # provider-side tool executions by name (e.g. "web_search": 2), from the
+    # response: Anthropic server_tool_use blocks and usage.server_tool_use.*_requests, OpenAI Responses *_call
+    # output items; the chamber never sees these run (schema 6)
 
 
 class DnsQuery(_Event, tag="dns.query", frozen=True, kw_only=True):

@@ -333,6 +333,7 @@ class LlmCallBuilder:
             elif normalized is not None and streamed and self._state is not None:
                 normalized = msgspec.structs.replace(normalized, sources=dict(self._state.sources))
         return LlmCall(
+            server_tools=self._server_tools(usage),
             provider=self.provider,
             endpoint=self.endpoint,
             requested_model=self.requested_model,
@@ -345,6 +346,19 @@ class LlmCallBuilder:
             exchange_seq=self.exchange_seq,
             label_mismatch=mismatch,
         )
+
+    def _server_tools(self, usage: Any) -> dict[str, int]:
+        """Provider-side tool executions by name: the response's blocks or items, or
+        Anthropic's ``usage.server_tool_use.<name>_requests`` count when it is higher
+        (Messages API reference, usage.server_tool_use,
+        https://docs.anthropic.com/en/api/messages)."""
+        counts = self._state.server_tool_counts() if self._state is not None else {}
+        sent = usage.get("server_tool_use") if isinstance(usage, dict) else None
+        for key, value in sent.items() if isinstance(sent, dict) else ():
+            if key.endswith("_requests") and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                name = key.removesuffix("_requests")
+                counts[name] = max(counts.get(name, 0), value)
+        return counts
 
     def _from_stream(self, cut: bool) -> tuple[Any, Any, Any, str | None]:
         """Close the event stream: (served_model, stop_reason, usage, reason)."""
@@ -384,7 +398,7 @@ class LlmCallBuilder:
             return None, None, None, problem
         if not isinstance(obj, dict):
             return None, None, None, "response body is not a JSON object"
-        state = STREAMS[self.endpoint](self.problems)
+        state = self._state = STREAMS[self.endpoint](self.problems)
         served, stop = state.from_body(obj)
         raw = obj.get("usage")
         if raw is None:

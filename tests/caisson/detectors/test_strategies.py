@@ -114,3 +114,16 @@ def test_a_plan_hands_the_agent_the_granted_strategies_and_records_the_catalog()
     assert facts["catalog"] == {"search": ["Grep", "Glob", "mcp__codesearch"], "docs": ["mcp__docs"]}
     assert config_from_records(play(RunStarted(run_id="r", caisson_version="0", arm=facts))).granted_strategies == (
         "search",)
+
+
+def test_a_tool_the_provider_ran_is_an_execution_and_an_escape_when_web_is_withheld():
+    from ledger.events import LlmCall
+
+    searched = LlmCall(provider="anthropic", endpoint="messages", server_tools={"web_search": 2})
+    records = play(result("Read"), searched, LlmCall(provider="openai", endpoint="responses"))
+    assert list(tool_escape(records, SEARCH)) == [
+        Finding(detector=TOOL_ESCAPE, kind="tool_escape", effect="void", evidence=[1],
+                message="strategy web is outside the grant and ran: web_search (run by the provider, 2x)")]
+    web = DetectorConfig(granted_tools=("Read", "WebSearch"))
+    assert list(tool_escape(records, web)) == []
+    assert list(tool_escape(records, DetectorConfig())) == []  # no arm, nothing to enforce
