@@ -103,11 +103,15 @@ ToolOutcome = Literal["executed", "refused", "errored", "unknown"]
 ToolSurface = Literal["init", "request"]
 """Where an agent's tool list comes from: what it reports (``init``), what it sends the model (``request``)."""
 
-Provider = Literal["anthropic", "openai"]
-"""The LLM API a model call went to (``llm.call.provider``)."""
+Provider = Literal["anthropic", "openai", "vertex", "azure", "bedrock"]
+"""The LLM API a model call went to (``llm.call.provider``): Anthropic, OpenAI, Google
+Vertex AI (Anthropic models), Azure OpenAI, AWS Bedrock (schema 6 added the last three)."""
 
-LlmEndpoint = Literal["messages", "chat.completions", "responses"]
-"""The API endpoint of a model call: Anthropic Messages, OpenAI Chat Completions or Responses."""
+LlmEndpoint = Literal["messages", "chat.completions", "responses", "rawPredict", "streamRawPredict", "invoke",
+                      "invoke-with-response-stream"]
+"""The API endpoint of a model call: Anthropic Messages, OpenAI Chat Completions or
+Responses; Vertex AI's ``rawPredict`` / ``streamRawPredict`` and Bedrock's ``invoke`` /
+``invoke-with-response-stream`` (Anthropic Messages bodies; schema 6)."""
 
 Gating = Literal["enforced", "not_enforced", "ungated"]
 """An agent's gating capability (``run.started.agent["gating"]``): its flags restrict tools
