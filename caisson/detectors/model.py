@@ -41,6 +41,10 @@ def same_model(requested: str, served: str) -> bool:
     """
     if requested == served:
         return True
+    # Vertex AI names a snapshot MODEL@DATE; Bedrock's ids end in a version, -v1:0
+    requested = re.sub(r"-v\d+(?::\d+)?$", "", requested.replace("@", "-"))
+    if requested == served:
+        return True
     stem = requested.removesuffix("-latest")
     if served.startswith(stem) and _SNAPSHOT.match(served[len(stem):]):
         return True
@@ -53,12 +57,13 @@ def model_substituted(records: Iterable[Record], config: DetectorConfig) -> Iter
     """A call answered by another model than it asked for voids the cell: its numbers
     measure the served model, not the one the cell claims. One finding per
     (requested, served) pair, with every call's record as evidence. A call whose response
-    names no model is not a substitution (nothing to compare)."""
+    names no model is not a substitution (nothing to compare). Azure OpenAI is skipped: its
+    URL names a deployment, an operator's alias for a model, not the model."""
     del config
     pairs: dict[tuple[str, str], list[int]] = {}
     for record in records:
         event = record.event
-        if isinstance(event, LlmCall) and event.requested_model and event.served_model \
+        if isinstance(event, LlmCall) and event.provider != "azure" and event.requested_model and event.served_model \
                 and not same_model(event.requested_model, event.served_model):
             pairs.setdefault((event.requested_model, event.served_model), []).append(record.seq)
     for (requested, served), seqs in pairs.items():

@@ -27,6 +27,9 @@ def test_same_model_accepts_snapshots_of_an_alias_and_nothing_else():
     assert same_model("claude-3-7-sonnet-latest", "claude-3-7-sonnet-20250219")
     assert same_model("anthropic.claude-sonnet-4-5", "claude-sonnet-4-5-20250929")
     assert same_model("openai/gpt-5", "gpt-5-2025-08-07")
+    assert same_model("claude-sonnet-4-5@20250929", "claude-sonnet-4-5-20250929")  # Vertex AI
+    assert same_model("anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5-20250929")  # Bedrock
+    assert not same_model("anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-haiku-4-5-20251001")
     assert not same_model("claude-sonnet-4-5", "claude-haiku-4-5")
     assert not same_model("gpt-5", "gpt-5-mini")
     assert not same_model("gpt-5", "gpt-5-mini-2025-08-07")
@@ -36,7 +39,9 @@ def test_same_model_accepts_snapshots_of_an_alias_and_nothing_else():
 def test_model_substituted_voids_a_cell_served_by_another_model_one_finding_per_pair():
     records = play(call("claude-sonnet-4-5", "claude-sonnet-4-5-20250929"), call("claude-sonnet-4-5", "claude-haiku-4-5"),
                    call("claude-haiku-4-5", "claude-haiku-4-5"), call("claude-sonnet-4-5", "claude-haiku-4-5"),
-                   call("claude-sonnet-4-5", None), call(None, "gpt-5"))
+                   call("claude-sonnet-4-5", None), call(None, "gpt-5"),
+                   LlmCall(provider="azure", endpoint="chat.completions", requested_model="my-deployment",
+                           served_model="gpt-5-2025-08-07"))
     assert list(model_substituted(records, CONFIG)) == [
         Finding(detector=MODEL_SUBSTITUTED, kind="model_substituted", effect="void", evidence=[1, 3],
                 message="asked for claude-sonnet-4-5, served by claude-haiku-4-5 (2 call(s))")]
