@@ -18,6 +18,8 @@ import posixpath
 import shlex
 from collections.abc import Sequence
 
+import msgspec
+
 from caisson.grants import SHELLS, command_matches
 from ledger import Record
 from ledger.events import ProcessExec, ProcessExit
@@ -25,12 +27,12 @@ from ledger.events import ProcessExec, ProcessExit
 __all__ = ["ShellRun", "shell_runs", "outside_rules"]
 
 
-class ShellRun:
-    """The shell that ran one call, and the exec records of its process tree (seqs, in order)."""
+class ShellRun(msgspec.Struct, frozen=True, kw_only=True):
+    """The shell that ran one call, and the ``process.exec`` records of its process tree
+    after it, in ledger order."""
 
-    def __init__(self, shell: Record, execs: list[Record]):
-        self.shell = shell
-        self.execs = execs
+    shell: Record
+    execs: list[Record]
 
 
 def _quoted_forms(command: str) -> tuple[str, ...]:
@@ -65,13 +67,16 @@ def shell_runs(records: Sequence[Record], commands: Sequence[str]) -> list[Shell
         tree = {shell.event.pid}
         members: list[Record] = []
         for r in execs:
-            if r.seq <= shell.seq or r.seq > end and r.event.ppid not in tree:
-                continue
             e = r.event
-            if e.pid in tree or e.ppid in tree or (e.ppid not in exec_pids and shell.seq < r.seq <= end):
+            if r.seq <= shell.seq:
+                continue
+            while_running = r.seq <= end
+            # a child of the tree, at any time (a background job outlives the shell); while the
+            # shell runs, also its own pid re-exec'ing and forks whose parent never exec'd
+            if e.ppid in tree or (while_running and (e.pid in tree or e.ppid not in exec_pids)):
                 tree.add(e.pid)
                 members.append(r)
-        out.append(ShellRun(shell, members))
+        out.append(ShellRun(shell=shell, execs=members))
     return out
 
 

@@ -78,14 +78,19 @@ def _model_host(host: str) -> bool:
 
 
 def unrecognised_model_call(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
-    """A POST to a model provider's host (`MODEL_HOSTS`) on a path `collectors.llm.classify`
-    does not recognise: no ``llm.call`` was built, so its model and usage were not read.
-    Shown (info) with its path; the exchange and its bodies are in the ledger."""
+    """A POST to a model host on a path `collectors.llm.classify` does not recognise: no
+    ``llm.call`` was built, so its model and usage were not read. A model host is a
+    provider's (`MODEL_HOSTS`) or one this run made a recognised model call to (a gateway,
+    the scripted endpoint). Shown (info) with its path; the exchange and its bodies are in
+    the ledger."""
     del config
-    for record in records:
+    posts = [r for r in records if isinstance(r.event, HttpExchange) and r.event.method.upper() == "POST"
+             and r.event.denied is None]
+    gateways = {r.event.host.lower() for r in posts if classify("POST", r.event.host, r.event.path) is not None}
+    for record in posts:
         event = record.event
-        if isinstance(event, HttpExchange) and event.method.upper() == "POST" and event.denied is None \
-                and _model_host(event.host) and classify(event.method, event.host, event.path) is None:
+        if (_model_host(event.host) or event.host.lower() in gateways) \
+                and classify(event.method, event.host, event.path) is None:
             yield Finding(detector=UNRECOGNISED_CALL, kind="unrecognised_model_call", effect=INFO,
                           evidence=[record.seq],
                           message=f"POST {event.host}{event.path.split('?', 1)[0]}: a model host, on a path no"

@@ -66,3 +66,9 @@ def test_a_post_to_a_model_host_on_an_unknown_path_is_reported_never_dropped():
         Finding(detector=UNRECOGNISED_CALL, kind="unrecognised_model_call", effect="info", evidence=[3],
                 message="POST myres.openai.azure.com/openai/assistants: a model host, on a path no parser"
                         " recognises; its model and usage were not read")]
+
+
+def test_a_host_that_served_a_recognised_model_call_is_a_model_host_too():
+    records = play(exchange("gateway.internal", "/api/v1/messages"), exchange("gateway.internal", "/api/v1/complete"),
+                   exchange("other.internal", "/api/v1/complete"))
+    assert [f.evidence for f in unrecognised_model_call(records, CONFIG)] == [[1]]
