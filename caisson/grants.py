@@ -57,15 +57,25 @@ def parse_grant(entry: str) -> Grant:
     return Grant(tool=found["tool"], rule=found["rule"].strip())
 
 
-def grants_by_tool(entries: Iterable[str]) -> dict[str, tuple[str, ...] | None]:
+def grants_by_tool(entries: Iterable[str], *, strict: bool = True) -> dict[str, tuple[str, ...] | None]:
     """Each granted tool and its rules; None when some entry grants the whole tool.
 
+    Args:
+        entries: an arm's grant.
+        strict: raise on a malformed entry; otherwise keep it as a bare tool name (a
+            recorded grant is read as it was, never refused: detectors over old ledgers).
+
     Raises:
-        ValueError: a malformed entry (see `parse_grant`).
+        ValueError: a malformed entry (see `parse_grant`), when ``strict``.
     """
     out: dict[str, tuple[str, ...] | None] = {}
     for entry in entries:
-        grant = parse_grant(entry)
+        try:
+            grant = parse_grant(entry)
+        except ValueError:
+            if strict:
+                raise
+            grant = Grant(tool=entry)
         if grant.rule is None or out.get(grant.tool, ()) is None:
             out[grant.tool] = None
         else:

@@ -76,7 +76,7 @@ def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[F
     if config.granted_tools is None:
         return
     records = list(records)
-    grants = grants_by_tool(config.granted_tools)
+    grants = grants_by_tool(config.granted_tools, strict=False)
     scoped = {tool: rules for tool, rules in grants.items() if rules is not None}
     granted = {strategy(tool, config) for tool, rules in grants.items() if rules is None} | set(config.granted_strategies)
     calls = {r.event.call_id: r.event for r in records if isinstance(r.event, AgentToolCall)}
@@ -125,7 +125,7 @@ def isolation(records: Iterable[Record], config: DetectorConfig) -> Iterator[Fin
         return
     denied = set(config.denied_tools)
     members = {m for name, ms in config.strategies if name in config.granted_strategies for m in ms}
-    granted = set(grants_by_tool(config.granted_tools)) | members
+    granted = set(grants_by_tool(config.granted_tools, strict=False)) | members
     for record in records:
         event = record.event
         if not isinstance(event, AgentTools):

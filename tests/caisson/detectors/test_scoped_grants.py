@@ -46,6 +46,7 @@ def test_grants_parse_and_match_claude_codes_rule_syntax():
     assert grants_by_tool(["Bash(git log:*)", "Bash(git show:*)", "Read"]) == {
         "Bash": ("git log:*", "git show:*"), "Read": None}
     assert grants_by_tool(["Bash(git log:*)", "Bash"]) == {"Bash": None}
+    assert grants_by_tool(["Bash(git log", "Read"], strict=False) == {"Bash(git log": None, "Read": None}
     assert command_matches("git log:*", ["/usr/bin/git", "log", "-1"])
     assert command_matches("git log:*", ["git", "log"])
     assert not command_matches("git log:*", ["git", "logx"])
