@@ -166,3 +166,10 @@ def test_the_event_stream_decoder_raises_only_its_own_error_on_garbage(data):
             pass
     except EventStreamError:
         pass
+
+
+def test_bedrock_invoke_reads_the_anthropic_body_and_the_model_id_from_the_url():
+    call = build("bedrock", "invoke", BEDROCK.format("invoke"), REQUEST, [fx("anthropic_response.json")], JSON)
+    assert (call.provider, call.endpoint) == ("bedrock", "invoke")
+    assert call.requested_model == "anthropic.claude-sonnet-4-5-20250929-v1:0"
+    assert call.usage == ANTHROPIC_BODY["usage"] and call.normalized is not None
