@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from caisson.errors import ScenarioError
+from caisson.grants import parse_grant
 from ledger import is_credential
 from ledger.events import Category
 
@@ -42,6 +43,7 @@ __all__ = [
     "Limits",
     "Egress",
     "Arm",
+    "Strategy",
     "AgentSettings",
     "Question",
     "Scenario",
@@ -159,18 +161,45 @@ class Egress(_Strict):
     certificate of a local endpoint); relative paths are relative to the scenario file."""
 
 
+class Strategy(_Strict):
+    """A named group of tools and backends the audit treats as one way of working.
+
+    An arm that grants the strategy may use any of its tools, listed or not by the arm; a
+    tool of another strategy that executes is ``tool_escape`` for that strategy
+    (caisson/detectors/agents.py). Tools not in any scenario strategy keep the built-in
+    grouping (``caisson.detectors.agents.STRATEGIES``).
+    """
+
+    name: NonEmpty
+    tools: list[NonEmpty] = []
+    """Tools by the agent's own names (e.g. ``Grep``, ``Read``)."""
+    backends: list[NonEmpty] = []
+    """MCP servers: every tool ``mcp__SERVER__*`` belongs to the strategy (Claude Code's MCP
+    tool naming, https://docs.claude.com/en/docs/claude-code/iam#tool-specific-permission-rules)."""
+    description: str = ""
+
+    def members(self) -> tuple[str, ...]:
+        """The tool names and ``mcp__SERVER`` entries of the strategy (an agent's grant form)."""
+        return (*self.tools, *(f"mcp__{b}" for b in self.backends))
+
+
 class Arm(_Strict):
     """A strategy: the tools an agent may use, and what it withholds.
 
     The deny list handed to the agent is every tool its adapter knows or discovers minus
-    ``grant``, plus ``withhold`` (built-ins or backends withheld by name).
+    ``grant`` and the tools of the granted ``strategies``, plus ``withhold`` (built-ins or
+    backends withheld by name).
     """
 
     name: NonEmpty
     grant: list[NonEmpty] = []
-    """Tools the arm grants, by the agent's own names (e.g. ``Bash``, ``Grep``, ``Read``)."""
+    """Tools the arm grants, by the agent's own names (e.g. ``Bash``, ``Grep``, ``Read``), or
+    scoped to commands (``Bash(git log:*)``, caisson/grants.py): the audit then reads what
+    each call executed."""
     withhold: list[NonEmpty] = []
     """Tools or backends always denied, whatever the grant."""
+    strategies: list[NonEmpty] = []
+    """Scenario strategies the arm grants, by name: all their tools and backends."""
     description: str = ""
 
 
@@ -212,10 +241,16 @@ class Scenario(_Strict):
     """Resource limits of the chamber."""
     egress: Egress = Egress()
     """The network policy (default: nothing leaves the chamber)."""
+    strategies: list[Strategy] = []
+    """Named groups of tools and backends that arms grant (`Arm.strategies`)."""
     arms: list[Arm] = []
     """The strategies a study compares; `caisson record --arm NAME` picks one."""
     agent: AgentSettings = AgentSettings()
     """Settings for real agents (`caisson record --agent NAME`)."""
+
+    def strategy(self, name: str) -> Strategy | None:
+        """The strategy named ``name``, or None."""
+        return next((s for s in self.strategies if s.name == name), None)
 
     def question(self, question_id: str) -> Question | None:
         """The question with id ``question_id``, or None."""
@@ -254,6 +289,28 @@ def _check(scenario: Scenario, path: str) -> None:
                 f"duplicate question id {q.id!r}", path=path, field=f"$.questions[{i}].id"
             )
         seen.add(q.id)
+    owner: dict[str, str] = {}
+    for i, strat in enumerate(scenario.strategies):
+        if strat.name in (s.name for s in scenario.strategies[:i]):
+            raise ScenarioError(f"duplicate strategy name {strat.name!r}", path=path, field=f"$.strategies[{i}].name")
+        for field, items in (("tools", strat.tools), ("backends", strat.backends)):
+            for j, item in enumerate(items):
+                key = item if field == "tools" else f"mcp__{item}"
+                if key in owner:
+                    raise ScenarioError(f"{item!r} is already in strategy {owner[key]!r}: a tool belongs to one"
+                                        " strategy", path=path, field=f"$.strategies[{i}].{field}[{j}]")
+                owner[key] = strat.name
+    names = [s.name for s in scenario.strategies]
+    for i, arm in enumerate(scenario.arms):
+        for j, name in enumerate(arm.strategies):
+            if name not in names:
+                raise ScenarioError(f"unknown strategy {name!r}; the scenario's strategies: {', '.join(names) or 'none'}",
+                                    path=path, field=f"$.arms[{i}].strategies[{j}]")
+        for j, entry in enumerate(arm.grant):
+            try:
+                parse_grant(entry)
+            except ValueError as e:
+                raise ScenarioError(str(e), path=path, field=f"$.arms[{i}].grant[{j}]") from None
     if scenario.answer_file is not None:
         p = PurePosixPath(scenario.answer_file)
         if not scenario.answer_file or p.is_absolute() or ".." in p.parts:

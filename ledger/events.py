@@ -110,11 +110,15 @@ ToolOutcome = Literal["executed", "refused", "errored", "unknown"]
 ToolSurface = Literal["init", "request"]
 """Where an agent's tool list comes from: what it reports (``init``), what it sends the model (``request``)."""
 
-Provider = Literal["anthropic", "openai"]
-"""The LLM API a model call went to (``llm.call.provider``)."""
+Provider = Literal["anthropic", "openai", "vertex", "azure", "bedrock"]
+"""The LLM API a model call went to (``llm.call.provider``): Anthropic, OpenAI, Google
+Vertex AI (Anthropic models), Azure OpenAI, AWS Bedrock (schema 6 added the last three)."""
 
-LlmEndpoint = Literal["messages", "chat.completions", "responses"]
-"""The API endpoint of a model call: Anthropic Messages, OpenAI Chat Completions or Responses."""
+LlmEndpoint = Literal["messages", "chat.completions", "responses", "rawPredict", "streamRawPredict", "invoke",
+                      "invoke-with-response-stream"]
+"""The API endpoint of a model call: Anthropic Messages, OpenAI Chat Completions or
+Responses; Vertex AI's ``rawPredict`` / ``streamRawPredict`` and Bedrock's ``invoke`` /
+``invoke-with-response-stream`` (Anthropic Messages bodies; schema 6)."""
 
 Gating = Literal["enforced", "not_enforced", "ungated"]
 """An agent's gating capability (``run.started.agent["gating"]``): its flags restrict tools
@@ -436,6 +440,9 @@ class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     normalized: LlmUsage | None = None
     exchange_seq: int | None = None  # seq of the http.exchange it belongs to
     label_mismatch: str | None = None  # the body's content-encoding failed; its raw bytes were read as sent
+    server_tools: dict[str, int] = {}  # provider-side tool executions by name (e.g. "web_search": 2), from the
+    # response: Anthropic server_tool_use blocks and usage.server_tool_use.*_requests, OpenAI Responses *_call
+    # output items; the chamber never sees these run (schema 6)
 
 
 class DnsQuery(_Event, tag="dns.query", frozen=True, kw_only=True):

@@ -15,6 +15,7 @@ import msgspec
 
 from caisson.agents import claude_code, codex
 from caisson.errors import UsageError
+from caisson.grants import granted_by, grants_by_tool
 from ledger.events import Gating
 
 __all__ = ["Adapter", "ADAPTERS", "adapter", "deny_list"]
@@ -58,6 +59,15 @@ def adapter(name: str) -> Adapter:
 
 
 def deny_list(known: Iterable[str], grant: Iterable[str], withhold: Iterable[str]) -> list[str]:
-    """Every known tool minus the grant, plus the withheld ones; sorted, no duplicates."""
-    granted = set(grant)
-    return sorted((set(known) - granted) | set(withhold))
+    """Every known tool minus the grant, plus the withheld ones; sorted, no duplicates.
+
+    A scoped grant (``Bash(git log:*)``, caisson/grants.py) grants its tool for some
+    commands: the tool is not denied (denying it would refuse the granted commands too); the
+    agent is handed the pattern and the audit reads what executed. A grant ``mcp__SERVER``
+    grants every tool of that MCP server (``mcp__SERVER__*``), as in Claude Code's rules.
+
+    Raises:
+        ValueError: a malformed grant entry.
+    """
+    granted = set(grants_by_tool(grant))
+    return sorted({tool for tool in known if not granted_by(tool, granted)} | set(withhold))

@@ -62,6 +62,8 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     weakened: tuple[str, ...] = ()
     granted_tools: tuple[str, ...] | None = None  # the arm's grant; None: no arm, nothing to enforce
     denied_tools: tuple[str, ...] = ()  # the deny list handed to the agent
+    strategies: tuple[tuple[str, tuple[str, ...]], ...] = ()  # scenario strategy -> tools and mcp__SERVER entries
+    granted_strategies: tuple[str, ...] = ()  # the scenario strategies the arm grants
 
 
 Detector = Callable[[Iterable[Record], DetectorConfig], Iterator[Finding]]
@@ -87,7 +89,10 @@ def config_from_records(records: Iterable[Record], scenario=None) -> DetectorCon
         if isinstance(event, RunStarted):
             if event.arm:
                 fields.update(granted_tools=tuple(event.arm.get("grant", ())),
-                              denied_tools=tuple(event.arm.get("deny", ())))
+                              denied_tools=tuple(event.arm.get("deny", ())),
+                              strategies=tuple((name, tuple(members))
+                                               for name, members in event.arm.get("catalog", {}).items()),
+                              granted_strategies=tuple(event.arm.get("strategies", ())))
             fields.update(live_repo=event.repo, caller_home=event.caller.get("home"),
                           caller_cwd=event.caller.get("cwd"), weakened=tuple(event.weakened),
                           deadline_s=event.limits.get("wall_seconds"))

@@ -3,11 +3,14 @@ first-party token usage against what the proxy saw."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding
+from caisson.detectors._execs import outside_rules, shell_runs
+from caisson.grants import command_words, granted_by, grants_by_tool
 from ledger import Record
-from ledger.events import AgentTools, AgentToolResult, AgentUsage, LlmCall
+from ledger.events import AgentTools, AgentToolCall, AgentToolResult, AgentUsage, LlmCall
 
 TOOL_ESCAPE = "enforcement.tool_escape@1"
 ISOLATION = "enforcement.isolation@1"
@@ -17,40 +20,100 @@ STRATEGIES = {
     "shell": ("Bash", "BashOutput", "KillShell", "shell", "exec_command", "local_shell", "container.exec"),
     "read": ("Read", "Glob", "Grep", "LS", "read_file", "list_dir", "grep_files"),
     "write": ("Write", "Edit", "MultiEdit", "NotebookEdit", "apply_patch", "write_file"),
-    "web": ("WebFetch", "WebSearch", "web_search", "fetch"),
+    "web": ("WebFetch", "WebSearch", "web_search", "web_fetch", "fetch"),
     "delegate": ("Task", "SlashCommand"),
 }
 """What each tool lets an agent do. A violation is scoped to the strategy it breaks: a
 shell under any name is the same escape."""
 
 
-def strategy(tool: str) -> str:
-    """The strategy a tool belongs to; an unknown tool is its own strategy (``tool:NAME``)."""
+def strategy(tool: str, config: DetectorConfig | None = None) -> str:
+    """The strategy a tool belongs to.
+
+    A scenario strategy listing the tool (or its MCP server, ``mcp__SERVER``) comes first
+    (``config.strategies``); then the built-in `STRATEGIES`; an MCP tool ``mcp__S__T`` is
+    its server's (``backend:mcp__S``); any other tool is its own strategy (``tool:NAME``).
+    """
+    for name, members in config.strategies if config is not None else ():
+        if granted_by(tool, members):
+            return name
     for name, tools in STRATEGIES.items():
         if tool in tools or tool.lower() in (t.lower() for t in tools):
             return name
+    server, sep, _ = tool.rpartition("__")
+    if tool.startswith("mcp__") and sep and server.count("__") == 1:
+        return f"backend:{server}"
+    if tool.startswith("mcp__") and tool.count("__") == 1:
+        return f"backend:{tool}"
     return f"tool:{tool}"
+
+
+def _command(call: AgentToolCall | None) -> str:
+    """The shell command a tool call asked for (Claude Code ``command``, Codex ``cmd``)."""
+    if call is None:
+        return ""
+    value = call.input.get("command", call.input.get("cmd", ""))
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return shlex.join(value)
+    return value if isinstance(value, str) else ""
 
 
 def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A tool executed outside the arm's grant voids the cell: refusals are classified out,
-    an outcome nobody recognised counts as executed. One finding per broken strategy."""
+    an outcome nobody recognised counts as executed. One finding per broken strategy.
+
+    The grant is a set of strategies: those of the granted tools, and the scenario
+    strategies the arm grants (``config.granted_strategies``). A tool of a granted strategy
+    is fine even when the arm does not list it (e.g. another tool of a granted MCP server);
+    a tool of any other strategy that executed is an escape. A tool the provider ran itself
+    (``llm.call.server_tools``, e.g. Anthropic's web search) is an execution the chamber never
+    sees: outside the grant (an arm that withholds web access), it is an escape too.
+
+    A scoped grant (``Bash(git log:*)``, caisson/grants.py) is audited from what executed:
+    every program the call's shell started (strace ``process.exec``, caisson/detectors/_execs.py)
+    must match a rule, or descend from a program that did. A call whose shell strace does not
+    show cannot be checked and counts as outside the grant."""
     if config.granted_tools is None:
         return
-    granted = {strategy(t) for t in config.granted_tools}
+    records = list(records)
+    grants = grants_by_tool(config.granted_tools, strict=False)
+    scoped = {tool: rules for tool, rules in grants.items() if rules is not None}
+    granted = {strategy(tool, config) for tool, rules in grants.items() if rules is None} | set(config.granted_strategies)
+    calls = {r.event.call_id: r.event for r in records if isinstance(r.event, AgentToolCall)}
+    audited = [r for r in records if isinstance(r.event, AgentToolResult) and r.event.outcome != "refused"
+               and strategy(r.event.tool, config) not in granted and r.event.tool in scoped]
+    runs = dict(zip((r.seq for r in audited),
+                    shell_runs(records, [_command(calls.get(r.event.call_id)) for r in audited])))
     escapes: dict[str, list[tuple[int, str, str]]] = {}
     for record in records:
         event = record.event
-        if not isinstance(event, AgentToolResult) or strategy(event.tool) in granted:
+        if isinstance(event, LlmCall):
+            for name, count in sorted(event.server_tools.items()):
+                if strategy(name, config) not in granted:
+                    escapes.setdefault(strategy(name, config), []).append(
+                        (record.seq, name, f"run by the provider, {count}x"))
+            continue
+        if not isinstance(event, AgentToolResult) or strategy(event.tool, config) in granted:
             continue
         if event.outcome == "refused":
             yield Finding(detector=TOOL_ESCAPE, kind="tool_refused", effect=INFO, evidence=[record.seq],
-                          message=f"{event.tool} ({strategy(event.tool)}) refused by the agent's permissions")
+                          message=f"{event.tool} ({strategy(event.tool, config)}) refused by the agent's permissions")
+        elif event.tool in scoped:
+            rules = scoped[event.tool]
+            run = runs[record.seq]
+            if run is None:
+                escapes.setdefault(strategy(event.tool, config), []).append(
+                    (record.seq, event.tool, f"{event.outcome}, no exec of its shell to check against"
+                     f" {', '.join(rules)}"))
+                continue
+            for bad in outside_rules(run, rules):
+                escapes.setdefault(strategy(event.tool, config), []).append(
+                    (bad.seq, event.tool, f"ran {command_words(bad.event.argv)[:80]!r}, outside {', '.join(rules)}"))
         else:
-            escapes.setdefault(strategy(event.tool), []).append((record.seq, event.tool, event.outcome))
+            escapes.setdefault(strategy(event.tool, config), []).append((record.seq, event.tool, event.outcome))
     for name, hits in escapes.items():
         tools = ", ".join(sorted({f"{tool} ({outcome})" for _, tool, outcome in hits}))
-        yield Finding(detector=TOOL_ESCAPE, kind="tool_escape", effect=VOID, evidence=[s for s, _, _ in hits],
+        yield Finding(detector=TOOL_ESCAPE, kind="tool_escape", effect=VOID, evidence=sorted(s for s, _, _ in hits),
                       message=f"strategy {name} is outside the grant and ran: {tools}")
 
 
@@ -60,7 +123,9 @@ def isolation(records: Iterable[Record], config: DetectorConfig) -> Iterator[Fin
     denied was never discovered: the deny list missed it (shown, for the adapter's list)."""
     if config.granted_tools is None:
         return
-    denied, granted = set(config.denied_tools), set(config.granted_tools)
+    denied = set(config.denied_tools)
+    members = {m for name, ms in config.strategies if name in config.granted_strategies for m in ms}
+    granted = set(grants_by_tool(config.granted_tools, strict=False)) | members
     for record in records:
         event = record.event
         if not isinstance(event, AgentTools):
@@ -69,7 +134,7 @@ def isolation(records: Iterable[Record], config: DetectorConfig) -> Iterator[Fin
         if present:
             yield Finding(detector=ISOLATION, kind="isolation", effect=VOID, evidence=[record.seq],
                           message=f"denied tools still offered ({event.surface}): {', '.join(present)}")
-        unknown = sorted(set(event.tools) - denied - granted)
+        unknown = sorted(t for t in set(event.tools) - denied if not granted_by(t, granted))
         if unknown:
             yield Finding(detector=ISOLATION, kind="undiscovered_tool", effect=INFO, evidence=[record.seq],
                           message=f"tools offered ({event.surface}) that the deny list does not know:"

@@ -112,32 +112,49 @@ def _tool_id(turn: Turn, i: int, prefix: str, seq: int) -> str:
 def _anthropic(turn: Turn, model: str, stream: bool, seq: int) -> Reply:
     msg_id, req_id = f"msg_caisson{seq:06d}", f"req_caisson{seq:06d}"
     blocks: list[dict[str, Any]] = []
+    args: list[str | None] = []  # per block: the JSON streamed as input_json_delta, or None
+    for i, query in enumerate(turn.web_searches):
+        search_id = f"srvtoolu_caisson{seq:06d}x{i}"
+        blocks.append({"type": "server_tool_use", "id": search_id, "name": "web_search", "input": {"query": query}})
+        args.append(_json({"query": query}).decode())
+        blocks.append({"type": "web_search_tool_result", "tool_use_id": search_id, "content": [
+            {"type": "web_search_result", "title": f"Result for {query}", "url": "https://example.invalid/",
+             "encrypted_content": "c2NyaXB0ZWQ=", "page_age": None}]})
+        args.append(None)
     if turn.text:
         blocks.append({"type": "text", "text": turn.text})
+        args.append(None)
     for i, call in enumerate(turn.tool_calls):
         blocks.append({"type": "tool_use", "id": _tool_id(turn, i, "toolu_", seq),
                        "name": call.name, "input": call.arguments_obj()})
+        args.append(call.arguments_json())
     usage = render_usage("messages", turn.usage)
+    if turn.web_searches:
+        usage["server_tool_use"] = {"web_search_requests": len(turn.web_searches)}
     message = {"id": msg_id, "type": "message", "role": "assistant", "model": model,
                "content": blocks, "stop_reason": turn.stop, "stop_sequence": None, "usage": usage}
     if not stream:
         return json_reply(200, message, (("request-id", req_id),))
-    start_usage = dict(usage, output_tokens=min(1, turn.usage.output))  # provisional, as sent
+    start_usage = {k: v for k, v in usage.items() if k != "server_tool_use"}
+    start_usage["output_tokens"] = min(1, turn.usage.output)  # provisional, as sent
     start = dict(message, content=[], stop_reason=None, usage=start_usage)
     events = [_sse({"type": "message_start", "message": start}), _sse({"type": "ping"})]
-    for index, block in enumerate(blocks):
+    for index, (block, arg) in enumerate(zip(blocks, args)):
         if block["type"] == "text":
             opening = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
-        else:
+        elif arg is not None:
             opening = dict(block, input={})
-            args = turn.tool_calls[index - (1 if turn.text else 0)].arguments_json()
-            deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *_pieces(args)]]
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *_pieces(arg)]]
+        else:  # a result block arrives whole
+            opening, deltas = block, []
         events.append(_sse({"type": "content_block_start", "index": index, "content_block": opening}))
         events += [_sse({"type": "content_block_delta", "index": index, "delta": d}) for d in deltas]
         events.append(_sse({"type": "content_block_stop", "index": index}))
     final = {k: usage[k] for k in ("input_tokens", "cache_creation_input_tokens",
                                    "cache_read_input_tokens", "output_tokens")}  # cumulative
+    if turn.web_searches:
+        final["server_tool_use"] = usage["server_tool_use"]
     events.append(_sse({"type": "message_delta", "delta": {"stop_reason": turn.stop,
                                                            "stop_sequence": None}, "usage": final}))
     events.append(_sse({"type": "message_stop"}))

@@ -140,6 +140,10 @@ class Turn(_Strict):
     """Anthropic's stop reason; default ``tool_use`` with tool calls, else ``end_turn``."""
     model: NonEmpty | None = None
     """The served model; default the requested one."""
+    web_searches: list[NonEmpty] = []
+    """Queries of web searches the provider ran itself (Anthropic ``server_tool_use`` blocks
+    with their ``web_search_tool_result``, and ``usage.server_tool_use.web_search_requests``),
+    before the text: tool executions the chamber never sees."""
     usage: Usage = Usage()
     error: ScriptedError | None = None
     note: str = ""

@@ -197,6 +197,8 @@ class ScriptPlayer:
         if method == "POST" and stripped.endswith("/v1/messages/count_tokens"):
             return json_reply(200, {"input_tokens": max(1, -(-len(body) // 4))})
         kind = classify(method, "", path)
+        if kind is not None and kind[1] not in ("messages", "chat.completions", "responses"):
+            kind = None  # a cloud provider's path (Vertex AI, Bedrock): not served here
         if kind is None:
             return self._refuse(provider, 404, "not_found_error", method, path, conversation,
                                 None, f"no route for {method} {path}")

@@ -95,6 +95,12 @@ CASES: tuple[Case, ...] = (
     Case(name="claude_code", command=[], agent="claude-code", arm="no-write", model_script="asks_for_write.toml"),
     Case(name="claude_code/deny_list", command=[], agent="claude-code", arm="no-write", weaken=("deny_list",),
          model_script="asks_for_write.toml", expect=("enforcement.tool_escape@1", "enforcement.isolation@1")),
+    Case(name="claude_code/scoped_grant", command=[], agent="claude-code", arm="git-log",
+         model_script="git_log_and_cat.toml", expect=("enforcement.tool_escape@1",)),
+    Case(name="model_substituted", command=[], agent="claude-code", model_script="substituted.toml",
+         expect=("model.substituted@1",)),
+    Case(name="unknown_model_path", command=_probe("unknown_path.sh"), model_script="grep_then_answer.toml",
+         expect=("model.unrecognised_call@1",)),
     Case(name="repo_config", command=[], agent="claude-code", arm="no-shell", model_script="asks_for_write.toml"),
     Case(name="repo_config/agent_config", command=[], agent="claude-code", arm="no-shell", weaken=("agent_config",),
          model_script="asks_for_write.toml", expect=("containment.agent_config@1",)),
@@ -223,7 +229,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
 
 
 INFO_DETECTORS = {"network.denied_egress@1", "tokens.cross_check@1", "containment.denied_syscall@1",
-                  "network.unexplained_flow@1"}
+                  "network.unexplained_flow@1", "model.unrecognised_call@1"}
 """Detectors whose findings are shown, never voiding (the control held): they fire with info."""
 
 

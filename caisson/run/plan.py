@@ -145,6 +145,8 @@ class PlannedArm(msgspec.Struct, frozen=True, kw_only=True):
     grant: tuple[str, ...] = ()  # tools the arm grants, by the agent's own names
     withhold: tuple[str, ...] = ()  # tools always denied, whatever the grant
     deny: tuple[str, ...] = ()  # every tool the agent knows minus the grant, plus withhold (sorted)
+    strategies: tuple[str, ...] = ()  # scenario strategies the arm grants, by name
+    catalog: dict[str, tuple[str, ...]] = {}  # every scenario strategy -> its tools and mcp__SERVER entries
 
 
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
@@ -216,11 +218,16 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
         return {"name": self.agent.name, "gating": self.agent.gating, "version": self.agent.version}
 
     def arm_facts(self) -> dict:
-        """The arm as ``run.started.arm`` records it: ``{name, grant, withhold, deny}``, or {}."""
+        """The arm as ``run.started.arm`` records it: ``{name, grant, withhold, deny}`` (and, when
+        the scenario has strategies, ``strategies`` granted and the ``catalog`` of all), or {}."""
         if self.arm is None:
             return {}
-        return {"name": self.arm.name, "grant": list(self.arm.grant), "withhold": list(self.arm.withhold),
-                "deny": list(self.arm.deny)}
+        facts = {"name": self.arm.name, "grant": list(self.arm.grant), "withhold": list(self.arm.withhold),
+                 "deny": list(self.arm.deny)}
+        if self.arm.catalog:
+            facts.update(strategies=list(self.arm.strategies),
+                         catalog={name: list(members) for name, members in self.arm.catalog.items()})
+        return facts
 
 
 class WitnessInfo(Protocol):
@@ -331,9 +338,12 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     if found is None:
         arm, allowed, denied = None, [], []
     else:
-        deny = tuple(deny_list(spec.static_tools, found.grant, found.withhold))
-        arm = PlannedArm(name=found.name, grant=tuple(found.grant), withhold=tuple(found.withhold), deny=deny)
-        allowed, denied = list(found.grant), list(deny)
+        catalog = {s.name: s.members() for s in scenario.strategies}
+        grant = [*found.grant, *(m for name in found.strategies for m in catalog[name] if m not in found.grant)]
+        deny = tuple(deny_list(spec.static_tools, grant, found.withhold))
+        arm = PlannedArm(name=found.name, grant=tuple(found.grant), withhold=tuple(found.withhold), deny=deny,
+                         strategies=tuple(found.strategies), catalog=catalog)
+        allowed, denied = grant, list(deny)
         if weakened.deny_list:  # selftest: a deliberately wrong deny list
             allowed, denied = list(found.grant) + list(found.withhold), []
     refusal = None

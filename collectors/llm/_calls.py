@@ -20,19 +20,25 @@ Nothing here raises on bad input; anomalies also accumulate in
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 
+from collectors.llm._eventstream import EventStreamDecoder, EventStreamError, EventStreamMessage
 from collectors.llm._streams import STREAMS, StreamState, error_detail
 from collectors.llm._usage import normalize_usage
-from collectors.sse import NEED_DATA, ParserClosedError, SseParser
+from collectors.sse import NEED_DATA, ParserClosedError, SseEvent, SseParser
 from ledger.events import LlmCall
 
 __all__ = [
     "ANTHROPIC",
+    "SHAPES",
+    "path_model",
     "OPENAI",
     "ENDPOINTS",
     "LlmCallBuilder",
@@ -48,6 +54,30 @@ ENDPOINTS: Final[dict[str, tuple[str, str]]] = {
     "/v1/responses": (OPENAI, "responses"),
 }
 """Path suffix -> (provider, endpoint). A base URL may add a prefix (``/api/v1/...``)."""
+
+SHAPES: Final[dict[str, str]] = {
+    "messages": "messages", "chat.completions": "chat.completions", "responses": "responses",
+    "rawPredict": "messages", "streamRawPredict": "messages",
+    "invoke": "messages", "invoke-with-response-stream": "messages",
+}
+"""Endpoint -> the API shape of its bodies. Vertex AI's Anthropic endpoints take and return
+Messages bodies ("Use Claude models on Vertex AI",
+https://cloud.google.com/vertex-ai/generative-ai/docs/partner-models/use-claude); Bedrock's
+``invoke`` does for Anthropic models ("Anthropic Claude Messages API",
+https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages.html),
+its stream wrapped in AWS event-stream framing (`collectors.llm.EventStreamDecoder`)."""
+
+_VERTEX = re.compile(r"/publishers/anthropic/models/(?P<model>[^/:]+):(?P<ep>rawPredict|streamRawPredict)$")
+"""Vertex AI: ``/v1/projects/P/locations/L/publishers/anthropic/models/MODEL:rawPredict``."""
+_AZURE = re.compile(r"/openai/deployments/(?P<model>[^/]+)/(?P<ep>chat/completions|responses)$")
+"""Azure OpenAI: ``/openai/deployments/NAME/chat/completions?api-version=...`` ("Azure OpenAI
+in Azure AI Foundry Models REST API reference",
+https://learn.microsoft.com/en-us/azure/ai-foundry/openai/reference); the v1 API's
+``/openai/v1/responses`` and ``/openai/v1/chat/completions`` match the OpenAI suffixes."""
+_AZURE_RESPONSES = re.compile(r"/openai/responses$")
+_BEDROCK = re.compile(r"^/model/(?P<model>[^/]+)/(?P<ep>invoke|invoke-with-response-stream)$")
+"""Bedrock runtime: ``POST /model/MODEL_ID/invoke`` and ``.../invoke-with-response-stream``
+("InvokeModel", https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModel.html)."""
 
 DEFAULT_MAX_BODY_BYTES: Final = 64 << 20
 _DETAIL_CHARS: Final = 200
@@ -79,14 +109,40 @@ def classify(
     del host, request_headers
     if method.upper() != "POST":
         return None
-    if not path.startswith("/"):
-        path = urlsplit(path).path
-    path = path.split("?", 1)[0].split("#", 1)[0]
-    if path.endswith("/") and len(path) > 1:
-        path = path[:-1]
+    path = _bare(path)
     for suffix, kind in ENDPOINTS.items():
         if path.endswith(suffix):
             return kind
+    if found := _VERTEX.search(path):
+        return "vertex", found["ep"]
+    if found := _AZURE.search(path):
+        return "azure", found["ep"].replace("/", ".")
+    if _AZURE_RESPONSES.search(path):
+        return "azure", "responses"
+    if found := _BEDROCK.match(path):
+        return "bedrock", found["ep"]
+    return None
+
+
+def _bare(path: str) -> str:
+    """The path of a request target: no scheme/host, query or fragment, one trailing slash off."""
+    if not path.startswith("/"):
+        path = urlsplit(path).path
+    path = unquote(path.split("?", 1)[0].split("#", 1)[0])
+    if path.endswith("/") and len(path) > 1:
+        path = path[:-1]
+    return path
+
+
+def path_model(path: str) -> str | None:
+    """The model a request names in its URL, where the API puts it there: Vertex AI's
+    ``models/MODEL:rawPredict``, Azure OpenAI's deployment name, Bedrock's model id (URL
+    decoded: ``anthropic.claude-sonnet-4-5-20250929-v1%3A0``); None for the others (the
+    model is then in the body)."""
+    path = _bare(path)
+    for pattern in (_VERTEX, _AZURE, _BEDROCK):
+        if found := pattern.search(path):
+            return found["model"]
     return None
 
 
@@ -144,6 +200,75 @@ def _decode_json(data: bytes, what: str) -> tuple[Any, str | None]:
         return None, _short(f"malformed JSON in {what}: {exc}")
 
 
+EVENTSTREAM: Final = "application/vnd.amazon.eventstream"
+
+
+class BedrockEvents:
+    """Bedrock's ``invoke-with-response-stream`` body as the SSE events of the model's own
+    stream: each ``chunk`` message's ``{"bytes": BASE64}`` payload is one event's JSON; an
+    ``exception`` message becomes an ``error`` event ("InvokeModelWithResponseStream",
+    https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModelWithResponseStream.html).
+    Same interface as `collectors.sse.SseParser` for `LlmCallBuilder`.
+
+    Attributes:
+        broken: why the framing or a payload could not be read (the first reason), or None.
+    """
+
+    invalid_utf8_lines = 0
+
+    def __init__(self) -> None:
+        self._decoder = EventStreamDecoder()
+        self._index = 0
+        self.broken: str | None = None
+
+    def feed(self, data: bytes) -> None:
+        """Append received bytes."""
+        if self.broken is None:
+            self._decoder.feed(data)
+
+    def _fail(self, reason: str) -> object:
+        self.broken = self.broken or _short(reason)
+        return NEED_DATA
+
+    def next_event(self) -> SseEvent | object:
+        """The next model stream event, or `NEED_DATA`."""
+        while self.broken is None:
+            try:
+                message = self._decoder.next_message()
+            except EventStreamError as exc:
+                return self._fail(str(exc))
+            if message is NEED_DATA:
+                return NEED_DATA
+            assert isinstance(message, EventStreamMessage)
+            kind = message.headers.get(":message-type")
+            if kind == "exception":
+                name = message.headers.get(":exception-type", "exception")
+                detail, _ = _decode_json(message.payload, "exception payload")
+                text = detail.get("message") if isinstance(detail, dict) else None
+                data = msgspec.json.encode({"type": "error", "error": {"type": name, "message": text or ""}})
+                return self._event("error", data)
+            if kind != "event" or message.headers.get(":event-type") != "chunk":
+                continue  # other event types carry no model output
+            obj, problem = _decode_json(message.payload, f"event-stream message #{message.index}")
+            raw = obj.get("bytes") if isinstance(obj, dict) else None
+            if problem is not None or not isinstance(raw, str):
+                return self._fail(problem or f"event-stream message #{message.index} has no base64 `bytes`")
+            try:
+                data = base64.b64decode(raw, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                return self._fail(f"event-stream message #{message.index}: bad base64: {exc}")
+            return self._event("message", data)
+        return NEED_DATA
+
+    def _event(self, name: str, data: bytes) -> SseEvent:
+        self._index += 1
+        return SseEvent(event=name, data=data.decode("utf-8", "replace"), index=self._index - 1)
+
+    def close(self) -> bool:
+        """The stream ended; True when a message was cut (bytes left over)."""
+        return self.broken is None and self._decoder.buffered > 0
+
+
 class LlmCallBuilder:
     """Build one `LlmCall` from an exchange's bytes, as they pass.
 
@@ -154,8 +279,10 @@ class LlmCallBuilder:
     otherwise as one JSON body, buffered up to ``max_body_bytes``.
 
     Args:
-        provider: ``"anthropic"`` or ``"openai"`` (from `classify`).
-        endpoint: ``"messages"``, ``"chat.completions"`` or ``"responses"``.
+        provider: ``"anthropic"``, ``"openai"``, ``"vertex"``, ``"azure"`` or ``"bedrock"`` (from `classify`).
+        endpoint: an endpoint `classify` returns (`SHAPES` gives its body shape).
+        url_model: the model the request's URL names (`path_model`), used when the body
+            names none.
         exchange_seq: seq of the ``http.exchange`` event, copied into the call.
         max_body_bytes: cap on a buffered non-streamed body, bytes; past it the usage
             is reported missing rather than parsed from a truncated body.
@@ -176,13 +303,16 @@ class LlmCallBuilder:
         *,
         exchange_seq: int | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        url_model: str | None = None,
     ) -> None:
-        if endpoint not in STREAMS:
+        if endpoint not in SHAPES:
             raise ValueError(
-                f"unknown LLM endpoint {endpoint!r}; expected one of {sorted(STREAMS)}"
+                f"unknown LLM endpoint {endpoint!r}; expected one of {sorted(SHAPES)}"
             )
         self.provider = provider
         self.endpoint = endpoint
+        self.shape = SHAPES[endpoint]
+        self.url_model = url_model
         self.exchange_seq = exchange_seq
         self.max_body_bytes = max_body_bytes
         self.problems: list[str] = _ProblemLog()
@@ -217,7 +347,7 @@ class LlmCallBuilder:
             self.problems.append("request body is not a JSON object")
             return
         model = obj.get("model")
-        self.requested_model = model if isinstance(model, str) else None
+        self.requested_model = model if isinstance(model, str) else self.url_model
         self.stream_requested = obj.get("stream") is True
         options = obj.get("stream_options")
         self.include_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -235,7 +365,10 @@ class LlmCallBuilder:
         self._media_type = ctype
         if ctype == "text/event-stream" or (not ctype and self.stream_requested):
             self._sse = SseParser()
-            self._state = STREAMS[self.endpoint](self.problems)
+            self._state = STREAMS[self.shape](self.problems)
+        elif ctype == EVENTSTREAM:
+            self._sse = BedrockEvents()  # type: ignore[assignment]
+            self._state = STREAMS[self.shape](self.problems)
 
     def response_undecodable(self, problem: str, raw_so_far: bytes) -> None:
         """The response's ``Content-Encoding`` could not be undone (a label that lies).
@@ -326,13 +459,14 @@ class LlmCallBuilder:
             usage, reason = None, f"usage not recordable: {problem}"
             self.problems.append(reason)
         if usage is not None:
-            normalized, problem = normalize_usage(self.endpoint, usage, streamed=streamed)
+            normalized, problem = normalize_usage(self.shape, usage, streamed=streamed)
             if problem is not None:
                 reason = f"usage not normalisable: {problem}"
                 self.problems.append(reason)
             elif normalized is not None and streamed and self._state is not None:
                 normalized = msgspec.structs.replace(normalized, sources=dict(self._state.sources))
         return LlmCall(
+            server_tools=self._server_tools(usage),
             provider=self.provider,
             endpoint=self.endpoint,
             requested_model=self.requested_model,
@@ -346,6 +480,19 @@ class LlmCallBuilder:
             label_mismatch=mismatch,
         )
 
+    def _server_tools(self, usage: Any) -> dict[str, int]:
+        """Provider-side tool executions by name: the response's blocks or items, or
+        Anthropic's ``usage.server_tool_use.<name>_requests`` count when it is higher
+        (Messages API reference, usage.server_tool_use,
+        https://docs.anthropic.com/en/api/messages)."""
+        counts = self._state.server_tool_counts() if self._state is not None else {}
+        sent = usage.get("server_tool_use") if isinstance(usage, dict) else None
+        for key, value in sent.items() if isinstance(sent, dict) else ():
+            if key.endswith("_requests") and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                name = key.removesuffix("_requests")
+                counts[name] = max(counts.get(name, 0), value)
+        return counts
+
     def _from_stream(self, cut: bool) -> tuple[Any, Any, Any, str | None]:
         """Close the event stream: (served_model, stop_reason, usage, reason)."""
         sse, state, status = self._sse, self._state, self.status
@@ -358,6 +505,10 @@ class LlmCallBuilder:
         served, stop = state.served_model, state.stop_reason
         if status >= 400 or status < 200:
             return served, stop, None, _status_reason(status)
+        if isinstance(sse, BedrockEvents) and sse.broken is not None:
+            self.problems.append(sse.broken + (" (after the terminal event)" if state.terminal else ""))
+            if not state.terminal:
+                return served, stop, None, sse.broken
         if sse.invalid_utf8_lines:
             lines = sse.invalid_utf8_lines
             return served, stop, None, f"invalid UTF-8 in response stream ({lines} lines)"
@@ -384,7 +535,7 @@ class LlmCallBuilder:
             return None, None, None, problem
         if not isinstance(obj, dict):
             return None, None, None, "response body is not a JSON object"
-        state = STREAMS[self.endpoint](self.problems)
+        state = self._state = STREAMS[self.shape](self.problems)
         served, stop = state.from_body(obj)
         raw = obj.get("usage")
         if raw is None:

@@ -67,6 +67,7 @@ class StreamState:
         self.malformed: str | None = None
         self.error: str | None = None
         self.sources: dict[str, str] = {}  # raw usage field (or "usage") -> where it was taken from
+        self.server_tools: dict[str, str] = {}  # provider-side tool call id (or "#n") -> tool name
         self._no_usage = "terminal event carried no usage"
 
     def event(self, ev: SseEvent) -> None:
@@ -124,6 +125,18 @@ class StreamState:
     def finish(self) -> None:
         """The stream ended: settle what only its end decides (default: nothing)."""
 
+    def _server_tool(self, key: Any, name: Any) -> None:
+        """Count one provider-side tool execution, once per id."""
+        if isinstance(name, str) and name:
+            self.server_tools[key if isinstance(key, str) and key else f"#{len(self.server_tools)}"] = name
+
+    def server_tool_counts(self) -> dict[str, int]:
+        """Provider-side tool executions seen, by tool name."""
+        counts: dict[str, int] = {}
+        for name in self.server_tools.values():
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -176,7 +189,9 @@ class AnthropicMessages(StreamState):
     The usage reported is ``message_start.message.usage`` merged field by field with the
     last ``message_delta.usage`` (`merge_anthropic_usage`: a later 0 or null never
     overrides a real count). ``message_stop`` ends the stream; ``error`` events (e.g.
-    ``overloaded_error``) may arrive mid-stream.
+    ``overloaded_error``) may arrive mid-stream. A ``server_tool_use`` content block
+    (``content_block_start`` when streamed) is a tool the provider ran itself, e.g.
+    ``web_search`` ("Web search tool", https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/web-search-tool).
     """
 
     terminal_name = "message_stop"
@@ -201,6 +216,10 @@ class AnthropicMessages(StreamState):
             usage = obj.get("usage")
             if isinstance(usage, dict):
                 self._delta_usage = usage
+        elif kind == "content_block_start":
+            block = obj.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "server_tool_use":
+                self._server_tool(block.get("id"), block.get("name"))
         elif kind == "message_stop":
             self.terminal = True
             if self._start_usage is None:
@@ -215,6 +234,10 @@ class AnthropicMessages(StreamState):
 
     def from_body(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
         self._model(obj.get("model"))
+        content = obj.get("content")
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") == "server_tool_use":
+                self._server_tool(block.get("id"), block.get("name"))
         stop = obj.get("stop_reason")
         return self.served_model, stop if isinstance(stop, str) else None
 
@@ -318,7 +341,10 @@ class OpenAIResponses(StreamState):
     ``response.created`` / ``response.in_progress`` name the model; the terminal event
     (``response.completed``, ``response.incomplete`` or ``response.failed``) carries the
     final ``response`` with ``status``, ``incomplete_details`` and ``usage``. An
-    ``error`` event may arrive instead.
+    ``error`` event may arrive instead. Output items of the hosted tools the provider runs
+    itself (``web_search_call``, ``file_search_call``, ``code_interpreter_call``, ...,
+    "Responses API reference", https://platform.openai.com/docs/api-reference/responses)
+    are counted by id, from ``response.output_item.added/done`` and the final ``output``.
     """
 
     terminal_name = "response.completed/incomplete/failed"
@@ -326,10 +352,19 @@ class OpenAIResponses(StreamState):
         {"response.completed", "response.incomplete", "response.failed"}
     )
 
+    def _items(self, items: Any) -> None:
+        for item in items if isinstance(items, list) else ():
+            kind = item.get("type") if isinstance(item, dict) else None
+            if isinstance(kind, str) and kind in SERVER_ITEMS:
+                self._server_tool(item.get("id"), SERVER_ITEMS[kind])
+
     def on(self, kind: str, obj: dict[str, Any], ev: SseEvent) -> None:
         resp = obj.get("response")
         if kind.startswith("response.") and isinstance(resp, dict):
             self._model(resp.get("model"))
+            self._items(resp.get("output"))
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            self._items([obj.get("item")])
         if kind in self.TERMINALS:
             self.terminal = True
             if not isinstance(resp, dict):
@@ -347,7 +382,15 @@ class OpenAIResponses(StreamState):
 
     def from_body(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
         self._model(obj.get("model"))
+        self._items(obj.get("output"))
         return self.served_model, _responses_stop(obj)
+
+
+SERVER_ITEMS: dict[str, str] = {
+    "web_search_call": "web_search", "file_search_call": "file_search", "code_interpreter_call": "code_interpreter",
+    "image_generation_call": "image_generation", "mcp_call": "mcp",
+}
+"""OpenAI Responses output item types of hosted tools -> the tool's name."""
 
 
 STREAMS: dict[str, type[StreamState]] = {

@@ -30,7 +30,7 @@ from collectors.proxy._frames import (
     NEED_DATA, Chunk, ConnError, Denied, Dropped, Frame, FrameError, Hello, ProxyError,
     Request, RequestBody, ResponseEnd, ResponseStart,
 )
-from collectors.llm import LlmCallBuilder, classify
+from collectors.llm import LlmCallBuilder, classify, path_model
 from ledger import Redactor
 from ledger.events import BlobStored, Event, HttpExchange, WitnessGap, WitnessRaw
 
@@ -117,7 +117,7 @@ class _Exchange:
         self.response: ResponseStart | None = None
         self.response_body: _Body | None = None
         kind = classify(request.method, request.host, request.path)
-        self.builder = LlmCallBuilder(*kind) if kind else None
+        self.builder = LlmCallBuilder(*kind, url_model=path_model(request.path)) if kind else None
         self.told_undecodable = False
         self.problems: list[str] = []
 

@@ -169,3 +169,11 @@ def test_not_utf8(tmp_path: Path) -> None:
 def test_digest_is_sha256_of_bytes(tmp_path: Path) -> None:
     p = write(tmp_path, VALID)
     assert scenario_digest(p) == hashlib.sha256(VALID.encode()).hexdigest()
+
+
+def test_a_malformed_scoped_grant_names_its_arm_and_entry(tmp_path: Path) -> None:
+    p = write(tmp_path, 'name = "x"\n[[arms]]\nname = "a"\ngrant = ["Read", "Bash(git log:*"]\n')
+    with pytest.raises(ScenarioError, match="expected TOOL or TOOL") as e:
+        load_scenario(p)
+    assert e.value.field == "$.arms[0].grant[1]"
+    assert load_scenario(write(tmp_path, 'name = "x"\n[[arms]]\nname = "a"\ngrant = ["Bash(git log:*)"]\n')).arms

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import msgspec
@@ -15,9 +16,11 @@ from ledger.events import (
     FileOpen,
     HttpExchange,
     LlmCall,
+    LlmEndpoint,
     LlmUsage,
     NetConnect,
     Note,
+    Provider,
     ProcessExec,
     ProcessExit,
     WitnessGap,
@@ -46,8 +49,9 @@ events = st.one_of(
     st.builds(HttpExchange, method=_text, scheme=_text, host=_text, port=st.integers(0, 65535), path=_text,
               status=st.none() | st.integers(100, 599),
               request_headers=st.lists(st.tuples(_text, _text), max_size=3)),
-    st.builds(LlmCall, provider=st.sampled_from(["anthropic", "openai"]),
-              endpoint=st.sampled_from(["messages", "chat.completions", "responses"]), usage=st.none() | st.dictionaries(_text, _json, max_size=4),
+    st.builds(LlmCall, provider=st.sampled_from(typing.get_args(Provider)),
+              endpoint=st.sampled_from(typing.get_args(LlmEndpoint)), usage=st.none() | st.dictionaries(_text, _json, max_size=4),
+              server_tools=st.dictionaries(_text, _small, max_size=2),
               normalized=st.none() | st.builds(LlmUsage, input_tokens=st.none() | _small, rule=_text)),
 )
 

@@ -38,7 +38,8 @@ def test_tool_escape_is_silent_within_the_grant_and_without_an_arm():
     records = play(result("1", "Grep", "executed"), result("2", "Read", "executed"))
     assert list(tool_escape(records, GREP_ONLY)) == []
     assert list(tool_escape(play(result("1", "Bash", "executed")), DetectorConfig())) == []
-    assert strategy("exec_command") == "shell" and strategy("mcp__x__y") == "tool:mcp__x__y"
+    assert strategy("exec_command") == "shell" and strategy("mcp__x__y") == "backend:mcp__x"
+    assert strategy("mcp__x") == "backend:mcp__x" and strategy("Frobnicate") == "tool:Frobnicate"
 
 
 def test_isolation_fires_when_a_denied_tool_is_still_offered():

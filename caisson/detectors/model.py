@@ -1,0 +1,97 @@
+"""Model-side detectors: what the provider did that the chamber never runs.
+
+- `model_substituted`: the model a call asked for is not the model that answered.
+- `unrecognised_model_call`: a POST to a model provider's host on a path no parser
+  recognises; its usage was not read, so it is reported, never dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding
+from collectors.llm import classify
+from ledger import Record
+from ledger.events import HttpExchange, LlmCall
+
+__all__ = ["MODEL_SUBSTITUTED", "UNRECOGNISED_CALL", "MODEL_HOSTS", "same_model", "model_substituted",
+           "unrecognised_model_call"]
+
+MODEL_SUBSTITUTED = "model.substituted@1"
+UNRECOGNISED_CALL = "model.unrecognised_call@1"
+
+_SNAPSHOT = re.compile(r"^-(?:\d{8}|\d{4}-\d{2}-\d{2}|v\d+(?::\d+)?)$")
+"""A dated snapshot or version suffix a provider appends to an alias: Anthropic's
+``-20250929`` (Models overview, https://docs.anthropic.com/en/docs/about-claude/models),
+OpenAI's ``-2025-08-07`` (https://platform.openai.com/docs/models), Bedrock's ``-v1:0``."""
+
+MODEL_HOSTS = (
+    "api.anthropic.com", "api.openai.com", ".openai.azure.com", "-aiplatform.googleapis.com",
+    "aiplatform.googleapis.com", "bedrock-runtime.", "generativelanguage.googleapis.com", "openrouter.ai",
+)
+"""Hosts (exact, or a ``.suffix`` / ``-suffix`` / ``prefix.``) that serve model APIs."""
+
+
+def same_model(requested: str, served: str) -> bool:
+    """True when ``served`` is ``requested`` or a dated snapshot of that alias.
+
+    ``claude-sonnet-4-5`` served as ``claude-sonnet-4-5-20250929`` is the same model; a
+    ``-latest`` alias is its stem's snapshot; anything else is a substitution.
+    """
+    if requested == served:
+        return True
+    # Vertex AI names a snapshot MODEL@DATE; Bedrock's ids end in a version, -v1:0
+    requested = re.sub(r"-v\d+(?::\d+)?$", "", requested.replace("@", "-"))
+    if requested == served:
+        return True
+    stem = requested.removesuffix("-latest")
+    if served.startswith(stem) and _SNAPSHOT.match(served[len(stem):]):
+        return True
+    # a provider-prefixed request (Bedrock's "anthropic.claude-...-v1:0", OpenRouter's "openai/gpt-5")
+    short = requested.rsplit("/", 1)[-1].split(".", 1)[-1] if ("/" in requested or "." in requested) else None
+    return short is not None and short != requested and same_model(short, served)
+
+
+def model_substituted(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """A call answered by another model than it asked for voids the cell: its numbers
+    measure the served model, not the one the cell claims. One finding per
+    (requested, served) pair, with every call's record as evidence. A call whose response
+    names no model is not a substitution (nothing to compare). Azure OpenAI is skipped: its
+    URL names a deployment, an operator's alias for a model, not the model."""
+    del config
+    pairs: dict[tuple[str, str], list[int]] = {}
+    for record in records:
+        event = record.event
+        if isinstance(event, LlmCall) and event.provider != "azure" and event.requested_model and event.served_model \
+                and not same_model(event.requested_model, event.served_model):
+            pairs.setdefault((event.requested_model, event.served_model), []).append(record.seq)
+    for (requested, served), seqs in pairs.items():
+        yield Finding(detector=MODEL_SUBSTITUTED, kind="model_substituted", effect=VOID, evidence=seqs,
+                      message=f"asked for {requested}, served by {served} ({len(seqs)} call(s))")
+
+
+def _model_host(host: str) -> bool:
+    host = host.lower()
+    return any(host == h or (h[0] in ".-" and host.endswith(h)) or (h.endswith(".") and host.startswith(h))
+               for h in MODEL_HOSTS)
+
+
+def unrecognised_model_call(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """A POST to a model host on a path `collectors.llm.classify` does not recognise: no
+    ``llm.call`` was built, so its model and usage were not read. A model host is a
+    provider's (`MODEL_HOSTS`) or one this run made a recognised model call to (a gateway,
+    the scripted endpoint). Shown (info) with its path; the exchange and its bodies are in
+    the ledger."""
+    del config
+    posts = [r for r in records if isinstance(r.event, HttpExchange) and r.event.method.upper() == "POST"
+             and r.event.denied is None]
+    gateways = {r.event.host.lower() for r in posts if classify("POST", r.event.host, r.event.path) is not None}
+    for record in posts:
+        event = record.event
+        if (_model_host(event.host) or event.host.lower() in gateways) \
+                and classify(event.method, event.host, event.path) is None:
+            yield Finding(detector=UNRECOGNISED_CALL, kind="unrecognised_model_call", effect=INFO,
+                          evidence=[record.seq],
+                          message=f"POST {event.host}{event.path.split('?', 1)[0]}: a model host, on a path no"
+                                  " parser recognises; its model and usage were not read")
