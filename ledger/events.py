@@ -84,14 +84,15 @@ __all__ = [
     "StudyEnded",
 ]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
 ``duration_ns`` (it was ``wall_ns``, still read from older ledgers); 4: ``net.send``,
 ``process.syscall``, ``run.started.seccomp``, ``run.ended.oom_killed``; 5: usage rules and
 sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete``,
-``usage_missing_reason`` and ``parser``; 6: ``study.*``, ``baseline.measured``, ``cell.*``."""
+``usage_missing_reason`` and ``parser``; 6: ``study.*``, ``baseline.measured``, ``cell.*``;
+7: ``llm.call.server_tools``, the Vertex AI, Azure OpenAI and Bedrock providers and endpoints."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
