@@ -29,6 +29,8 @@ _COMMANDS = {
     "model": "the scripted model endpoint (preflights, tests)",
     "image": "build chamber and agent images offline",
     "gc": "list and remove chambers, networks and scratch dirs whose recorder is gone",
+    "view": "a read-only web view of runs and studies",
+    "export": "export runs to Inspect AI eval logs or Harbor ATIF trajectories",
     "demo": "run the built-in example",
 }
 
