@@ -10,6 +10,8 @@ PACKAGES=(docker.io strace tcpdump debootstrap git ca-certificates python3-venv 
 # writer's append) build with a C compiler and OpenSSL's headers; without them caisson
 # still installs, with their slower pure-Python twins.
 PACKAGES+=(gcc libc6-dev libssl-dev)
+# `caisson view`'s browser tests drive Debian's Chromium (Playwright with its executable_path).
+PACKAGES+=(chromium)
 PYTHON="${PYTHON:-python3}"
 builder="$PYTHON"  # the interpreter that will build the extension: the venv's, once it exists
 [ -x .venv/bin/python ] && builder=.venv/bin/python
