@@ -13,10 +13,10 @@ from pathlib import Path
 import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from starlette.routing import Route
 
-from caisson.view import _run
+from caisson.view import _run, _study
 from caisson.view._templates import environment
 from ledger import LEDGER_FILE, VerifyKey
 
@@ -41,7 +41,7 @@ def discover(paths: list[Path]) -> tuple[list[Path], list[Path]]:
             continue
         found = sorted(p.parent for p in path.glob(f"*/{LEDGER_FILE}")) + sorted(
             p.parent for p in path.glob(f"runs/*/{LEDGER_FILE}"))
-        if (path / "study" / LEDGER_FILE).is_file() or (path / "study.ledger").is_file():
+        if _study.segments(path):
             studies.append(path)
         if not found and path not in studies:
             raise FileNotFoundError(f"{path}: not a run directory (no {LEDGER_FILE}), a study or a folder of runs")
@@ -136,10 +136,24 @@ def build_app(paths: list[Path], trusted: VerifyKey) -> Starlette:
         Route("/run/{i:int}/events", events_page),
         Route("/run/{i:int}/processes", processes_page),
     ]
-    try:
-        from caisson.view import _study
-    except ImportError:  # the study page needs the study events (caisson.study)
-        _study = None
-    if _study is not None:
-        routes += _study.routes(studies, trusted, html)
+    async def study_run(request: Request):
+        """A cell's run, by its directory relative to the study (cells appear while it runs)."""
+        i = request.path_params["i"]
+        rel = request.query_params.get("dir", "")
+        if not 0 <= i < len(studies) or not rel:
+            return PlainTextResponse("no such study or cell", status_code=404)
+        target = (studies[i] / rel).resolve()
+        if not target.is_relative_to(studies[i].resolve()) or not (target / LEDGER_FILE).is_file():
+            return PlainTextResponse(f"{rel}: no run ledger there (yet)", status_code=404)
+        known = [p.resolve() for p in runs]
+        if target not in known:
+            runs.append(target)
+            known.append(target)
+        return RedirectResponse(f"/run/{known.index(target)}", status_code=303)
+
+    def render(name: str, **context) -> str:
+        return env.get_template(name).render(**context)
+
+    routes.append(Route("/study/{i:int}/run", study_run))
+    routes += _study.routes(studies, trusted, html, render)
     return Starlette(routes=routes)

@@ -93,20 +93,41 @@ _EVENTS = """{% extends "base" %}{% block title %}run {{ run.run_id }} events{% 
 {% include "rows" %}
 {% endblock %}"""
 
+_GRID = """<table class="grid" data-records="{{ grid.records }}">
+<tr><th>arm</th><th>agent</th><th>model</th>{% for q in grid.questions %}<th>{{ q }}</th>{% endfor %}</tr>
+{% for row in grid.rows %}<tr><td>{{ row[0] }}</td><td>{{ row[1] }}</td><td>{{ row[2] or "" }}</td>
+{% for q in grid.questions %}<td>{% for c in grid.at(row, q) %}<a class="cell {{ c.status }}" id="cell-{{ c.cell_id }}"
+ data-status="{{ c.status }}" title="{{ c.cell_id }}: {{ c.status }}{% if c.reason %}: {{ c.reason }}{% endif %} ({{ c.attempts }} attempts)"
+ {% if c.run_dir %}href="{{ base }}/run?dir={{ c.run_dir | urlencode }}"{% endif %}>r{{ c.repetition }} {{ c.status }}{% if c.score is not none %} {{ "%.2f" | format(c.score) }}{% endif %}</a>{% endfor %}</td>{% endfor %}</tr>
+{% endfor %}
+{% for r in grid.refusals %}<tr><td>{{ r.get("arm") }}</td><td>{{ r.get("agent") }}</td><td>{{ r.get("model") or "" }}</td>
+<td colspan="{{ [grid.questions | length, 1] | max }}"><span class="cell refused" data-status="refused">refused ({{ r.get("kind") }}, {{ r.get("cells") }} cells): {{ r.get("reason") }}</span></td></tr>{% endfor %}
+</table>
+<h2>Trust checklist</h2><ul id="checklist">
+<li>study ledger: {{ grid.records }} records read{% if grid.state %}; {{ grid.state }}{% endif %}</li>
+<li>cells settled: {{ grid.cells.values() | selectattr("status", "in", ["clean", "void"]) | list | length }} of {{ grid.cells | length }}
+ ({{ grid.cells.values() | selectattr("status", "equalto", "void") | list | length }} void, never scored 0)</li>
+<li>refusals recorded: {{ grid.refusals | length }}</li>
+<li>controls weakened on purpose: {{ grid.weakened | join(", ") if grid.weakened else "none" }}</li>
+</ul>"""
+
 _STUDY = """{% extends "base" %}{% block title %}study {{ study.name }}{% endblock %}{% block body %}
-""" + _VERIFY.replace("run.", "study.") + """
+<div id="verify-box">""" + _VERIFY.replace("run.", "study.") + """</div>
 <h1>study {{ study.name }}</h1>
-<p id="study-state">{{ study.state }}</p>
+<p>state: <span id="study-state">{{ study.state }}</span> &middot; live: <span id="live">connecting</span></p>
 <div id="grid">{{ grid | safe }}</div>
 {% if report %}<h2>Report</h2><div id="report"><pre>{{ report }}</pre></div>{% endif %}
 <script>
+// Server-sent events: the server pushes the grid when the study ledger grows; no polling here.
 const source = new EventSource("{{ base }}/stream");
+source.addEventListener("open", () => { document.getElementById("live").textContent = "following"; });
 source.addEventListener("grid", (e) => {
   const data = JSON.parse(e.data);
   document.getElementById("grid").innerHTML = data.grid;
   document.getElementById("study-state").textContent = data.state;
+  document.getElementById("verify-box").innerHTML = data.verify;
 });
-source.addEventListener("end", () => source.close());
+source.addEventListener("end", () => { source.close(); document.getElementById("live").textContent = "ended"; });
 </script>
 {% endblock %}"""
 
@@ -115,7 +136,7 @@ def environment() -> jinja2.Environment:
     """The template environment (autoescaping on for every template)."""
     env = jinja2.Environment(
         loader=jinja2.DictLoader({"base": _BASE, "index": _INDEX, "run": _RUN, "rows": _ROWS, "events": _EVENTS,
-                                  "study": _STUDY}),
+                                  "study": _STUDY, "grid": _GRID, "verify": _VERIFY}),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )

@@ -74,7 +74,8 @@ class Server:
     """A `caisson view` process on a free localhost port."""
 
     def __init__(self, paths: list[Path], key_pub: Path):
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        path = os.environ.get("PYTHONPATH", "")
+        env = dict(os.environ, PYTHONPATH=path if str(REPO) in path.split(os.pathsep) else str(REPO))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "caisson.cli", "view", *map(str, paths), "--port", "0", "--key", str(key_pub)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
