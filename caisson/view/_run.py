@@ -208,8 +208,8 @@ def page(run_dir: Path, *, start: int = 0, limit: int = PAGE_SIZE, source: str |
     """
     rows: list[EventRow] = []
     try:
-        for record in read_records(run_dir):
-            if record.seq < start or (source and record.source != source):
+        for record in read_records(run_dir, start=start):
+            if source and record.source != source:
                 continue
             if len(rows) == limit:
                 return rows, record.seq, None
