@@ -54,6 +54,9 @@ _RUN = """{% extends "base" %}{% block title %}run {{ run.run_id }}{% endblock %
 {% if run.agent %} &middot; agent <code>{{ run.agent.get("name", "") }}</code>{% endif %}</p>{% endif %}
 
 <h2>Findings</h2>
+<p><small>findings.json is derived, not signed: <code>caisson replay</code> recomputes it from the ledger.</small></p>
+{% if run.status != "ok" and run.findings is not none %}<p class="verify tampered" id="findings-unverified">The ledger
+does not verify now: these findings, and the answer below, are unverified.</p>{% endif %}
 {% if run.findings is none %}<p id="no-findings">No findings.json: run <code>caisson replay {{ run.path }}</code>.
 {% if run.findings_error %}{{ run.findings_error }}{% endif %}</p>
 {% else %}

@@ -25,6 +25,7 @@ def test_run_page_verified_and_finding_links_to_its_event(tmp_path: Path, keys, 
     assert verify.inner_text().startswith("VERIFIED")
     # verification is the first thing on the page
     assert page.locator("body > div").first.get_attribute("id") == "verify"
+    assert page.locator("#findings-unverified").count() == 0
     leak = page.locator(".finding", has_text="leak")
     assert "answers/key.md" in leak.inner_text()
     shoot(page, "view-run")
@@ -52,6 +53,7 @@ def test_tampered_ledger_shows_as_tampered(tmp_path: Path, keys, serve, browser)
     assert verify.get_attribute("data-status") == "tampered"
     assert "TAMPERED" in verify.inner_text() and "unverified" in verify.inner_text()
     assert "first bad record" in verify.inner_text()
+    assert page.locator("#findings-unverified").is_visible()  # findings.json was written before the tampering
     table = page.locator("#timeline")
     assert "unverified" in (table.get_attribute("class") or "")
     shoot(page, "view-run-tampered")
