@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     key = trusted_key(args.key)
     try:
-        dirs = run_dirs(Path(args.path))
+        dirs = run_dirs(Path(args.path), key)
     except FileNotFoundError as exc:
         print(f"caisson export: {exc}", file=sys.stderr)
         return 2

@@ -85,16 +85,27 @@ def read_run(run_dir: Path, trusted: VerifyKey) -> RunFacts:
     return facts
 
 
-def run_dirs(path: Path) -> list[Path]:
-    """The run directories of ``path``: itself when it holds a ledger, else every
-    directory below it that does (a study's cells), the study's own ledger excluded.
+def run_dirs(path: Path, trusted: VerifyKey | None = None) -> list[Path]:
+    """The run directories of ``path``: itself when it holds a ledger; for a study, the
+    run of each cell's counting attempt (else its last attempt) as its study ledger
+    names them, in plan order (preflight baselines and superseded attempts left out);
+    else every directory below ``path`` that holds a ledger.
 
     Raises:
         FileNotFoundError: no run under ``path``.
+        LedgerError: the study ledger fails a check.
     """
+    from caisson.view import read_grid, segments
+
     path = Path(path)
     if (path / "ledger").is_file():
         return [path]
+    if segments(path):
+        grid = read_grid(path, trusted)
+        cells = [path / c.run_dir for c in grid.cells.values() if c.run_dir and (path / c.run_dir / "ledger").is_file()]
+        if not cells:
+            raise FileNotFoundError(f"{path}: the study ledger names no cell run with a ledger yet")
+        return cells
     found = sorted(p.parent for p in path.rglob("ledger") if p.is_file() and "study" not in p.relative_to(path).parts[:1])
     if not found:
         raise FileNotFoundError(f"{path}: no run directory (a directory holding a ledger) in it")

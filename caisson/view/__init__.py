@@ -11,9 +11,10 @@ from pathlib import Path
 import trio
 
 from caisson.view._app import build_app, discover
+from caisson.view._study import GridCell, StudyGrid, fold, read_grid, segments
 from ledger import VerifyKey
 
-__all__ = ["build_app", "discover", "serve"]
+__all__ = ["GridCell", "StudyGrid", "build_app", "discover", "fold", "read_grid", "segments", "serve"]
 
 
 async def serve(paths: list[Path], trusted: VerifyKey, *, host: str = "127.0.0.1", port: int = 8765,

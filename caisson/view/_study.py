@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
-from ledger import LEDGER_FILE, LedgerChecker, Record, VerifyKey
+from ledger import LEDGER_FILE, LedgerChecker, Record, VerifyKey, read_records
 from ledger.events import event_kind
 
-__all__ = ["REPORT_FILES", "StudyGrid", "fold", "routes", "segments"]
+__all__ = ["REPORT_FILES", "GridCell", "StudyGrid", "fold", "read_grid", "routes", "segments"]
 
 STUDY_DIR = "study"
 REPORT_FILES = ("report.txt", "report.md")  # a study report beside the study, shown when present
@@ -123,6 +123,18 @@ def segments(study_dir: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p / LEDGER_FILE for p in root.iterdir() if p.name.isdigit() and (p / LEDGER_FILE).is_file())
+
+
+def read_grid(study_dir: Path, trusted: VerifyKey | None = None) -> StudyGrid:
+    """The grid of a study as its ledger stands (every segment, read once).
+
+    Raises:
+        LedgerError: a segment is not a ledger, or fails a check (names it).
+    """
+    grid = StudyGrid()
+    for path in segments(study_dir):
+        fold(read_records(path, trusted), grid)
+    return grid
 
 
 class _Follower:

@@ -46,7 +46,13 @@ def keys(tmp_path: Path):
 def _export(path: Path, fmt: str, out: Path, key_pub: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "caisson.cli", "export", str(path), "--format", fmt, "--out", str(out),
                            "--key", str(key_pub)], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          env=dict(os.environ, PYTHONPATH=_pythonpath()))
+
+
+def _pythonpath() -> str:
+    """This checkout first, unless the caller's PYTHONPATH already names it."""
+    path = os.environ.get("PYTHONPATH", "")
+    return path if str(REPO) in path.split(os.pathsep) else str(REPO)
 
 
 def _head(run_dir: Path, key) -> tuple[str, int]:
@@ -132,3 +138,38 @@ def test_tampered_run_exports_as_not_verified(tmp_path: Path, keys):
     assert "tampered" in proc.stderr
     extra = json.loads(out.read_text())["extra"]["caisson"]
     assert extra["verified"] == "tampered" and extra["verify_reason"]
+
+
+def test_study_export_has_one_sample_per_cell_from_the_study_ledger(tmp_path: Path, keys):
+    """A study's samples are its cells' counting attempts as the study ledger names them:
+    not the preflight baseline, not a superseded attempt."""
+    import ledger.events as events
+    from inspect_ai.log import read_eval_log
+
+    if not hasattr(events, "CellEnded"):
+        pytest.skip("the study events (ledger/events.py: study.planned, cell.*) are not on this branch yet")
+    from ledger import BlobStore, LedgerWriter
+
+    study = tmp_path / "study-out"
+    leaky_run(study / "baselines" / "grep", keys[0], keys[1])
+    leaky_run(study / "cells" / "c1" / "1", keys[0], keys[1])  # infra failure, superseded
+    leaky_run(study / "cells" / "c1" / "2", keys[0], keys[1])
+    leaky_run(study / "cells" / "c2" / "1", keys[0], keys[1])
+    seg = study / "study" / "000"
+    seg.mkdir(parents=True)
+    cells = [{"cell_id": c, "arm": "grep", "agent": "command", "model": None, "question_id": "q1", "repetition": r}
+             for r, c in ((1, "c1"), (2, "c2"))]
+    with LedgerWriter(seg / "ledger", run_id="study", key=keys[0], blobs=BlobStore(seg / "blobs")) as writer:
+        for i, event in enumerate([
+            events.StudyPlanned(study="s", study_sha256="0" * 64, cells=cells),
+            events.CellEnded(cell_id="c1", attempt=1, run_dir="cells/c1/1", status="void", infra_failure=True),
+            events.CellEnded(cell_id="c1", attempt=2, run_dir="cells/c1/2", status="void", counting=True),
+            events.CellEnded(cell_id="c2", attempt=1, run_dir="cells/c2/1", status="void", counting=True),
+            events.StudyEnded(cells=2, counted=2, void=2),
+        ]):
+            writer.append(event, source="study", wall_ns=1_000 + i, mono_ns=i)
+    out = tmp_path / "study.json"
+    proc = _export(study, "inspect", out, keys[2])
+    assert proc.returncode == 0, proc.stderr
+    dirs = sorted(s.metadata["caisson"]["run_dir"] for s in read_eval_log(str(out)).samples)  # inspect orders samples its way
+    assert dirs == [str(study / "cells" / "c1" / "2"), str(study / "cells" / "c2" / "1")]
