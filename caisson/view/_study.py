@@ -28,7 +28,8 @@ from ledger.events import event_kind
 __all__ = ["REPORT_FILES", "GridCell", "StudyGrid", "fold", "read_grid", "routes", "segments"]
 
 STUDY_DIR = "study"
-REPORT_FILES = ("report.txt", "report.md")  # a study report beside the study, shown when present
+REPORT_FILES = ("report.txt", "report.md")  # a study report beside the study, shown inline when present
+REPORT_HTML = "report.html"  # caisson.report's self-contained HTML, linked when present
 FOLLOW_INTERVAL_S = 0.25  # how often the server looks for new bytes in the study ledger (the page never polls)
 
 
@@ -217,7 +218,8 @@ def routes(studies: list[Path], trusted: VerifyKey, html: Callable[..., HTMLResp
         status, lines = follower.verification()
         return html("study", study={"name": follower.grid.name or study_dir.name, "state": follower.grid.state,
                                     "status": status, "verify_lines": lines},
-                    grid=render("grid", grid=follower.grid, base=base), report=_report(study_dir), base=base)
+                    grid=render("grid", grid=follower.grid, base=base), report=_report(study_dir),
+                    report_html=(study_dir / REPORT_HTML).is_file(), base=base)
 
     async def stream(request: Request):
         study_dir = study_of(request)
@@ -237,4 +239,13 @@ def routes(studies: list[Path], trusted: VerifyKey, html: Callable[..., HTMLResp
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
-    return [Route("/study/{i:int}", page), Route("/study/{i:int}/stream", stream)]
+    async def report_html(request: Request):
+        study_dir = study_of(request)
+        if study_dir is None or not (study_dir / REPORT_HTML).is_file():
+            return PlainTextResponse("no report.html beside this study", status_code=404)
+        body = await trio.to_thread.run_sync((study_dir / REPORT_HTML).read_bytes)
+        # shown as a document of its own, with no script and no form (CSP sandbox)
+        return HTMLResponse(body, headers={"Content-Security-Policy": "sandbox"})
+
+    return [Route("/study/{i:int}", page), Route("/study/{i:int}/stream", stream),
+            Route("/study/{i:int}/report.html", report_html)]

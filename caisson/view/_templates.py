@@ -119,6 +119,7 @@ _STUDY = """{% extends "base" %}{% block title %}study {{ study.name }}{% endblo
 <h1>study {{ study.name }}</h1>
 <p>state: <span id="study-state">{{ study.state }}</span> &middot; live: <span id="live">connecting</span></p>
 <div id="grid">{{ grid | safe }}</div>
+{% if report_html %}<p><a id="report-html" href="{{ base }}/report.html">the study report (HTML)</a></p>{% endif %}
 {% if report %}<h2>Report</h2><div id="report"><pre>{{ report }}</pre></div>{% endif %}
 <script>
 // Server-sent events: the server pushes the grid when the study ledger grows; no polling here.

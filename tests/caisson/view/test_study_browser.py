@@ -78,6 +78,13 @@ def test_study_grid_renders_and_updates_live(tmp_path: Path, keys, serve, browse
     # pushed, not polled: one page load and one event stream, nothing else
     time.sleep(1)
     assert [u.split("/", 3)[3] for u in requests] == ["study/0", "study/0/stream"]
+    # the report, once written beside the study, is on the page
+    (study_dir / "report.md").write_text("# demo-study\n\nclaude-code: tie (inconclusive)\n")
+    (study_dir / "report.html").write_text("<html><body><h1 id='r'>demo-study report</h1></body></html>")
+    page.goto(f"{server.url}/study/0")
+    assert "claude-code: tie (inconclusive)" in page.locator("#report").inner_text()
+    page.locator("#report-html").click()
+    assert page.locator("#r").inner_text() == "demo-study report"
 
 
 def test_tampered_study_ledger_shows_as_tampered(tmp_path: Path, keys, serve, browser):
