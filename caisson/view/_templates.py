@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import jinja2
 
 _BASE = """<!doctype html>
@@ -144,8 +146,6 @@ def environment() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    import datetime
-
     env.filters["utc"] = lambda ns: datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC).strftime(
         "%Y-%m-%d %H:%M:%S.%f")
     env.globals["depth_pad"] = lambda row: ""

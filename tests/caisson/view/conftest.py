@@ -35,9 +35,10 @@ def browser(tmp_path: Path) -> Iterator:
     """A page of headless Debian Chromium (Playwright, no downloaded browser), fresh profile."""
     if not os.path.exists(CHROMIUM):
         require(f"{CHROMIUM} is missing: apt-get install chromium")
-    playwright = pytest.importorskip("playwright.sync_api") if os.environ.get("CI") != "true" else None
-    if playwright is None:
+    try:
         import playwright.sync_api as playwright
+    except ImportError:
+        require("Playwright for Python is missing: pip install -e '.[test]'")
     # trio_asyncio (imported by the chamber code) installs a global asyncio loop policy
     # whose loops cannot run Playwright's; use asyncio's default while the browser runs.
     policy = asyncio.get_event_loop_policy()
