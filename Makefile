@@ -22,6 +22,8 @@ images: engine
 demo: engine
 	@$(PY) -m caisson.cli image build --name chamber
 	@$(PY) -m caisson.cli demo --out .demo
+	@if [ -d .demo/study/study ]; then view=".demo/study"; else view=".demo/runs"; fi; \
+		echo; echo "look at it in a browser (read-only, localhost only): $(CAISSON) view $$view"
 
 test: images
 	$(PY) -m pytest -q tests

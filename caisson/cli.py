@@ -30,6 +30,8 @@ _COMMANDS = {
     "image": "build chamber and agent images offline",
     "gc": "list and remove chambers, networks and scratch dirs whose recorder is gone",
     "study": "plan, run and follow a study (a matrix of cells)",
+    "view": "a read-only web view of runs and studies",
+    "export": "export runs to Inspect AI eval logs or Harbor ATIF trajectories",
     "demo": "run the built-in example",
 }
 

@@ -9,6 +9,7 @@ from a file that is still being written.
 from __future__ import annotations
 
 import bisect
+import operator
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,8 @@ __all__ = [
 ]
 
 _READ_CHUNK = 1 << 20
+_WALL_DELTA = operator.attrgetter("wall_delta_ns")
+_MONO_DELTA = operator.attrgetter("mono_delta_ns")
 V1_NOTE = ("format version 1: its seals do not bind the file's raw bytes, only the records' hash chain;"
            " the same records recompressed, or a seal's time changed, still verify")
 
@@ -132,6 +135,9 @@ class LedgerChecker:
         decode: decode each record into a `Record` and yield it (True), or only check
             records without decoding events and yield nothing (False, faster; used by
             verify, which reads the count from ``expected``).
+        skip_before: with ``decode``, records whose seq is below it are checked (chain,
+            seals) like the others but neither decoded nor yielded: a reader that starts
+            at record N pays the cost of verifying the frames before it, not decoding them.
 
     After a check fails, `tampered` holds (reason, offset, seq) and no more records
     are yielded; when the failure is a fork, `fork` holds (seq, offset of the frame
@@ -142,10 +148,11 @@ class LedgerChecker:
         LedgerError: unsupported format version.
     """
 
-    def __init__(self, trusted: VerifyKey | None, *, decode: bool = True):
+    def __init__(self, trusted: VerifyKey | None, *, decode: bool = True, skip_before: int = 0):
         self._parser = FrameParser()
         self._trusted = trusted
         self._decode = decode
+        self._skip_before = skip_before  # records below this seq are checked but not decoded nor yielded
         self._dctx = zstandard.ZstdDecompressor()
         self.header: Header | None = None
         self.head = b""
@@ -257,7 +264,8 @@ class LedgerChecker:
             if 0 <= seq < first + bad:  # this seq was read before: here or in an earlier frame
                 raise self._fork(seq, frame.offset)
             raise _Tampered(f"sequence gap: expected seq {first + bad}, found {seq}", frame.offset, self.sealed)
-        if self._decode:
+        skipped = self._decode and first + n <= self._skip_before
+        if self._decode and not skipped:
             stored = _decode_events(body, stored)
         try:
             self.head, _ = _chain.chain_frame(self.head, body)
@@ -268,16 +276,22 @@ class LedgerChecker:
         self._frame_offsets.append(frame.offset)
         if b"blob.stored" in body:
             for r in stored:
-                event = r.event if self._decode else _try_decode(r.event)
+                event = r.event if self._decode and not skipped else _try_decode(r.event)
                 if isinstance(event, BlobStored):
                     self.blob_refs.append((r.seq, event))
         if not self._decode:
             return
         wall, mono = self._wall, self._mono
+        if skipped:
+            self._wall = wall + sum(map(_WALL_DELTA, stored))
+            self._mono = mono + sum(map(_MONO_DELTA, stored))
+            return
+        skip = self._skip_before
         for r in stored:
             wall += r.wall_delta_ns
             mono += r.mono_delta_ns
-            yield Record(seq=r.seq, wall_ns=wall, mono_ns=mono, source=r.source, event=r.event)
+            if r.seq >= skip:
+                yield Record(seq=r.seq, wall_ns=wall, mono_ns=mono, source=r.source, event=r.event)
         self._wall, self._mono = wall, mono
 
     def _on_seal(self, frame: Frame) -> None:
@@ -464,18 +478,19 @@ def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobS
     return report
 
 
-def read_records(path: Path, trusted: VerifyKey | None = None) -> Iterator[Record]:
-    """Yield every decoded record of a ledger in order.
+def read_records(path: Path, trusted: VerifyKey | None = None, *, start: int = 0) -> Iterator[Record]:
+    """Yield every decoded record of a ledger in order, from seq ``start`` on.
 
     Records of an unsealed tail are yielded too (check `verify_ledger` first when
-    that matters).
+    that matters). The records before ``start`` are checked but not decoded, so a
+    page deep in a large ledger costs about what verifying up to it costs.
 
     Raises:
         NotALedgerError: the file is empty, or does not start with the ledger magic.
         LedgerError: a check fails (the message names the offset and reason).
     """
     ledger_path, _ = locate(path)
-    checker = LedgerChecker(trusted, decode=True)
+    checker = LedgerChecker(trusted, decode=True, skip_before=start)
     checker.feed(_read_ledger(ledger_path))
     yield from checker.records()
     if checker.tampered is not None:

@@ -12,7 +12,8 @@ PACKAGES+=(bpftrace)
 # writer's append) build with a C compiler and OpenSSL's headers; without them caisson
 # still installs, with their slower pure-Python twins.
 PACKAGES+=(gcc libc6-dev libssl-dev)
-# The HTML report's test loads it in headless Chromium (Playwright drives Debian's browser).
+# The HTML report's test and `caisson view`'s browser tests drive Debian's Chromium
+# (Playwright with its executable_path; no browser download).
 PACKAGES+=(chromium)
 PYTHON="${PYTHON:-python3}"
 builder="$PYTHON"  # the interpreter that will build the extension: the venv's, once it exists

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import trio
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ledger import BlobStore, LedgerWriter, Submission, read_records, run_writer, verify_ledger
+from ledger import BlobStore, LedgerError, LedgerWriter, Submission, read_records, run_writer, verify_ledger
 from ledger.events import EVENT_KINDS, FileOpen, Note, decode_event
 from tests.ledger.conftest import KEY, records, write_ledger
 
@@ -234,3 +235,27 @@ def test_a_thread_that_could_not_start_is_started_by_the_next_request(tmp_path, 
     assert not closer.is_alive(), "close() hung waiting for an fsync thread that never ran"
     assert w.sealed == 1
     assert verify_ledger(tmp_path / "ledger", KEY.verify_key).status == "ok"
+
+
+@given(records, st.integers(min_value=0, max_value=40))
+@settings(max_examples=40, deadline=None)
+def test_reading_from_a_start_seq_gives_the_tail_with_its_absolute_times(items, start):
+    """``read_records(start=N)`` skips decoding the frames before N, yet yields exactly the
+    records from N on, with the same absolute times (the deltas before N are summed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        write_ledger(run_dir, items, flush_records=3)
+        full = list(read_records(run_dir))
+        assert list(read_records(run_dir, start=start)) == full[start:]
+
+
+def test_reading_from_a_start_seq_still_checks_the_frames_before_it(tmp_path):
+    """A frame before ``start`` that fails its checks still stops the reader."""
+    items = [("strace", Note(text=f"n{i}"), 1_000 + i, i) for i in range(12)]
+    write_ledger(tmp_path / "run", items, flush_records=3)
+    ledger = tmp_path / "run" / "ledger"
+    data = bytearray(ledger.read_bytes())
+    data[120] ^= 0xFF  # inside the first records frame (payloads are compressed: no text to find)
+    ledger.write_bytes(bytes(data))
+    with pytest.raises(LedgerError):
+        list(read_records(tmp_path / "run", start=9))
