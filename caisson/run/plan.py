@@ -133,6 +133,7 @@ class PlannedAgent(msgspec.Struct, frozen=True, kw_only=True):
     gating: Gating
     image: str  # the image recipe it runs in (images/<image>/)
     version: str = ""  # the CLI version the agent image installs
+    elicitation: str = "stream"  # how its answer comes back: stream | answer_file (caisson.agents.Elicitation)
 
 
 class PlannedArm(msgspec.Struct, frozen=True, kw_only=True):
@@ -207,10 +208,11 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     weakened: Controls = Controls()
 
     def agent_facts(self) -> dict:
-        """The agent as ``run.started.agent`` records it: ``{name, gating, version}``, or {}."""
+        """The agent as ``run.started.agent`` records it: ``{name, gating, version, elicitation}``, or {}."""
         if self.agent is None:
             return {}
-        return {"name": self.agent.name, "gating": self.agent.gating, "version": self.agent.version}
+        return {"name": self.agent.name, "gating": self.agent.gating, "version": self.agent.version,
+                "elicitation": self.agent.elicitation}
 
     def arm_facts(self) -> dict:
         """The arm as ``run.started.arm`` records it: ``{name, grant, withhold, deny}``, or {}."""
@@ -324,7 +326,8 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     if question is None:
         raise UsageError("--agent needs --question ID (the prompt it is given)")
     found = _pick(scenario.arm, options.arm, "--arm", "arms", [a.name for a in scenario.arms])
-    agent = PlannedAgent(name=spec.name, gating=spec.gating, image=spec.image, version=spec.version)
+    agent = PlannedAgent(name=spec.name, gating=spec.gating, image=spec.image, version=spec.version,
+                         elicitation=spec.elicitation)
     if found is None:
         arm, allowed, denied = None, [], []
     else:

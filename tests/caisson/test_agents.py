@@ -198,7 +198,7 @@ model = "gpt-5"
         os.environ.pop("OPENAI_API_KEY")
     events = [r.event for r in read_records(tmp_path / "run")]
     started = events[0]
-    assert started.agent == {"name": "codex", "gating": "ungated", "version": "0.171.0"}
+    assert started.agent == {"name": "codex", "gating": "ungated", "version": "0.171.0", "elicitation": "stream"}
     assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("exec_command", "executed")]
     assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
     calls = [e for e in events if isinstance(e, LlmCall)]
@@ -209,6 +209,49 @@ model = "gpt-5"
                            "output_tokens": 42, "reasoning_output_tokens": 10}
     assert (usage.normalized.input_tokens, usage.normalized.output_tokens) == (1480, 42)
     assert sum(c.normalized.input_tokens for c in calls) == 1480
+    [result] = replay_runs([tmp_path / "run"], ensure_operator_key().verify_key)
+    assert result.status == "clean" and result.score == 1.0, result.reasons
+
+
+@pytest.mark.parametrize("model_server", ["mini_grep.toml"], indirect=True)
+def test_mini_swe_agent_runs_a_scripted_task_ungated_from_its_trajectory_file(agent_image, model_server, repo,
+                                                                               tmp_path):
+    path = tmp_path / "mini.toml"
+    path.write_text(f'''
+name = "mini"
+pass_credentials = ["OPENAI_API_KEY"]
+[[questions]]
+id = "where-answer"
+prompt = "In which file and line is the function `answer` defined? Use grep."
+required = [{{ subject = "answer", pattern = "src/app.py" }}]
+[[arms]]
+name = "no-write"
+grant = ["bash"]
+withhold = ["Write"]
+[egress]
+allow_hosts = ["api.openai.com"]
+upstream = {{ "api.openai.com" = "http://{model_server}" }}
+[agent]
+model = "gpt-5"
+max_turns = 5
+''')
+    os.environ["OPENAI_API_KEY"] = "sk-openai-scripted-test-0000"
+    try:
+        assert main(["record", "--scenario", str(path), "--repo", str(repo), "--question", "where-answer",
+                     "--agent", "mini-swe-agent", "--arm", "no-write", "--out", str(tmp_path / "refused")]) == 2
+        assert main(["record", "--scenario", str(path), "--repo", str(repo), "--question", "where-answer",
+                     "--agent", "mini-swe-agent", "--out", str(tmp_path / "run")]) == 0
+    finally:
+        os.environ.pop("OPENAI_API_KEY")
+    events = [r.event for r in read_records(tmp_path / "run")]
+    assert events[0].agent == {"name": "mini-swe-agent", "gating": "ungated", "version": "2.4.6",
+                               "elicitation": "answer_file"}
+    assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("bash", "executed")] * 2
+    assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
+    calls = [e for e in events if isinstance(e, LlmCall)]
+    assert [c.endpoint for c in calls] == ["chat.completions"] * 2
+    [usage] = [e for e in events if isinstance(e, AgentUsage)]
+    assert usage.normalized.input_tokens == sum(c.normalized.input_tokens for c in calls) == 2090
     [result] = replay_runs([tmp_path / "run"], ensure_operator_key().verify_key)
     assert result.status == "clean" and result.score == 1.0, result.reasons
 

@@ -83,7 +83,8 @@ def test_an_agent_plan_has_its_command_gating_arm_and_deny_list():
     assert plan.refusal is None and plan.transcript == "claude-code" and plan.image_recipe == "agent"
     assert plan.command[0] == "claude" and "Where is the function `answer` defined?" in plan.command
     assert plan.env["X"] == "1" and plan.env["CAISSON_QUESTION_ID"] == "q1"
-    assert plan.agent_facts() == {"name": "claude-code", "gating": "enforced"}
+    assert plan.agent_facts() == {"name": "claude-code", "gating": "enforced", "version": "2.1.328",
+                                  "elicitation": "stream"}
     assert plan.arm_facts() == {"name": "no-write", "grant": ["Bash"], "withhold": ["Write"],
                                 "deny": list(plan.arm.deny)}
 
@@ -131,7 +132,7 @@ def test_the_plan_is_a_pure_function_of_its_inputs():
     (dict(command=["true"], timeout_s=0), r"^--timeout 0: expected a number of seconds above 0$"),
     (dict(command=["true"], timeout_s=float("nan")), r"^--timeout nan:"),
     (dict(command=["true"], question="nope"), r"^--question nope: not in the scenario; its questions: q1$"),
-    (dict(command=[], question="q1", agent="nope"), r"^--agent nope: unknown agent; known: claude-code, codex$"),
+    (dict(command=[], question="q1", agent="nope"), r"^--agent nope: unknown agent; known: claude-code, codex, mini-swe-agent$"),
     (dict(command=[], question="q1", agent="claude-code", arm="nope"),
      r"^--arm nope: not in the scenario; its arms: no-write, everything$"),
     (dict(command=["true"], arm="no-write"), r"^--arm no-write: an arm sets an agent's tools; give --agent"),
