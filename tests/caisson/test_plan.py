@@ -224,3 +224,21 @@ prompt = "Where is the function `answer` defined?"
 name = "no-write"
 grant = ["Bash"]
 '''
+
+
+def test_discovered_tools_are_unioned_into_the_deny_list_and_a_grant_stays_allowed():
+    base = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write"), SCENARIO)
+    assert "Teleport" not in base.arm.deny and {"Agent", "DeferredToolPlaceholder"} <= set(base.arm.deny)
+    plan = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
+                                  discovered_tools=["Teleport", "Bash"]), SCENARIO)
+    assert set(plan.arm.deny) == set(base.arm.deny) | {"Teleport"}  # Bash is granted: never denied
+    assert "Teleport" in plan.command[plan.command.index("--disallowedTools") + 1].split(",")
+
+
+def test_a_measured_not_enforced_gating_refuses_a_withholding_arm_and_never_raises_a_claim():
+    plan = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
+                                  measured_gating="not_enforced"), SCENARIO)
+    assert plan.agent.gating == "not_enforced" and plan.refusal is not None
+    assert "its gating probe saw a denied tool run" in plan.refusal.reason
+    plan = plan_run(RecordOptions(command=[], question="q1", agent="codex", measured_gating="enforced"), SCENARIO)
+    assert plan.agent.gating == "ungated"
