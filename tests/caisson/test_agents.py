@@ -281,3 +281,53 @@ model = "claude-sonnet-4-5"
     [bad] = preflight(path, repo, ["claude-code"], out=tmp_path / "bad", weaken=("deny_list",))
     assert bad.status == "abort" and "Write" in bad.still_denied
     assert "arm no-write, agent claude-code: denied tools still present" in bad.reason
+
+
+FAKE_CLI = r'''denied=,
+while [ $# -gt 0 ]; do
+  case "$1" in --disallowedTools) denied=",$2,"; shift;; esac; shift
+done
+tools=
+for t in Bash Read Write Teleport; do
+  case "$denied" in *",$t,"*) ;; *) tools="$tools\"$t\",";; esac
+done
+printf '{"type":"system","subtype":"init","model":"fake","tools":[%s]}\n' "${tools%,}"
+printf '{"type":"result","subtype":"success","result":"src/app.py:1","usage":{"input_tokens":1,"output_tokens":1}}\n'
+'''
+"""A Claude-Code-like build that reports one tool its adapter does not list (Teleport) and
+drops what --disallowedTools names; it never calls a model."""
+
+
+def test_preflight_discovers_a_tool_an_agent_build_adds_and_denies_it(agent_image, repo, tmp_path, monkeypatch):
+    from caisson import agents
+    from caisson.agents import claude_code
+    from caisson.probes.preflight import preflight
+
+    def command(prompt, *, allowed, denied, model=None, max_turns=None):
+        return ["sh", "-c", FAKE_CLI, "fake", *claude_code.command(prompt, allowed=allowed, denied=denied)[1:]]
+
+    fake = agents.Adapter(name="fake-cli", version="0", gating="enforced", image="agent",
+                          static_tools=("Bash", "Read", "Write"), env={}, command=command,
+                          transcript=claude_code.TranscriptParser)
+    monkeypatch.setitem(agents.ADAPTERS, "fake-cli", fake)
+    path = tmp_path / "pre.toml"
+    path.write_text('''
+name = "pre"
+[[questions]]
+id = "q"
+prompt = "Where is the function `answer` defined?"
+[[arms]]
+name = "no-write"
+grant = ["Bash"]
+withhold = ["Write"]
+[agent]
+model = "claude-sonnet-4-5"
+''')
+    [check] = preflight(path, repo, ["fake-cli"], out=tmp_path / "pre")
+    assert check.discovered == ["Bash", "Read", "Teleport", "Write"]  # the discovery session, no arm
+    started = next(r.event for r in read_records(tmp_path / "pre" / "fake-cli--no-write"))
+    assert started.arm["deny"] == ["Read", "Teleport", "Write"]  # upstream's new tool, denied without an adapter change
+    assert check.offered == ["Bash"] and check.still_denied == []
+    # the build never shows the probe's Write call refused: its claim of enforced does not hold
+    assert (check.status, check.gating.claimed, check.gating.measured) == ("abort", "enforced", "not_enforced")
+    assert "shows no such call" in check.gating.reason
