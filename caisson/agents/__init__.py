@@ -14,7 +14,7 @@ from typing import Literal
 
 import msgspec
 
-from caisson.agents import claude_code, codex, mini_swe_agent
+from caisson.agents import claude_code, codex, mini_swe_agent, opencode
 from caisson.errors import UsageError
 from ledger.events import Gating
 
@@ -54,6 +54,10 @@ ADAPTERS: dict[str, Adapter] = {
         name=mini_swe_agent.NAME, version=mini_swe_agent.VERSION, gating=mini_swe_agent.GATING, image="agent",
         static_tools=mini_swe_agent.STATIC_TOOLS, env=mini_swe_agent.ENV, command=mini_swe_agent.command,
         transcript=mini_swe_agent.TranscriptParser, elicitation=mini_swe_agent.ELICITATION),
+    opencode.NAME: Adapter(
+        name=opencode.NAME, version=opencode.VERSION, gating=opencode.GATING, image="agent",
+        static_tools=opencode.STATIC_TOOLS, env=opencode.ENV, command=opencode.command,
+        transcript=opencode.TranscriptParser, elicitation=opencode.ELICITATION),
 }
 
 

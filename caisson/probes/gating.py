@@ -33,6 +33,7 @@ __all__ = ["GatingVerdict", "PROBE_ARGUMENTS", "discovered_tools", "judge_gating
 PROBE_ARGUMENTS: dict[str, dict[str, Any]] = {
     "Write": {"file_path": "/work/sandbox/caisson-gating-probe.txt", "content": "gating probe"},
     "Edit": {"file_path": "/work/sandbox/caisson-gating-probe.txt", "old_string": "a", "new_string": "b"},
+    "write": {"filePath": "/work/sandbox/caisson-gating-probe.txt", "content": "gating probe"},
     "Bash": {"command": "echo caisson-gating-probe"},
     "bash": {"command": "echo caisson-gating-probe"},
     "exec_command": {"cmd": "echo caisson-gating-probe"},
