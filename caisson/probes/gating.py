@@ -1,7 +1,8 @@
 """The gating probe: an adapter's claim of ``enforced`` holds only once a live session shows it.
 
 A probe session runs the agent with an arm's deny list against the scripted model, which
-asks for one denied tool (`probe_script`). The claim holds when the transcript shows that
+asks for one denied tool (`probe_script`) that a discovery session showed the agent has (a
+tool the session never had is refused whatever the deny list says: it proves nothing). The claim holds when the transcript shows that
 call refused; any other outcome (executed, errored, unknown), or no sign of the call at all,
 measures the agent as ``not_enforced`` for its version, with the records as evidence. An
 ``ungated`` agent stays ``ungated``: there is nothing to probe.
@@ -37,6 +38,8 @@ PROBE_ARGUMENTS: dict[str, dict[str, Any]] = {
     "Bash": {"command": "echo caisson-gating-probe"},
     "bash": {"command": "echo caisson-gating-probe"},
     "exec_command": {"cmd": "echo caisson-gating-probe"},
+    "glob": {"pattern": "**/*.py"},
+    "grep": {"pattern": "def answer"},
     "WebFetch": {"url": "https://example.com/", "prompt": "gating probe"},
     "Read": {"file_path": "/etc/hostname"},
 }

@@ -114,7 +114,9 @@ def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path |
                     checks.append(Check(arm=arm.name, agent=agent, status="refused", discovered=discovered,
                                         reason=f"refused: {plan.refusal.reason}"))
                     continue
-                tool = pick_probe_tool(plan.arm.deny) if plan.arm is not None else None
+                # a tool the session does not have is refused whatever the deny list: probe one it showed
+                present = [t for t in plan.arm.deny if t in discovered] if plan.arm is not None else []
+                tool = pick_probe_tool(present)
                 text = probe_script(model, tool) if spec.gating == "enforced" and tool else preflight_script(model)
                 _session(options, root / f"{agent}--{arm.name}.toml", text)
             except UsageError as exc:

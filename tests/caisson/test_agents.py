@@ -331,3 +331,31 @@ model = "claude-sonnet-4-5"
     # the build never shows the probe's Write call refused: its claim of enforced does not hold
     assert (check.status, check.gating.claimed, check.gating.measured) == ("abort", "enforced", "not_enforced")
     assert "shows no such call" in check.gating.reason
+
+
+def test_opencodes_claim_of_enforced_is_measured_by_the_gating_probe_and_a_wrong_deny_list_is_caught(
+        agent_image, repo, tmp_path):
+    from caisson.probes.preflight import preflight
+
+    path = tmp_path / "pre.toml"
+    path.write_text('''
+name = "pre"
+pass_credentials = ["OPENAI_API_KEY"]
+[[questions]]
+id = "q"
+prompt = "Where is the function `answer` defined?"
+[[arms]]
+name = "no-write"
+grant = ["bash", "read"]
+withhold = ["write"]
+[agent]
+model = "gpt-5"
+''')
+    [ok] = preflight(path, repo, ["opencode"], out=tmp_path / "ok")
+    assert (ok.status, ok.gating.measured, ok.gating.tool, ok.gating.outcome) == ("ok", "enforced", "glob", "refused")
+    # gpt-5 sessions have apply_patch, not write: the probe calls a denied tool the agent showed it has
+    assert "apply_patch" in ok.discovered and "write" not in ok.discovered and ok.offered == ["bash", "read"]
+    started = next(r.event for r in read_records(tmp_path / "ok" / "opencode--no-write"))
+    assert started.agent["elicitation"] == "stream" and "write" in started.arm["deny"]
+    [bad] = preflight(path, repo, ["opencode"], out=tmp_path / "bad", weaken=("deny_list",))
+    assert (bad.status, bad.gating.measured, bad.gating.outcome) == ("abort", "not_enforced", "executed")

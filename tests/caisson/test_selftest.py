@@ -22,13 +22,14 @@ def test_the_selftest_scenario_is_a_file_in_scenarios_probes():
 
     assert SCENARIO == resource_dir("scenarios") / "probes" / "selftest.toml"
     scenario = load_scenario(SCENARIO)
-    assert [q.id for q in scenario.questions] == ["where-answer"] and [a.name for a in scenario.arms] == ["no-write", "no-shell"]
+    assert [q.id for q in scenario.questions] == ["where-answer"] and [a.name for a in scenario.arms] == ["no-write", "bash",
+                                                                                                   "oc-no-write", "no-shell"]
     assert [(e.category, e.globs) for e in scenario.exclusions] == [("answer_key", ["benchmark/**"]),
                                                                     ("agent_instructions", ["CLAUDE.md"])]
     assert not scenario.egress.allow_hosts  # the cases without a network have none at all
     networked = parse_scenario((SCENARIO.read_text() + egress_table("127.0.0.1:9")).encode(), "networked")
-    assert networked.egress.allow_hosts == ["api.anthropic.com"]
-    assert networked.egress.upstream == {"api.anthropic.com": "http://127.0.0.1:9"}
+    assert networked.egress.allow_hosts == ["api.anthropic.com", "api.openai.com"]
+    assert networked.egress.upstream == {"api.anthropic.com": "http://127.0.0.1:9", "api.openai.com": "http://127.0.0.1:9"}
 
 
 def test_the_preflight_model_script_is_a_file_in_scenarios_model():
