@@ -14,7 +14,7 @@ from typing import Literal
 
 import msgspec
 
-from caisson.agents import claude_code, codex, mini_swe_agent, opencode
+from caisson.agents import claude_code, codex, copilot, mini_swe_agent, opencode
 from caisson.errors import UsageError
 from ledger.events import Gating
 
@@ -58,6 +58,10 @@ ADAPTERS: dict[str, Adapter] = {
         name=opencode.NAME, version=opencode.VERSION, gating=opencode.GATING, image="agent",
         static_tools=opencode.STATIC_TOOLS, env=opencode.ENV, command=opencode.command,
         transcript=opencode.TranscriptParser, elicitation=opencode.ELICITATION),
+    copilot.NAME: Adapter(
+        name=copilot.NAME, version=copilot.VERSION, gating=copilot.GATING, image="agent",
+        static_tools=copilot.STATIC_TOOLS, env=copilot.ENV, command=copilot.command,
+        transcript=copilot.TranscriptParser, elicitation=copilot.ELICITATION),
 }
 
 

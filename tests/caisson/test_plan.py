@@ -132,7 +132,7 @@ def test_the_plan_is_a_pure_function_of_its_inputs():
     (dict(command=["true"], timeout_s=0), r"^--timeout 0: expected a number of seconds above 0$"),
     (dict(command=["true"], timeout_s=float("nan")), r"^--timeout nan:"),
     (dict(command=["true"], question="nope"), r"^--question nope: not in the scenario; its questions: q1$"),
-    (dict(command=[], question="q1", agent="nope"), r"^--agent nope: unknown agent; known: claude-code, codex, mini-swe-agent, opencode$"),
+    (dict(command=[], question="q1", agent="nope"), r"^--agent nope: unknown agent; known: claude-code, codex, copilot, mini-swe-agent, opencode$"),
     (dict(command=[], question="q1", agent="claude-code", arm="nope"),
      r"^--arm nope: not in the scenario; its arms: no-write, everything$"),
     (dict(command=["true"], arm="no-write"), r"^--arm no-write: an arm sets an agent's tools; give --agent"),
