@@ -37,10 +37,12 @@ VERSION = "1.0.102"
 GATING: Gating = "enforced"
 """Claimed; a preflight's gating probe measures it (`caisson.probes.gating`)."""
 ELICITATION = "stream"
-STATIC_TOOLS = ("bash", "create", "edit", "view", "glob", "grep", "read_bash", "write_bash", "stop_bash",
-                "list_bash", "web_fetch", "task", "report_intent", "update_todo")
-"""Copilot CLI's built-in tools as far as its transcripts show them; discovery adds the rest
-from the tools its model requests offer."""
+STATIC_TOOLS = ("bash", "create", "edit", "fetch_copilot_cli_documentation", "glob", "grep", "list_agents",
+                "list_bash", "read_agent", "read_bash", "report_intent", "session_store_sql", "skill", "sql",
+                "stop_bash", "task", "update_todo", "view", "web_fetch", "write_agent", "write_bash")
+"""Copilot CLI's tools: those its gpt-5 requests offered in a preflight's discovery session on
+the scripted model, plus ``report_intent``, ``update_todo`` and ``web_fetch`` (offered to
+other models); discovery adds what a version offers beyond them."""
 ENV = {
     "COPILOT_PROVIDER_BASE_URL": "https://api.openai.com/v1",
     "COPILOT_PROVIDER_TYPE": "openai",
