@@ -79,7 +79,7 @@ CASES: tuple[Case, ...] = (
          expect=("containment.excluded_read@1",)),
     Case(name="pwd_writer", command=_probe("pwd_writer.sh")),
     Case(name="pwd_writer/live_repo", command=_probe("pwd_writer.sh"), weaken=("live_repo",),
-         expect=("containment.outside_tree@1",)),
+         expect=("containment.outside_tree@2",)),
     Case(name="env_snooper", command=_probe("env_snooper.sh")),
     Case(name="env_snooper/env", command=_probe("env_snooper.sh"), weaken=("env",), expect=("env.inheritance@1",)),
     Case(name="witness_killer", command=_probe("witness_killer.sh")),
