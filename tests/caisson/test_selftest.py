@@ -23,7 +23,8 @@ def test_the_selftest_scenario_is_a_file_in_scenarios_probes():
     assert SCENARIO == resource_dir("scenarios") / "probes" / "selftest.toml"
     scenario = load_scenario(SCENARIO)
     assert [q.id for q in scenario.questions] == ["where-answer"] and [a.name for a in scenario.arms] == ["no-write", "bash",
-                                                                                                   "oc-no-write", "no-shell"]
+                                                                                                   "oc-no-write", "cp-no-create",
+                                                                                                   "no-shell"]
     assert [(e.category, e.globs) for e in scenario.exclusions] == [("answer_key", ["benchmark/**"]),
                                                                     ("agent_instructions", ["CLAUDE.md"])]
     assert not scenario.egress.allow_hosts  # the cases without a network have none at all
