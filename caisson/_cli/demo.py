@@ -118,14 +118,15 @@ def _openai_model(out: Path, question, agent: str):
     work.mkdir(parents=True, exist_ok=True)
     grep = json.dumps(f'grep -rnE "(def|class) {name}\\b" src')
     submit = "printf '%s\\n' COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT " + shlex.quote(answer)
-    last = (f'tool_calls = [{{ name = "bash", arguments = {{ command = {json.dumps(submit)} }} }}]\nstop_reason = "tool_use"'
-            if agent == "mini-swe-agent" else f'text = {json.dumps(answer)}\nstop_reason = "end_turn"')
+    last = (f'tool_calls = [{{ name = "bash", arguments = {{ command = {json.dumps(submit)} }} }}]\n'
+            'stop_reason = "tool_use"' if agent == "mini-swe-agent" else f'text = {json.dumps(answer)}\nstop_reason = "end_turn"')
     script = work / "script.toml"
     script.write_text(
         f'name = "demo-{agent}-{question.id}"\nmodels = ["gpt-5"]\n\n[[turns]]\ntext = "Let me search the source."\n'
         f'tool_calls = [{{ name = "bash", arguments = {{ command = {grep}, description = "search" }} }}]\n'
         f'stop_reason = "tool_use"\nusage = {{ input = 1200, cache_read = 800, output = 60 }}\n\n[[turns]]\n'
-        f'match = {{ tool_result_contains = "{name}" }}\n{last}\nusage = {{ input = 90, cache_read = 2000, output = 25 }}\n')
+        f'match = {{ tool_result_contains = "{name}" }}\n{last}\n'
+        'usage = { input = 90, cache_read = 2000, output = 25 }\n')
     with scripted_model(script) as address:
         scenario = work / "scenario.toml"
         scenario.write_text('pass_credentials = ["OPENAI_API_KEY"]\n' + SCENARIO.read_text() + f"""

@@ -209,6 +209,6 @@ class TranscriptParser(JsonLinesParser):
         if view is None:
             return usage, None, f"usage not normalisable: {problem}"
         rule = OUTPUT_RULE
-        view = msgspec.structs.replace(view, reasoning_tokens=reasoning, rule=f"{view.rule}; {rule}",
-                                       rules={**view.rules, "output_tokens": f"{rule}+{view.rules.get('output_tokens', '')}"})
+        rules = {**view.rules, "output_tokens": f"{rule}+{view.rules.get('output_tokens', '')}"}
+        view = msgspec.structs.replace(view, reasoning_tokens=reasoning, rule=f"{view.rule}; {rule}", rules=rules)
         return usage, view, None

@@ -2,14 +2,15 @@
 
 A probe session runs the agent with an arm's deny list against the scripted model, which
 asks for one denied tool (`probe_script`) that a discovery session showed the agent has (a
-tool the session never had is refused whatever the deny list says: it proves nothing). The claim holds when the transcript shows that
-call refused; any other outcome (executed, errored, unknown), or no sign of the call at all,
-measures the agent as ``not_enforced`` for its version, with the records as evidence. An
-``ungated`` agent stays ``ungated``: there is nothing to probe.
+tool the session never had is refused whatever the deny list says: it proves nothing). The
+claim holds when the transcript shows that call refused; any other outcome (executed,
+errored, unknown), or no sign of the call at all, measures the agent as ``not_enforced``
+for its version, with the records as evidence. An ``ungated`` agent stays ``ungated``:
+there is nothing to probe.
 
 Tool discovery reads the same sessions: the tools an agent reports about itself
-(``agent.tools``) and the tools its model requests offer (the ``tools`` of each LLM request
-body the proxy kept) are unioned with the adapter's static list into the deny list
+(``agent.tools``) and the tools its model requests offer (the ``tools`` of each LLM
+request body the proxy kept) are unioned with the adapter's static list into the deny list
 (`caisson.run.plan.RecordOptions.discovered_tools`), so a tool that appears upstream is
 denied without an adapter change.
 

@@ -260,8 +260,8 @@ def _check_gating(cases: tuple[Case, ...], gating: dict[str, GatingVerdict]) -> 
     return failures
 
 
-INFO_DETECTORS = {"enforcement.tool_audit@1", "network.denied_egress@1", "tokens.cross_check@1", "containment.denied_syscall@1",
-                  "network.unexplained_flow@1"}
+INFO_DETECTORS = {"enforcement.tool_audit@1", "network.denied_egress@1", "tokens.cross_check@1",
+                  "containment.denied_syscall@1", "network.unexplained_flow@1"}
 """Detectors whose findings are shown, never voiding (the control held): they fire with info."""
 
 
