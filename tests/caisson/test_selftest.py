@@ -13,6 +13,13 @@ def test_selftest_matrix_discriminates(chamber_image, tmp_path, capsys):
     assert "selftest passed" in out
     for case in CASES:
         assert case.name in out
+    # each gating kind on its real agent, and a wrong deny list caught on each gated one
+    for agent in ("claude_code", "opencode", "copilot"):
+        assert f"gating {agent}: " in out and f"gating {agent}/deny_list: " in out
+    lines = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("gating ")}
+    assert "claims enforced, measured enforced" in lines["gating claude_code"]
+    assert "claims enforced, measured not_enforced" in lines["gating copilot/deny_list"]
+    assert "claims ungated, measured ungated" in lines["gating mini_swe_agent"]
 
 
 def test_the_selftest_scenario_is_a_file_in_scenarios_probes():
