@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -42,7 +43,9 @@ SCENARIOS = resource_dir("scenarios")
 SCENARIO = SCENARIOS / "click" / "scenario.toml"
 PROBES = SCENARIOS / "probes"
 AGENTS = {"honest_grep": "honest_grep.sh", "key_reader": "key_reader.sh"}
-SUMMARY_AGENTS = (*AGENTS, "claude_code")
+OPENAI_AGENTS = ("mini-swe-agent", "opencode", "copilot")
+"""The adapters the demo runs once each on the scripted model through the OpenAI API shape."""
+SUMMARY_AGENTS = (*AGENTS, "claude_code", *(a.replace("-", "_") for a in OPENAI_AGENTS))
 KEY = SCENARIOS / "click" / "seed" / "benchmark" / "questions.toml"
 
 
@@ -107,6 +110,45 @@ upstream = {{ "api.anthropic.com" = "http://{address}" }}
         yield address, scenario
 
 
+@contextlib.contextmanager
+def _openai_model(out: Path, question, agent: str):
+    """A scripted model (Chat Completions) for one question and one of `OPENAI_AGENTS`: a
+    ``bash`` grep, then the answer (mini-swe-agent submits it with a command), and a scenario
+    whose arm grants ``bash`` only and whose egress reaches the model."""
+    name = question.prompt.split("`")[1] if question.prompt.count("`") >= 2 else "answer"
+    answer = {q["id"]: q["answer"] for q in tomllib.loads(KEY.read_text())["question"]}.get(question.id, "")
+    work = out / "model" / f"{agent}--{question.id}"
+    work.mkdir(parents=True, exist_ok=True)
+    grep = json.dumps(f'grep -rnE "(def|class) {name}\\b" src')
+    submit = "printf '%s\\n' COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT " + shlex.quote(answer)
+    last = (f'tool_calls = [{{ name = "bash", arguments = {{ command = {json.dumps(submit)} }} }}]\n'
+            'stop_reason = "tool_use"' if agent == "mini-swe-agent" else f'text = {json.dumps(answer)}\nstop_reason = "end_turn"')
+    script = work / "script.toml"
+    script.write_text(
+        f'name = "demo-{agent}-{question.id}"\nmodels = ["gpt-5"]\n\n[[turns]]\ntext = "Let me search the source."\n'
+        f'tool_calls = [{{ name = "bash", arguments = {{ command = {grep}, description = "search" }} }}]\n'
+        f'stop_reason = "tool_use"\nusage = {{ input = 1200, cache_read = 800, output = 60 }}\n\n[[turns]]\n'
+        f'match = {{ tool_result_contains = "{name}" }}\n{last}\n'
+        'usage = { input = 90, cache_read = 2000, output = 25 }\n')
+    with scripted_model(script) as address:
+        scenario = work / "scenario.toml"
+        scenario.write_text('pass_credentials = ["OPENAI_API_KEY"]\n' + SCENARIO.read_text() + f"""
+
+[[arms]]
+name = "bash"
+grant = ["bash"]
+
+[agent]
+model = "gpt-5"
+max_turns = 4
+
+[egress]
+allow_hosts = ["api.openai.com"]
+upstream = {{ "api.openai.com" = "http://{address}" }}
+""")
+        yield address, scenario
+
+
 def run(args: argparse.Namespace) -> int:
     console = Console(width=150, highlight=False)
     out: Path = args.out
@@ -149,6 +191,21 @@ def run(args: argparse.Namespace) -> int:
                 outcome = record(RecordOptions(command=[], scenario=scenario_path, repo=repo, commit=commit,
                                                out=run_dir, question=q.id, agent="claude-code", arm="shell",
                                                env={"ANTHROPIC_API_KEY": "sk-ant-demo-scripted"}),
+                                 witnesses=default_witnesses())
+            run_dirs.append(run_dir)
+            console.print(f"  {run_dir.name:40s} {outcome.status}, exit {outcome.command_exit},"
+                          f" {outcome.duration_ns / 1e6:.0f} ms")
+
+    if args.agent_questions:
+        console.print("\n== 3c. mini-swe-agent (ungated), OpenCode and Copilot CLI (gating measured by preflight):"
+                      " one question each, on the scripted model")
+        q = questions[0]
+        for agent in OPENAI_AGENTS:
+            run_dir = runs / f"{agent.replace('-', '_')}--{q.id}"
+            with _openai_model(out, q, agent) as (address, scenario_path):
+                outcome = record(RecordOptions(command=[], scenario=scenario_path, repo=repo, commit=commit,
+                                               out=run_dir, question=q.id, agent=agent, arm="bash",
+                                               env={"OPENAI_API_KEY": "sk-openai-demo-scripted"}),
                                  witnesses=default_witnesses())
             run_dirs.append(run_dir)
             console.print(f"  {run_dir.name:40s} {outcome.status}, exit {outcome.command_exit},"

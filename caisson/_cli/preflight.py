@@ -25,5 +25,7 @@ def run(args: argparse.Namespace) -> int:
     checks = preflight(args.scenario, args.repo, args.agent, out=args.out)
     for c in checks:
         detail = c.reason or f"offers {', '.join(c.offered) or 'nothing'}"
+        if c.gating is not None:
+            detail += f" [gating {c.gating.claimed} -> measured {c.gating.measured}: {c.gating.reason}]"
         print(f"{c.status.upper():8s} {c.agent} x {c.arm}: {detail}")
     return 1 if any(c.status == "abort" for c in checks) else 0

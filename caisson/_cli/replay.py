@@ -43,6 +43,8 @@ def table(results: list[RunReplay]) -> Table:
         notes = r.reasons or [f"{f.kind}: {f.message}" for f in r.findings]
         if r.rederived is not None:  # figures today's parsers and rules read differently from the live ones
             notes = notes + [f"rebuilt: {change}" for change in r.rederived.changed]
+        if r.tool_audit not in (None, "audited"):  # weaker than no violation: said first
+            notes = [f"tool_audit: {r.tool_audit}", *notes]
         notes = notes or ["-"]
         if r.verified != "ok":
             notes = [r.verify_detail]

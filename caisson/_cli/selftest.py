@@ -42,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
                                                       " (MISSED)" if expected else ""))
         table.add_row(name, *cells)
     console.print(table)
+    for name, verdict in result.gating.items():  # each gating kind on its real agent
+        console.print(f"gating {name}: {verdict.agent} {verdict.version} claims {verdict.claimed},"
+                      f" measured {verdict.measured}: {verdict.reason}", highlight=False)
     for line in result.failures:
         console.print(f"FAIL {line}", highlight=False)
     console.print("selftest passed" if not result.failures else f"selftest failed: {len(result.failures)} problem(s)")

@@ -10,15 +10,22 @@ minus the grant, plus what the arm withholds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 import msgspec
 
-from caisson.agents import claude_code, codex
+from caisson.agents import claude_code, codex, copilot, mini_swe_agent, opencode
 from caisson.errors import UsageError
 from caisson.grants import granted_by, grants_by_tool
 from ledger.events import Gating
 
-__all__ = ["Adapter", "ADAPTERS", "adapter", "deny_list"]
+Elicitation = Literal["stream", "answer_file"]
+"""How an adapter gets the agent's answer back: ``stream`` (a structured transcript on
+stdout as the agent works: Claude Code's stream-json, Codex's JSON lines) or
+``answer_file`` (a file the agent writes, printed once it exits: mini-swe-agent's
+trajectory)."""
+
+__all__ = ["Adapter", "Elicitation", "ADAPTERS", "adapter", "deny_list"]
 
 
 class Adapter(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,6 +39,7 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str]  # variables it needs in the chamber (no secrets)
     command: Callable[..., list[str]]  # (prompt, *, allowed, denied, model, max_turns) -> argv
     transcript: Callable[..., object] | None  # a sans-IO parser factory (version=...) -> (feed, close, events)
+    elicitation: Elicitation = "stream"  # how the answer comes back: a streamed structured transcript, or an answer file
 
 
 ADAPTERS: dict[str, Adapter] = {
@@ -43,6 +51,18 @@ ADAPTERS: dict[str, Adapter] = {
     codex.NAME: Adapter(
         name=codex.NAME, version=codex.VERSION, gating=codex.GATING, image="agent", static_tools=codex.STATIC_TOOLS, env={},
         command=codex.command, transcript=codex.TranscriptParser),
+    mini_swe_agent.NAME: Adapter(
+        name=mini_swe_agent.NAME, version=mini_swe_agent.VERSION, gating=mini_swe_agent.GATING, image="agent",
+        static_tools=mini_swe_agent.STATIC_TOOLS, env=mini_swe_agent.ENV, command=mini_swe_agent.command,
+        transcript=mini_swe_agent.TranscriptParser, elicitation=mini_swe_agent.ELICITATION),
+    opencode.NAME: Adapter(
+        name=opencode.NAME, version=opencode.VERSION, gating=opencode.GATING, image="agent",
+        static_tools=opencode.STATIC_TOOLS, env=opencode.ENV, command=opencode.command,
+        transcript=opencode.TranscriptParser, elicitation=opencode.ELICITATION),
+    copilot.NAME: Adapter(
+        name=copilot.NAME, version=copilot.VERSION, gating=copilot.GATING, image="agent",
+        static_tools=copilot.STATIC_TOOLS, env=copilot.ENV, command=copilot.command,
+        transcript=copilot.TranscriptParser, elicitation=copilot.ELICITATION),
 }
 
 

@@ -41,8 +41,11 @@ STATIC_TOOLS = (
     "CronCreate", "CronDelete", "CronList", "EnterWorktree", "ExitWorktree", "ListAgents", "Monitor",
     "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "TaskCreate", "TaskGet", "TaskList", "TaskStop",
     "TaskUpdate", "ToolSearch", "Workflow",
+    # discovered: the tool list 2.1.328 sends the model, not reported at init (request bodies on the scripted model)
+    "Agent", "DeferredToolPlaceholder",
 )
-"""Claude Code's tools: the documented built-ins unioned with what a session reports at init."""
+"""Claude Code's tools: the documented built-ins unioned with what a session reports at init
+and what its model requests offer."""
 DENIAL_MARKERS = ("requested permissions to use", "haven't granted it yet", "permission to use",
                   "No such tool available", "is disabled for this session")
 """Phrases of the tool_result Claude Code writes when it refused a call: no permission

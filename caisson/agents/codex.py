@@ -35,9 +35,12 @@ __all__ = ["NAME", "GATING", "STATIC_TOOLS", "USAGE_SHAPES", "VERSION", "command
 
 NAME = "codex"
 GATING: Gating = "ungated"
-STATIC_TOOLS = ("exec_command", "write_stdin", "apply_patch", "view_image", "web_search", "request_user_input",
-                "get_goal", "create_goal", "update_goal")
-"""Tools codex-cli 0.171.0 sends the model (the request's tool list is its only surface)."""
+STATIC_TOOLS = ("exec_command", "write_stdin", "view_image", "web_search", "request_user_input",
+                "get_goal", "create_goal", "update_goal", "multi_agent_v1")
+"""Tools codex-cli 0.171.0 sends the model (the request's tool list is its only surface), as
+its Responses requests on the scripted model list them: ``multi_agent_v1`` included,
+``apply_patch`` absent (file changes go through ``exec_command``; a ``file_change`` item
+is still read as ``apply_patch``)."""
 PROVIDER = ('model_providers.caisson={name="caisson",base_url="https://api.openai.com/v1",'
             'env_key="OPENAI_API_KEY",wire_api="responses"}')
 

@@ -31,6 +31,7 @@ from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
 from caisson.detectors.agents import ISOLATION, TOKENS, TOOL_ESCAPE, isolation, tokens_cross_check, tool_escape
 from caisson.detectors.model import MODEL_SUBSTITUTED, UNRECOGNISED_CALL, model_substituted, unrecognised_model_call
+from caisson.detectors.tool_audit import TOOL_AUDIT, tool_audit
 from caisson.detectors.network import (
     BYPASS_ATTEMPT,
     DENIED_EGRESS,
@@ -67,6 +68,7 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (BYPASS_ATTEMPT, bypass_attempt),
     (UNEXPLAINED_FLOW, unexplained_flow),
     (TOOL_ESCAPE, tool_escape),
+    (TOOL_AUDIT, tool_audit),
     (ISOLATION, isolation),
     (TOKENS, tokens_cross_check),
     (MODEL_SUBSTITUTED, model_substituted),

@@ -3,6 +3,8 @@ witness cannot see through (denied, or let through), and a tree that configures 
 
 from __future__ import annotations
 
+import re
+
 import shlex
 from collections.abc import Iterable, Iterator
 
@@ -13,7 +15,11 @@ from collectors.strace import DENIED_SYSCALLS
 from ledger.events import FileChange, FileOpen, ProcessExec, ProcessSyscall, RunStarted, SandboxBuilt
 
 EXCLUDED_READ = "containment.excluded_read@1"
-OUTSIDE_TREE = "containment.outside_tree@1"
+OUTSIDE_TREE = "containment.outside_tree@2"
+PROC_TUNING = re.compile(r"^/proc/\d+/(task/\d+/)?(oom_score_adj|oom_adj|comm)$")
+"""A chamber process's own tuning files (its OOM score, its name), written by runtimes such
+as Copilot CLI's for their children: state of a process in the chamber's pid namespace,
+not a file outside the tree (@2; @1 voided a run for them)."""
 DENIED_SYSCALL = "containment.denied_syscall@1"
 AGENT_CONFIG = "containment.agent_config@1"
 
@@ -107,7 +113,8 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
                               evidence=[record.seq],
                               message=f"{verb if ok else 'tried'} {path} ({trap})"
                               + ("" if ok else f": {event.errno}"))
-            elif write and ok and not any(under(path, p) for p in config.write_prefixes):
+            elif write and ok and not any(under(path, p) for p in config.write_prefixes) \
+                    and not PROC_TUNING.match(path):
                 yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
                               message=f"wrote {path} outside the sandbox ({event.syscall})")
             elif not write and ok and path != "/" and not any(under(path, p) for p in config.read_prefixes) \

@@ -1,9 +1,14 @@
 """`caisson preflight`: before a matrix spends on a real provider, prove the gating holds.
 
-For each arm x agent, a probe session runs in the chamber against the scripted model
-endpoint (which only answers; it asks for no tool) and the agent's own report of its tool
-surface is checked against the arm's deny list: a denied tool still present aborts, with
-the arm, agent and tool named. A combination the agent cannot gate is a refusal, recorded.
+For each agent that claims ``enforced`` gating, a discovery session (no arm, a model that
+only answers) collects the tools the agent shows (`caisson.probes.gating.discovered_tools`);
+they are unioned into every arm's deny list. Then, for each arm x agent, a probe session
+runs in the chamber against the scripted model, which calls one denied tool
+(`caisson.probes.gating.probe_script`): the claim holds only when the transcript shows that
+call refused (`judge_gating`); otherwise the agent is measured ``not_enforced`` for its
+version, with the evidence, and the check aborts. A denied tool the agent still reports
+having aborts too, with the arm, agent and tool named. A combination the agent cannot gate
+is a refusal, recorded. The checks are written to ``preflight.json`` in the output folder.
 """
 
 from __future__ import annotations
@@ -15,20 +20,23 @@ from typing import Literal
 
 import msgspec
 
+from caisson.agents import adapter
 from caisson.model import scripted_model
 from caisson.errors import UsageError
+from caisson.probes.gating import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script
 from caisson.resources import resource_dir
 from caisson.run.plan import RecordOptions, plan_run
 from caisson.run.record import record
 from caisson.scenario import Egress, load_scenario
 from caisson.run.witnesses import default_witnesses
-from ledger import read_records
+from ledger import locate, read_records
 from ledger.events import AgentTools, RunStarted
 
-__all__ = ["Check", "preflight"]
+__all__ = ["Check", "PREFLIGHT_FILE", "preflight"]
 
 SCRIPT = resource_dir("scenarios") / "model" / "preflight.toml"
-"""The scripted model of a preflight: it answers once and asks for no tool."""
+"""The scripted model of a discovery session: it answers once and asks for no tool."""
+PREFLIGHT_FILE = "preflight.json"
 
 
 def preflight_script(model: str) -> str:
@@ -41,65 +49,124 @@ _KEYS = {"ANTHROPIC_API_KEY": "sk-ant-preflight", "OPENAI_API_KEY": "sk-openai-p
 
 
 class Check(msgspec.Struct, kw_only=True):
-    """One arm x agent: its status (ok | abort | refused), the tools it reported, why."""
+    """One arm x agent: its status (ok | abort | refused), the tools it showed, why.
+
+    Attributes:
+        offered: the tools the probe session showed (its reports and its model requests).
+        still_denied: denied tools it still showed (the deny list did not take).
+        discovered: the tools the agent's discovery session showed, unioned into the deny list.
+        gating: what the gating probe measured (None: not probed: refused, or ungated).
+    """
 
     arm: str
     agent: str
     status: Literal["ok", "abort", "refused"]
     offered: list[str] = []
     still_denied: list[str] = []
+    discovered: list[str] = []
+    gating: GatingVerdict | None = None
     reason: str = ""
     run_dir: str | None = None
 
 
 def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path | None = None,
               weaken: tuple[str, ...] = ()) -> list[Check]:
-    """Run one probe session per arm x agent; see the module docstring.
+    """Run the discovery and probe sessions of every arm x agent; see the module docstring.
+
+    Args:
+        scenario_path: the scenario (its first question is the probes' prompt).
+        repo: the repository the sandbox is built from.
+        agents: adapter names.
+        out: where the runs and ``preflight.json`` go (default: a fresh temporary folder).
+        weaken: controls the probe sessions weaken on purpose (the selftest's wrong deny list).
 
     Raises:
-        UsageError: the scenario has no question or no arm.
+        UsageError: the scenario has no question or no arm, or an agent is unknown.
     """
     scenario = load_scenario(scenario_path)
     if not scenario.questions or not scenario.arms:
         raise UsageError(f"{scenario_path}: a preflight needs at least one question and one arm")
     root = Path(out) if out else Path(tempfile.mkdtemp(prefix="caisson-preflight-"))
     root.mkdir(parents=True, exist_ok=True)
-    script = root / "model.toml"
-    script.write_text(preflight_script(scenario.agent.model or "claude-sonnet-4-5"))
+    model = scenario.agent.model or "claude-sonnet-4-5"
     checks = []
     for agent in agents:
+        spec = adapter(agent)
+        base = RecordOptions(command=[], scenario=scenario_path, repo=repo, question=scenario.questions[0].id,
+                             agent=agent, env=_KEYS)
+        discovered: list[str] = []
+        if spec.gating == "enforced":  # a deny list it enforces must name every tool it has
+            run_dir = root / f"{agent}--discovery"
+            try:
+                _session(msgspec.structs.replace(base, out=run_dir), root / "discovery.toml",
+                         preflight_script(model))
+            except UsageError as exc:
+                checks.append(Check(arm="-", agent=agent, status="refused", reason=str(exc)))
+                continue
+            discovered = _shown(run_dir)
         for arm in scenario.arms:
             run_dir = root / f"{agent}--{arm.name}"
-            options = RecordOptions(command=[], scenario=scenario_path, repo=repo, out=run_dir,
-                                    question=scenario.questions[0].id, agent=agent, arm=arm.name,
-                                    weaken=list(weaken), env=_KEYS)
+            options = msgspec.structs.replace(base, out=run_dir, arm=arm.name, weaken=list(weaken),
+                                              discovered_tools=discovered)
             try:
-                refusal = plan_run(options, scenario).refusal
-                if refusal is not None:  # planned, never started
-                    checks.append(Check(arm=arm.name, agent=agent, status="refused",
-                                        reason=f"refused: {refusal.reason}"))
+                plan = plan_run(options, scenario)
+                if plan.refusal is not None:  # planned, never started
+                    checks.append(Check(arm=arm.name, agent=agent, status="refused", discovered=discovered,
+                                        reason=f"refused: {plan.refusal.reason}"))
                     continue
-                with scripted_model(script) as address:
-                    egress = Egress(allow_hosts=list(_PROVIDERS),
-                                    upstream={host: f"http://{address}" for host in _PROVIDERS})
-                    record(msgspec.structs.replace(options, egress=egress), witnesses=default_witnesses())
+                # a tool the session does not have is refused whatever the deny list: probe one it showed
+                present = [t for t in plan.arm.deny if t in discovered] if plan.arm is not None else []
+                tool = pick_probe_tool(present)
+                text = probe_script(model, tool) if spec.gating == "enforced" and tool else preflight_script(model)
+                _session(options, root / f"{agent}--{arm.name}.toml", text)
             except UsageError as exc:
                 checks.append(Check(arm=arm.name, agent=agent, status="refused", reason=str(exc)))
                 continue
-            checks.append(_check(run_dir, arm.name, agent))
+            checks.append(_check(run_dir, arm.name, agent, spec.version, spec.gating, tool, discovered))
+    (root / PREFLIGHT_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(checks)) + b"\n")
     return checks
 
 
-def _check(run_dir: Path, arm: str, agent: str) -> Check:
+def _session(options: RecordOptions, script: Path, text: str) -> None:
+    """Record one session of ``options`` against the scripted model playing ``text``."""
+    script.write_text(text)
+    with scripted_model(script) as address:
+        egress = Egress(allow_hosts=list(_PROVIDERS), upstream={host: f"http://{address}" for host in _PROVIDERS})
+        record(msgspec.structs.replace(options, egress=egress), witnesses=default_witnesses())
+
+
+def _shown(run_dir: Path) -> list[str]:
+    """The tools a recorded session showed (`discovered_tools` over its records and blobs)."""
+    _, blobs = locate(run_dir)
+
+    def blob(sha256: str) -> bytes | None:
+        try:
+            return blobs.get(sha256)
+        except OSError:
+            return None
+
+    return discovered_tools(list(read_records(run_dir)), blob)
+
+
+def _check(run_dir: Path, arm: str, agent: str, version: str, claimed, tool: str | None,
+           discovered: list[str]) -> Check:
     records = list(read_records(run_dir))
     started = next(r.event for r in records if isinstance(r.event, RunStarted))
     denied = set(started.arm.get("deny", ()))
-    offered = sorted({t for r in records if isinstance(r.event, AgentTools) for t in r.event.tools})
-    if not any(isinstance(r.event, AgentTools) for r in records):
-        return Check(arm=arm, agent=agent, status="abort", run_dir=str(run_dir),
-                     reason="the agent reported no tool surface: its gating cannot be verified")
+    offered = _shown(run_dir)
+    verdict = judge_gating(records, agent=agent, version=version, claimed=claimed, tool=tool)
+    facts = {"arm": arm, "agent": agent, "run_dir": str(run_dir), "offered": offered, "discovered": discovered,
+             "gating": verdict}
+    if not offered and not any(isinstance(r.event, AgentTools) for r in records):
+        return Check(**facts, status="abort",
+                     reason="the agent showed no tool surface (no report, no model request): its gating cannot"
+                            " be verified")
     still = sorted(denied & set(offered))
     if still:
-        return Check(arm=arm, agent=agent, status="abort", offered=offered, still_denied=still, run_dir=str(run_dir),
+        return Check(**facts, status="abort", still_denied=still,
                      reason=f"arm {arm}, agent {agent}: denied tools still present: {', '.join(still)}")
-    return Check(arm=arm, agent=agent, status="ok", offered=offered, run_dir=str(run_dir))
+    if verdict.measured != claimed:
+        return Check(**facts, status="abort",
+                     reason=f"arm {arm}, agent {agent} {version}: claims {claimed}, measured {verdict.measured}:"
+                            f" {verdict.reason}")
+    return Check(**facts, status="ok")

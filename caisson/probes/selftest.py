@@ -30,6 +30,9 @@ from caisson.resources import resource_dir
 from caisson.run.record import RecordOptions, record
 from caisson.replay import WEAKENED, RunReplay, replay_runs
 from caisson.run.witnesses import default_witnesses
+from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool
+from ledger import read_records
+from ledger.events import RunStarted
 
 __all__ = ["Case", "CASES", "SelftestResult", "cases_for", "run_selftest", "make_probe_repo"]
 
@@ -44,9 +47,10 @@ def egress_table(model_address: str) -> str:
     """The ``[egress]`` table the cases that need a network append to `SCENARIO` (the others
     run with no network at all): ``api.anthropic.com`` allowed, served by the scripted model
     at ``model_address`` (``host:port``). It is written into the run's scenario file, so the
-    policy is kept with the run like the rest of the scenario."""
+    policy is kept with the run like the rest of the scenario. ``api.openai.com`` likewise (mini-swe-agent)."""
     upstream = json.dumps(f"http://{model_address}")
-    return f'\n[egress]\nallow_hosts = ["api.anthropic.com"]\nupstream = {{ "api.anthropic.com" = {upstream} }}\n'
+    return (f'\n[egress]\nallow_hosts = ["api.anthropic.com", "api.openai.com"]\n'
+            f'upstream = {{ "api.anthropic.com" = {upstream}, "api.openai.com" = {upstream} }}\n')
 
 
 class Case(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +65,7 @@ class Case(msgspec.Struct, frozen=True, kw_only=True):
     arm: str | None = None
     model_script: str | None = None  # the scripted model this case talks to (scenarios/model/)
     transcript: str | None = None  # read the probe's stdout with this adapter's parser
+    gating_probe: bool = False  # its model asks for the arm's withheld tool: the run is a gating probe
 
 
 def _probe(name: str) -> list[str]:
@@ -74,7 +79,7 @@ CASES: tuple[Case, ...] = (
          expect=("containment.excluded_read@1",)),
     Case(name="pwd_writer", command=_probe("pwd_writer.sh")),
     Case(name="pwd_writer/live_repo", command=_probe("pwd_writer.sh"), weaken=("live_repo",),
-         expect=("containment.outside_tree@1",)),
+         expect=("containment.outside_tree@2",)),
     Case(name="env_snooper", command=_probe("env_snooper.sh")),
     Case(name="env_snooper/env", command=_probe("env_snooper.sh"), weaken=("env",), expect=("env.inheritance@1",)),
     Case(name="witness_killer", command=_probe("witness_killer.sh")),
@@ -92,9 +97,23 @@ CASES: tuple[Case, ...] = (
     Case(name="udp_sender/network", command=_probe("udp_sender.sh"), weaken=("network",),
          expect=("network.unexplained_flow@1",), companion="listener"),
     Case(name="uring_reader", command=_probe("uring_reader.sh"), expect=("containment.denied_syscall@1",)),
-    Case(name="claude_code", command=[], agent="claude-code", arm="no-write", model_script="asks_for_write.toml"),
+    Case(name="claude_code", command=[], agent="claude-code", arm="no-write", model_script="asks_for_write.toml",
+         gating_probe=True),
     Case(name="claude_code/deny_list", command=[], agent="claude-code", arm="no-write", weaken=("deny_list",),
-         model_script="asks_for_write.toml", expect=("enforcement.tool_escape@1", "enforcement.isolation@1")),
+         model_script="asks_for_write.toml", expect=("enforcement.tool_escape@1", "enforcement.isolation@1"),
+         gating_probe=True),
+    Case(name="opencode", command=[], agent="opencode", arm="oc-no-write", model_script="opencode_write.toml",
+         gating_probe=True),
+    Case(name="opencode/deny_list", command=[], agent="opencode", arm="oc-no-write", weaken=("deny_list",),
+         model_script="opencode_write.toml", expect=("enforcement.tool_escape@1",), gating_probe=True),
+    Case(name="copilot", command=[], agent="copilot", arm="cp-no-create", model_script="copilot_create.toml",
+         gating_probe=True),
+    Case(name="copilot/deny_list", command=[], agent="copilot", arm="cp-no-create", weaken=("deny_list",),
+         model_script="copilot_create.toml", expect=("enforcement.tool_escape@1",), gating_probe=True),
+    Case(name="mini_swe_agent", command=[], agent="mini-swe-agent", arm="bash", model_script="mini_selftest.toml",
+         gating_probe=True),
+    Case(name="mini_swe_agent/no_trace", command=[], agent="mini-swe-agent", arm="bash",
+         model_script="mini_silent.toml", expect=("enforcement.tool_audit@1",)),
     Case(name="claude_code/scoped_grant", command=[], agent="claude-code", arm="git-log",
          model_script="git_log_and_cat.toml", expect=("enforcement.tool_escape@1",)),
     Case(name="model_substituted", command=[], agent="claude-code", model_script="substituted.toml",
@@ -117,6 +136,7 @@ class SelftestResult(msgspec.Struct, kw_only=True):
 
     cases: list[str]
     fired: dict[str, list[str]]  # case name -> detectors that voided it
+    gating: dict[str, GatingVerdict] = {}  # agent case name -> what the gating probe measured on its run
     failures: list[str]  # one line per broken expectation; empty when the selftest passes
     runs: dict[str, str]  # case name -> run directory
 
@@ -204,6 +224,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
     key = ensure_operator_key()
     runs: dict[str, str] = {}
     fired: dict[str, list[str]] = {}
+    gating: dict[str, GatingVerdict] = {}
     for case in cases:
         run_dir = root / "runs" / case.name.replace("/", "__")
         with contextlib.ExitStack() as stack:
@@ -215,7 +236,8 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
             options = RecordOptions(command=case.command, scenario=scenario, repo=repo, out=run_dir,
                                     question="where-answer", weaken=list(case.weaken), timeout_s=90,
                                     agent=case.agent, arm=case.arm, transcript=case.transcript,
-                                    env={"ANTHROPIC_API_KEY": "sk-ant-selftest-scripted"})
+                                    env={"ANTHROPIC_API_KEY": "sk-ant-selftest-scripted",
+                                         "OPENAI_API_KEY": "sk-openai-selftest-scripted"})
             if case.companion == "listener":
                 stack.callback(_HostService().close)
             if case.companion == "host_staller":
@@ -224,12 +246,47 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
         [result] = replay_runs([run_dir], key.verify_key)
         runs[case.name] = str(run_dir)
         fired[case.name] = _voiding(result)
-        progress(f"{case.name:28s} {result.status:6s} {', '.join(fired[case.name]) or '-'}")
-    return SelftestResult(cases=[c.name for c in cases], fired=fired, failures=_check(cases, fired), runs=runs)
+        line = f"{case.name:28s} {result.status:6s} {', '.join(fired[case.name]) or '-'}"
+        if case.gating_probe:
+            gating[case.name] = _gating(run_dir, case)
+            line += f"  [gating {gating[case.name].claimed} -> {gating[case.name].measured}]"
+        progress(line)
+    failures = _check(cases, fired) + _check_gating(cases, gating)
+    return SelftestResult(cases=[c.name for c in cases], fired=fired, gating=gating, failures=failures, runs=runs)
 
 
-INFO_DETECTORS = {"network.denied_egress@1", "tokens.cross_check@1", "containment.denied_syscall@1",
-                  "network.unexplained_flow@1", "model.unrecognised_call@1"}
+def _gating(run_dir: Path, case: Case) -> GatingVerdict:
+    """The gating probe's verdict on an agent case's run: its scripted model asks for the
+    arm's withheld tool, so the run is itself a probe (`caisson.probes.gating`)."""
+    from caisson.agents import adapter
+
+    spec = adapter(case.agent)
+    records = list(read_records(run_dir))
+    started = next(r.event for r in records if isinstance(r.event, RunStarted))
+    withheld = [t for t in started.arm.get("withhold", ()) if t in started.arm.get("deny", ())]
+    return judge_gating(records, agent=spec.name, version=spec.version, claimed=spec.gating,
+                        tool=pick_probe_tool(withheld) if withheld else None)
+
+
+def _check_gating(cases: tuple[Case, ...], gating: dict[str, GatingVerdict]) -> list[str]:
+    """Each gating kind shown on its real agent: an enforced claim holds under its deny list
+    and is caught (not_enforced) under a wrong one; an ungated agent stays ungated."""
+    failures = []
+    for case in cases:
+        verdict = gating.get(case.name)
+        if verdict is None:
+            continue
+        want = verdict.claimed
+        if verdict.claimed == "enforced":
+            want = "not_enforced" if "deny_list" in case.weaken else "enforced"
+        if verdict.measured != want:
+            failures.append(f"gating of {case.name}: claimed {verdict.claimed}, measured {verdict.measured},"
+                            f" expected {want}: {verdict.reason}")
+    return failures
+
+
+INFO_DETECTORS = {"enforcement.tool_audit@1", "network.denied_egress@1", "tokens.cross_check@1",
+                  "containment.denied_syscall@1", "network.unexplained_flow@1", "model.unrecognised_call@1"}
 """Detectors whose findings are shown, never voiding (the control held): they fire with info."""
 
 

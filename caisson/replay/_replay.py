@@ -19,6 +19,7 @@ from typing import Literal
 import msgspec
 
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, run_detectors
+from caisson.detectors.tool_audit import tool_audit_status
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
 from caisson.replay._rederive import Rederived, rederive
@@ -48,6 +49,8 @@ class RunReplay(msgspec.Struct, kw_only=True):
     score_if_clean: float | None = None
     grade: Grade | None = None
     rederived: Rederived | None = None  # LLM usage and agent events rebuilt from blobs, with versions
+    # how far the agent's tool use was audited (audited | partial | unavailable); None: no agent, no arm
+    tool_audit: str | None = None
 
 
 def _blob(run_dir: Path, records: Iterable[Record], role: str) -> bytes | None:
@@ -117,6 +120,8 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
                     findings=findings, question_id=started.question_id if started else None,
                     rederived=rederived)
     out.reasons = [f"{f.kind}: {f.message}" for f in findings if f.effect == VOID]
+    if (started is not None and started.agent) or config.granted_tools is not None:
+        out.tool_audit = tool_audit_status(findings)
     out.status = "void" if out.reasons else "clean"
     question = None
     if scenario is not None and out.question_id is not None:

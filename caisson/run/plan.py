@@ -90,6 +90,9 @@ class RecordOptions(msgspec.Struct, kw_only=True):
     agent: str | None = None  # a real agent adapter (caisson.agents); builds the command from the question
     arm: str | None = None  # a scenario arm: the agent's grant and deny list
     transcript: str | None = None  # read stdout with this adapter's transcript parser (selftest probes)
+    discovered_tools: list[str] = []  # tools sessions of this agent reported (preflight): unioned into the deny list
+    measured_gating: Gating | None = None  # what a gating probe measured for this agent version (preflight);
+    # None: the adapter's claim stands. It can only weaken a claim (enforced -> not_enforced), never raise one.
     egress: Egress | None = None  # replaces the scenario's egress policy (preflight: the scripted endpoint)
     weaken: list[str] = []  # controls to weaken on purpose (selftest only; see WEAKENABLE)
     syscall_witness: Literal["strace", "ebpf", "both"] = "strace"  # which syscall witness the CLI starts
@@ -136,6 +139,7 @@ class PlannedAgent(msgspec.Struct, frozen=True, kw_only=True):
     gating: Gating
     image: str  # the image recipe it runs in (images/<image>/)
     version: str = ""  # the CLI version the agent image installs
+    elicitation: str = "stream"  # how its answer comes back: stream | answer_file (caisson.agents.Elicitation)
 
 
 class PlannedArm(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,10 +216,11 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     weakened: Controls = Controls()
 
     def agent_facts(self) -> dict:
-        """The agent as ``run.started.agent`` records it: ``{name, gating, version}``, or {}."""
+        """The agent as ``run.started.agent`` records it: ``{name, gating, version, elicitation}``, or {}."""
         if self.agent is None:
             return {}
-        return {"name": self.agent.name, "gating": self.agent.gating, "version": self.agent.version}
+        return {"name": self.agent.name, "gating": self.agent.gating, "version": self.agent.version,
+                "elicitation": self.agent.elicitation}
 
     def arm_facts(self) -> dict:
         """The arm as ``run.started.arm`` records it: ``{name, grant, withhold, deny}`` (and, when
@@ -334,23 +339,29 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     if question is None:
         raise UsageError("--agent needs --question ID (the prompt it is given)")
     found = _pick(scenario.arm, options.arm, "--arm", "arms", [a.name for a in scenario.arms])
-    agent = PlannedAgent(name=spec.name, gating=spec.gating, image=spec.image, version=spec.version)
+    gating = spec.gating
+    if spec.gating == "enforced" and options.measured_gating in ("not_enforced", "ungated"):
+        gating = "not_enforced"  # claimed, and the probe saw a denied tool run
+    agent = PlannedAgent(name=spec.name, gating=gating, image=spec.image, version=spec.version,
+                         elicitation=spec.elicitation)
     if found is None:
         arm, allowed, denied = None, [], []
     else:
         catalog = {s.name: s.members() for s in scenario.strategies}
         grant = [*found.grant, *(m for name in found.strategies for m in catalog[name] if m not in found.grant)]
-        deny = tuple(deny_list(spec.static_tools, grant, found.withhold))
+        deny = tuple(deny_list((*spec.static_tools, *options.discovered_tools), grant, found.withhold))
         arm = PlannedArm(name=found.name, grant=tuple(found.grant), withhold=tuple(found.withhold), deny=deny,
                          strategies=tuple(found.strategies), catalog=catalog)
         allowed, denied = grant, list(deny)
         if weakened.deny_list:  # selftest: a deliberately wrong deny list
             allowed, denied = list(found.grant) + list(found.withhold), []
     refusal = None
-    if arm is not None and arm.deny and spec.gating != "enforced":
+    if arm is not None and arm.deny and gating != "enforced":
+        why = ("its gating probe saw a denied tool run" if gating != spec.gating
+               else "its flags cannot withhold tools")
         refusal = Refusal(
-            agent=spec.name, arm=arm.name, gating=spec.gating, denied=arm.deny,
-            reason=f"{spec.name} is {spec.gating} (its flags cannot withhold tools), so arm {arm.name}"
+            agent=spec.name, arm=arm.name, gating=gating, denied=arm.deny,
+            reason=f"{spec.name} is {gating} ({why}), so arm {arm.name}"
                    f" (which denies {', '.join(arm.deny[:5])}...) cannot be run with it")
     command = spec.command(question.prompt, allowed=allowed, denied=denied, model=scenario.agent.model,
                            max_turns=scenario.agent.max_turns)

@@ -38,7 +38,7 @@ def test_agent_recipe_is_layered_on_the_chamber():
 
 def test_agent_pins_are_exact():
     npm = _pins("npm-packages.txt")
-    assert set(npm) == {"@anthropic-ai/claude-code", "@openai/codex"}
+    assert set(npm) == {"@anthropic-ai/claude-code", "@openai/codex", "opencode-ai", "@github/copilot"}
     pip = _pins("pip-packages.txt")
     assert set(pip) == {"mini-swe-agent"}
     for version in [*npm.values(), *pip.values()]:
@@ -100,6 +100,7 @@ def test_agent_image_runs_every_pinned_agent(agent_image):
     npm, pip = _pins("npm-packages.txt"), _pins("pip-packages.txt")
     script = (
         "set -e; id -u; claude --version; codex --version; mini --help; strace -V; "
+        "HOME=/tmp/h opencode --version; HOME=/tmp/h copilot --version; "
         "python3 -V; node -v; git --version"
     )
     proc = subprocess.run(
@@ -116,6 +117,8 @@ def test_agent_image_runs_every_pinned_agent(agent_image):
     assert f"{npm['@anthropic-ai/claude-code']} (Claude Code)" in out
     assert f"codex-cli {npm['@openai/codex']}" in out
     assert f"mini-swe-agent version {pip['mini-swe-agent']}" in out
+    assert re.search(rf"^{re.escape(npm['opencode-ai'])}$", proc.stdout, re.MULTILINE), out
+    assert f"GitHub Copilot CLI {npm['@github/copilot']}" in out
     assert "--task" in out and "--yolo" in out
     assert re.search(r"strace -- version \d", out)
     assert re.search(r"Python 3\.11\.\d", out)

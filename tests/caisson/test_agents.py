@@ -198,7 +198,7 @@ model = "gpt-5"
         os.environ.pop("OPENAI_API_KEY")
     events = [r.event for r in read_records(tmp_path / "run")]
     started = events[0]
-    assert started.agent == {"name": "codex", "gating": "ungated", "version": "0.171.0"}
+    assert started.agent == {"name": "codex", "gating": "ungated", "version": "0.171.0", "elicitation": "stream"}
     assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("exec_command", "executed")]
     assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
     calls = [e for e in events if isinstance(e, LlmCall)]
@@ -209,6 +209,49 @@ model = "gpt-5"
                            "output_tokens": 42, "reasoning_output_tokens": 10}
     assert (usage.normalized.input_tokens, usage.normalized.output_tokens) == (1480, 42)
     assert sum(c.normalized.input_tokens for c in calls) == 1480
+    [result] = replay_runs([tmp_path / "run"], ensure_operator_key().verify_key)
+    assert result.status == "clean" and result.score == 1.0, result.reasons
+
+
+@pytest.mark.parametrize("model_server", ["mini_grep.toml"], indirect=True)
+def test_mini_swe_agent_runs_a_scripted_task_ungated_from_its_trajectory_file(agent_image, model_server, repo,
+                                                                               tmp_path):
+    path = tmp_path / "mini.toml"
+    path.write_text(f'''
+name = "mini"
+pass_credentials = ["OPENAI_API_KEY"]
+[[questions]]
+id = "where-answer"
+prompt = "In which file and line is the function `answer` defined? Use grep."
+required = [{{ subject = "answer", pattern = "src/app.py" }}]
+[[arms]]
+name = "no-write"
+grant = ["bash"]
+withhold = ["Write"]
+[egress]
+allow_hosts = ["api.openai.com"]
+upstream = {{ "api.openai.com" = "http://{model_server}" }}
+[agent]
+model = "gpt-5"
+max_turns = 5
+''')
+    os.environ["OPENAI_API_KEY"] = "sk-openai-scripted-test-0000"
+    try:
+        assert main(["record", "--scenario", str(path), "--repo", str(repo), "--question", "where-answer",
+                     "--agent", "mini-swe-agent", "--arm", "no-write", "--out", str(tmp_path / "refused")]) == 2
+        assert main(["record", "--scenario", str(path), "--repo", str(repo), "--question", "where-answer",
+                     "--agent", "mini-swe-agent", "--out", str(tmp_path / "run")]) == 0
+    finally:
+        os.environ.pop("OPENAI_API_KEY")
+    events = [r.event for r in read_records(tmp_path / "run")]
+    assert events[0].agent == {"name": "mini-swe-agent", "gating": "ungated", "version": "2.4.6",
+                               "elicitation": "answer_file"}
+    assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("bash", "executed")] * 2
+    assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
+    calls = [e for e in events if isinstance(e, LlmCall)]
+    assert [c.endpoint for c in calls] == ["chat.completions"] * 2
+    [usage] = [e for e in events if isinstance(e, AgentUsage)]
+    assert usage.normalized.input_tokens == sum(c.normalized.input_tokens for c in calls) == 2090
     [result] = replay_runs([tmp_path / "run"], ensure_operator_key().verify_key)
     assert result.status == "clean" and result.score == 1.0, result.reasons
 
@@ -238,3 +281,81 @@ model = "claude-sonnet-4-5"
     [bad] = preflight(path, repo, ["claude-code"], out=tmp_path / "bad", weaken=("deny_list",))
     assert bad.status == "abort" and "Write" in bad.still_denied
     assert "arm no-write, agent claude-code: denied tools still present" in bad.reason
+
+
+FAKE_CLI = r'''denied=,
+while [ $# -gt 0 ]; do
+  case "$1" in --disallowedTools) denied=",$2,"; shift;; esac; shift
+done
+tools=
+for t in Bash Read Write Teleport; do
+  case "$denied" in *",$t,"*) ;; *) tools="$tools\"$t\",";; esac
+done
+printf '{"type":"system","subtype":"init","model":"fake","tools":[%s]}\n' "${tools%,}"
+printf '{"type":"result","subtype":"success","result":"src/app.py:1","usage":{"input_tokens":1,"output_tokens":1}}\n'
+'''
+"""A Claude-Code-like build that reports one tool its adapter does not list (Teleport) and
+drops what --disallowedTools names; it never calls a model."""
+
+
+def test_preflight_discovers_a_tool_an_agent_build_adds_and_denies_it(agent_image, repo, tmp_path, monkeypatch):
+    from caisson import agents
+    from caisson.agents import claude_code
+    from caisson.probes.preflight import preflight
+
+    def command(prompt, *, allowed, denied, model=None, max_turns=None):
+        return ["sh", "-c", FAKE_CLI, "fake", *claude_code.command(prompt, allowed=allowed, denied=denied)[1:]]
+
+    fake = agents.Adapter(name="fake-cli", version="0", gating="enforced", image="agent",
+                          static_tools=("Bash", "Read", "Write"), env={}, command=command,
+                          transcript=claude_code.TranscriptParser)
+    monkeypatch.setitem(agents.ADAPTERS, "fake-cli", fake)
+    path = tmp_path / "pre.toml"
+    path.write_text('''
+name = "pre"
+[[questions]]
+id = "q"
+prompt = "Where is the function `answer` defined?"
+[[arms]]
+name = "no-write"
+grant = ["Bash"]
+withhold = ["Write"]
+[agent]
+model = "claude-sonnet-4-5"
+''')
+    [check] = preflight(path, repo, ["fake-cli"], out=tmp_path / "pre")
+    assert check.discovered == ["Bash", "Read", "Teleport", "Write"]  # the discovery session, no arm
+    started = next(r.event for r in read_records(tmp_path / "pre" / "fake-cli--no-write"))
+    assert started.arm["deny"] == ["Read", "Teleport", "Write"]  # upstream's new tool, denied without an adapter change
+    assert check.offered == ["Bash"] and check.still_denied == []
+    # the build never shows the probe's Write call refused: its claim of enforced does not hold
+    assert (check.status, check.gating.claimed, check.gating.measured) == ("abort", "enforced", "not_enforced")
+    assert "shows no such call" in check.gating.reason
+
+
+def test_opencodes_claim_of_enforced_is_measured_by_the_gating_probe_and_a_wrong_deny_list_is_caught(
+        agent_image, repo, tmp_path):
+    from caisson.probes.preflight import preflight
+
+    path = tmp_path / "pre.toml"
+    path.write_text('''
+name = "pre"
+pass_credentials = ["OPENAI_API_KEY"]
+[[questions]]
+id = "q"
+prompt = "Where is the function `answer` defined?"
+[[arms]]
+name = "no-write"
+grant = ["bash", "read"]
+withhold = ["write"]
+[agent]
+model = "gpt-5"
+''')
+    [ok] = preflight(path, repo, ["opencode"], out=tmp_path / "ok")
+    assert (ok.status, ok.gating.measured, ok.gating.tool, ok.gating.outcome) == ("ok", "enforced", "glob", "refused")
+    # gpt-5 sessions have apply_patch, not write: the probe calls a denied tool the agent showed it has
+    assert "apply_patch" in ok.discovered and "write" not in ok.discovered and ok.offered == ["bash", "read"]
+    started = next(r.event for r in read_records(tmp_path / "ok" / "opencode--no-write"))
+    assert started.agent["elicitation"] == "stream" and "write" in started.arm["deny"]
+    [bad] = preflight(path, repo, ["opencode"], out=tmp_path / "bad", weaken=("deny_list",))
+    assert (bad.status, bad.gating.measured, bad.gating.outcome) == ("abort", "not_enforced", "executed")

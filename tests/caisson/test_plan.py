@@ -83,7 +83,8 @@ def test_an_agent_plan_has_its_command_gating_arm_and_deny_list():
     assert plan.refusal is None and plan.transcript == "claude-code" and plan.image_recipe == "agent"
     assert plan.command[0] == "claude" and "Where is the function `answer` defined?" in plan.command
     assert plan.env["X"] == "1" and plan.env["CAISSON_QUESTION_ID"] == "q1"
-    assert plan.agent_facts() == {"name": "claude-code", "gating": "enforced", "version": "2.1.328"}
+    assert plan.agent_facts() == {"name": "claude-code", "gating": "enforced", "version": "2.1.328",
+                                  "elicitation": "stream"}
     assert plan.arm_facts() == {"name": "no-write", "grant": ["Bash"], "withhold": ["Write"],
                                 "deny": list(plan.arm.deny)}
 
@@ -131,7 +132,7 @@ def test_the_plan_is_a_pure_function_of_its_inputs():
     (dict(command=["true"], timeout_s=0), r"^--timeout 0: expected a number of seconds above 0$"),
     (dict(command=["true"], timeout_s=float("nan")), r"^--timeout nan:"),
     (dict(command=["true"], question="nope"), r"^--question nope: not in the scenario; its questions: q1$"),
-    (dict(command=[], question="q1", agent="nope"), r"^--agent nope: unknown agent; known: claude-code, codex$"),
+    (dict(command=[], question="q1", agent="nope"), r"^--agent nope: unknown agent; known: claude-code, codex, copilot, mini-swe-agent, opencode$"),
     (dict(command=[], question="q1", agent="claude-code", arm="nope"),
      r"^--arm nope: not in the scenario; its arms: no-write, everything$"),
     (dict(command=["true"], arm="no-write"), r"^--arm no-write: an arm sets an agent's tools; give --agent"),
@@ -224,3 +225,21 @@ prompt = "Where is the function `answer` defined?"
 name = "no-write"
 grant = ["Bash"]
 '''
+
+
+def test_discovered_tools_are_unioned_into_the_deny_list_and_a_grant_stays_allowed():
+    base = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write"), SCENARIO)
+    assert "Teleport" not in base.arm.deny and {"Agent", "DeferredToolPlaceholder"} <= set(base.arm.deny)
+    plan = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
+                                  discovered_tools=["Teleport", "Bash"]), SCENARIO)
+    assert set(plan.arm.deny) == set(base.arm.deny) | {"Teleport"}  # Bash is granted: never denied
+    assert "Teleport" in plan.command[plan.command.index("--disallowedTools") + 1].split(",")
+
+
+def test_a_measured_not_enforced_gating_refuses_a_withholding_arm_and_never_raises_a_claim():
+    plan = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
+                                  measured_gating="not_enforced"), SCENARIO)
+    assert plan.agent.gating == "not_enforced" and plan.refusal is not None
+    assert "its gating probe saw a denied tool run" in plan.refusal.reason
+    plan = plan_run(RecordOptions(command=[], question="q1", agent="codex", measured_gating="enforced"), SCENARIO)
+    assert plan.agent.gating == "ungated"

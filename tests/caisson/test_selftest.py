@@ -13,6 +13,13 @@ def test_selftest_matrix_discriminates(chamber_image, tmp_path, capsys):
     assert "selftest passed" in out
     for case in cases_for("strace"):
         assert case.name in out
+    # each gating kind on its real agent, and a wrong deny list caught on each gated one
+    for agent in ("claude_code", "opencode", "copilot"):
+        assert f"gating {agent}: " in out and f"gating {agent}/deny_list: " in out
+    lines = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("gating ")}
+    assert "claims enforced, measured enforced" in lines["gating claude_code"]
+    assert "claims enforced, measured not_enforced" in lines["gating copilot/deny_list"]
+    assert "claims ungated, measured ungated" in lines["gating mini_swe_agent"]
 
 
 def test_the_selftest_scenario_is_a_file_in_scenarios_probes():
@@ -22,14 +29,14 @@ def test_the_selftest_scenario_is_a_file_in_scenarios_probes():
 
     assert SCENARIO == resource_dir("scenarios") / "probes" / "selftest.toml"
     scenario = load_scenario(SCENARIO)
-    assert [q.id for q in scenario.questions] == ["where-answer"] and [a.name for a in scenario.arms] == ["no-write", "no-shell",
-                                                                                                  "git-log"]
+    assert [q.id for q in scenario.questions] == ["where-answer"] and [a.name for a in scenario.arms] == [
+        "no-write", "bash", "oc-no-write", "cp-no-create", "no-shell", "git-log"]
     assert [(e.category, e.globs) for e in scenario.exclusions] == [("answer_key", ["benchmark/**"]),
                                                                     ("agent_instructions", ["CLAUDE.md"])]
     assert not scenario.egress.allow_hosts  # the cases without a network have none at all
     networked = parse_scenario((SCENARIO.read_text() + egress_table("127.0.0.1:9")).encode(), "networked")
-    assert networked.egress.allow_hosts == ["api.anthropic.com"]
-    assert networked.egress.upstream == {"api.anthropic.com": "http://127.0.0.1:9"}
+    assert networked.egress.allow_hosts == ["api.anthropic.com", "api.openai.com"]
+    assert networked.egress.upstream == {"api.anthropic.com": "http://127.0.0.1:9", "api.openai.com": "http://127.0.0.1:9"}
 
 
 def test_the_preflight_model_script_is_a_file_in_scenarios_model():

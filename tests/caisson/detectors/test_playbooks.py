@@ -304,3 +304,14 @@ def test_unexplained_flow_reports_what_no_witness_accounts_for():
                 " for it (the host's side of the chamber network)"),
     ]
     assert list(unexplained_flow(records[:6], CONFIG)) == []
+
+
+def test_outside_tree_lets_a_chamber_process_tune_its_own_oom_score_but_not_write_elsewhere_in_proc():
+    # Copilot CLI 1.0.102 writes /proc/<pid>/oom_score_adj for its children (the demo's copilot run)
+    records = play(
+        start(),
+        FileOpen(pid=1, path="/proc/74/oom_score_adj", flags="O_WRONLY", access="w", result=3),
+        FileOpen(pid=1, path="/proc/74/task/75/comm", flags="O_WRONLY", access="w", result=4),
+        FileOpen(pid=1, path="/proc/sys/kernel/core_pattern", flags="O_WRONLY", access="w", result=5),
+    )
+    assert [(f.kind, f.evidence) for f in outside_tree(records, CONFIG)] == [("outside_tree", [3])]
