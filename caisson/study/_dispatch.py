@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -75,7 +75,7 @@ def derived_scenario(scenario_file: Path, combo: Combo, target: Path, *, baselin
 @contextlib.contextmanager
 def session_options(combo: Combo, session: Session, *, scenario: Scenario, repo: Path, commit: str,
                     command: list[str], timeout_s: float | None, study_dir: Path,
-                    weaken: list[str]) -> Iterator[RecordOptions]:
+                    weaken: list[str], discovered: Iterable[str] = ()) -> Iterator[RecordOptions]:
     """The record options of one session, with its model endpoint up while they are used.
 
     A scripted endpoint is a fresh `caisson model serve` per session (a script plays its
@@ -108,7 +108,8 @@ def session_options(combo: Combo, session: Session, *, scenario: Scenario, repo:
         yield RecordOptions(command=[] if combo.adapter else list(command), scenario=session.scenario, repo=repo,
                             commit=commit, out=session.run_dir, question=session.question_id,
                             agent=combo.adapter, arm=combo.arm if combo.adapter else None, env=env, egress=egress,
-                            timeout_s=timeout_s, weaken=list(weaken))
+                            timeout_s=timeout_s, weaken=list(weaken),
+                            discovered_tools=list(discovered) if combo.adapter else [])
 
 
 def dispatch(options: RecordOptions, *, around: Callable[[Path], contextlib.AbstractContextManager] | None = None

@@ -10,12 +10,13 @@ checklist that accepts anything, stops the study here, not in the report.
 The baseline (`assess_baseline`) reads a probe session's sealed records. Two witnesses
 give its tool surface: what the agent reported about itself (``agent.tools``) and what
 its model requests offered (the request bodies the proxy kept, `request_tools`). Their
-union is the **isolation assertion** (a tool of the deny list still offered, or an
-offered tool the arm neither grants nor denies, aborts naming tool, arm and agent: the
-deny list must be every discovered tool minus the grant, and a cell's is the adapter's
-static one), the **tool discovery** (the combination's deny list: the static one unioned
-with the discovered surface, minus the grant) and the **token floor** (the session's
-total tokens, input + output, with their source; None when not measured).
+union is the **isolation assertion** (a tool of the deny list still offered aborts,
+naming tool, arm and agent), the **tool discovery** (the combination's deny list: the
+static one unioned with the discovered surface, minus the grant; an offered tool the arm
+neither grants nor denies joins the deny list of every cell of that combination, through
+`caisson.run.RecordOptions.discovered_tools`, and each cell's `enforcement.isolation`
+detector checks it is gone) and the **token floor** (the session's total tokens, input +
+output, with their source; None when not measured).
 """
 
 from __future__ import annotations
@@ -168,11 +169,6 @@ def assess_baseline(records: Iterable[Record], *, arm: str, agent: str, grant: I
     if still:
         return BaselineFacts(ok=False, reason=f"isolation: arm {arm}, agent {agent}: denied tool(s) still offered:"
                              f" {', '.join(still)}", **facts)
-    unknown = sorted(offered - granted - denied)
-    if unknown:
-        return BaselineFacts(ok=False, reason=f"isolation: arm {arm}, agent {agent}: offers tool(s) the arm neither"
-                             f" grants nor denies: {', '.join(unknown)} (grant them, or teach the adapter's static"
-                             " list to deny them)", **facts)
     if denied and not reported and not requested_tools:
         return BaselineFacts(ok=False, reason=f"isolation: arm {arm}, agent {agent}: no tool surface was seen"
                              " (neither reported nor requested), so its deny list cannot be verified", **facts)

@@ -70,6 +70,7 @@ class _Runner:
         self.study_path, self.out = Path(study_path), Path(out)
         self.study, self.scenario, self.data = load_study(study_path)
         self.repo, self.resume, self.weaken = Path(repo), resume, list(weaken)
+        self.discovered: dict[tuple[str, str, str | None], list[str]] = {}  # (arm, agent, model) -> tools
         self.infra_retries, self.around_cell, self.on_event = infra_retries, around_cell, on_event
         self.key: SigningKey = ensure_operator_key()
         self.commit = commit
@@ -167,7 +168,9 @@ class _Runner:
         agent = next(a for a in self.study.agents if a.label == combo.agent)
         with session_options(self._combo_for_session(combo), session, scenario=self.scenario, repo=self.repo,
                              commit=self.commit, command=list(agent.command), timeout_s=self.study.timeout_s,
-                             study_dir=self.out, weaken=self.weaken) as options:
+                             study_dir=self.out, weaken=self.weaken,
+                             discovered=() if session.baseline else
+                             self.discovered.get((combo.arm, combo.agent, combo.model), ())) as options:
             try:
                 outcome = dispatch(options, around=None if session.baseline else self.around_cell)
             except ChamberError as exc:
@@ -182,8 +185,11 @@ class _Runner:
     # -- preflight -----------------------------------------------------------------------
 
     def preflight(self, plan: StudyPlan, previous: list) -> str:
-        measured = {(e.arm, e.agent, e.model) for e in (r.event for r in previous)
-                    if isinstance(e, BaselineMeasured) and e.status == "ok"}
+        measured = set()
+        for e in (r.event for r in previous):
+            if isinstance(e, BaselineMeasured) and e.status == "ok":
+                measured.add((e.arm, e.agent, e.model))
+                self.discovered[(e.arm, e.agent, e.model)] = sorted({*e.tools_discovered, *e.tools_requested})
         for combo in plan.combos:
             if (combo.arm, combo.agent, combo.model) in measured:
                 continue
@@ -210,6 +216,8 @@ class _Runner:
                 facts = assess_baseline(records, arm=combo.arm, agent=combo.agent, grant=combo.grant,
                                         deny=combo.deny, static=static, requested=_requested(session.run_dir, records))
                 facts_ok, reason = facts.ok, facts.reason
+                self.discovered[(combo.arm, combo.agent, combo.model)] = sorted(
+                    {*facts.tools_discovered, *facts.tools_requested})
             self.emit(BaselineMeasured(
                 arm=combo.arm, agent=combo.agent, model=combo.model, run_id=state.run_id if state else None,
                 run_dir=str(rel), ledger_records=state.records if state else 0, ledger_head=state.head if state else "",

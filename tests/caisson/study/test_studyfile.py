@@ -200,7 +200,7 @@ def test_baseline_isolation_discovery_and_floor_playbook():
     assert leak.floor_tokens is None and leak.floor_source is None
     new = assess_baseline(_records(AgentTools(agent="claude-code", surface="init", tools=["Bash", "Teleport"])),
                           arm="a", agent="claude-code", grant=["Bash"], deny=["Write"], static=[])
-    assert not new.ok and "Teleport" in new.reason and "Teleport" in new.deny
+    assert new.ok and new.deny == ["Teleport", "Write"]  # discovered: denied in every cell of the combination
     silent = assess_baseline(_records(), arm="a", agent="x", grant=[], deny=["Write"], static=[])
     assert not silent.ok and "no tool surface" in silent.reason
     requested = assess_baseline(_records(AgentTools(agent="claude-code", surface="init", tools=["Bash"])),
@@ -271,3 +271,26 @@ def test_request_tools_reads_every_provider_shape_and_refuses_junk(body, names):
     from caisson.study.preflight import request_tools
 
     assert request_tools(body) == names
+
+
+def test_discovered_tools_reach_the_record_options_of_cells_not_of_baselines(tmp_path, monkeypatch):
+    """The baseline's discovered surface feeds the cells' deny list (through
+    RecordOptions.discovered_tools, which plan_run unions with the adapter's static list)."""
+    from caisson.run.plan import plan_run
+    from caisson.scenario import parse_scenario
+    from caisson.study._dispatch import Session, session_options
+    from caisson.study.plan import Combo
+
+    scenario = parse_scenario(b'name = "s"\n[[questions]]\nid = "q1"\nprompt = "Where is it?"\n'
+                              b'[[arms]]\nname = "a"\ngrant = ["Bash"]\nwithhold = ["Write"]\n', "s.toml")
+    combo = Combo(arm="a", agent="claude", adapter="claude-code", model="m", gating="enforced",
+                  endpoint={"provider": "api.anthropic.com"}, grant=["Bash"], withhold=["Write"])
+    session = Session(run_dir=tmp_path / "run", question_id="q1", scenario=tmp_path / "s.toml")
+    kwargs = dict(scenario=scenario, repo=tmp_path, commit="HEAD", command=[], timeout_s=10, study_dir=tmp_path,
+                  weaken=[])
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-key")
+    with session_options(combo, session, discovered=["Teleport"], **kwargs) as options:
+        assert options.discovered_tools == ["Teleport"]
+        assert "Teleport" in plan_run(options, scenario).arm.deny
+    with session_options(combo, session, **kwargs) as options:
+        assert options.discovered_tools == [] and "Teleport" not in plan_run(options, scenario).arm.deny
