@@ -56,4 +56,4 @@ model = "gpt-5"
     tokens = read_cell(tmp_path / "run", ensure_operator_key().verify_key).tokens
     assert len(tokens.sessions) == 1, tokens
     assert (tokens.unidentified_calls, tokens.token_ambiguous) == (0, False)
-    assert tokens.figure.source == "first_party:codex turn.completed usage (summed over turns)"
+    assert tokens.figure.source == "first_party:codex turn.completed usage (cumulative, codex 0.171.0)"
