@@ -266,4 +266,23 @@ def _study(console: Console, out: Path, repo: Path, commit: str) -> bool:
                   f" {result.counted} counted, {result.void} void; verify: {report.status}"
                   f" ({report.runs_checked} run ledgers bound by the study ledger)")
     console.print(f"  caisson study status {target}; caisson verify {target}")
-    return result.state == "ended" and report.status == "ok"
+    ok = result.state == "ended" and report.status == "ok"
+    return _study_report(console, target) and ok
+
+
+def _study_report(console: Console, target: Path) -> bool:
+    """The study's report, recomputed from its sealed ledgers: text here, HTML beside it."""
+    from caisson.report import build_report, render_html, render_text
+    from caisson.study.report import load_study_report
+
+    console.print(f"\n== 7. the study's report (caisson study report {target})")
+    verified, data = load_study_report(target, ensure_operator_key().verify_key)
+    if data is None:
+        console.print(f"  the study does not verify: {'; '.join(verified.problems)}")
+        return False
+    report = build_report(data)
+    print(render_text(report, width=console.width or 160, color=console.is_terminal))
+    html_path = target / "report.html"
+    html_path.write_text(render_html(report))
+    console.print(f"  the HTML report beside it: {html_path}")
+    return True

@@ -8,6 +8,10 @@
   aborted (preflight: grader or isolation; the abort rule); 2 a bad study file or usage.
 - ``caisson study status DIR``: the same counts as the live display, from the study
   ledger (also while it runs). Exit 0 ended; 1 aborted; 3 running or crashed.
+- ``caisson study report DIR [--format text|markdown|html|json] [--out FILE]
+  [--allow-untrusted] [--key PUBKEY]``: the study verified, every counting cell replayed
+  with the current detectors, the report (caisson/report/). Exit 0 written; 1 the study
+  does not verify (tampered: nothing is reported); 2 usage.
 """
 
 from __future__ import annotations
@@ -40,6 +44,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     status.add_argument("dir", type=Path, metavar="DIR")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=run_status)
+    report = verbs.add_parser("report", help="the study's report, recomputed from its sealed ledgers")
+    report.add_argument("dir", type=Path, metavar="DIR")
+    report.add_argument("--format", choices=("text", "markdown", "html", "json"), default="text")
+    report.add_argument("--out", type=Path, metavar="FILE", help="write the report here (default: stdout)")
+    report.add_argument("--allow-untrusted", action="store_true",
+                        help="make winner claims despite a checklist FAIL, each labelled UNTRUSTED")
+    report.add_argument("--key", metavar="PUBKEY", help="trust this public key (default: the operator key)")
+    report.set_defaults(func=run_report)
 
 
 def plan_lines(plan, *, drawn: bool = False) -> list[str]:
@@ -107,3 +119,33 @@ def run_status(args: argparse.Namespace) -> int:
     else:
         print("\n".join(status_lines(status, now_ns=time.time_ns(), load=os.getloadavg())))
     return {"ended": 0, "aborted": 1}.get(status.state, 3)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from caisson.home import trusted_key
+    from caisson.report import build_report, render_html, render_json, render_markdown, render_text
+    from caisson.study.report import load_study_report
+
+    verified, data = load_study_report(args.dir, trusted_key(args.key))
+    if data is None:
+        print(f"TAMPERED {args.dir}: the study does not verify; nothing is reported", file=sys.stderr)
+        for problem in verified.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    if verified.status == "unclosed":
+        print(f"note: {args.dir} is not closed (running or crashed): cells without a sealed counting attempt"
+              " are reported not_run", file=sys.stderr)
+    report = build_report(data, allow_untrusted=args.allow_untrusted)
+    if args.format == "json":
+        out = render_json(report)
+    else:
+        text = {"text": lambda r: render_text(r, color=args.out is None and sys.stdout.isatty()),
+                "markdown": render_markdown, "html": render_html}[args.format](report)
+        out = (text if text.endswith("\n") else text + "\n").encode()
+    if args.out is None:
+        sys.stdout.buffer.write(out)
+        sys.stdout.flush()
+    else:
+        args.out.write_bytes(out)
+        print(f"wrote {args.out} ({args.format}, study head {data.study_head[:16]})")
+    return 0

@@ -1,0 +1,137 @@
+"""Load a study directory into the report's input (`caisson.report.StudyReportInput`).
+
+The study directory is verified first (`verify_study`); then the study ledger's events
+are mapped onto the report's types as `caisson.report._inputs`' docstring describes:
+
+- ``study.planned``: one `ReportCell` per matrix cell, gating and elicitation of its
+  (arm, agent, model), question kinds from the scenario blob the study ledger keeps,
+  refusals, prices, the order seed;
+- ``baseline.measured``: one `ReportBaseline`, its floor recomputed by `read_cell` of the
+  baseline run directory (the same rank as a cell's), never taken from the event;
+- ``cell.ended`` with ``counting``: `read_cell` of that attempt's run directory, once,
+  then `report_cell`; a planned cell with no counting attempt stays ``not_run``, a
+  refused combination's cells are ``refused``.
+
+Everything is recomputed from sealed ledgers with the current detectors; no derived
+file (``findings.json``) is read. A model of None (a plain command) is reported as ``-``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+from caisson.detectors import DEFAULT_DETECTORS, Detector
+from caisson.report import Price, Refusal, ReportBaseline, ReportCell, StudyReportInput, read_cell, report_cell
+from caisson.scenario import parse_scenario
+from caisson.study.studyledger import read_study, sealed_state, segments
+from caisson.study.verify import StudyVerifyReport, verify_study
+from ledger import BlobStore, VerifyKey
+from ledger.events import BaselineMeasured, CellEnded, StudyPlanned
+
+__all__ = ["NO_MODEL", "load_study_report"]
+
+NO_MODEL = "-"  # a plain command has no model
+
+
+def _model(model: str | None) -> str:
+    return model or NO_MODEL
+
+
+def _elicitation(combo: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (combo.get("elicitation") or {}).items()) or "default"
+
+
+def _question_kinds(study_dir: Path, planned: StudyPlanned) -> dict[str, str]:
+    """question id -> kind, from the scenario bytes the study ledger sealed as a blob."""
+    if not planned.scenario_sha256:
+        return {}
+    for seg in segments(study_dir):
+        store = BlobStore(seg / "blobs")
+        if store.path_for(planned.scenario_sha256).is_file():
+            scenario = parse_scenario(store.get(planned.scenario_sha256), planned.scenario or "scenario")
+            return {q.id: q.kind for q in scenario.questions}
+    return {}
+
+
+def load_study_report(study_dir: Path, trusted: VerifyKey, *,
+                      detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS,
+                      ) -> tuple[StudyVerifyReport, StudyReportInput | None]:
+    """Verify a study directory and read it into a `StudyReportInput`.
+
+    Args:
+        study_dir: the study directory (``DIR`` of ``caisson study run --out DIR``).
+        trusted: the key the study ledger and every run's seals must verify against.
+        detectors: (name@version, detector) pairs replay runs; the current registry by default.
+
+    Returns:
+        The verification report and the input; the input is None when the study is
+        ``tampered`` (nothing from it is counted). An ``unclosed`` study (running or
+        crashed) is read up to its last seal: its unfinished cells are ``not_run``.
+
+    Raises:
+        UsageError: ``study_dir`` holds no study ledger, or its first event is not
+            ``study.planned``.
+        CaissonError: the sealed scenario no longer parses.
+    """
+    from caisson.errors import UsageError
+
+    study_dir = Path(study_dir)
+    verified = verify_study(study_dir, trusted)
+    if verified.status == "tampered":
+        return verified, None
+    records = read_study(study_dir, trusted)
+    events = [r.event for r in records if r.event.__struct_config__.tag != "blob.stored"]
+    planned = next((e for e in events if isinstance(e, StudyPlanned)), None)
+    if planned is None:
+        raise UsageError(f"{study_dir}: the study ledger has no study.planned event")
+    kinds = _question_kinds(study_dir, planned)
+    combos = {(c["arm"], c["agent"], _model(c.get("model"))): c for c in planned.combos}
+    refused = {(r["arm"], r["agent"], _model(r.get("model"))): r for r in planned.refusals}
+    counting = {e.cell_id: e for e in events if isinstance(e, CellEnded) and e.counting}
+    cells: list[ReportCell] = []
+    for c in planned.cells:
+        key = (c["arm"], c["agent"], _model(c.get("model")))
+        combo = combos.get(key) or refused.get(key) or {}
+        place = dict(cell_id=c["cell_id"], arm=key[0], agent=key[1], model=key[2], question_id=c["question_id"],
+                     question_kind=kinds.get(c["question_id"], "locate"), repetition=int(c["repetition"]),
+                     gating=combo.get("gating", "ungated"), elicitation=_elicitation(combo))
+        ended = counting.get(c["cell_id"])
+        if key in refused and key not in combos:
+            cells.append(ReportCell(status="refused", **place))
+        elif ended is None or ended.run_id is None:
+            cells.append(ReportCell(status="not_run", **place))
+        else:
+            cells.append(report_cell(read_cell(study_dir / ended.run_dir, trusted, detectors), **place))
+    for r in planned.refusals:  # a refusal's cells are not in the run order: still planned
+        key = (r["arm"], r["agent"], _model(r.get("model")))
+        if not any((x.arm, x.agent, x.model) == key for x in cells):
+            for i in range(int(r.get("cells", 0))):
+                cells.append(ReportCell(cell_id=f"{'--'.join(key)}--refused-{i + 1}", arm=key[0], agent=key[1],
+                                        model=key[2], question_id="-", status="refused",
+                                        gating=r.get("gating", "ungated"), elicitation="-"))
+    baselines: list[ReportBaseline] = []
+    for e in events:
+        if not isinstance(e, BaselineMeasured) or not e.run_dir or e.run_id is None:
+            continue
+        evidence = read_cell(study_dir / e.run_dir, trusted, detectors)
+        tools = tuple(e.tools_discovered) or None
+        denied = tuple(t for t in e.tools_requested if t in set(e.deny))
+        isolation = "unavailable" if tools is None else ("failed" if denied or e.status == "abort" else "passed")
+        baselines.append(ReportBaseline(arm=e.arm, agent=e.agent, model=_model(e.model), floor=evidence.tokens.figure,
+                                        isolation=isolation, denied_present=denied, tools=tools, run_id=e.run_id))
+    segs = segments(study_dir)
+    head = sealed_state(segs[-1], trusted).head if segs else ""
+    data = StudyReportInput(
+        study_id=planned.study, study_head=head, detector_versions=tuple(name for name, _ in detectors),
+        cells=tuple(cells), baselines=tuple(baselines),
+        refusals=tuple(Refusal(arm=r["arm"], agent=r["agent"], model=_model(r.get("model")),
+                               reason=r.get("reason", ""), gating=r.get("gating", "ungated"))
+                       for r in planned.refusals),
+        prices=tuple(Price(model=m, input_usd_per_mtok=float(p["input_usd_per_mtok"]),
+                           output_usd_per_mtok=float(p["output_usd_per_mtok"])) for m, p in planned.prices.items()),
+        seed=planned.order_seed or 0)
+    return verified, data
+
+

@@ -1,0 +1,72 @@
+"""`caisson study report DIR` end to end on a small real study (the grep probe, two
+questions, one repetition, arm no-write refused): the report is recomputed from the sealed
+ledgers; a tampered study is exit 1; a changed detector version changes the report and
+leaves every ledger byte unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from caisson.detectors import DEFAULT_DETECTORS, VOID, Finding
+from caisson.home import trusted_key
+from caisson.report import build_report, render_json
+from caisson.study.report import load_study_report
+from tests.caisson.study.test_study_run import small_study  # noqa: F401  (the fixture)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "caisson.cli", "study", "report", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_report_json_counts_every_planned_cell(small_study, tmp_path):  # noqa: F811
+    out = tmp_path / "report.json"
+    proc = _cli(str(small_study), "--format", "json", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    _, data = load_study_report(small_study, trusted_key(None))
+    statuses = sorted(c.status for c in data.cells)
+    assert statuses.count("clean") + statuses.count("void") == 2  # plain x grep: two questions, one rep
+    assert "refused" in statuses  # no-write x grep
+    assert report["study_head"] == data.study_head and len(data.study_head) == 64
+    html = _cli(str(small_study), "--format", "html", "--out", str(tmp_path / "r.html"))
+    assert html.returncode == 0 and (tmp_path / "r.html").read_text().startswith("<!")
+
+
+def test_tampered_study_is_exit_1_and_reports_nothing(small_study, tmp_path):  # noqa: F811
+    copy = tmp_path / "copy"
+    shutil.copytree(small_study, copy)
+    ledger = next(copy.glob("cells/*/*/ledger"))
+    data = bytearray(ledger.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    ledger.write_bytes(bytes(data))
+    proc = _cli(str(copy))
+    assert proc.returncode == 1 and "TAMPERED" in proc.stderr and proc.stdout == ""
+
+
+def test_changed_detector_version_changes_report_not_ledger(small_study):  # noqa: F811
+    before = _digest(small_study)
+    _, data = load_study_report(small_study, trusted_key(None))
+    assert all(c.status != "void" for c in data.cells)
+
+    def stricter(records, config):  # host.stalled@2: every run is void (a changed detector)
+        yield Finding(detector="host.stalled@2", kind="host_stalled", effect=VOID, message="stricter")
+
+    bumped = [(("host.stalled@2", stricter) if name.startswith("host.stalled@") else (name, det))
+              for name, det in DEFAULT_DETECTORS]
+    _, data2 = load_study_report(small_study, trusted_key(None), detectors=bumped)
+    assert "host.stalled@2" in data2.detector_versions
+    ran = [c for c in data2.cells if c.status not in ("refused", "not_run")]
+    assert ran and all(c.status == "void" and c.void_reason == "host_stalled" for c in ran)
+    assert render_json(build_report(data)) != render_json(build_report(data2))
+    assert _digest(small_study) == before  # the ledgers, blobs and derived files untouched
