@@ -167,10 +167,11 @@ def limitations(data: StudyReportInput, comparisons: Sequence[Comparison]) -> li
     out.append("parity of global instruction files: the sandbox withholds the repository's agent instruction"
                " files; an agent's own global configuration is not compared across agents")
     reps = {}
-    for c in data.cells:
+    measured = [c for c in data.cells if c.status != "refused"]  # a refusal's cells carry no question
+    for c in measured:
         key = (c.agent, c.arm, c.model, c.question_id)
         reps[key] = reps.get(key, 0) + 1
-    questions = len({c.question_id for c in data.cells})
+    questions = len({c.question_id for c in measured})
     small = [c for c in comparisons if c.verdict == "tie" and c.detectable_ratio is None]
     line = (f"sample size: {questions} questions, {min(reps.values()) if reps else 0}-{max(reps.values()) if reps else 0}"
             " repetitions per cell")

@@ -10,6 +10,7 @@ from caisson.report import (
     JudgeSummary,
     Refusal,
     ReportBaseline,
+    ReportCell,
     ReportInputError,
     build_report,
 )
@@ -95,6 +96,11 @@ def test_limitations_name_what_applies():
                                           for b in base]))
     assert report.limitations[0] == "no tool audit for ungated agents (tools recorded as unavailable): ag/a/m1, ag/b/m1"
     assert any(x.startswith("parity of global instruction files") for x in report.limitations)
+    assert any(x.startswith("sample size: 3 questions, 2-2 repetitions") for x in report.limitations)
+    # A refused combination's cells carry no question: they are not counted as repetitions.
+    refused = [ReportCell(cell_id=f"r{i}", arm="b", agent="ag", model="m9", question_id="-", status="refused",
+                          gating="ungated", elicitation="-") for i in range(8)]
+    report = build_report(study([*cs, *refused], base))
     assert any(x.startswith("sample size: 3 questions, 2-2 repetitions") for x in report.limitations)
 
 
