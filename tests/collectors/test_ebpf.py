@@ -24,6 +24,7 @@ from collectors.ebpf import (
     open_flags,
 )
 from collectors.strace import UNFINISHED
+from ledger import fingerprint_secret
 from ledger.events import Event, FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, WitnessGap, WitnessRaw
 
 GOLDEN = Path(__file__).with_suffix("")
@@ -92,7 +93,7 @@ def test_golden_facts():
     assert py.argv[3].endswith("...") and len(py.argv[3].encode()) == 199 + 3 and py.cwd == "/tmp"
     echo = next(e for e in execs if e.path == "/bin/echo")
     assert echo.argv[-1] == "..." and len(echo.argv) == 65
-    assert py.env["API_TOKEN"] == "sk-ant-secret0123456789"  # the task redacts, not the parser
+    assert py.env["API_TOKEN"] == "sk-ant-secret0123456789"  # no fingerprint key given: verbatim
     opens = [e for e in evs if isinstance(e, FileOpen)]
     assert FileOpen(pid=13, host_pid=1682, syscall="io_uring_openat", path="/etc/hostname",
                     flags="O_RDONLY|O_LARGEFILE", access="r", result=4) in opens
@@ -113,6 +114,17 @@ def test_golden_facts():
     # The go FIFO's open returned after bpftrace attached; its entry was before: kept raw, last.
     assert [e.line for e in evs if isinstance(e, WitnessRaw)] == [
         "R 3337829599207 1621 1621 ? openat 3"]
+
+
+def test_the_parser_redacts_exec_environments_with_the_run_key_and_leaves_out_the_skipped_process():
+    key = b"k" * 32
+    got = [e for _, e in parse([PROBE], fingerprint_key=key, credential_patterns=("MY_*",))]
+    py = next(e for e in got if isinstance(e, ProcessExec) and e.argv[0] == "python3")
+    assert py.env["API_TOKEN"] == fingerprint_secret("sk-ant-secret0123456789", key)
+    assert "sk-ant-secret0123456789" not in msgspec.json.encode(got).decode()
+    skipped = [e for _, e in parse([PROBE], skip_host_pid=py.host_pid)]
+    assert skipped and all(getattr(e, "host_pid", None) != py.host_pid for e in skipped)
+    assert len(skipped) < len(got)
 
 
 def test_attached_and_root_exit_are_reported():
