@@ -56,7 +56,7 @@ def _probe_repo(tmp_path: Path) -> Path:
 
 def _record(tmp_path: Path, command: str, witness: EbpfWitness, name: str = "run") -> tuple[Path, list]:
     scenario = tmp_path / "scenario.toml"
-    scenario.write_text(SCENARIO)
+    scenario.write_text(SCENARIO.read_text())  # SCENARIO is the probe scenario file
     run_dir = tmp_path / name
     record(RecordOptions(command=["sh", "-c", command], scenario=scenario, repo=_probe_repo(tmp_path / f"{name}-repo"),
                          out=run_dir, question="where-answer", weaken=["exclusions"], timeout_s=90),
