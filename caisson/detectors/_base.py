@@ -62,6 +62,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     weakened: tuple[str, ...] = ()
     granted_tools: tuple[str, ...] | None = None  # the arm's grant; None: no arm, nothing to enforce
     denied_tools: tuple[str, ...] = ()  # the deny list handed to the agent
+    witness_window_ns: int = 2_000_000_000  # two syscall witnesses' stamps of one call differ by at most this
 
 
 Detector = Callable[[Iterable[Record], DetectorConfig], Iterator[Finding]]
