@@ -186,7 +186,7 @@ class EbpfParser:
 
     def __init__(self, *, clock_offset_ns: int = 0, root_cwd: str | None = None, root_host_pid: int | None = None,
                  fingerprint_key: bytes | None = None, credential_patterns: Sequence[str] = (),
-                 skip_host_pid: int | None = None, string_limit: int = STRING_LIMIT, max_line_bytes: int = 1 << 16):
+                 skip_tracer: str | None = None, string_limit: int = STRING_LIMIT, max_line_bytes: int = 1 << 16):
         """Make a parser for one bpftrace run.
 
         Args:
@@ -198,9 +198,13 @@ class EbpfParser:
                 values become keyed fingerprints), as `collectors.strace.StraceParser`
                 does. None keeps the environment verbatim (parsing one's own output).
             credential_patterns: extra credential variable names, for `ledger.redact_env`.
-            skip_host_pid: a process whose own events are not the chamber's command's (the
-                strace tracer, the chamber's init when both witnesses run): its events are
-                not made (its exit still sets ``root_exited``).
+            skip_tracer: a program whose first process is not the chamber's command (the
+                strace tracer, ``strace``, when both witnesses run): from the first
+                successful exec of a file of that name on, that process's own events are
+                not made, nor its children's before their exec (``strace -u`` sets the
+                user's groups there); only the first such process: a later one is the
+                command's. A child's line printed before its fork's ``F`` line (another
+                CPU's buffer) is not known to be the tracer's and is kept.
             string_limit: ``BPFTRACE_STRLEN`` of the run, bytes (a string of
                 ``string_limit - 1`` bytes or more is taken as cut).
             max_line_bytes: a longer line is cut there and the rest parsed as lines.
@@ -208,7 +212,9 @@ class EbpfParser:
         self._offset, self._root_cwd = clock_offset_ns, root_cwd
         self._limit, self._max_line = string_limit, max_line_bytes
         self._root = root_host_pid
-        self._key, self._patterns, self._skip = fingerprint_key, tuple(credential_patterns), skip_host_pid
+        self._key, self._patterns = fingerprint_key, tuple(credential_patterns)
+        self._tracer, self._skip = skip_tracer, None  # the tracer's host pid, once its exec is read
+        self._skip_children: set[int] = set()  # the tracer's children, until their exec
         self.root_exited = False
         self._buf = bytearray()
         self._out: deque[Stamped] = deque()
@@ -328,6 +334,8 @@ class EbpfParser:
             self._return(f, mono)
         elif tag == "F":
             self._inherit(int(f[2]), int(f[5]))
+            if int(f[2]) == self._skip:  # the tracer's child runs the tracer's code until it execs
+                self._skip_children.add(int(f[5]))
         elif tag == "Q":
             tgid, nspid, status = int(f[2]), int(f[4]), int(f[5])
             sig = status & 0x7F
@@ -491,7 +499,16 @@ class EbpfParser:
         return _clean(posixpath.join(base, path)) if base else path
 
     def _emit(self, wall_ns: int | None, event) -> None:
-        if self._skip is not None and getattr(event, "host_pid", None) == self._skip:
+        if self._tracer is not None and isinstance(event, ProcessExec) and event.result == 0 \
+                and posixpath.basename(event.path) == self._tracer:
+            self._tracer, self._skip = None, event.host_pid
+        host_pid = getattr(event, "host_pid", None)
+        if host_pid in self._skip_children:
+            if not isinstance(event, ProcessExec):
+                return
+            if event.result == 0:
+                self._skip_children.discard(host_pid)
+        if self._skip is not None and host_pid == self._skip:
             return
         self._out.append(Stamped(wall_ns, event))
 

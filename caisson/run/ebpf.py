@@ -127,7 +127,7 @@ class EbpfWitness:
             offset = time.time_ns() - time.monotonic_ns()  # bpftrace's nsecs is CLOCK_MONOTONIC
             parser = EbpfParser(clock_offset_ns=offset, root_cwd=SANDBOX_PATH, root_host_pid=ctx.started.host_pid,
                                 fingerprint_key=self._key, credential_patterns=self._patterns,
-                                skip_host_pid=ctx.started.host_pid if self.beside_strace else None)
+                                skip_tracer="strace" if self.beside_strace else None)
             await ctx.nursery.start(functools.partial(
                 run_ebpf_witness, ctx.send, argv=argv, env={**os.environ, **extra}, parser=parser, stop=ctx.stop,
                 detail={"env": extra, "clock_offset_ns": offset, "pidns_level": level,

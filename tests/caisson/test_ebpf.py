@@ -18,6 +18,8 @@ from caisson._cli import record as record_cli
 from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.probes.selftest import SCENARIO, make_probe_repo
+from caisson.detectors import config_from_records
+from caisson.detectors.crosscheck import witness_disagreement
 from caisson.replay import replay_runs
 from caisson.run import ebpf as ebpf_module
 from caisson.run.ebpf import EbpfWitness, ebpf_problem
@@ -148,17 +150,25 @@ def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
 def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebpf, tmp_path):
     run_dir = tmp_path / "run"
     witnesses = [w for w in default_witnesses(syscall="both") if w.name in ("strace", "ebpf")]
-    record(RecordOptions(command=["sh", "-c", "cat CLAUDE.md > /dev/null"], repo=_probe_repo(tmp_path / "repo"),
+    record(RecordOptions(command=["sh", "-c", "cat src/app.py > /dev/null"], repo=_probe_repo(tmp_path / "repo"),
                          out=run_dir, timeout_s=90), witnesses=witnesses)
     records = list(read_records(run_dir))
     seen = {(r.source, e.path) for r in records if isinstance(e := r.event, FileOpen) and e.result is not None}
-    assert {("strace", "/work/sandbox/CLAUDE.md"), ("ebpf", "/work/sandbox/CLAUDE.md")} <= seen
+    assert {("strace", "/work/sandbox/src/app.py"), ("ebpf", "/work/sandbox/src/app.py")} <= seen
     execs = {(r.source, tuple(r.event.argv)) for r in records if isinstance(r.event, ProcessExec) and r.event.result == 0}
-    assert {("strace", ("cat", "CLAUDE.md")), ("ebpf", ("cat", "CLAUDE.md"))} <= execs
-    # strace (the chamber's init) opening its own FIFO is not the agent writing outside its tree
+    assert {("strace", ("cat", "src/app.py")), ("ebpf", ("cat", "src/app.py"))} <= execs
+    # the strace tracer opening its own FIFO is not the agent writing outside its tree
     assert not [p for s, p in seen if s == "ebpf" and p.startswith("/caisson/")]
+    assert not [r for r in records if isinstance(r.event, ProcessExec) and r.event.argv[:1] == ["strace"]]
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
-    assert result.status == "clean", result.findings
+    assert result.status == "clean", result.findings  # the two witnesses agree: no witness.disagreement
+    # Known-bad: the same ledger with eBPF's open of the file taken out.
+    config = config_from_records(records)
+    [gone] = [r for r in records if r.source == "ebpf" and isinstance(r.event, FileOpen)
+              and r.event.path == "/work/sandbox/src/app.py"]
+    assert [(f.kind, f.evidence) for f in witness_disagreement([r for r in records if r is not gone], config)] == [
+        ("witness_disagreement", [next(r.seq for r in records if r.source == "strace" and isinstance(r.event, FileOpen)
+                                       and r.event.path == "/work/sandbox/src/app.py")])]
 
 
 def test_when_bpftrace_cannot_attach_the_command_never_runs_and_the_cell_is_void(ebpf, tmp_path, monkeypatch):
