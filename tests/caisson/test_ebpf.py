@@ -24,7 +24,7 @@ from caisson.replay import replay_runs
 from caisson.run import ebpf as ebpf_module
 from caisson.run.ebpf import EbpfWitness, ebpf_problem
 from caisson.run.witnesses import StraceWitness, default_witnesses
-from caisson.run.record import RecordOptions, record
+from caisson.run.record import RecordOptions, record, syscall_witness_facts
 from ledger import BlobStore, read_records
 from ledger.events import BlobStored, FileOpen, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
 from tests.caisson.conftest import require
@@ -75,7 +75,8 @@ def test_reads_of_an_excluded_file_by_openat_io_uring_and_exec_are_each_seen(ebp
     execs = [i for i, e in enumerate(events) if isinstance(e, ProcessExec)]
     assert started and execs and started[0] < execs[0]  # attached before the command's first exec
     first = events[execs[0]]  # the command's own, found on PATH without failed attempts, argv[0] kept
-    assert (first.path, first.argv[:2], first.result, first.ppid) == ("/usr/bin/sh", ["sh", "-c"], 0, None)
+    # its parent is the chamber's pid 1 (``timeout -s KILL``, the chamber's own deadline)
+    assert (first.path, first.argv[:2], first.result, first.ppid) == ("/usr/bin/sh", ["sh", "-c"], 0, 1)
     assert not [e for e in events if isinstance(e, WitnessGap)]
     ok = {e.result is not None for e in events if isinstance(e, FileOpen)}
     assert ok == {True, False}  # the dynamic loader's misses are there too
@@ -130,6 +131,9 @@ def test_where_ebpf_cannot_run_record_says_so_once_and_uses_strace(recorded, mon
     assert err.count("eBPF witness cannot run here") == 1 and "bpftrace is not installed" in err
     assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]
     assert recorded["options"].syscall_witness == "strace"
+    assert syscall_witness_facts(recorded["witnesses"], recorded["options"].syscall_witness_why) == {
+        "ran": "strace",
+        "why": "--syscall-witness ebpf: fell back to strace: bpftrace is not installed (apt-get install bpftrace)"}
 
 
 def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
@@ -138,6 +142,8 @@ def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
         with pytest.raises(_Recorded):
             main(["record", "--syscall-witness", choice, "--", "true"])
         assert set(recorded["witnesses"]) & {"strace", "ebpf"} == want, choice
+        assert syscall_witness_facts(recorded["witnesses"], recorded["options"].syscall_witness_why) == {
+            "ran": choice, "why": f"--syscall-witness {choice}"}
     with pytest.raises(_Recorded):
         main(["record", "--", "true"])
     assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]  # the default
@@ -153,6 +159,8 @@ def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebp
     record(RecordOptions(command=["sh", "-c", "cat src/app.py > /dev/null"], repo=_probe_repo(tmp_path / "repo"),
                          out=run_dir, timeout_s=90), witnesses=witnesses)
     records = list(read_records(run_dir))
+    assert next(r.event for r in records if isinstance(r.event, RunStarted)).syscall_witness == {
+        "ran": "both", "why": "chosen by the caller"}
     seen = {(r.source, e.path) for r in records if isinstance(e := r.event, FileOpen) and e.result is not None}
     assert {("strace", "/work/sandbox/src/app.py"), ("ebpf", "/work/sandbox/src/app.py")} <= seen
     execs = {(r.source, tuple(r.event.argv)) for r in records if isinstance(r.event, ProcessExec) and r.event.result == 0}
