@@ -62,16 +62,17 @@ import re
 import signal as _signal
 import subprocess
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-import msgspec
 import trio
 
 from collectors._strace_parser import NEED_DATA, UNFINISHED, Stamped, _NeedData
-from ledger import CaissonError
+from collectors._witness import Witnessing, witness_life
+from ledger import CaissonError, Submission, redact_env
 from ledger.events import (FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, WitnessGap, WitnessRaw,
-                           WitnessStarted, WitnessStopped)
+                           WitnessStopped)
 
 __all__ = ["BPFTRACE_PROGRAM", "NEED_DATA", "STRING_LIMIT", "WITNESS", "EbpfParser", "EbpfWitnessError",
            "ParserClosedError", "bpftrace_command", "open_flags", "run_ebpf_witness"]
@@ -184,13 +185,26 @@ class EbpfParser:
     """
 
     def __init__(self, *, clock_offset_ns: int = 0, root_cwd: str | None = None, root_host_pid: int | None = None,
-                 string_limit: int = STRING_LIMIT, max_line_bytes: int = 1 << 16):
+                 fingerprint_key: bytes | None = None, credential_patterns: Sequence[str] = (),
+                 skip_tracer: str | None = None, string_limit: int = STRING_LIMIT, max_line_bytes: int = 1 << 16):
         """Make a parser for one bpftrace run.
 
         Args:
             clock_offset_ns: wall minus monotonic clock, ns, added to every line's stamp.
             root_cwd: the cwd of the chamber's processes until a chdir says otherwise.
             root_host_pid: host pid of the chamber's init (sets ``root_exited``).
+            fingerprint_key: the run's key for secrets: each ``ProcessExec.env`` goes
+                through `ledger.redact_env` with it (credential variables and key-like
+                values become keyed fingerprints), as `collectors.strace.StraceParser`
+                does. None keeps the environment verbatim (parsing one's own output).
+            credential_patterns: extra credential variable names, for `ledger.redact_env`.
+            skip_tracer: a program whose first process is not the chamber's command (the
+                strace tracer, ``strace``, when both witnesses run): from the first
+                successful exec of a file of that name on, that process's own events are
+                not made, nor its children's before their exec (``strace -u`` sets the
+                user's groups there); only the first such process: a later one is the
+                command's. A child's line printed before its fork's ``F`` line (another
+                CPU's buffer) is not known to be the tracer's and is kept.
             string_limit: ``BPFTRACE_STRLEN`` of the run, bytes (a string of
                 ``string_limit - 1`` bytes or more is taken as cut).
             max_line_bytes: a longer line is cut there and the rest parsed as lines.
@@ -198,6 +212,9 @@ class EbpfParser:
         self._offset, self._root_cwd = clock_offset_ns, root_cwd
         self._limit, self._max_line = string_limit, max_line_bytes
         self._root = root_host_pid
+        self._key, self._patterns = fingerprint_key, tuple(credential_patterns)
+        self._tracer, self._skip = skip_tracer, None  # the tracer's host pid, once its exec is read
+        self._skip_children: set[int] = set()  # the tracer's children, until their exec
         self.root_exited = False
         self._buf = bytearray()
         self._out: deque[Stamped] = deque()
@@ -317,6 +334,8 @@ class EbpfParser:
             self._return(f, mono)
         elif tag == "F":
             self._inherit(int(f[2]), int(f[5]))
+            if int(f[2]) == self._skip:  # the tracer's child runs the tracer's code until it execs
+                self._skip_children.add(int(f[5]))
         elif tag == "Q":
             tgid, nspid, status = int(f[2]), int(f[4]), int(f[5])
             sig = status & 0x7F
@@ -429,6 +448,8 @@ class EbpfParser:
         if name in ("execve", "execveat"):
             argv = call.argv + (["..."] if "argv" in call.cut else [])
             env = dict(item.partition("=")[::2] for item in call.env if "=" in item)
+            if env and self._key is not None:  # no secret reaches the ledger
+                env = redact_env(env, key=self._key, patterns=self._patterns)
             self._emit(wall, ProcessExec(**ident, ppid=call.i0 or None, path=s[0] if s else "", argv=argv,
                                          cwd=self._cwd.get(call.tgid, self._root_cwd), env=env,
                                          result=-1 if failed else 0, errno=err))
@@ -478,6 +499,17 @@ class EbpfParser:
         return _clean(posixpath.join(base, path)) if base else path
 
     def _emit(self, wall_ns: int | None, event) -> None:
+        if self._tracer is not None and isinstance(event, ProcessExec) and event.result == 0 \
+                and posixpath.basename(event.path) == self._tracer:
+            self._tracer, self._skip = None, event.host_pid
+        host_pid = getattr(event, "host_pid", None)
+        if host_pid in self._skip_children:
+            if not isinstance(event, ProcessExec):
+                return
+            if event.result == 0:
+                self._skip_children.discard(host_pid)
+        if self._skip is not None and host_pid == self._skip:
+            return
         self._out.append(Stamped(wall_ns, event))
 
     def _raw(self, text: str, *, failure: bool) -> None:
@@ -512,93 +544,95 @@ class EbpfWitnessError(CaissonError):
         self.stderr = stderr
 
 
-async def run_ebpf_witness(send, *, argv: list[str], env: dict[str, str], parser: EbpfParser, stop,
-                           redact=None, detail: dict | None = None, skip_host_pid: int | None = None,
-                           task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, argv: list[str],
+                           env: dict[str, str], parser: EbpfParser, stop: trio.Event, detail: dict | None = None,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Run bpftrace, feed its output to ``parser`` and send the events, until ``stop``.
 
-    Signals ``task_status.started()`` once bpftrace has attached every probe (its BEGIN
-    line), so the caller can let the chamber's command start only then. When ``stop`` is
-    set, waits up to 2 s for the exit of the chamber's init (``parser.root_exited``) to be read,
-    then stops bpftrace with SIGINT and drains its output.
+    Sends ``witness.started`` and signals ``task_status.started()`` once bpftrace has
+    attached every probe (its BEGIN line), so the caller can let the chamber's command
+    start only then; then the parser's events exactly as it made them (environments
+    redacted, the skipped process left out). When ``stop`` is set, waits up to 2 s for
+    the exit of the chamber's init (``parser.root_exited``) to be read, then stops
+    bpftrace with SIGINT and drains its output. Then ``witness.gap`` if bpftrace was
+    killed before it drained (cancelled) or exited before ``stop``; ``witness.stopped``
+    with the parser's counts; last words as `collectors._witness.witness_life` says.
 
     Args:
-        send: the ledger channel clone of this witness (closed on return).
+        send_channel: the ledger channel clone of this witness (closed on return).
         argv, env: from `bpftrace_command` (env is the whole environment of bpftrace).
-        parser: a fresh `EbpfParser`. stop: a `trio.Event`, set when the chamber has ended.
-        redact: maps an exec'd environment to what the ledger may keep (secrets fingerprinted).
+        parser: a fresh `EbpfParser`, made with the run's fingerprint key.
+        stop: set when the chamber has ended.
         detail: added to ``witness.started``.
-        skip_host_pid: a process whose own events are not the chamber's command's (the
-            strace tracer, when both witnesses run): they are not sent.
+        task_status: started once bpftrace has attached and ``witness.started`` is sent.
 
     Raises:
         EbpfWitnessError: bpftrace exited before it attached (the caller must not start the command).
     """
-    from ledger import Submission
-
-    async def pump() -> None:
-        while (item := parser.next_event()) is not NEED_DATA:
-            event = item.event
-            if isinstance(event, ProcessExec) and event.env and redact is not None:
-                event = msgspec.structs.replace(event, env=redact(event.env))
-            if parser.root_exited:
-                root_exited.set()
-            if skip_host_pid is not None and getattr(event, "host_pid", None) == skip_host_pid:
-                continue
-            await send.send(Submission(source=WITNESS, event=event, wall_ns=item.wall_ns))
-
-    root_exited = trio.Event()
-    started = False
-    async with send, trio.open_nursery() as nursery:
-        proc = await trio.lowlevel.open_process(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        errors = bytearray()
-        stderr_read = trio.Event()
-
-        async def read_stderr() -> None:
-            async for chunk in proc.stderr:
-                errors.extend(chunk[: 1 << 14])
-            stderr_read.set()
-
-        async def stop_at_end() -> None:
-            await stop.wait()
-            with trio.move_on_after(2):
-                await root_exited.wait()
-            proc.send_signal(_signal.SIGINT)
-
-        nursery.start_soon(read_stderr)
-        nursery.start_soon(stop_at_end)
+    proc = await trio.lowlevel.open_process(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    errors, root_exited, stderr_read = bytearray(), trio.Event(), trio.Event()
+    async with witness_life(send_channel, WITNESS, missing="syscalls") as w:
         try:
-            async for data in proc.stdout:
-                parser.feed(data)
-                if parser.attached and not started:
-                    started = True
-                    await send.send(Submission(source=WITNESS, event=WitnessStarted(witness=WITNESS, detail={
-                        "argv": argv, "pidns_inum": parser.pidns_inum, **(detail or {})})))
-                    task_status.started()
-                await pump()
-            code = await proc.wait()
-            with trio.move_on_after(1):  # its last words, before they are quoted
-                await stderr_read.wait()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_read_stderr, proc, errors, stderr_read)
+                nursery.start_soon(_stop_at_end, proc, stop, root_exited)
+                async for data in proc.stdout:
+                    parser.feed(data)
+                    if parser.attached and not w.has_started:
+                        await w.started({"argv": argv, "pidns_inum": parser.pidns_inum, **(detail or {})})
+                        task_status.started()
+                    await _pump(w, parser, root_exited)
+                await proc.wait()
+                with trio.move_on_after(1):  # its last words, before they are quoted
+                    await stderr_read.wait()
+                nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(2):
-                killed = proc.returncode is None  # cancelled before bpftrace drained and exited
-                if killed:
-                    proc.kill()
-                parser.close()
-                await pump()
-                if started and killed:
-                    await send.send(Submission(source=WITNESS, event=WitnessGap(
-                        witness=WITNESS, reason="bpftrace was killed before it had drained its buffers",
-                        missing="syscalls not yet printed", since_ns=parser.last_ns)))
-                elif started and not stop.is_set():
-                    await send.send(Submission(source=WITNESS, event=WitnessGap(
-                        witness=WITNESS, reason=f"bpftrace exited before the chamber ended: {_tail(errors)}",
-                        missing="syscalls after its last line", since_ns=parser.last_ns)))
-                if started:
-                    await send.send(Submission(source=WITNESS, event=parser.witness_stopped()))
-        nursery.cancel_scope.cancel()
-    if not started:
-        raise EbpfWitnessError(f"bpftrace exited ({code}) before attaching: {_tail(errors)}", _tail(errors))
+                await _end(w, proc, parser, stop, errors, root_exited)
+        if not w.has_started:
+            raise EbpfWitnessError(f"bpftrace exited ({proc.returncode}) before attaching: {_tail(errors)}",
+                                   _tail(errors))
+        await w.stopped()
+
+
+async def _end(w: Witnessing, proc: trio.Process, parser: EbpfParser, stop: trio.Event, errors: bytearray,
+               root_exited: trio.Event) -> None:
+    """Kill bpftrace if it still runs, send what the parser holds, then the gap if any."""
+    killed = proc.returncode is None  # cancelled before bpftrace drained and exited
+    if killed:
+        proc.kill()
+    parser.close()
+    await _pump(w, parser, root_exited)
+    w.lines, w.parse_failures, w.bytes = parser.lines, parser.parse_failures, parser.bytes
+    if w.has_started and killed:
+        await w.gap("bpftrace was killed before it had drained its buffers",
+                    missing="syscalls not yet printed", since_ns=parser.last_ns)
+    elif w.has_started and not stop.is_set():
+        await w.gap(f"bpftrace exited before the chamber ended: {_tail(errors)}",
+                    missing="syscalls after its last line", since_ns=parser.last_ns)
+
+
+async def _pump(w: Witnessing, parser: EbpfParser, root_exited: trio.Event) -> None:
+    while (item := parser.next_event()) is not NEED_DATA:
+        if parser.root_exited:
+            root_exited.set()
+        await w.send(item.event, wall_ns=item.wall_ns)
+    if parser.root_exited:
+        root_exited.set()
+
+
+async def _read_stderr(proc: trio.Process, errors: bytearray, done: trio.Event) -> None:
+    """Keep bpftrace's words (16 KiB of each chunk at most), to quote them in a gap."""
+    async for chunk in proc.stderr:
+        errors.extend(chunk[: 1 << 14])
+    done.set()
+
+
+async def _stop_at_end(proc: trio.Process, stop: trio.Event, root_exited: trio.Event) -> None:
+    await stop.wait()
+    with trio.move_on_after(2):
+        await root_exited.wait()
+    proc.send_signal(_signal.SIGINT)
 
 
 def _tail(errors: bytearray) -> str:

@@ -157,6 +157,9 @@ class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
     # base (where its default part comes from), denied (syscalls it refuses on top),
     # action (trace: the tracer refuses them, visibly; errno: the kernel does, EPERM).
     seccomp: dict[str, Any] = {}
+    # Which syscall witness ran and why: ran (strace | ebpf | both | none, from the witnesses
+    # started) and why (the flag that chose it, or the problem that made eBPF fall back to strace).
+    syscall_witness: dict[str, str] = {}
 
 
 class RunEnded(_Event, tag="run.ended", frozen=True, kw_only=True):

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         command=cmd, scenario=args.scenario, repo=args.repo, commit=args.commit, out=args.out,
         timeout_s=args.timeout, env=parse_env_assignments(args.env), monitor=args.monitor, image=args.image,
         question=args.question, agent=args.agent, arm=args.arm, syscall_witness=args.syscall_witness,
+        syscall_witness_why=f"--syscall-witness {args.syscall_witness}",
     )
     if options.syscall_witness != "strace":
         from caisson.run.ebpf import ebpf_problem
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         if problem is not None:  # said once; the run is witnessed by strace, never by nothing
             print(f"caisson record: the eBPF witness cannot run here ({problem}): using strace", file=sys.stderr)
             options.syscall_witness = "strace"
+            options.syscall_witness_why = f"--syscall-witness {args.syscall_witness}: fell back to strace: {problem}"
     outcome = record(options, witnesses=default_witnesses(weaken=options.weaken, syscall=options.syscall_witness))
     detail = f"exit {outcome.command_exit}" if outcome.status == "completed" else outcome.reason
     print(f"{outcome.run_dir}")

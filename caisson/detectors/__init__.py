@@ -27,6 +27,7 @@ from caisson.detectors.containment import (
     excluded_read,
     outside_tree,
 )
+from caisson.detectors.crosscheck import WITNESS_DISAGREEMENT, witness_disagreement
 from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
 from caisson.detectors.agents import ISOLATION, TOKENS, TOOL_ESCAPE, isolation, tokens_cross_check, tool_escape
@@ -63,6 +64,7 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (ENV_INHERITANCE, env_inheritance),
     (HOST_STALLED, host_stalled),
     (WITNESS_GAP, witness_gap),
+    (WITNESS_DISAGREEMENT, witness_disagreement),
     (INFRA_FAILURE, infra_failure),
     (DENIED_EGRESS, denied_egress),
     (BYPASS_ATTEMPT, bypass_attempt),

@@ -64,6 +64,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     denied_tools: tuple[str, ...] = ()  # the deny list handed to the agent
     strategies: tuple[tuple[str, tuple[str, ...]], ...] = ()  # scenario strategy -> tools and mcp__SERVER entries
     granted_strategies: tuple[str, ...] = ()  # the scenario strategies the arm grants
+    witness_window_ns: int = 2_000_000_000  # two syscall witnesses' stamps of one call differ by at most this
 
 
 Detector = Callable[[Iterable[Record], DetectorConfig], Iterator[Finding]]

@@ -25,7 +25,6 @@ import msgspec
 from caisson._paths import SANDBOX_PATH
 from caisson.chamber import ContainerSpec
 from collectors.ebpf import EbpfParser, bpftrace_command, run_ebpf_witness
-from ledger import redact_env
 
 __all__ = ["ABORT_EXIT", "EbpfWitness", "GO_PATH", "ebpf_problem"]
 
@@ -101,8 +100,7 @@ class EbpfWitness:
         os.mkfifo(fifo, 0o644)  # the chamber's user reads it; only root writes
         # Read and write: never blocks, and the line stays buffered until the chamber reads it.
         self._go_fd = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)
-        self._redact = functools.partial(redact_env, key=ctx.fingerprint_key,
-                                         patterns=tuple(ctx.scenario.credential_patterns))
+        self._key, self._patterns = ctx.fingerprint_key, tuple(ctx.scenario.credential_patterns)
         return msgspec.structs.replace(spec, cmd=["/bin/bash", "-c", _WAIT, "caisson-wait", *spec.cmd],
                                        binds=[*spec.binds, (str(gdir), GO_DIR, True)])
 
@@ -127,10 +125,11 @@ class EbpfWitness:
             inum, level = _pid_namespace(ctx.started.host_pid)
             argv, extra = bpftrace_command(inum, level, ctx.started.host_pid, perf_rb_pages=self.perf_rb_pages)
             offset = time.time_ns() - time.monotonic_ns()  # bpftrace's nsecs is CLOCK_MONOTONIC
-            parser = EbpfParser(clock_offset_ns=offset, root_cwd=SANDBOX_PATH, root_host_pid=ctx.started.host_pid)
+            parser = EbpfParser(clock_offset_ns=offset, root_cwd=SANDBOX_PATH, root_host_pid=ctx.started.host_pid,
+                                fingerprint_key=self._key, credential_patterns=self._patterns,
+                                skip_tracer="strace" if self.beside_strace else None)
             await ctx.nursery.start(functools.partial(
                 run_ebpf_witness, ctx.send, argv=argv, env={**os.environ, **extra}, parser=parser, stop=ctx.stop,
-                redact=self._redact, skip_host_pid=ctx.started.host_pid if self.beside_strace else None,
                 detail={"env": extra, "clock_offset_ns": offset, "pidns_level": level,
                         "skipped": "the strace tracer's own calls" if self.beside_strace else None}))
             ok = True

@@ -96,6 +96,7 @@ class RecordOptions(msgspec.Struct, kw_only=True):
     egress: Egress | None = None  # replaces the scenario's egress policy (preflight: the scripted endpoint)
     weaken: list[str] = []  # controls to weaken on purpose (selftest only; see WEAKENABLE)
     syscall_witness: Literal["strace", "ebpf", "both"] = "strace"  # which syscall witness the CLI starts
+    syscall_witness_why: str = ""  # why that one, for run.started (e.g. eBPF fell back to strace: the problem)
 
 
 class Controls(msgspec.Struct, frozen=True, kw_only=True):

@@ -51,7 +51,8 @@ from collectors.strace import DENIED_SYSCALLS
 from ledger import BlobStore, LedgerWriter
 from ledger.events import RunStarted
 
-__all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA", "WEAKENABLE"]
+__all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA", "WEAKENABLE",
+           "syscall_witness_facts"]
 
 CHAMBER_GRACE_S = 15.0
 """Seconds past the wall deadline after which the chamber kills itself, recorder or not
@@ -168,6 +169,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 agent=plan.agent_facts(),
                 arm=plan.arm_facts(),
                 seccomp=seccomp.manifest(),
+                syscall_witness=syscall_witness_facts([w.name for w in witnesses], options.syscall_witness_why),
             )
             spec = ContainerSpec(
                 image=tag,
@@ -266,3 +268,11 @@ def _adapter_transcript(name: str | None):
     from caisson.agents import adapter
 
     return adapter(name).transcript
+
+
+def syscall_witness_facts(witnesses: list[str], why: str) -> dict[str, str]:
+    """``run.started.syscall_witness``: which syscall witness runs, from the witnesses
+    started (``strace``, ``ebpf``, ``both`` or ``none``), and ``why`` (the choice's reason;
+    empty: the caller gave none, e.g. a library call with its own witnesses)."""
+    ran = [name for name in ("strace", "ebpf") if name in witnesses]
+    return {"ran": "both" if len(ran) == 2 else ran[0] if ran else "none", "why": why or "chosen by the caller"}

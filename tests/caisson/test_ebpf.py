@@ -18,11 +18,13 @@ from caisson._cli import record as record_cli
 from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.probes.selftest import SCENARIO, make_probe_repo
+from caisson.detectors import config_from_records
+from caisson.detectors.crosscheck import witness_disagreement
 from caisson.replay import replay_runs
 from caisson.run import ebpf as ebpf_module
 from caisson.run.ebpf import EbpfWitness, ebpf_problem
 from caisson.run.witnesses import StraceWitness, default_witnesses
-from caisson.run.record import RecordOptions, record
+from caisson.run.record import RecordOptions, record, syscall_witness_facts
 from ledger import BlobStore, read_records
 from ledger.events import BlobStored, FileOpen, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
 from tests.caisson.conftest import require
@@ -56,7 +58,7 @@ def _probe_repo(tmp_path: Path) -> Path:
 
 def _record(tmp_path: Path, command: str, witness: EbpfWitness, name: str = "run") -> tuple[Path, list]:
     scenario = tmp_path / "scenario.toml"
-    scenario.write_text(SCENARIO.read_text())
+    scenario.write_text(SCENARIO.read_text())  # SCENARIO is the probe scenario file
     run_dir = tmp_path / name
     record(RecordOptions(command=["sh", "-c", command], scenario=scenario, repo=_probe_repo(tmp_path / f"{name}-repo"),
                          out=run_dir, question="where-answer", weaken=["exclusions"], timeout_s=90),
@@ -73,7 +75,8 @@ def test_reads_of_an_excluded_file_by_openat_io_uring_and_exec_are_each_seen(ebp
     execs = [i for i, e in enumerate(events) if isinstance(e, ProcessExec)]
     assert started and execs and started[0] < execs[0]  # attached before the command's first exec
     first = events[execs[0]]  # the command's own, found on PATH without failed attempts, argv[0] kept
-    assert (first.path, first.argv[:2], first.result, first.ppid) == ("/usr/bin/sh", ["sh", "-c"], 0, None)
+    # its parent is the chamber's pid 1 (``timeout -s KILL``, the chamber's own deadline)
+    assert (first.path, first.argv[:2], first.result, first.ppid) == ("/usr/bin/sh", ["sh", "-c"], 0, 1)
     assert not [e for e in events if isinstance(e, WitnessGap)]
     ok = {e.result is not None for e in events if isinstance(e, FileOpen)}
     assert ok == {True, False}  # the dynamic loader's misses are there too
@@ -128,6 +131,9 @@ def test_where_ebpf_cannot_run_record_says_so_once_and_uses_strace(recorded, mon
     assert err.count("eBPF witness cannot run here") == 1 and "bpftrace is not installed" in err
     assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]
     assert recorded["options"].syscall_witness == "strace"
+    assert syscall_witness_facts(recorded["witnesses"], recorded["options"].syscall_witness_why) == {
+        "ran": "strace",
+        "why": "--syscall-witness ebpf: fell back to strace: bpftrace is not installed (apt-get install bpftrace)"}
 
 
 def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
@@ -136,6 +142,8 @@ def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
         with pytest.raises(_Recorded):
             main(["record", "--syscall-witness", choice, "--", "true"])
         assert set(recorded["witnesses"]) & {"strace", "ebpf"} == want, choice
+        assert syscall_witness_facts(recorded["witnesses"], recorded["options"].syscall_witness_why) == {
+            "ran": choice, "why": f"--syscall-witness {choice}"}
     with pytest.raises(_Recorded):
         main(["record", "--", "true"])
     assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]  # the default
@@ -148,17 +156,27 @@ def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
 def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebpf, tmp_path):
     run_dir = tmp_path / "run"
     witnesses = [w for w in default_witnesses(syscall="both") if w.name in ("strace", "ebpf")]
-    record(RecordOptions(command=["sh", "-c", "cat CLAUDE.md > /dev/null"], repo=_probe_repo(tmp_path / "repo"),
+    record(RecordOptions(command=["sh", "-c", "cat src/app.py > /dev/null"], repo=_probe_repo(tmp_path / "repo"),
                          out=run_dir, timeout_s=90), witnesses=witnesses)
     records = list(read_records(run_dir))
+    assert next(r.event for r in records if isinstance(r.event, RunStarted)).syscall_witness == {
+        "ran": "both", "why": "chosen by the caller"}
     seen = {(r.source, e.path) for r in records if isinstance(e := r.event, FileOpen) and e.result is not None}
-    assert {("strace", "/work/sandbox/CLAUDE.md"), ("ebpf", "/work/sandbox/CLAUDE.md")} <= seen
+    assert {("strace", "/work/sandbox/src/app.py"), ("ebpf", "/work/sandbox/src/app.py")} <= seen
     execs = {(r.source, tuple(r.event.argv)) for r in records if isinstance(r.event, ProcessExec) and r.event.result == 0}
-    assert {("strace", ("cat", "CLAUDE.md")), ("ebpf", ("cat", "CLAUDE.md"))} <= execs
-    # strace (the chamber's init) opening its own FIFO is not the agent writing outside its tree
+    assert {("strace", ("cat", "src/app.py")), ("ebpf", ("cat", "src/app.py"))} <= execs
+    # the strace tracer opening its own FIFO is not the agent writing outside its tree
     assert not [p for s, p in seen if s == "ebpf" and p.startswith("/caisson/")]
+    assert not [r for r in records if isinstance(r.event, ProcessExec) and r.event.argv[:1] == ["strace"]]
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
-    assert result.status == "clean", result.findings
+    assert result.status == "clean", result.findings  # the two witnesses agree: no witness.disagreement
+    # Known-bad: the same ledger with eBPF's open of the file taken out.
+    config = config_from_records(records)
+    [gone] = [r for r in records if r.source == "ebpf" and isinstance(r.event, FileOpen)
+              and r.event.path == "/work/sandbox/src/app.py"]
+    assert [(f.kind, f.evidence) for f in witness_disagreement([r for r in records if r is not gone], config)] == [
+        ("witness_disagreement", [next(r.seq for r in records if r.source == "strace" and isinstance(r.event, FileOpen)
+                                       and r.event.path == "/work/sandbox/src/app.py")])]
 
 
 def test_when_bpftrace_cannot_attach_the_command_never_runs_and_the_cell_is_void(ebpf, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ Re-recording changes pids and times: regenerate the events and review them again
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 
 import msgspec
@@ -24,6 +25,7 @@ from collectors.ebpf import (
     open_flags,
 )
 from collectors.strace import UNFINISHED
+from ledger import fingerprint_secret
 from ledger.events import Event, FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, WitnessGap, WitnessRaw
 
 GOLDEN = Path(__file__).with_suffix("")
@@ -92,7 +94,7 @@ def test_golden_facts():
     assert py.argv[3].endswith("...") and len(py.argv[3].encode()) == 199 + 3 and py.cwd == "/tmp"
     echo = next(e for e in execs if e.path == "/bin/echo")
     assert echo.argv[-1] == "..." and len(echo.argv) == 65
-    assert py.env["API_TOKEN"] == "sk-ant-secret0123456789"  # the task redacts, not the parser
+    assert py.env["API_TOKEN"] == "sk-ant-secret0123456789"  # no fingerprint key given: verbatim
     opens = [e for e in evs if isinstance(e, FileOpen)]
     assert FileOpen(pid=13, host_pid=1682, syscall="io_uring_openat", path="/etc/hostname",
                     flags="O_RDONLY|O_LARGEFILE", access="r", result=4) in opens
@@ -113,6 +115,17 @@ def test_golden_facts():
     # The go FIFO's open returned after bpftrace attached; its entry was before: kept raw, last.
     assert [e.line for e in evs if isinstance(e, WitnessRaw)] == [
         "R 3337829599207 1621 1621 ? openat 3"]
+
+
+def test_the_parser_redacts_exec_environments_with_the_run_key_and_leaves_out_the_tracer():
+    key = b"k" * 32
+    got = [e for _, e in parse([PROBE], fingerprint_key=key, credential_patterns=("MY_*",))]
+    py = next(e for e in got if isinstance(e, ProcessExec) and e.argv[0] == "python3")
+    assert py.env["API_TOKEN"] == fingerprint_secret("sk-ant-secret0123456789", key)
+    assert "sk-ant-secret0123456789" not in msgspec.json.encode(got).decode()
+    skipped = [e for _, e in parse([PROBE], fingerprint_key=key, credential_patterns=("MY_*",),
+                                   skip_tracer=posixpath.basename(py.path))]  # as if python were the tracer
+    assert [e for e in got if getattr(e, "host_pid", None) != py.host_pid] == skipped and len(skipped) < len(got)
 
 
 def test_attached_and_root_exit_are_reported():
@@ -238,3 +251,27 @@ def test_bpftrace_command():
         bpftrace_command(4026532181, 1, 4242, perf_rb_pages=3)
     with pytest.raises(ValueError):
         bpftrace_command(0, 1, 4242)
+
+
+def test_the_tracer_and_its_child_before_exec_are_left_out_and_only_the_first_tracer():
+    lines = b"""B 1 4026532181 1 7
+E 10 20 20 5 sys_enter_execve 1 7
+S 20 /usr/bin/strace
+A 20 strace
+Z 20
+R 11 20 20 5 sys_exit_execve 0
+O 12 20 20 5 sys_exit_openat -100 0 3 /etc/localtime
+F 13 20 20 5 21
+O 14 21 21 6 sys_exit_openat -100 0 3 /etc/group
+E 15 21 21 6 sys_enter_execve 5 20
+S 21 /usr/bin/strace
+A 21 strace
+Z 21
+R 16 21 21 6 sys_exit_execve 0
+O 17 21 21 6 sys_exit_openat -100 0 3 /etc/group
+"""
+    got = [e for _, e in parse([lines], clock_offset_ns=0, root_cwd="/w", root_host_pid=7, skip_tracer="strace")]
+    assert got == [
+        ProcessExec(pid=6, host_pid=21, ppid=5, path="/usr/bin/strace", argv=["strace"], cwd="/w", env={}),
+        FileOpen(pid=6, host_pid=21, syscall="openat", path="/etc/group", flags="O_RDONLY", access="r", result=3)]
+    assert len([e for _, e in parse([lines], clock_offset_ns=0, root_cwd="/w", root_host_pid=7)]) == 5

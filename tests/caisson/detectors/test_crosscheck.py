@@ -1,0 +1,88 @@
+"""witness.disagreement playbooks: records of both syscall witnesses in, exact findings out."""
+
+from __future__ import annotations
+
+from caisson.detectors import DEFAULT_DETECTORS, DetectorConfig, Finding
+from caisson.detectors.crosscheck import WITNESS_DISAGREEMENT, witness_disagreement
+from ledger import Record
+from ledger.events import FileOpen, ProcessExec, WitnessGap, WitnessStarted
+
+S = 1_000_000_000
+CONFIG = DetectorConfig()
+
+
+def play(*items: tuple[str, int, object]) -> list[Record]:
+    """(source, wall s, event) -> records numbered from 0."""
+    return [Record(seq=i, wall_ns=int(t * S), mono_ns=i, source=src, event=e) for i, (src, t, e) in enumerate(items)]
+
+
+def both(*items):
+    return play(("strace", 0, WitnessStarted(witness="strace", detail={})),
+                ("ebpf", 0, WitnessStarted(witness="ebpf", detail={})), *items)
+
+
+def sh(host_pid=None):
+    return ProcessExec(pid=1, host_pid=host_pid, path="/usr/bin/sh", argv=["sh"], cwd="/work/sandbox")
+
+
+def opened(path, host_pid=None, syscall="openat", result=3):
+    return FileOpen(pid=1, host_pid=host_pid, syscall=syscall, path=path, result=result,
+                    errno=None if result is not None else "ENOENT")
+
+
+def finding(seq, message):
+    return Finding(detector=WITNESS_DISAGREEMENT, kind="witness_disagreement", effect="void", evidence=[seq],
+                   message=message)
+
+
+def test_registered():
+    assert (WITNESS_DISAGREEMENT, witness_disagreement) in DEFAULT_DETECTORS
+
+
+def test_agreeing_witnesses_are_silent_by_host_pid_or_by_time():
+    records = both(
+        ("ebpf", 0.5, ProcessExec(pid=1, host_pid=50, path="/bin/bash", argv=["bash"], cwd="/")),  # the wrapper
+        ("strace", 1, sh(host_pid=51)), ("ebpf", 1.001, sh(host_pid=51)),
+        ("ebpf", 2.0, opened("/work/sandbox/a.py", host_pid=51)),  # eBPF's line came first
+        ("strace", 2.0002, opened("/work/sandbox/a.py", host_pid=51)),
+        ("strace", 3, opened("/etc/passwd")), ("ebpf", 4.5, opened("/etc/passwd", host_pid=51)),  # no host pid: by time
+        ("strace", 5, opened("/nope", result=None)),  # failed opens are not compared
+    )
+    assert list(witness_disagreement(records, CONFIG)) == []
+
+
+def test_an_open_only_one_witness_saw_is_void_each_way():
+    records = both(
+        ("strace", 1, sh(host_pid=51)), ("ebpf", 1, sh(host_pid=51)),
+        ("ebpf", 2, opened("/work/sandbox/CLAUDE.md", host_pid=51, syscall="io_uring_openat")),
+        ("strace", 3, opened("/work/sandbox/b.py", host_pid=51)),
+        ("ebpf", 3, opened("/work/sandbox/b.py", host_pid=52)),  # same path, another process
+        ("strace", 4, opened("/etc/hosts")), ("ebpf", 9, opened("/etc/hosts")),  # too far apart
+    )
+    assert list(witness_disagreement(records, CONFIG)) == [
+        finding(4, "ebpf saw open /work/sandbox/CLAUDE.md (io_uring_openat, host pid 51); strace did not"),
+        finding(5, "strace saw open /work/sandbox/b.py (openat, host pid 51); ebpf did not"),
+        finding(6, "ebpf saw open /work/sandbox/b.py (openat, host pid 52); strace did not"),
+        finding(7, "strace saw open /etc/hosts (openat, host pid None); ebpf did not"),
+        finding(8, "ebpf saw open /etc/hosts (openat, host pid None); strace did not"),
+    ]
+
+
+def test_an_exec_only_one_witness_saw_and_each_fact_matches_once():
+    records = both(
+        ("strace", 1, sh(host_pid=51)), ("ebpf", 1, sh(host_pid=51)),
+        ("strace", 2, ProcessExec(pid=2, host_pid=52, path="/usr/bin/cat", argv=["cat"], cwd="/")),
+        ("strace", 3, opened("/etc/hosts")), ("strace", 3.1, opened("/etc/hosts")), ("ebpf", 3, opened("/etc/hosts")),
+    )
+    assert list(witness_disagreement(records, CONFIG)) == [
+        finding(4, "strace saw exec /usr/bin/cat (execve, host pid 52); ebpf did not"),
+        finding(6, "strace saw open /etc/hosts (openat, host pid None); ebpf did not"),
+    ]
+
+
+def test_nothing_unless_both_witnesses_ran_and_nothing_after_a_gap():
+    lone = play(("strace", 0, WitnessStarted(witness="strace", detail={})), ("strace", 1, sh(51)))
+    assert list(witness_disagreement(lone, CONFIG)) == []
+    gapped = both(("strace", 1, sh(51)), ("ebpf", 2, WitnessGap(witness="ebpf", reason="lost", missing="syscalls",
+                                                                  since_ns=2 * S)))
+    assert list(witness_disagreement(gapped, CONFIG)) == []
