@@ -67,6 +67,8 @@ WEAKENABLE: dict[Control, str] = {
     "deny_list": "the agent is handed the arm's withheld tools as allowed, and no deny list",
     "agent_config": "the sandbox keeps the files the agent reads as its configuration (settings, hooks, MCP)",
     "ebpf_buffer": "the eBPF witness's perf buffer is one page per CPU, so a flood of syscalls overflows it",
+    "seccomp": "the chamber gets the engine's default seccomp profile, not caisson's (io_uring and the rest allowed"
+               " as the installed engine allows them)",
 }
 """Controls `caisson selftest` weakens one at a time to show the detector behind each fires.
 A run with any weakened control records it in ``run.started`` and can never be clean."""
@@ -114,6 +116,7 @@ class Controls(msgspec.Struct, frozen=True, kw_only=True):
     deny_list: bool = False
     agent_config: bool = False
     ebpf_buffer: bool = False
+    seccomp: bool = False
 
     @classmethod
     def from_names(cls, names: Sequence[str]) -> Controls:

@@ -148,7 +148,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             chamber_env = _chamber_env(plan, scenario, fingerprint_key(key))
             limits = scenario.limits
             # The witness fails the denied calls visibly; with no tracer the kernel does.
-            seccomp = seccomp_profile(DENIED_SYSCALLS, action="trace" if "strace" in plan.witnesses else "errno")
+            seccomp = None if plan.weakened.seccomp else seccomp_profile(
+                DENIED_SYSCALLS, action="trace" if "strace" in plan.witnesses else "errno")
             manifest = RunStarted(
                 run_id=run_id,
                 caisson_version=__version__,
@@ -168,7 +169,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 weakened=plan.weakened.names,
                 agent=plan.agent_facts(),
                 arm=plan.arm_facts(),
-                seccomp=seccomp.manifest(),
+                seccomp=seccomp.manifest() if seccomp else {},
                 syscall_witness=syscall_witness_facts([w.name for w in witnesses], options.syscall_witness_why),
             )
             spec = ContainerSpec(
@@ -185,7 +186,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 deadline_s=plan.timeout_s,
                 self_deadline_s=plan.timeout_s + CHAMBER_GRACE_S,
                 run_id=run_id,
-                seccomp=seccomp.json,
+                seccomp=seccomp.json if seccomp else None,
             )
             scenario_bytes = Path(options.scenario).read_bytes() if options.scenario else None
             session = Session(engine=engine, writer=writer, spec=spec, manifest=manifest, sandbox=sandbox,

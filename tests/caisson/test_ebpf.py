@@ -56,18 +56,21 @@ def _probe_repo(tmp_path: Path) -> Path:
     return repo
 
 
-def _record(tmp_path: Path, command: str, witness: EbpfWitness, name: str = "run") -> tuple[Path, list]:
+def _record(tmp_path: Path, command: str, witness: EbpfWitness, name: str = "run",
+            weaken: tuple[str, ...] = ()) -> tuple[Path, list]:
     scenario = tmp_path / "scenario.toml"
     scenario.write_text(SCENARIO.read_text())  # SCENARIO is the probe scenario file
     run_dir = tmp_path / name
     record(RecordOptions(command=["sh", "-c", command], scenario=scenario, repo=_probe_repo(tmp_path / f"{name}-repo"),
-                         out=run_dir, question="where-answer", weaken=["exclusions"], timeout_s=90),
+                         out=run_dir, question="where-answer", weaken=["exclusions", *weaken], timeout_s=90),
            witnesses=[witness])
     return run_dir, [r.event for r in read_records(run_dir)]
 
 
 def test_reads_of_an_excluded_file_by_openat_io_uring_and_exec_are_each_seen(ebpf, tmp_path):
-    run_dir, events = _record(tmp_path, PROBE, EbpfWitness())
+    # caisson's own seccomp profile refuses io_uring in every chamber (the strace witness cannot
+    # see through it); with the engine's default the call runs, and the eBPF witness sees it.
+    run_dir, events = _record(tmp_path, PROBE, EbpfWitness(), weaken=("seccomp",))
     end = next(e for e in events if isinstance(e, RunEnded))
     assert end.exit_code == 0, end
     assert next(e for e in events if isinstance(e, RunStarted)).witnesses == ["ebpf"]
