@@ -14,26 +14,11 @@ from hypothesis import strategies as st
 
 from caisson.agents import claude_code, codex
 from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, WitnessRaw, decode_event
+from tests.caisson.transcripts import parse, usage_of
 
 
 def lines(*objects: dict) -> bytes:
     return b"".join(json.dumps(o).encode() + b"\n" for o in objects)
-
-
-def parse(factory, data: bytes, sizes: list[int] | None = None) -> list:
-    parser = factory()
-    pos = 0
-    for size in sizes or []:
-        parser.feed(data[pos:pos + size])
-        pos += size
-    parser.feed(data[pos:])
-    parser.close()
-    return list(parser.events())
-
-
-def usage_of(events: list) -> AgentUsage:
-    [usage] = [e for e in events if isinstance(e, AgentUsage)]
-    return usage
 
 
 def turn(input_tokens: int, output_tokens: int, **more: int) -> dict:

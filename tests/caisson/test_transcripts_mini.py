@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from caisson.agents import ADAPTERS, mini_swe_agent
 from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, WitnessRaw, decode_event
+from tests.caisson.transcripts import parse as _parse
+from tests.caisson.transcripts import usage_of
 
 GOLDEN = Path(__file__).with_suffix("")
 SUBMITTED = (GOLDEN / "submitted.json").read_bytes()
@@ -22,19 +24,7 @@ STEP_LIMIT = (GOLDEN / "step_limit.json").read_bytes()
 
 
 def parse(data: bytes, sizes: list[int] | None = None) -> list:
-    parser = mini_swe_agent.TranscriptParser()
-    pos = 0
-    for size in sizes or []:
-        parser.feed(data[pos:pos + size])
-        pos += size
-    parser.feed(data[pos:])
-    parser.close()
-    return list(parser.events())
-
-
-def usage_of(events: list) -> AgentUsage:
-    [usage] = [e for e in events if isinstance(e, AgentUsage)]
-    return usage
+    return _parse(mini_swe_agent.TranscriptParser, data, sizes)
 
 
 def results(events: list) -> list[tuple[str, str]]:

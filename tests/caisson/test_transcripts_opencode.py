@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson.agents import ADAPTERS, opencode
-from ledger.events import AgentAnswer, AgentToolResult, AgentUsage, WitnessRaw, decode_event
+from ledger.events import AgentAnswer, AgentToolResult, WitnessRaw, decode_event
+from tests.caisson.transcripts import parse as _parse
+from tests.caisson.transcripts import usage_of
 
 GOLDEN = Path(__file__).with_suffix("")
 REFUSED_ERRORED = (GOLDEN / "refused_errored.jsonl").read_bytes()
@@ -23,19 +25,7 @@ MODEL_ERROR = (GOLDEN / "model_error.jsonl").read_bytes()
 
 
 def parse(data: bytes, sizes: list[int] | None = None) -> list:
-    parser = opencode.TranscriptParser()
-    pos = 0
-    for size in sizes or []:
-        parser.feed(data[pos:pos + size])
-        pos += size
-    parser.feed(data[pos:])
-    parser.close()
-    return list(parser.events())
-
-
-def usage_of(events: list) -> AgentUsage:
-    [usage] = [e for e in events if isinstance(e, AgentUsage)]
-    return usage
+    return _parse(opencode.TranscriptParser, data, sizes)
 
 
 def test_executed_refused_and_errored_calls_the_answer_and_usage_matching_the_proxy():
