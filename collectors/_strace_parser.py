@@ -8,6 +8,7 @@ import re
 from collections import deque
 from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
+from collectors._lines import take_lines
 from collectors._strace_lines import (
     AT_FDCWD,
     Call,
@@ -249,13 +250,7 @@ class StraceParser:
             raise ParserClosedError("feed() after close()")
         self.bytes += len(data)
         self._buf += data
-        while True:
-            nl = self._buf.find(b"\n", 0, self._max_line + 1)
-            if nl < 0 and len(self._buf) <= self._max_line:
-                return
-            cut = nl if nl >= 0 else self._max_line
-            line = bytes(self._buf[:cut])
-            del self._buf[: cut + 1 if nl >= 0 else cut]
+        for line in take_lines(self._buf, self._max_line):
             self._line(line)
 
     def learn_host_pids(self, host_pids: Mapping[int, int]) -> None:

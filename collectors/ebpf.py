@@ -68,6 +68,7 @@ from typing import NamedTuple
 
 import trio
 
+from collectors._lines import take_lines
 from collectors._strace_parser import NEED_DATA, UNFINISHED, Stamped, _NeedData
 from collectors._witness import Witnessing, witness_life
 from ledger import CaissonError, Submission, redact_env
@@ -243,13 +244,7 @@ class EbpfParser:
             raise ParserClosedError("feed() after close()")
         self.bytes += len(data)
         self._buf += data
-        while True:
-            nl = self._buf.find(b"\n", 0, self._max_line + 1)
-            if nl < 0 and len(self._buf) <= self._max_line:
-                return
-            cut = nl if nl >= 0 else self._max_line
-            line = bytes(self._buf[:cut])
-            del self._buf[: cut + 1 if nl >= 0 else cut]
+        for line in take_lines(self._buf, self._max_line):
             self._line(line.decode("utf-8", "backslashreplace"))
 
     def close(self) -> None:
