@@ -21,6 +21,7 @@ from caisson.home import ensure_operator_key
 from caisson.probes import make_probe_repo
 from caisson.resources import resource_dir
 from caisson.study import read_study, run_study, verify_study
+from ledger import read_records
 from ledger.events import BaselineMeasured, CellEnded, CellStarted, StudyAborted, StudyPlanned, StudyResumed
 
 SCENARIO = """
@@ -254,17 +255,42 @@ def test_three_stalled_cells_in_a_row_abort_the_study(chamber_image, tmp_path):
     assert len(_events(tmp_path / "out", CellStarted)) == 3  # the fourth cell never ran
 
 
-def test_wrong_deny_list_aborts_at_preflight_before_any_cell(agent_image, tmp_path):
+CLAUDE_NO_WRITE = ('arms = ["no-write"]\n[[agents]]\nadapter = "claude-code"\nmodels = ["claude-sonnet-4-5"]\n'
+                   'endpoint = {{ script = "{script}" }}\n')
+
+
+def test_gating_probe_measures_claude_code_enforced_and_records_it(agent_image, tmp_path):
     repo = make_probe_repo(tmp_path)
     script = resource_dir("scenarios") / "model" / "asks_for_write.toml"
-    study = _study(tmp_path, 'arms = ["no-write"]\n[[agents]]\nadapter = "claude-code"\nmodels = ["claude-sonnet-4-5"]\n'
-                   f'endpoint = {{ script = "{script}" }}\n', questions='questions = ["where-answer"]')
-    result = run_study(study, tmp_path / "out", repo=repo, weaken=["deny_list"])
-    assert result.state == "aborted"
-    assert "isolation: arm no-write, agent claude-code: denied tool(s) still offered:" in result.reason
-    assert "Write" in result.reason
+    study = _study(tmp_path, CLAUDE_NO_WRITE.format(script=script), questions='questions = ["where-answer"]')
+    result = run_study(study, tmp_path / "out", repo=repo)
+    assert result.state == "ended", result
     [baseline] = _events(tmp_path / "out", BaselineMeasured)
-    assert baseline.status == "abort" and "Write" in baseline.tools_discovered
+    assert baseline.status == "ok"
+    assert (baseline.gating_claimed, baseline.gating_measured, baseline.gating_tool,
+            baseline.gating_outcome) == ("enforced", "enforced", "Write", "refused")
+    assert baseline.gating_evidence and baseline.gating_run_dir.startswith("baselines/")
+    assert baseline.gating_run_id and baseline.gating_ledger_head
+    assert [e.cell_id for e in _events(tmp_path / "out", CellEnded) if e.counting] != []
+    assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
+
+
+def test_wrong_deny_list_measures_gating_not_enforced_and_refuses_the_combination(agent_image, tmp_path):
+    repo = make_probe_repo(tmp_path)
+    script = resource_dir("scenarios") / "model" / "asks_for_write.toml"
+    study = _study(tmp_path, CLAUDE_NO_WRITE.format(script=script), questions='questions = ["where-answer"]')
+    result = run_study(study, tmp_path / "out", repo=repo, weaken=["deny_list"])
+    assert result.state == "ended", result  # refused, not aborted: the other combinations would run
+    [baseline] = _events(tmp_path / "out", BaselineMeasured)
+    assert baseline.status == "refused" and "Write" in baseline.tools_discovered
+    assert baseline.reason.startswith("gating: arm no-write, agent claude-code: claimed enforced, measured"
+                                      " not_enforced: denied Write was called and not refused")
+    assert (baseline.gating_claimed, baseline.gating_measured, baseline.gating_tool) == (
+        "enforced", "not_enforced", "Write")
+    assert baseline.gating_outcome != "refused" and baseline.gating_evidence
+    probe = [r.event for r in read_records(tmp_path / "out" / baseline.gating_run_dir,
+                                           ensure_operator_key().verify_key)]
+    assert any(getattr(e, "tool", None) == "Write" for e in probe)
     assert _events(tmp_path / "out", CellStarted) == []
     assert not (tmp_path / "out" / "cells").exists()
     assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
