@@ -3,7 +3,9 @@
 Order of work (docs/studies.md): plan (cells, refusals, order seed) and the grader check
 -> ``study.planned`` -> preflight: one baseline probe per (arm, agent, model), each a
 recorded run under ``DIR/baselines/`` (``baseline.measured``; a failed isolation
-assertion aborts before any cell) -> cells in the recorded order, each attempt under
+assertion aborts before any cell), then, for an ``enforced`` claim under an arm that denies
+something, the live gating probe (`caisson.probes.gating`; measured ``not_enforced``: that
+combination is refused, recorded with its evidence, and the study goes on) -> cells in the recorded order, each attempt under
 ``DIR/cells/<cell-id>/<n>/`` with its ``findings.json`` from replay, ``cell.started``
 sealed before it is dispatched and ``cell.ended`` binding its ledger's sealed head ->
 ``study.ended`` (after ``study.aborted`` when the abort rule fired).

@@ -317,6 +317,7 @@ def test_checked_in_study_runs_end_to_end(agent_image, tmp_path, capsys):
     assert codex.tools_discovered == [] and "exec_command" in codex.tools_requested
     narrow = next(b for b in baselines if b.arm == "no-search")
     assert narrow.tools_discovered == narrow.tools_requested == ["Bash", "Read"]
+    assert (narrow.gating_claimed, narrow.gating_measured, narrow.gating_outcome) == ("enforced", "enforced", "refused")
     ended = [e for e in _events(out, CellEnded) if e.counting]
     assert sorted(e.cell_id for e in ended) == sorted(c["cell_id"] for c in planned.cells)
     assert not any(e.cell_id.startswith("no-search--codex") for e in ended)
