@@ -272,7 +272,12 @@ def test_gating_probe_measures_claude_code_enforced_and_records_it(agent_image, 
     assert baseline.gating_evidence and baseline.gating_run_dir.startswith("baselines/")
     assert baseline.gating_run_id and baseline.gating_ledger_head
     assert [e.cell_id for e in _events(tmp_path / "out", CellEnded) if e.counting] != []
-    assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
+    key = ensure_operator_key().verify_key
+    assert verify_study(tmp_path / "out", key).status == "ok"
+    (tmp_path / "out" / baseline.gating_run_dir / "ledger").unlink()  # the probe run is bound: dropping it shows
+    report = verify_study(tmp_path / "out", key)
+    assert report.status == "tampered"
+    assert any(p.startswith(f"gating probe {baseline.gating_run_dir}: dropped") for p in report.problems)
 
 
 def test_wrong_deny_list_measures_gating_not_enforced_and_refuses_the_combination(agent_image, tmp_path):
