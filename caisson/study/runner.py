@@ -5,7 +5,8 @@ Order of work (docs/studies.md): plan (cells, refusals, order seed) and the grad
 recorded run under ``DIR/baselines/`` (``baseline.measured``; a failed isolation
 assertion aborts before any cell), then, for an ``enforced`` claim under an arm that denies
 something, the live gating probe (`caisson.probes.gating`; measured ``not_enforced``: that
-combination is refused, recorded with its evidence, and the study goes on) -> cells in the recorded order, each attempt under
+combination is refused, recorded with its evidence, and the study goes on) -> cells in
+the recorded order, each attempt under
 ``DIR/cells/<cell-id>/<n>/`` with its ``findings.json`` from replay, ``cell.started``
 sealed before it is dispatched and ``cell.ended`` binding its ledger's sealed head ->
 ``study.ended`` (after ``study.aborted`` when the abort rule fired).
@@ -273,6 +274,8 @@ class _Runner:
             verdict = judge_gating([], agent=combo.agent, version=spec.version, claimed=spec.gating, tool=None)
             return {**fields, **_verdict_fields(verdict), "gating_run_dir": ""}
         outcome, error = self._record(combo, session)
+        if self.interrupted:  # Ctrl-C: a cut probe is no verdict; resume probes again
+            raise _Stop(f"gating probe {rel}: interrupted")
         state = sealed_state(session.run_dir, self.key.verify_key) if (session.run_dir / "ledger").exists() else None
         if state is None or state.status != "ok":
             raise _Stop(f"gating probe {rel}: " + (error or "the probe ledger did not verify closed"
