@@ -276,6 +276,8 @@ class _Runner:
         outcome, error = self._record(combo, session)
         if self.interrupted:  # Ctrl-C: a cut probe is no verdict; resume probes again
             raise _Stop(f"gating probe {rel}: interrupted")
+        if outcome is not None and outcome.exit_code == 125:  # the agent never ran: no verdict, not a refusal
+            raise _Stop(f"gating probe {rel}: infra failure: {outcome.reason or 'the chamber or agent did not start'}")
         state = sealed_state(session.run_dir, self.key.verify_key) if (session.run_dir / "ledger").exists() else None
         if state is None or state.status != "ok":
             raise _Stop(f"gating probe {rel}: " + (error or "the probe ledger did not verify closed"
