@@ -569,13 +569,25 @@ class BaselineMeasured(_Event, tag="baseline.measured", frozen=True, kw_only=Tru
     run_dir: str = ""  # relative to the study directory
     ledger_records: int = 0  # records covered by the probe ledger's last seal
     ledger_head: str = ""  # hex chain head at that seal
-    status: str = ""  # ok | abort
+    status: str = ""  # ok | abort | refused (gating measured not_enforced: its cells do not run)
     reason: str = ""  # why the study aborts here, naming tool, arm and agent
     tools_discovered: list[str] = []  # the surface the agent reported (agent.tools)
     tools_requested: list[str] = []  # the tools its model requests offered (proxy witness: request bodies)
     deny: list[str] = []  # the deny list of this combination's cells (static union discovered, minus grant)
     floor_tokens: int | None = None  # the session's total tokens (input + output); None: not measured
     floor_source: str | None = None  # where floor_tokens comes from, e.g. "claude-code result.usage"
+    # The gating probe (caisson/probes/gating.py), run when the agent claims ``enforced`` and the
+    # arm denies something; status ``refused``: the claim was measured ``not_enforced``.
+    gating_claimed: str | None = None  # the adapter's claim; None: no adapter
+    gating_measured: str | None = None  # enforced | not_enforced | ungated; None: not probed
+    gating_tool: str | None = None  # the denied tool the probe's model asked for
+    gating_outcome: str | None = None  # what became of that call (refused | executed | unknown ...)
+    gating_run_id: str | None = None  # the probe run's id
+    gating_run_dir: str = ""  # relative to the study directory
+    gating_ledger_records: int = 0  # records covered by the probe ledger's last seal
+    gating_ledger_head: str = ""  # hex chain head at that seal
+    gating_evidence: list[int] = []  # seqs of the probe run's records the verdict rests on
+    gating_reason: str = ""  # the verdict in words
 
 
 class CellStarted(_Event, tag="cell.started", frozen=True, kw_only=True):

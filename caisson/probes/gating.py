@@ -79,18 +79,18 @@ def pick_probe_tool(deny: Sequence[str]) -> str | None:
     return sorted(deny)[0] if deny else None
 
 
-def probe_script(model: str, tool: str) -> str:
+def probe_script(model: str | None, tool: str) -> str:
     """A model script (TOML) whose first turn calls ``tool`` and whose second answers.
 
     Args:
-        model: the model the scenario asks for (the script's ``models``).
+        model: the model the scenario asks for (the script's ``models``); None: any model.
         tool: the denied tool to call.
     """
     arguments = json.dumps(PROBE_ARGUMENTS.get(tool, {}))
     return "\n".join([
         "# The gating probe (caisson/probes/gating.py): the model calls a denied tool, then answers.",
         'name = "gating_probe"',
-        f"models = [{json.dumps(model)}]",
+        f"models = [{json.dumps(model)}]" if model else "# any model",
         "[[turns]]",
         'text = "Probing."',
         f"tool_calls = [{{ name = {json.dumps(tool)}, arguments = {_toml_inline(json.loads(arguments))} }}]",

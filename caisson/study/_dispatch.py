@@ -46,6 +46,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     question_id: str
     scenario: Path  # the (derived) scenario file it records with
     baseline: bool = False
+    model_script: str | None = None  # the scripted model's TOML for this session (the gating probe)
 
 
 def derived_scenario(scenario_file: Path, combo: Combo, target: Path, *, baseline_prompt: str | None = None) -> Path:
@@ -90,7 +91,14 @@ def session_options(combo: Combo, session: Session, *, scenario: Scenario, repo:
         if combo.adapter is not None:
             host, credential = PROVIDERS[combo.adapter]
             credential = combo.endpoint.get("credential") or credential
-            if combo.endpoint.get("script"):
+            if session.model_script is not None:  # a probe runs on the scripted endpoint, whatever the study's
+                script = session.run_dir.parent / f"{session.run_dir.name}-model.toml"
+                script.parent.mkdir(parents=True, exist_ok=True)
+                script.write_text(session.model_script)
+                address = stack.enter_context(scripted_model(script))
+                egress = Egress(allow_hosts=[host], upstream={host: f"http://{address}"})
+                env[credential] = SCRIPTED_KEY
+            elif combo.endpoint.get("script"):
                 script = Path(combo.endpoint["script"].replace("{question}", session.question_id))
                 if session.baseline:
                     script = study_dir / "scenarios" / "baseline-model.toml"

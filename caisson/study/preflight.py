@@ -17,6 +17,9 @@ neither grants nor denies joins the deny list of every cell of that combination,
 `caisson.run.RecordOptions.discovered_tools`, and each cell's `enforcement.isolation`
 detector checks it is gone) and the **token floor** (the session's total tokens, input +
 output, with their source; None when not measured).
+
+The gating probe that follows a baseline (`caisson.probes.gating`) is run by the runner
+(`caisson.study.runner`), the judge is `caisson.probes.gating.judge_gating`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 Order of work (docs/studies.md): plan (cells, refusals, order seed) and the grader check
 -> ``study.planned`` -> preflight: one baseline probe per (arm, agent, model), each a
 recorded run under ``DIR/baselines/`` (``baseline.measured``; a failed isolation
-assertion aborts before any cell) -> cells in the recorded order, each attempt under
+assertion aborts before any cell), then, for an ``enforced`` claim under an arm that denies
+something, the live gating probe (`caisson.probes.gating`; measured ``not_enforced``: that
+combination is refused, recorded with its evidence, and the study goes on) -> cells in
+the recorded order, each attempt under
 ``DIR/cells/<cell-id>/<n>/`` with its ``findings.json`` from replay, ``cell.started``
 sealed before it is dispatched and ``cell.ended`` binding its ledger's sealed head ->
 ``study.ended`` (after ``study.aborted`` when the abort rule fired).
@@ -35,6 +38,7 @@ from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
 from caisson.run.record import new_run_id
 from caisson.agents import adapter as get_adapter
+from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
 from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario, dispatch, session_options
 from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
 from caisson.study.preflight import assess_baseline, check_grader, request_tools
@@ -71,6 +75,7 @@ class _Runner:
         self.study, self.scenario, self.data = load_study(study_path)
         self.repo, self.resume, self.weaken = Path(repo), resume, list(weaken)
         self.discovered: dict[tuple[str, str, str | None], list[str]] = {}  # (arm, agent, model) -> tools
+        self.refused: set[tuple[str, str, str | None]] = set()  # combos whose gating was measured not_enforced
         self.infra_retries, self.around_cell, self.on_event = infra_retries, around_cell, on_event
         self.key: SigningKey = ensure_operator_key()
         self.commit = commit
@@ -187,6 +192,9 @@ class _Runner:
     def preflight(self, plan: StudyPlan, previous: list) -> str:
         measured = set()
         for e in (r.event for r in previous):
+            if isinstance(e, BaselineMeasured) and e.status == "refused":
+                measured.add((e.arm, e.agent, e.model))
+                self.refused.add((e.arm, e.agent, e.model))
             if isinstance(e, BaselineMeasured) and e.status == "ok":
                 measured.add((e.arm, e.agent, e.model))
                 self.discovered[(e.arm, e.agent, e.model)] = sorted({*e.tools_discovered, *e.tools_requested})
@@ -218,16 +226,66 @@ class _Runner:
                 facts_ok, reason = facts.ok, facts.reason
                 self.discovered[(combo.arm, combo.agent, combo.model)] = sorted(
                     {*facts.tools_discovered, *facts.tools_requested})
+            gating: dict = {}
+            status = "ok" if facts_ok else "abort"
+            if facts is not None:
+                try:
+                    gating = self._probe_gating(combo, base, static, facts)
+                except _Stop as stop:
+                    gating, facts_ok, status, reason = {}, False, "abort", str(stop)
+                if gating.get("gating_measured") == "not_enforced":  # the claim fails: refuse this combination
+                    status, facts_ok = "refused", True
+                    reason = (f"gating: arm {combo.arm}, agent {combo.agent}: claimed enforced, measured not_enforced:"
+                              f" {gating['gating_reason']}")
+                    self.refused.add((combo.arm, combo.agent, combo.model))
             self.emit(BaselineMeasured(
                 arm=combo.arm, agent=combo.agent, model=combo.model, run_id=state.run_id if state else None,
                 run_dir=str(rel), ledger_records=state.records if state else 0, ledger_head=state.head if state else "",
-                status="ok" if facts_ok else "abort", reason=reason,
+                status=status, reason=reason, **gating,
                 tools_discovered=facts.tools_discovered if facts else [],
                 tools_requested=facts.tools_requested if facts else [], deny=facts.deny if facts else [],
                 floor_tokens=facts.floor_tokens if facts else None, floor_source=facts.floor_source if facts else None))
             if not facts_ok:
                 return f"preflight: {reason}"
         return ""
+
+    def _probe_gating(self, combo: Combo, base: Path, static, facts) -> dict:
+        """The gating probe of one combination (docs/studies.md): the ``gating_*`` fields of its
+        ``baseline.measured``; {} when there is nothing to probe (no adapter, a claim other than
+        ``enforced``, or an arm that denies nothing)."""
+        if combo.adapter is None:
+            return {}
+        spec = get_adapter(combo.adapter)
+        if spec.gating != "enforced" or not combo.deny:
+            return {"gating_claimed": spec.gating}
+        # a tool the session never had is refused whatever the deny list: probe one it has
+        shown = {*static, *facts.tools_discovered, *facts.tools_requested}
+        tool = pick_probe_tool([t for t in combo.deny if t in shown])
+        rel = base.with_name(base.name + "--gating")
+        n = 1
+        while (self.out / rel / str(n)).exists():
+            n += 1
+        rel = rel / str(n)
+        session = Session(run_dir=self.out / rel, question_id=BASELINE_QUESTION, baseline=True,
+                          scenario=self._scenario_for(combo, baseline=True),
+                          model_script=probe_script(combo.model, tool) if tool else None)
+        fields = {"gating_claimed": spec.gating, "gating_run_dir": str(rel), "gating_tool": tool}
+        if tool is None:
+            verdict = judge_gating([], agent=combo.agent, version=spec.version, claimed=spec.gating, tool=None)
+            return {**fields, **_verdict_fields(verdict), "gating_run_dir": ""}
+        outcome, error = self._record(combo, session)
+        if self.interrupted:  # Ctrl-C: a cut probe is no verdict; resume probes again
+            raise _Stop(f"gating probe {rel}: interrupted")
+        if outcome is not None and outcome.exit_code == 125:  # the agent never ran: no verdict, not a refusal
+            raise _Stop(f"gating probe {rel}: infra failure: {outcome.reason or 'the chamber or agent did not start'}")
+        state = sealed_state(session.run_dir, self.key.verify_key) if (session.run_dir / "ledger").exists() else None
+        if state is None or state.status != "ok":
+            raise _Stop(f"gating probe {rel}: " + (error or "the probe ledger did not verify closed"
+                                                   f" ({state.status if state else 'absent'})"))
+        records = list(read_records(session.run_dir, self.key.verify_key))
+        verdict = judge_gating(records, agent=combo.agent, version=spec.version, claimed=spec.gating, tool=tool)
+        return {**fields, **_verdict_fields(verdict), "gating_run_id": state.run_id,
+                "gating_ledger_records": state.records, "gating_ledger_head": state.head}
 
     # -- cells ---------------------------------------------------------------------------
 
@@ -320,6 +378,8 @@ class _Runner:
                     ended.setdefault(e.cell_id, []).append(e)
             combos = {(c.arm, c.agent, c.model): c for c in plan.combos}
             for cell in plan.cells:
+                if (cell.arm, cell.agent, cell.model) in self.refused:  # gating measured not_enforced
+                    continue
                 cell_ended = ended.setdefault(cell.cell_id, [])
                 before = len(self.history)
                 try:
@@ -349,6 +409,12 @@ class _Runner:
         self.ledger.close()
         return StudyResult(out=str(self.out), state="aborted" if reason else "ended", reason=reason,
                            cells=len(plan.cells), counted=len(counted), void=void)
+
+
+def _verdict_fields(verdict: GatingVerdict) -> dict:
+    """A gating verdict as the ``gating_*`` fields of ``baseline.measured``."""
+    return {"gating_measured": verdict.measured, "gating_outcome": verdict.outcome,
+            "gating_evidence": list(verdict.evidence), "gating_reason": verdict.reason}
 
 
 _MODEL_PATHS = ("/v1/messages", "/v1/responses", "/v1/chat/completions")

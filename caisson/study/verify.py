@@ -5,8 +5,8 @@ Checks, in order, stopping at nothing (every problem is listed):
 1. each segment of the study ledger verifies against the trusted key (chain, seals,
    signatures, blobs); every segment but the last may be unclosed only when the next one's
    ``study.resumed`` names exactly its last seal (run id, record count, chain head);
-2. every baseline and every cell attempt the ledger binds (``baseline.measured``,
-   ``cell.ended``) is at its recorded place, with the recorded run id, and its ledger
+2. every baseline, gating probe and cell attempt the ledger binds (``baseline.measured``
+   and its ``gating_*`` fields, ``cell.ended``) is at its recorded place, with the recorded run id, and its ledger
    verifies with the recorded sealed record count and chain head (a closed attempt must
    still verify closed): a cell swapped, edited or dropped afterwards fails;
 3. no run directory under ``DIR/cells/`` is left that the ledger does not name (started
@@ -130,6 +130,10 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
             named.add(e.run_dir)
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, True, trusted,
                        "baseline", report)
+            if e.gating_run_id is not None:  # the gating probe run, bound the same way
+                named.add(e.gating_run_dir)
+                _check_run(study_dir, e.gating_run_dir, e.gating_run_id, e.gating_ledger_records,
+                           e.gating_ledger_head, True, trusted, "gating probe", report)
         elif isinstance(e, CellStarted):
             named.add(e.run_dir)
         elif isinstance(e, CellEnded):

@@ -21,6 +21,7 @@ from caisson.home import ensure_operator_key
 from caisson.probes import make_probe_repo
 from caisson.resources import resource_dir
 from caisson.study import read_study, run_study, verify_study
+from ledger import read_records
 from ledger.events import BaselineMeasured, CellEnded, CellStarted, StudyAborted, StudyPlanned, StudyResumed
 
 SCENARIO = """
@@ -254,17 +255,47 @@ def test_three_stalled_cells_in_a_row_abort_the_study(chamber_image, tmp_path):
     assert len(_events(tmp_path / "out", CellStarted)) == 3  # the fourth cell never ran
 
 
-def test_wrong_deny_list_aborts_at_preflight_before_any_cell(agent_image, tmp_path):
+CLAUDE_NO_WRITE = ('arms = ["no-write"]\n[[agents]]\nadapter = "claude-code"\nmodels = ["claude-sonnet-4-5"]\n'
+                   'endpoint = {{ script = "{script}" }}\n')
+
+
+def test_gating_probe_measures_claude_code_enforced_and_records_it(agent_image, tmp_path):
     repo = make_probe_repo(tmp_path)
     script = resource_dir("scenarios") / "model" / "asks_for_write.toml"
-    study = _study(tmp_path, 'arms = ["no-write"]\n[[agents]]\nadapter = "claude-code"\nmodels = ["claude-sonnet-4-5"]\n'
-                   f'endpoint = {{ script = "{script}" }}\n', questions='questions = ["where-answer"]')
-    result = run_study(study, tmp_path / "out", repo=repo, weaken=["deny_list"])
-    assert result.state == "aborted"
-    assert "isolation: arm no-write, agent claude-code: denied tool(s) still offered:" in result.reason
-    assert "Write" in result.reason
+    study = _study(tmp_path, CLAUDE_NO_WRITE.format(script=script), questions='questions = ["where-answer"]')
+    result = run_study(study, tmp_path / "out", repo=repo)
+    assert result.state == "ended", result
     [baseline] = _events(tmp_path / "out", BaselineMeasured)
-    assert baseline.status == "abort" and "Write" in baseline.tools_discovered
+    assert baseline.status == "ok"
+    assert (baseline.gating_claimed, baseline.gating_measured, baseline.gating_tool,
+            baseline.gating_outcome) == ("enforced", "enforced", "Write", "refused")
+    assert baseline.gating_evidence and baseline.gating_run_dir.startswith("baselines/")
+    assert baseline.gating_run_id and baseline.gating_ledger_head
+    assert [e.cell_id for e in _events(tmp_path / "out", CellEnded) if e.counting] != []
+    key = ensure_operator_key().verify_key
+    assert verify_study(tmp_path / "out", key).status == "ok"
+    (tmp_path / "out" / baseline.gating_run_dir / "ledger").unlink()  # the probe run is bound: dropping it shows
+    report = verify_study(tmp_path / "out", key)
+    assert report.status == "tampered"
+    assert any(p.startswith(f"gating probe {baseline.gating_run_dir}: dropped") for p in report.problems)
+
+
+def test_wrong_deny_list_measures_gating_not_enforced_and_refuses_the_combination(agent_image, tmp_path):
+    repo = make_probe_repo(tmp_path)
+    script = resource_dir("scenarios") / "model" / "asks_for_write.toml"
+    study = _study(tmp_path, CLAUDE_NO_WRITE.format(script=script), questions='questions = ["where-answer"]')
+    result = run_study(study, tmp_path / "out", repo=repo, weaken=["deny_list"])
+    assert result.state == "ended", result  # refused, not aborted: the other combinations would run
+    [baseline] = _events(tmp_path / "out", BaselineMeasured)
+    assert baseline.status == "refused" and "Write" in baseline.tools_discovered
+    assert baseline.reason.startswith("gating: arm no-write, agent claude-code: claimed enforced, measured"
+                                      " not_enforced: denied Write was called and not refused")
+    assert (baseline.gating_claimed, baseline.gating_measured, baseline.gating_tool) == (
+        "enforced", "not_enforced", "Write")
+    assert baseline.gating_outcome != "refused" and baseline.gating_evidence
+    probe = [r.event for r in read_records(tmp_path / "out" / baseline.gating_run_dir,
+                                           ensure_operator_key().verify_key)]
+    assert any(getattr(e, "tool", None) == "Write" for e in probe)
     assert _events(tmp_path / "out", CellStarted) == []
     assert not (tmp_path / "out" / "cells").exists()
     assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
@@ -291,6 +322,7 @@ def test_checked_in_study_runs_end_to_end(agent_image, tmp_path, capsys):
     assert codex.tools_discovered == [] and "exec_command" in codex.tools_requested
     narrow = next(b for b in baselines if b.arm == "no-search")
     assert narrow.tools_discovered == narrow.tools_requested == ["Bash", "Read"]
+    assert (narrow.gating_claimed, narrow.gating_measured, narrow.gating_outcome) == ("enforced", "enforced", "refused")
     ended = [e for e in _events(out, CellEnded) if e.counting]
     assert sorted(e.cell_id for e in ended) == sorted(c["cell_id"] for c in planned.cells)
     assert not any(e.cell_id.startswith("no-search--codex") for e in ended)
