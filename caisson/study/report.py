@@ -90,6 +90,10 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     combos = {(c["arm"], c["agent"], _model(c.get("model"))): c for c in planned.combos}
     refused = {(r["arm"], r["agent"], _model(r.get("model"))): r for r in planned.refusals}
     counting = {e.cell_id: e for e in events if isinstance(e, CellEnded) and e.counting}
+    # A combination whose enforced claim the preflight's gating probe measured not_enforced
+    # is refused there, with its evidence: its cells never ran, and are refused, not "not run".
+    measured_refused = {(e.arm, e.agent, _model(e.model)): e for e in events
+                        if isinstance(e, BaselineMeasured) and e.status == "refused"}
     cells: list[ReportCell] = []
     for c in planned.cells:
         key = (c["arm"], c["agent"], _model(c.get("model")))
@@ -98,7 +102,7 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
                      question_kind=kinds.get(c["question_id"], "locate"), repetition=int(c["repetition"]),
                      gating=combo.get("gating", "ungated"), elicitation=_elicitation(combo))
         ended = counting.get(c["cell_id"])
-        if key in refused and key not in combos:
+        if (key in refused and key not in combos) or key in measured_refused:
             cells.append(ReportCell(status="refused", **place))
         elif ended is None or ended.run_id is None:
             cells.append(ReportCell(status="not_run", **place))
@@ -128,7 +132,11 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
         cells=tuple(cells), baselines=tuple(baselines),
         refusals=tuple(Refusal(arm=r["arm"], agent=r["agent"], model=_model(r.get("model")),
                                reason=r.get("reason", ""), gating=r.get("gating", "ungated"))
-                       for r in planned.refusals),
+                       for r in planned.refusals)
+        + tuple(Refusal(arm=e.arm, agent=e.agent, model=_model(e.model), gating=e.gating_measured or "not_enforced",
+                        reason=f"gating measured {e.gating_measured or 'not_enforced'} by the preflight's probe:"
+                               f" {e.gating_reason or e.reason}")
+                for e in measured_refused.values()),
         prices=tuple(Price(model=m, input_usd_per_mtok=float(p["input_usd_per_mtok"]),
                            output_usd_per_mtok=float(p["output_usd_per_mtok"])) for m, p in planned.prices.items()),
         seed=planned.order_seed or 0)

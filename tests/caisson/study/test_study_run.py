@@ -299,6 +299,13 @@ def test_wrong_deny_list_measures_gating_not_enforced_and_refuses_the_combinatio
     assert _events(tmp_path / "out", CellStarted) == []
     assert not (tmp_path / "out" / "cells").exists()
     assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
+    # The report counts the combination's cells as refused, with the measured gating as the reason.
+    from caisson.study.report import load_study_report
+
+    _, data = load_study_report(tmp_path / "out", ensure_operator_key().verify_key)
+    assert data.cells and {c.status for c in data.cells} == {"refused"}
+    [refusal] = data.refusals
+    assert refusal.gating == "not_enforced" and "measured not_enforced by the preflight's probe" in refusal.reason
 
 
 def test_checked_in_study_runs_end_to_end(agent_image, tmp_path, capsys):
