@@ -272,7 +272,7 @@ def _study(console: Console, out: Path, repo: Path, commit: str) -> bool:
 
 def _study_report(console: Console, target: Path) -> bool:
     """The study's report, recomputed from its sealed ledgers: text here, HTML beside it."""
-    from caisson.report import build_report, render_html, render_text
+    from caisson.report import build_report, render_html, render_markdown, render_text
     from caisson.study.report import load_study_report
 
     console.print(f"\n== 7. the study's report (caisson study report {target})")
@@ -284,5 +284,6 @@ def _study_report(console: Console, target: Path) -> bool:
     print(render_text(report, width=console.width or 160, color=console.is_terminal))
     html_path = target / "report.html"
     html_path.write_text(render_html(report))
+    (target / "report.md").write_text(render_markdown(report))  # `caisson view` shows it on the study page
     console.print(f"  the HTML report beside it: {html_path}")
     return True
