@@ -103,7 +103,8 @@ __all__ = [
 ]
 
 def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4096,
-                verbose_env: bool = False, deny: Iterable[str] = DENIED_SYSCALLS) -> list[str]:
+                verbose_env: bool = False, deny: Iterable[str] = DENIED_SYSCALLS,
+                leave_out: Iterable[str] = ()) -> list[str]:
     """The strace options of the witness, without ``strace`` itself or the traced command.
 
     ``-f`` follows forks and prefixes every line with the pid; ``-ttt`` stamps it with
@@ -118,6 +119,8 @@ def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4
         verbose_env: ``-v``, so execve's environment is printed and becomes
             ``ProcessExec.env`` (the caller must fingerprint credentials before the ledger).
         string_limit: longest string strace prints before cutting it with ``...``, bytes.
+        leave_out: syscalls dropped from the filter (selftest only: a witness that silently
+            stopped seeing a family, which ``witness.disagreement`` must catch).
         deny: syscalls strace fails with EPERM instead of running them (``-e inject``),
             printed with ``(INJECTED)``; they must be in `STRACE_SYSCALLS`.
 
@@ -132,7 +135,8 @@ def strace_argv(output_path: str, *, seccomp: bool = True, string_limit: int = 4
     deny = list(deny)
     if not set(deny) <= set(STRACE_SYSCALLS):
         raise ValueError(f"deny: not traced: {sorted(set(deny) - set(STRACE_SYSCALLS))}")
-    spec = ",".join(("?" + n) if n in _LEGACY else n for n in STRACE_SYSCALLS)
+    dropped = set(leave_out)
+    spec = ",".join(("?" + n) if n in _LEGACY else n for n in STRACE_SYSCALLS if n not in dropped)
     argv = ["-f", "-ttt", "-yy", "-s", str(string_limit), "-q"] + (["-v"] if verbose_env else [])
     if seccomp:
         argv.append("--seccomp-bpf")

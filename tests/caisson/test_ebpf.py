@@ -195,3 +195,13 @@ def test_when_bpftrace_cannot_attach_the_command_never_runs_and_the_cell_is_void
     assert gaps and all(g.witness == "ebpf" for g in gaps) and "no such tracepoint" in gaps[0].reason
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
     assert result.status == "void"
+
+
+def test_the_selftest_shows_the_cross_check_firing_on_a_strace_that_misses_opens(ebpf):
+    """`caisson selftest --syscall-witness both`'s probe of witness.disagreement: the honest
+    run is clean, and with openat left out of strace's filter the opens eBPF saw are findings."""
+    from caisson.probes.selftest import CASES, run_selftest
+
+    cases = tuple(c for c in CASES if c.name in ("honest", "honest_grep/strace_openat"))
+    result = run_selftest(cases=cases, syscall="both")
+    assert result.fired == {"honest": [], "honest_grep/strace_openat": ["witness.disagreement@1"]}
