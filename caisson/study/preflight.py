@@ -9,7 +9,7 @@ checklist that accepts anything, stops the study here, not in the report.
 
 The baseline (`assess_baseline`) reads a probe session's sealed records. Two witnesses
 give its tool surface: what the agent reported about itself (``agent.tools``) and what
-its model requests offered (the request bodies the proxy kept, `request_tools`). Their
+its model requests offered (the request bodies the proxy kept, `caisson.probes.gating.request_tools`). Their
 union is the **isolation assertion** (a tool of the deny list still offered aborts,
 naming tool, arm and agent), the **tool discovery** (the combination's deny list: the
 static one unioned with the discovered surface, minus the grant; an offered tool the arm
@@ -24,7 +24,6 @@ The gating probe that follows a baseline (`caisson.probes.gating`) is run by the
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -37,7 +36,7 @@ from caisson.scenario import Scenario
 from ledger import Record
 from ledger.events import AgentTools, AgentUsage
 
-__all__ = ["GraderCheck", "BaselineFacts", "check_grader", "assess_baseline", "request_tools", "BAD_ANSWER"]
+__all__ = ["GraderCheck", "BaselineFacts", "check_grader", "assess_baseline", "BAD_ANSWER"]
 
 BAD_ANSWER = "It is defined in src/caisson_nowhere/never.py at line 1."
 """A known-bad answer when the key has none: a confident location that answers nothing."""
@@ -111,29 +110,6 @@ def check_grader(scenario: Scenario, question_ids: Iterable[str], key_file: Path
     return checks
 
 
-def request_tools(body: bytes) -> list[str] | None:
-    """The tool names one model request offers, from its JSON body; None: not a JSON object.
-
-    Shapes (Anthropic Messages ``tools[].name``; OpenAI Chat ``tools[].function.name``;
-    OpenAI Responses ``tools[].name``, or ``tools[].type`` for a built-in such as
-    ``web_search``).
-    """
-    try:
-        obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(obj, dict):
-        return None
-    names = []
-    for tool in obj.get("tools") or []:
-        if isinstance(tool, dict):
-            function = tool.get("function") if isinstance(tool.get("function"), dict) else {}
-            name = tool.get("name") or function.get("name") or tool.get("type")
-            if isinstance(name, str) and name:
-                names.append(name)
-    return names
-
-
 def assess_baseline(records: Iterable[Record], *, arm: str, agent: str, grant: Iterable[str],
                     deny: Iterable[str], static: Iterable[str], requested: Iterable[str] = ()) -> BaselineFacts:
     """The isolation assertion, tool discovery and token floor of one baseline session.
@@ -144,7 +120,7 @@ def assess_baseline(records: Iterable[Record], *, arm: str, agent: str, grant: I
         grant: the arm's granted tools.
         deny: the deny list the probe was given.
         static: the adapter's static tool list (empty for a command agent).
-        requested: the tools the session's model requests offered (`request_tools` over
+        requested: the tools the session's model requests offered (`caisson.probes.gating.request_tools` over
             the proxy's request bodies).
 
     Returns:

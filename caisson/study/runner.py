@@ -41,7 +41,8 @@ from caisson.agents import adapter as get_adapter
 from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
 from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario, dispatch, session_options
 from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
-from caisson.study.preflight import assess_baseline, check_grader, request_tools
+from caisson.probes.gating import request_tools
+from caisson.study.preflight import assess_baseline, check_grader
 from caisson.study.studyfile import PROVIDERS, load_study, resolve
 from caisson.study.studyledger import StudyLedger, read_study, sealed_state
 from ledger import BLOBS_DIR, BlobStore, SigningKey, read_records
@@ -428,7 +429,7 @@ def _requested(run_dir: Path, records: list) -> list[str]:
         e = record.event
         path = e.path.split("?", 1)[0] if isinstance(e, HttpExchange) else ""
         if path.endswith(_MODEL_PATHS) and e.request_body_sha256 and blobs.check(e.request_body_sha256) is None:
-            names.update(request_tools(blobs.get(e.request_body_sha256)) or [])
+            names.update(request_tools(blobs.get(e.request_body_sha256)))
     return sorted(names)
 
 

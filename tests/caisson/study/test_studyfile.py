@@ -263,12 +263,12 @@ RESPONSES_BODY = b'{"model":"m","tools":[{"type":"function","name":"exec_command
     (RESPONSES_BODY, ["exec_command", "web_search"]),
     (b'{"model":"m"}', []),
     (b'{"tools":[1,{"x":2},{"name":""}]}', []),
-    (b"[1,2]", None),
-    (ANTHROPIC_BODY + b"junk", None),
-    (b"\xff\xfe", None),
+    (b"[1,2]", []),
+    (ANTHROPIC_BODY + b"junk", []),
+    (b"\xff\xfe", []),
 ], ids=["anthropic", "chat", "responses", "no-tools", "odd-items", "not-object", "trailing-junk", "not-utf8"])
 def test_request_tools_reads_every_provider_shape_and_refuses_junk(body, names):
-    from caisson.study.preflight import request_tools
+    from caisson.probes.gating import request_tools  # the one reader, shared with the gating probe
 
     assert request_tools(body) == names
 
