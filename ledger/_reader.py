@@ -94,6 +94,40 @@ class VerifyReport(msgspec.Struct, kw_only=True):
         """0 ok, 1 tampered, 3 intact but not closed (the `caisson verify` contract)."""
         return {"ok": 0, "tampered": 1, "unclosed": 3}[self.status]
 
+    def describe(self) -> str:
+        """Human-readable lines, as `caisson verify` prints them: one, and one per detail that
+        applies (records verified before a failure, the two frames of a fork, a format
+        version's note)."""
+        lines = []
+        if self.status == "ok":
+            lines.append(
+                f"OK {self.path}: run {self.run_id}, {self.records} records sealed and closed,"
+                f" signed by {self.key_fingerprint}, {self.blobs_checked} blobs checked"
+            )
+        elif self.status == "tampered":
+            where = f" at byte {self.bad_offset}" if self.bad_offset is not None else ""
+            lines.append(f"TAMPERED {self.path}: first bad record seq {self.bad_seq}{where}: {self.reason}")
+            if self.fork_seq is not None and self.fork_offsets is not None:
+                first, second = self.fork_offsets
+                lines.append(f"  fork: two records claim seq {self.fork_seq}, in the frames at byte {first}"
+                             f" and byte {second}")
+            if self.sealed:
+                lines.append(f"  records 0..{self.sealed - 1} verified before it")
+        elif self.run_id is None:
+            lines.append(
+                f"NOT CLOSED {self.path}: the file ends inside its header ({self.torn_bytes} bytes):"
+                " no records; a crash as the ledger was created"
+            )
+        else:
+            torn = f"a torn frame of {self.torn_bytes} bytes was cut" if self.torn_bytes else "no torn frame"
+            lines.append(
+                f"NOT CLOSED {self.path}: run {self.run_id}, {self.sealed} records sealed and intact;"
+                f" {self.unsealed} records follow the last seal; {torn}; no final seal (crash or still running)"
+            )
+        if self.note:
+            lines.append(f"  note: {self.note}")
+        return "\n".join(lines)
+
 
 def _decode_events(body: bytes, envelopes: list[Envelope]) -> list:
     """Typed records of a frame. An authentic record whose event does not decode (a newer

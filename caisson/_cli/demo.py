@@ -28,7 +28,6 @@ from rich.table import Table
 
 from caisson._cli.replay import table
 from caisson.model import scripted_model
-from caisson._cli.verify import describe
 from caisson.errors import UsageError
 from caisson.resources import resource_dir
 from caisson.home import ensure_operator_key, operator_key_paths
@@ -217,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         report = verify_ledger(run_dir, key.verify_key)
         ok += report.exit_code == 0
         if report.exit_code != 0:
-            console.print("  " + describe(report))
+            console.print("  " + report.describe())
     console.print(f"  {ok}/{len(run_dirs)} ledgers intact, sealed and closed")
 
     console.print("\n== 5. replay: detectors and checklist grading, offline, from the sealed runs")

@@ -26,37 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def describe(report: VerifyReport) -> str:
-    """Human-readable lines for a verify report: one, and one per detail that applies
-    (records verified before a failure, the two frames of a fork, a format version's note)."""
-    lines = []
-    if report.status == "ok":
-        lines.append(
-            f"OK {report.path}: run {report.run_id}, {report.records} records sealed and closed,"
-            f" signed by {report.key_fingerprint}, {report.blobs_checked} blobs checked"
-        )
-    elif report.status == "tampered":
-        where = f" at byte {report.bad_offset}" if report.bad_offset is not None else ""
-        lines.append(f"TAMPERED {report.path}: first bad record seq {report.bad_seq}{where}: {report.reason}")
-        if report.fork_seq is not None and report.fork_offsets is not None:
-            first, second = report.fork_offsets
-            lines.append(f"  fork: two records claim seq {report.fork_seq}, in the frames at byte {first}"
-                         f" and byte {second}")
-        if report.sealed:
-            lines.append(f"  records 0..{report.sealed - 1} verified before it")
-    elif report.run_id is None:
-        lines.append(
-            f"NOT CLOSED {report.path}: the file ends inside its header ({report.torn_bytes} bytes):"
-            " no records; a crash as the ledger was created"
-        )
-    else:
-        torn = f"a torn frame of {report.torn_bytes} bytes was cut" if report.torn_bytes else "no torn frame"
-        lines.append(
-            f"NOT CLOSED {report.path}: run {report.run_id}, {report.sealed} records sealed and intact;"
-            f" {report.unsealed} records follow the last seal; {torn}; no final seal (crash or still running)"
-        )
-    if report.note:
-        lines.append(f"  note: {report.note}")
-    return "\n".join(lines)
+    """The lines `caisson verify` prints for a report (`VerifyReport.describe`)."""
+    return report.describe()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -82,9 +82,7 @@ class RunView(msgspec.Struct, kw_only=True):
 
 
 def _verify_lines(report: VerifyReport) -> list[str]:
-    from caisson._cli.verify import describe  # the wording `caisson verify` prints
-
-    return describe(report).splitlines()
+    return report.describe().splitlines()
 
 
 def open_run(run_dir: Path, trusted: VerifyKey) -> RunView:
