@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -525,7 +526,12 @@ def test_a_released_line_that_starts_a_clone_holds_the_rest_again_and_close_ends
     data = (b'11633 1796059241.504429 vfork( <unfinished ...>\n'
             b'17797 1796000697.961661 vfork( <unfinished ...>\n'
             b'17779 1796000697.504325 execve("/bin/sh", ["sh"], 0x7*)\xac\x8e')
-    items = parse([data])
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(parse([data])), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "close() spins on the held lines instead of ending"
+    [items] = done
     assert items and all(isinstance(i.event, (ProcessExec, WitnessRaw, ProcessExit)) for i in items)
 
 
