@@ -159,3 +159,73 @@ def test_verify_catches_a_tampered_or_unbound_backfill(study, tmp_path):
     assert report.status == "tampered"
     assert any("is not bound by the study ledger" in p for p in report.problems), report.problems
     assert isinstance(event, TokenBackfilled)
+
+
+def test_a_recorded_claude_code_run_collects_its_session_file_and_backfill_fills_its_proxy_only_cell(
+        agent_image, tmp_path, capsys):
+    """Claude Code run as a plain command (no adapter: nothing read from stdout, so the live
+    figure is the proxy's) on the scripted model; the recorder collects its session file,
+    and backfill turns the cell first-party with the figure its own transcript would give."""
+    import os
+
+    from caisson.model._process import scripted_model
+    from caisson.resources import resource_dir
+    from ledger import read_records
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "app.py").write_text("def answer():\n    return 42\n")
+    from tests.helpers import commit_all
+
+    commit_all(repo, "code")
+    key = ensure_operator_key()
+    with scripted_model(resource_dir("scenarios") / "model" / "grep_then_answer.toml") as address:
+        scenario = tmp_path / "s.toml"
+        scenario.write_text(f'''
+name = "backfill"
+pass_credentials = ["ANTHROPIC_API_KEY"]
+[[questions]]
+id = "q"
+prompt = "In which file and line is the function `answer` defined? Use grep."
+required = [{{ subject = "answer", pattern = "src/app.py" }}]
+[egress]
+allow_hosts = ["api.anthropic.com"]
+upstream = {{ "api.anthropic.com" = "http://{address}" }}
+[limits]
+wall_seconds = 120
+''')
+        os.environ["ANTHROPIC_API_KEY"] = "sk-ant-scripted-test-0000"
+        try:
+            run = tmp_path / "study" / "cells" / "c" / "1"
+            assert main(["record", "--scenario", str(scenario), "--repo", str(repo), "--question", "q",
+                         "--image", agent_image, "--out", str(run), "--", "sh", "-c",
+                         'claude -p "$CAISSON_PROMPT" --output-format text --allowedTools Bash'
+                         ' --model claude-sonnet-4-5']) == 0
+        finally:
+            os.environ.pop("ANTHROPIC_API_KEY")
+    events = [r.event for r in read_records(run, key.verify_key)]
+    [collected] = [e for e in events if isinstance(e, AgentSessionFile)]
+    assert collected.agent == "claude-code" and collected.path.startswith(".claude/projects/-work-sandbox/")
+    assert collected.blob_sha256 == collected.sha256 and collected.size_bytes > 0 and collected.skipped is None
+    assert not any(isinstance(e, AgentUsage) for e in events)
+    state = sealed_state(run, key.verify_key)
+    ledger = StudyLedger(tmp_path / "study", key, run_id="study-e2e")
+    place = dict(arm="a", agent="claude", model="claude-sonnet-4-5")
+    ledger.append(StudyPlanned(study="t", study_sha256="", combos=[{**place, "gating": "ungated", "cells": 1}],
+                               cells=[{**place, "cell_id": "c", "question_id": "q", "repetition": 0}]))
+    ledger.append(CellStarted(cell_id="c", attempt=1, run_dir="cells/c/1"))
+    ledger.append(CellEnded(cell_id="c", attempt=1, run_id=state.run_id, run_dir="cells/c/1", status="clean",
+                            counting=True, ledger_records=state.records, ledger_head=state.head, ledger_final=True))
+    ledger.append(StudyEnded(cells=1, counted=1))
+    ledger.close()
+    _, data = load_study_report(tmp_path / "study", key.verify_key)
+    [cell] = data.cells
+    assert (cell.tokens.total, cell.tokens.source) == (2988 + 3020, "proxy:llm.call")  # the two calls, as seen
+    capsys.readouterr()
+    assert main(["study", "backfill", str(tmp_path / "study")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"BACKFILL cell c: 6008 (proxy:llm.call) -> 6008 ({LATE})"
+    _, data = load_study_report(tmp_path / "study", key.verify_key)
+    [cell] = data.cells
+    # the agent's own count (5956 in, 52 out: test_agents.py's live result.usage), now first-party
+    assert (cell.tokens.input, cell.tokens.output, cell.tokens.source) == (5956, 52, LATE)
+    assert main(["verify", str(tmp_path / "study")]) == 0
