@@ -21,7 +21,8 @@ The rules:
   blobs) is not written again; with nothing new, no segment is written at all.
 - **Nothing is replaced**: a new figure for a run (a parser fix) goes into a new segment
   and supersedes the older record in the report; the older segment stays as it was, so
-  every earlier state is kept, as a backup would keep it, and verifies.
+  every earlier state is kept, as a backup would keep it, and verifies. A segment is
+  written under a hidden name and renamed once closed, so a crash leaves no half segment.
 - `verify_backfill` (run by `caisson verify DIR`) checks every segment against the trusted
   key, the chain of segments, that each record names a run the study ledger binds at the
   same head, and that each blob is a session file that run collected.
@@ -29,6 +30,7 @@ The rules:
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -236,9 +238,12 @@ def _write_segment(study_dir: Path, key: SigningKey, events: list[TokenBackfille
     segs = segments(study_dir)
     head = sealed_state(segs[-1], key.verify_key).head
     seg = study_dir / BACKFILL_DIR / f"{len(existing):03d}"
-    seg.mkdir(parents=True)
+    partial = seg.with_name(f".{seg.name}.partial")  # not a segment until closed and renamed
+    if partial.exists():
+        shutil.rmtree(partial)  # a backfill that crashed before its segment was closed
+    partial.mkdir(parents=True)
     run_id = time.strftime("backfill-%Y%m%dT%H%M%SZ", time.gmtime())
-    with LedgerWriter(seg / "ledger", run_id=run_id, key=key, blobs=BlobStore(seg / "blobs"),
+    with LedgerWriter(partial / "ledger", run_id=run_id, key=key, blobs=BlobStore(partial / "blobs"),
                       flush_records=1 << 20, flush_interval_s=float("inf")) as writer:
         writer.append(BackfillStarted(
             study_head=head, previous_run_id=(previous.run_id or "") if previous else "",
@@ -247,6 +252,7 @@ def _write_segment(study_dir: Path, key: SigningKey, events: list[TokenBackfille
             source=SOURCE, wall_ns=time.time_ns(), mono_ns=time.monotonic_ns())
         for event in events:
             writer.append(event, source=SOURCE, wall_ns=time.time_ns(), mono_ns=time.monotonic_ns())
+    partial.rename(seg)
     return seg
 
 
