@@ -46,7 +46,7 @@ from ledger import read_records, verify_and_read, verify_ledger
 from ledger.events import AgentSessionFile, BackfillStarted, BaselineMeasured, CellEnded, StudyPlanned, TokenBackfilled
 
 __all__ = ["BACKFILL_DIR", "BackfillChange", "BackfillResult", "Target", "backfill_segments", "backfill_study",
-           "read_backfill", "verify_backfill"]
+           "derive", "read_backfill", "targets", "verify_backfill"]
 
 BACKFILL_DIR = "backfill"
 SOURCE = "backfill"
@@ -147,30 +147,29 @@ def _show(figure: TokenFigure | None, why: str = "") -> str:
     return f"{figure.total} ({figure.source})" if figure is not None else f"null ({why or 'not measured'})"
 
 
-def derive(run_dir: Path, records: list[Record]) -> tuple[CellTokens, TokenBackfilled | None, str]:
-    """A run's live tokens and what its collected session files give (pure but for the
-    run's blob store): (live, the figure as a record without its target, why none)."""
-    live = cell_tokens(records)
+def derive(run_dir: Path, records: list[Record], live: CellTokens) -> tuple[TokenBackfilled | None, str]:
+    """What a run's collected session files give (pure but for reading the run's blob
+    store): (the figure as a record, its target fields still empty; or None and why)."""
     files = [r.event for r in records if isinstance(r.event, AgentSessionFile)]
     skipped = [f for f in files if f.skipped and agent_of_file(f.path)]
     if skipped:
-        return live, None, f"session file {skipped[0].path} not stored: {skipped[0].skipped}"
+        return None, f"session file {skipped[0].path} not stored: {skipped[0].skipped}"
     stored = [f for f in files if f.blob_sha256]
     if not stored:
-        return live, None, "no session file collected"
+        return None, "no session file collected"
     store = BlobStore(run_dir / "blobs")
     usage = session_usage([(f.path, store.get(f.blob_sha256)) for f in stored])  # type: ignore[arg-type]
     if usage is None:
-        return live, None, "no session file of a known layout"
+        return None, "no session file of a known layout"
     if usage.normalized is None or usage.normalized.total_tokens is None:
-        return live, None, usage.usage_missing_reason or "no figure"
+        return None, usage.usage_missing_reason or "no figure"
     event = TokenBackfilled(target="cell", run_id="", run_dir="", ledger_head="", token_source=usage.token_source,
                             parser=usage.parser, usage=usage.usage, normalized=usage.normalized,
                             cost_usd=usage.cost_usd, blobs=sorted({f.blob_sha256 for f in stored
                                                                     if agent_of_file(f.path)}),  # type: ignore[misc]
                             previous_total=live.figure.total if live.figure else None,
                             previous_source=live.figure.source if live.figure else live.null_reason)
-    return live, event, ""
+    return event, ""
 
 
 def _same(a: TokenBackfilled, b: TokenBackfilled) -> bool:
@@ -209,10 +208,11 @@ def backfill_study(study_dir: Path, key: SigningKey) -> BackfillResult:
         report, records = verify_and_read(run_dir, trusted)
         if report.status != "ok":
             continue  # verify_study passed, so this is an attempt bound unclosed: nothing sealed to read
-        live, found, why = derive(run_dir, records)
-        old = _show(live.figure, live.null_reason)
+        live = cell_tokens(records)
         if live.figure is not None and live.figure.rank == FIRST_PARTY:
             continue  # a live first-party figure is never replaced
+        found, why = derive(run_dir, records, live)
+        old = _show(live.figure, live.null_reason)
         if found is None:
             result.changes.append(BackfillChange(target=t.target, name=t.name, old=old, new=f"no figure: {why}"))
             continue
