@@ -540,7 +540,8 @@ class AgentSessionFile(_Event, tag="agent.session_file", frozen=True, kw_only=Tr
     path: str  # relative to the chamber's config home, e.g. ".claude/projects/-work-sandbox/<session>.jsonl"
     size_bytes: int  # the file's size when collected, bytes
     sha256: str | None = None  # hex digest of its bytes; None when they were not read (skipped)
-    blob_sha256: str | None = None  # the blob holding them (blobs are content-addressed: equal to sha256); None: not stored
+    # The blob holding them (blobs are content-addressed: equal to sha256); None: not stored.
+    blob_sha256: str | None = None
     skipped: str | None = None  # why it was not stored: over the per-file or total cap, not a regular file
 
 
