@@ -132,3 +132,33 @@ def test_collection_stores_matching_files_bounded_and_never_follows_links(tmp_pa
     over = collect_session_files(home, BlobStore(tmp_path / "b2"), file_cap=1000)
     assert [f.skipped for f in over if isinstance(f, AgentSessionFile)][:2] == [
         f"{len(CLAUDE)} bytes, over the cap of 1000", "2000 bytes, over the cap of 1000"]
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=12)
+_USAGE = st.dictionaries(st.sampled_from(["input_tokens", "output_tokens", "cache_read_input_tokens",
+                                          "cached_input_tokens", "total_tokens"]), _JSON, max_size=4)
+_LINE = st.one_of(
+    st.fixed_dictionaries({"type": st.just("assistant"), "message": st.fixed_dictionaries(
+        {"id": st.one_of(st.text(max_size=3), _JSON), "usage": st.one_of(_USAGE, _JSON)})}),
+    st.fixed_dictionaries({"type": st.just("cost-state"), "totalCostUSD": _JSON, "modelUsage": _JSON}),
+    st.fixed_dictionaries({"type": st.just("event_msg"), "payload": st.fixed_dictionaries(
+        {"type": st.sampled_from(["token_count", "task_complete"]),
+         "info": st.one_of(_JSON, st.fixed_dictionaries({"total_token_usage": st.one_of(_USAGE, _JSON)}))})}),
+    st.fixed_dictionaries({"type": st.just("session_meta"), "payload": st.dictionaries(st.just("id"), _JSON)}),
+    _JSON)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_LINE, max_size=6), st.binary(max_size=40))
+def test_garbage_and_odd_shapes_give_a_figure_or_a_reason_never_an_exception(lines, junk):
+    import json
+
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines) + junk
+    for path in (CLAUDE_PATH, CODEX_PATH):
+        usage = session_usage([(path, data)])
+        assert usage is not None
+        assert (usage.normalized is None) == (usage.usage_missing_reason is not None)
+        if usage.normalized is not None:
+            assert usage.normalized.total_tokens == usage.normalized.input_tokens + usage.normalized.output_tokens
