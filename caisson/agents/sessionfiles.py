@@ -14,14 +14,14 @@ tests/caisson/test_sessionfiles/):
   two blocks is two lines with the same ``message.id``, so usage is kept once per
   ``message.id`` (the last line's, as a streamed count only grows) and summed over
   responses. The session ends with a ``cost-state`` line (``totalCostUSD``,
-  ``modelUsage``), the terminal event: a file without it, or whose last line is cut, is
-  incomplete and gives no figure.
+  ``modelUsage``), the terminal event: a session file without it (or with a response
+  after it), or any file whose last line is cut, is incomplete and gives no figure.
 - **Codex 0.171.0** writes ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<thread
   id>.jsonl``: ``session_meta`` first (its ``payload.id`` is the thread), ``event_msg``
   lines whose ``payload.type`` is ``token_count`` carry ``info.total_token_usage``, the
   thread's running total (OpenAI breakdown semantics: cached inside input, reasoning
   inside output), so the last one counts and none is summed; ``task_complete`` ends a
-  task (the terminal event).
+  task (the terminal event: a ``task_started`` after it makes the file incomplete again).
 
 Several files of one agent are combined by `session_usage`: Claude Code responses by
 ``message.id`` across files (a resumed session copies its history), Codex threads summed
@@ -89,6 +89,7 @@ class ClaudeSessionParser(JsonLinesParser):
             self.sessions.add(obj["sessionId"])
         kind = obj.get("type")
         if kind == "assistant":
+            self.terminal = False  # a response after the costs were written: the session went on
             message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
             usage = message.get("usage")
             key = message.get("id") or obj.get("requestId") or obj.get("uuid")
@@ -123,8 +124,8 @@ class CodexRolloutParser(JsonLinesParser):
             info = payload.get("info") if isinstance(payload.get("info"), dict) else {}
             if isinstance(info.get("total_token_usage"), dict):
                 self.totals.append(info["total_token_usage"])
-        elif kind == "event_msg" and payload.get("type") == "task_complete":
-            self.terminal = True
+        elif kind == "event_msg" and payload.get("type") in ("task_started", "task_complete"):
+            self.terminal = payload["type"] == "task_complete"  # the last task decides
         return True
 
 
@@ -151,6 +152,13 @@ def _sum(usages: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _is_session(path: str) -> bool:
+    """A session's own file (``projects/<project>/<session>.jsonl``), which must end with
+    its ``cost-state``; files deeper down (a subagent's transcript, where a release keeps
+    one: not seen in the recordings yet) only must not be cut."""
+    return len(path.split("/")) == 4
+
+
 def _claude(files: Sequence[tuple[str, bytes]]) -> AgentUsage:
     messages: dict[str, dict[str, Any]] = {}
     costs: list[float | None] = []
@@ -159,7 +167,7 @@ def _claude(files: Sequence[tuple[str, bytes]]) -> AgentUsage:
         parser = ClaudeSessionParser()
         parser.feed(data)
         parser.close()
-        if parser.incomplete:
+        if parser.cut_line is not None or (_is_session(path) and not parser.terminal):
             return _null("claude-code", f"{path}: {parser.incomplete}")
         messages.update(parser.messages)
         costs.append(parser.cost_usd)

@@ -162,3 +162,16 @@ def test_garbage_and_odd_shapes_give_a_figure_or_a_reason_never_an_exception(lin
         assert (usage.normalized is None) == (usage.usage_missing_reason is not None)
         if usage.normalized is not None:
             assert usage.normalized.total_tokens == usage.normalized.input_tokens + usage.normalized.output_tokens
+
+
+def test_the_last_task_or_response_decides_completeness_and_a_subagent_file_needs_no_end():
+    started = b'{"type":"event_msg","payload":{"type":"task_started"}}\n'
+    again = session_usage([(CODEX_PATH, CODEX + started)])  # a second task that never completed
+    assert again.normalized is None and "task_complete" in again.usage_missing_reason
+    reply = (b'{"type":"assistant","message":{"id":"msg_late","usage":{"input_tokens":5,"output_tokens":1}}}\n')
+    assert session_usage([(CLAUDE_PATH, CLAUDE + reply)]).normalized is None  # a response after cost-state
+    sub = CLAUDE_PATH.replace(".jsonl", "/subagents/agent-1.jsonl")
+    both = session_usage([(CLAUDE_PATH, CLAUDE), (sub, reply)])
+    assert _figure(both) == (5956 + 5, 52 + 1, 6008 + 6)
+    cut = session_usage([(CLAUDE_PATH, CLAUDE), (sub, reply[:-10])])
+    assert cut.normalized is None and "cut" in cut.usage_missing_reason
