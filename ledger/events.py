@@ -75,6 +75,7 @@ __all__ = [
     "AgentToolResult",
     "AgentAnswer",
     "AgentUsage",
+    "AgentSessionFile",
     "StudyPlanned",
     "StudyResumed",
     "BaselineMeasured",
@@ -82,9 +83,11 @@ __all__ = [
     "CellEnded",
     "StudyAborted",
     "StudyEnded",
+    "BackfillStarted",
+    "TokenBackfilled",
 ]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -92,7 +95,9 @@ SCHEMA_VERSION = 7
 ``process.syscall``, ``run.started.seccomp``, ``run.ended.oom_killed``; 5: usage rules and
 sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete``,
 ``usage_missing_reason`` and ``parser``; 6: ``study.*``, ``baseline.measured``, ``cell.*``;
-7: ``llm.call.server_tools``, the Vertex AI, Azure OpenAI and Bedrock providers and endpoints."""
+7: ``llm.call.server_tools``, the Vertex AI, Azure OpenAI and Bedrock providers and endpoints;
+8: ``agent.session_file`` (the agent's session files collected from its config home),
+``backfill.started`` and ``token.backfilled`` (the backfill ledger of a study)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -527,6 +532,19 @@ class AgentUsage(_Event, tag="agent.usage", frozen=True, kw_only=True):
     parser: str = ""  # the transcript parser that read it, "name@version"
 
 
+class AgentSessionFile(_Event, tag="agent.session_file", frozen=True, kw_only=True):
+    """A session or usage file the agent wrote into its config home, collected by the
+    recorder when the agent exited (caisson/run/sessionfiles.py); its bytes are a blob."""
+
+    agent: str  # the agent whose file layout the path matches: claude-code | codex
+    path: str  # relative to the chamber's config home, e.g. ".claude/projects/-work-sandbox/<session>.jsonl"
+    size_bytes: int  # the file's size when collected, bytes
+    sha256: str | None = None  # hex digest of its bytes; None when they were not read (skipped)
+    # The blob holding them (blobs are content-addressed: equal to sha256); None: not stored.
+    blob_sha256: str | None = None
+    skipped: str | None = None  # why it was not stored: over the per-file or total cap, not a regular file
+
+
 # --- studies (the study ledger: caisson study run; docs/studies.md) -----------------------
 
 
@@ -633,6 +651,42 @@ class StudyEnded(_Event, tag="study.ended", frozen=True, kw_only=True):
     aborted: bool = False
 
 
+# --- backfill (the backfill ledger of a study: caisson study backfill; docs/studies.md) ----
+
+
+class BackfillStarted(_Event, tag="backfill.started", frozen=True, kw_only=True):
+    """First event of a backfill ledger segment: what it was computed from."""
+
+    study_head: str  # hex chain head of the study ledger's last seal when the backfill read it
+    previous_run_id: str = ""  # the previous backfill segment's ledger run id ("" for the first)
+    previous_records: int = 0  # records covered by its last seal
+    previous_head: str = ""  # hex chain head at that seal
+    parsers: list[str] = []  # "name@version" of the session-file parsers this backfill ran
+    caisson_version: str = ""
+
+
+class TokenBackfilled(_Event, tag="token.backfilled", frozen=True, kw_only=True):
+    """A first-party token figure derived offline from the session files a run collected,
+    for a cell or baseline whose live figure was missing or only proxy-observed."""
+
+    target: Literal["cell", "baseline"]
+    cell_id: str = ""  # the cell (target cell)
+    arm: str = ""  # the baseline's arm, agent and model (target baseline); also set for a cell
+    agent: str = ""
+    model: str | None = None
+    run_id: str  # the run the files come from: a cell's counting attempt or a baseline probe
+    run_dir: str  # relative to the study directory
+    ledger_head: str  # hex chain head of that run's last seal, as the study ledger binds it
+    token_source: str  # e.g. "claude-code session files (messages[].usage)"
+    parser: str  # "name@version" of the parser that read the files
+    usage: dict[str, Any] | None = None  # the summed usage as the files report it
+    normalized: LlmUsage | None = None  # its normalised view: total = input + output (tokens)
+    cost_usd: float | None = None  # as the files report it
+    blobs: list[str] = []  # sha256 hex of the session-file blobs the figure was derived from
+    previous_total: int | None = None  # the figure it stands in for (tokens), None: not measured
+    previous_source: str = ""  # that figure's source, or why it was null
+
+
 Event = Union[
     RunStarted,
     RunEnded,
@@ -662,6 +716,7 @@ Event = Union[
     AgentToolResult,
     AgentAnswer,
     AgentUsage,
+    AgentSessionFile,
     StudyPlanned,
     StudyResumed,
     BaselineMeasured,
@@ -669,6 +724,8 @@ Event = Union[
     CellEnded,
     StudyAborted,
     StudyEnded,
+    BackfillStarted,
+    TokenBackfilled,
 ]
 """The one tagged union of every event kind."""
 

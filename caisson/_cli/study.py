@@ -12,6 +12,11 @@
   [--allow-untrusted] [--key PUBKEY]``: the study verified, every counting cell replayed
   with the current detectors, the report (caisson/report/). Exit 0 written; 1 the study
   does not verify (tampered: nothing is reported); 2 usage.
+- ``caisson study backfill DIR``: first-party token figures read offline from the session
+  files the runs collected, for counting cells and baselines whose live figure is missing
+  or only proxy-observed, into the study's signed backfill ledger (caisson/study/backfill.py);
+  prints each change (old figure and source -> new). Exit 0 done (also when nothing
+  changed); 1 the study does not verify or is not closed; 2 usage.
 """
 
 from __future__ import annotations
@@ -52,6 +57,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="make winner claims despite a checklist FAIL, each labelled UNTRUSTED")
     report.add_argument("--key", metavar="PUBKEY", help="trust this public key (default: the operator key)")
     report.set_defaults(func=run_report)
+    backfill = verbs.add_parser(
+        "backfill", help="fill missing or proxy-only token figures from the agents' own session files",
+        description="For every counting cell and baseline whose token figure is missing or only proxy-observed,"
+                    " read the session files its run collected from the agent's config home (Claude Code,"
+                    " Codex) and write the first-party figure to the study's signed backfill ledger"
+                    " (DIR/backfill/NNN/). Never replaces a live first-party figure; running it again changes"
+                    " nothing; earlier segments are kept. Exit 0 done, 1 the study does not verify or is not"
+                    " closed, 2 usage.")
+    backfill.add_argument("dir", type=Path, metavar="DIR", help="the study directory")
+    backfill.set_defaults(func=run_backfill)
 
 
 def plan_lines(plan, *, drawn: bool = False) -> list[str]:
@@ -148,4 +163,27 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         args.out.write_bytes(out)
         print(f"wrote {args.out} ({args.format}, study head {data.study_head[:16]})")
+    return 0
+
+
+def run_backfill(args: argparse.Namespace) -> int:
+    from caisson.errors import UsageError
+    from caisson.home import ensure_operator_key
+    from caisson.study.backfill import backfill_study
+    from caisson.study.verify import is_study_dir
+
+    if not is_study_dir(args.dir):
+        raise UsageError(f"{args.dir}: no study ledger (study/000/ledger); is it a study directory?")
+    try:
+        result = backfill_study(args.dir, ensure_operator_key())
+    except UsageError as exc:
+        print(f"NOT BACKFILLED {exc}", file=sys.stderr)
+        return 1
+    for c in result.changes:
+        mark = "BACKFILL" if c.written else "        "
+        print(f"{mark} {c.target} {c.name}: {c.old} -> {c.new}")
+    if result.segment is None:
+        print(f"nothing changed in {args.dir}")
+    else:
+        print(f"wrote {result.written} figure(s) to {result.segment}")
     return 0

@@ -26,16 +26,29 @@ from caisson.report._inputs import (
 from caisson.report._render import render_json, render_markdown, render_text
 from caisson.report._report import AgentSection, CellRow, Report, build_report
 from caisson.report._stats import Spread
-from caisson.report._tokens import FIRST_PARTY, PROXY, SESSION_HEADERS, CellTokens, TokenFigure, cell_tokens
+from caisson.report._tokens import (
+    BACKFILL,
+    FIRST_PARTY,
+    PROXY,
+    RANKS,
+    SESSION_HEADERS,
+    CellTokens,
+    TokenFigure,
+    backfill_figure,
+    cell_tokens,
+    with_backfill,
+)
 
 __all__ = [
     "ALPHA",
+    "BACKFILL",
     "BOOTSTRAP_FROM",
     "EQUIVALENCE",
     "FAIL",
     "FIRST_PARTY",
     "PASS",
     "PROXY",
+    "RANKS",
     "SEED_RATIO",
     "SESSION_HEADERS",
     "WARN",
@@ -62,6 +75,7 @@ __all__ = [
     "TokenFigure",
     "build_report",
     "cell_cost",
+    "backfill_figure",
     "cell_tokens",
     "check_input",
     "content_tokens",
@@ -71,4 +85,5 @@ __all__ = [
     "render_markdown",
     "render_text",
     "report_cell",
+    "with_backfill",
 ]

@@ -6,7 +6,11 @@ and scoring"; issue #14):
 - **Rank.** First-party usage (``agent.usage``: the agent's own report) outranks the
   proxy's observation (``llm.call``). When the agent reported a figure, that figure is the
   cell's, whatever the proxy saw; the proxy's sum is used only when the agent reported
-  none (no ``agent.usage``, or only reports with no usage).
+  none (no ``agent.usage``, or only reports with no usage). Between them ranks a
+  first-party figure backfilled offline from the agent's own session files
+  (``token.backfilled`` of the study's backfill ledger, `with_backfill`): the agent's own
+  account, read after the run, so below what it reported live (which is never replaced)
+  and above what the proxy saw (a reconstruction from outside).
 - **Never mixed.** A figure is summed over reports of one source only. First-party
   reports naming different ``token_source`` strings, or some with usage and some
   without, give a null figure (the reason says why), never a proxy figure in their place.
@@ -37,12 +41,16 @@ from collections.abc import Iterable
 import msgspec
 
 from ledger import Record
-from ledger.events import AgentUsage, HttpExchange, LlmCall
+from ledger.events import AgentUsage, HttpExchange, LlmCall, TokenBackfilled
 
-__all__ = ["FIRST_PARTY", "PROXY", "SESSION_HEADERS", "CellTokens", "TokenFigure", "cell_tokens"]
+__all__ = ["BACKFILL", "FIRST_PARTY", "PROXY", "RANKS", "SESSION_HEADERS", "CellTokens", "TokenFigure",
+           "backfill_figure", "cell_tokens", "with_backfill"]
 
 FIRST_PARTY = "first_party"
+BACKFILL = "first_party_backfill"
 PROXY = "proxy"
+RANKS = (FIRST_PARTY, BACKFILL, PROXY)
+"""Token sources from the most trusted down: live first-party, backfilled first-party, proxy."""
 SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "conversation_id")
 """Request headers (lower case) that carry an agent's session identity, in order of trust."""
 
@@ -54,7 +62,7 @@ class TokenFigure(msgspec.Struct, frozen=True, kw_only=True):
         total: input + output tokens (cache counts excluded).
         input: input tokens as the source counts them, or None when it gave no split.
         output: output tokens, or None.
-        rank: `FIRST_PARTY` or `PROXY`.
+        rank: `FIRST_PARTY`, `BACKFILL` or `PROXY`.
         source: what the figure is, printed beside it: ``"first_party:claude-code
             result.usage"`` or ``"proxy:llm.call"``. Floors and subtractions compare it
             exactly.
@@ -179,3 +187,31 @@ def cell_tokens(records: Iterable[Record]) -> CellTokens:
     return CellTokens(figure=figure, null_reason=reason, sessions=tuple(sorted(sessions)),
                       unidentified_calls=unidentified, token_ambiguous=len(sessions) > 1,
                       evidence=tuple(sorted(evidence)))
+
+
+def backfill_figure(event: TokenBackfilled) -> TokenFigure | None:
+    """The `TokenFigure` of a ``token.backfilled`` record (rank `BACKFILL`), or None
+    when it carries no normalised total."""
+    view = event.normalized
+    if view is None or view.total_tokens is None:
+        return None
+    return TokenFigure(total=view.total_tokens, input=view.input_tokens, output=view.output_tokens, rank=BACKFILL,
+                       source=f"{BACKFILL}:{event.token_source}")
+
+
+def with_backfill(live: CellTokens, backfilled: TokenFigure | None) -> CellTokens:
+    """A cell's tokens once a backfilled figure is taken into the rank (pure).
+
+    Args:
+        live: what the cell's own records give (`cell_tokens`).
+        backfilled: the backfill ledger's figure for the same run, or None.
+
+    Returns:
+        ``live`` unchanged when it holds a live first-party figure (never replaced) or
+        there is no backfilled figure; otherwise ``live`` with the backfilled figure in
+        place of the proxy's or of none (sessions and ambiguity stay the live ones: the
+        same calls).
+    """
+    if backfilled is None or (live.figure is not None and live.figure.rank == FIRST_PARTY):
+        return live
+    return msgspec.structs.replace(live, figure=backfilled, null_reason="")

@@ -10,8 +10,9 @@ this order (each optional but ``start``):
 3. ``start(ctx)``: once the chamber runs (``ctx.started`` holds its id and host pid).
 
 When the command ends, ``ctx.stop`` is set: samplers stop, stream readers drain to EOF,
-and each witness closes its channel clone. Only then are the artifacts and ``run.ended``
-written. Whatever happens, the ledger is closed with a final seal, and the network and
+and each witness closes its channel clone. Only then are the transcript's events, the
+agent's session files from its config home (`caisson.run.sessionfiles`), the artifacts
+and ``run.ended`` written. Whatever happens, the ledger is closed with a final seal, and the network and
 container are removed.
 """
 
@@ -29,6 +30,7 @@ from caisson.chamber import guard_bridge, unguard_bridge
 from caisson._paths import SANDBOX_PATH
 from caisson.errors import ChamberError
 from caisson.chamber.sandbox import Sandbox
+from caisson.run.sessionfiles import collect_session_files
 from caisson.run.stream import MonitorAddress
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
@@ -125,6 +127,7 @@ class Session(msgspec.Struct, kw_only=True):
     transcript: Any = None  # the agent adapter's transcript parser factory, or None
     labels: dict[str, str] = {}  # the recorder's identity, on the run's network too (for reaping)
     reaped: list = []  # orphans of other runs reaped before this one (caisson.chamber.reap.Reaped)
+    config_home: Path | None = None  # the agent's config home on the host: its session files are collected
 
 
 async def run_session(s: Session) -> RunOutcome:
@@ -275,6 +278,10 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
             if isinstance(event, AgentAnswer):
                 answer_text = event.text
             await send.send(Submission(source="transcript", event=event))
+    if s.config_home is not None:  # the agent's own session files, while the scratch space still exists
+        assert s.writer.blobs is not None
+        for event in await trio.to_thread.run_sync(collect_session_files, s.config_home, s.writer.blobs):
+            await send.send(Submission(source="recorder", event=event))
     for event in _artifacts(s.writer, result, s.sandbox_dir, s.scenario, answer_text):
         await send.send(Submission(source="recorder", event=event))
     end, outcome = _ended(result, run_id, s.run_dir)

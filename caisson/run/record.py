@@ -193,7 +193,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                               sandbox_dir=scratch / "sandbox", scenario=scenario, scenario_bytes=scenario_bytes,
                               run_dir=run_dir, scratch=scratch, witnesses=witnesses, monitor=plan.monitor,
                               fingerprint_key=fingerprint_key(key), network=plan.weakened.network,
-                              transcript=transcript, labels=owner, reaped=reaped)
+                              transcript=transcript, labels=owner, reaped=reaped, config_home=scratch / "home")
             return await run_session(session)
         finally:
             with trio.CancelScope(shield=True):

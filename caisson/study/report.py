@@ -12,6 +12,13 @@ are mapped onto the report's types as `caisson.report._inputs`' docstring descri
   then `report_cell`; a planned cell with no counting attempt stays ``not_run``, a
   refused combination's cells are ``refused``.
 
+A run's token figure is its own records' (`read_cell`), unless the study's signed backfill
+ledger (``DIR/backfill/``, caisson/study/backfill.py, verified with the study) holds a
+figure for that run at the head the study ledger binds and the live one is not
+first-party: then the backfilled figure ranks above the proxy's
+(`caisson.report.with_backfill`) and its source, ``first_party_backfill:...``, is printed
+beside it.
+
 Everything is recomputed from sealed ledgers with the current detectors; no derived
 file (``findings.json``) is read. A model of None (a plain command) is reported as ``-``.
 """
@@ -21,14 +28,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
 
 from caisson.detectors import DEFAULT_DETECTORS, Detector
-from caisson.report import Price, Refusal, ReportBaseline, ReportCell, StudyReportInput, read_cell, report_cell
+from caisson.report import (CellEvidence, Price, Refusal, ReportBaseline, ReportCell, StudyReportInput,
+                            backfill_figure, read_cell, report_cell, with_backfill)
 from caisson.scenario import parse_scenario
+from caisson.study.backfill import read_backfill
 from caisson.study.studyledger import read_study, sealed_state, segments
 from caisson.study.verify import StudyVerifyReport, verify_study
 from ledger import BlobStore, VerifyKey
-from ledger.events import BaselineMeasured, CellEnded, StudyPlanned
+from ledger.events import BaselineMeasured, CellEnded, StudyPlanned, TokenBackfilled
 
 __all__ = ["NO_MODEL", "load_study_report"]
 
@@ -53,6 +63,15 @@ def _question_kinds(study_dir: Path, planned: StudyPlanned) -> dict[str, str]:
             scenario = parse_scenario(store.get(planned.scenario_sha256), planned.scenario or "scenario")
             return {q.id: q.kind for q in scenario.questions}
     return {}
+
+
+def _backfilled(evidence: CellEvidence, run_id: str | None, head: str,
+                backfill: dict[str, TokenBackfilled]) -> CellEvidence:
+    """The evidence with the backfill ledger's figure for its run taken into the rank."""
+    event = backfill.get(run_id or "")
+    if event is None or event.ledger_head != head:
+        return evidence
+    return msgspec.structs.replace(evidence, tokens=with_backfill(evidence.tokens, backfill_figure(event)))
 
 
 def load_study_report(study_dir: Path, trusted: VerifyKey, *,
@@ -87,6 +106,7 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     if planned is None:
         raise UsageError(f"{study_dir}: the study ledger has no study.planned event")
     kinds = _question_kinds(study_dir, planned)
+    backfill = read_backfill(study_dir, trusted)
     combos = {(c["arm"], c["agent"], _model(c.get("model"))): c for c in planned.combos}
     refused = {(r["arm"], r["agent"], _model(r.get("model"))): r for r in planned.refusals}
     counting = {e.cell_id: e for e in events if isinstance(e, CellEnded) and e.counting}
@@ -107,7 +127,9 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
         elif ended is None or ended.run_id is None:
             cells.append(ReportCell(status="not_run", **place))
         else:
-            cells.append(report_cell(read_cell(study_dir / ended.run_dir, trusted, detectors), **place))
+            evidence = _backfilled(read_cell(study_dir / ended.run_dir, trusted, detectors), ended.run_id,
+                                   ended.ledger_head, backfill)
+            cells.append(report_cell(evidence, **place))
     for r in planned.refusals:  # a refusal's cells are not in the run order: still planned
         key = (r["arm"], r["agent"], _model(r.get("model")))
         if not any((x.arm, x.agent, x.model) == key for x in cells):
@@ -119,7 +141,8 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     for e in events:
         if not isinstance(e, BaselineMeasured) or not e.run_dir or e.run_id is None:
             continue
-        evidence = read_cell(study_dir / e.run_dir, trusted, detectors)
+        evidence = _backfilled(read_cell(study_dir / e.run_dir, trusted, detectors), e.run_id, e.ledger_head,
+                               backfill)
         tools = tuple(e.tools_discovered) or None
         denied = tuple(t for t in e.tools_requested if t in set(e.deny))
         isolation = "unavailable" if tools is None else ("failed" if denied or e.status == "abort" else "passed")

@@ -10,7 +10,11 @@ Checks, in order, stopping at nothing (every problem is listed):
    verifies with the recorded sealed record count and chain head (a closed attempt must
    still verify closed): a cell swapped, edited or dropped afterwards fails;
 3. no run directory under ``DIR/cells/`` is left that the ledger does not name (started
-   or ended): a cell added afterwards fails.
+   or ended): a cell added afterwards fails;
+4. the backfill ledger, when there is one (``DIR/backfill/``,
+   `caisson.study.backfill.verify_backfill`): every segment closed and verifying, chained,
+   each backfilled figure naming a run the study ledger binds at the same head and session
+   files that run collected.
 
 The result is ``ok``, ``tampered`` (any problem above) or ``unclosed`` (intact, but the
 last segment has no final seal: the study is running or crashed, and can be resumed).
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import msgspec
 
+from caisson.study.backfill import verify_backfill
 from caisson.study.studyledger import read_study, sealed_state, segments
 from ledger import LedgerChecker, LedgerError, VerifyKey, locate, verify_ledger
 from ledger.events import BaselineMeasured, CellEnded, CellStarted, StudyResumed
@@ -124,10 +129,13 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
         report.status = "tampered"
         return report
     named: set[str] = set()
+    bound: dict[str, tuple[str, str]] = {}  # run dir -> (run id, head): what a backfilled figure may name
     for record in read_study(study_dir, trusted):
         e = record.event
         if isinstance(e, BaselineMeasured):
             named.add(e.run_dir)
+            if e.run_id:
+                bound[e.run_dir] = (e.run_id, e.ledger_head)
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, True, trusted,
                        "baseline", report)
             if e.gating_run_id is not None:  # the gating probe run, bound the same way
@@ -138,6 +146,8 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
             named.add(e.run_dir)
         elif isinstance(e, CellEnded):
             named.add(e.run_dir)
+            if e.counting and e.run_id:
+                bound[e.run_dir] = (e.run_id, e.ledger_head)
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, e.ledger_final, trusted,
                        f"cell {e.cell_id} attempt {e.attempt}:", report)
     cells = study_dir / "cells"
@@ -146,6 +156,8 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
             rel = str(ledger_file.parent.relative_to(study_dir))
             if rel not in named:
                 report.problems.append(f"{rel}: a run the study ledger does not name (added afterwards)")
+    if not report.problems:  # the runs are as bound: now what the backfill ledger says of them
+        report.problems += verify_backfill(study_dir, trusted, bound)
     if report.problems:
         report.status = "tampered"
     return report

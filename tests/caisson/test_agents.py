@@ -11,9 +11,10 @@ from caisson.model._process import scripted_model
 from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
-from ledger import read_records, verify_ledger
+from caisson.agents.sessionfiles import session_usage
+from ledger import BlobStore, read_records, verify_ledger
 from ledger.events import (
-    AgentAnswer, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, FileOpen, LlmCall, ProcessExec,
+    AgentAnswer, AgentSessionFile, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, FileOpen, LlmCall, ProcessExec,
 )
 from tests.helpers import commit_all
 
@@ -118,6 +119,11 @@ def test_claude_code_greps_and_three_witnesses_agree(agent_image, model_server, 
     assert (usage.usage["input_tokens"], usage.usage["cache_creation_input_tokens"],
             usage.usage["cache_read_input_tokens"], usage.usage["output_tokens"]) == (960, 2048, 2948, 52)
     assert (usage.normalized.input_tokens, usage.normalized.output_tokens) == (5956, 52)  # no double counting
+    # the session file the recorder collected from the config home tells the same (what backfill reads)
+    [session] = [e for e in events if isinstance(e, AgentSessionFile)]
+    assert session.agent == "claude-code" and session.path.startswith(".claude/projects/-work-sandbox/")
+    late = session_usage([(session.path, BlobStore(run_dir / "blobs").get(session.blob_sha256))])
+    assert (late.normalized.input_tokens, late.normalized.output_tokens) == (5956, 52)
     [tools] = [e for e in events if isinstance(e, AgentTools)]
     assert "Bash" in tools.tools and "Write" not in tools.tools
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
@@ -209,6 +215,10 @@ model = "gpt-5"
                            "output_tokens": 42, "reasoning_output_tokens": 10}
     assert (usage.normalized.input_tokens, usage.normalized.output_tokens) == (1480, 42)
     assert sum(c.normalized.input_tokens for c in calls) == 1480
+    [session] = [e for e in events if isinstance(e, AgentSessionFile)]  # its rollout file, collected
+    assert session.agent == "codex" and session.path.startswith(".codex/sessions/")
+    late = session_usage([(session.path, BlobStore(tmp_path / "run" / "blobs").get(session.blob_sha256))])
+    assert (late.normalized.input_tokens, late.normalized.output_tokens) == (1480, 42)
     [result] = replay_runs([tmp_path / "run"], ensure_operator_key().verify_key)
     assert result.status == "clean" and result.score == 1.0, result.reasons
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from caisson.report import Price, ReportBaseline, ReportCell, build_report, content_tokens
+from caisson.report import Price, ReportBaseline, ReportCell, build_report, content_tokens, render_text
 from caisson.report._aggregate import schema_tax, summarize_arms
 from tests.caisson.report.study import SOURCE, baselines, cells, figure, study
 
@@ -104,3 +104,17 @@ def test_void_cells_spend_money_but_stay_out_of_the_token_spreads():
     assert (row.tokens.median, row.tokens.n, row.content.median, row.content.n) == (1500, 1, 500, 1)
     assert row.token_sources == {SOURCE: 2} and row.cost_cells == 2
     assert row.cost_usd == pytest.approx((1000 + 8000 + 2 * (500 + 1000)) / 1e6)
+
+
+def test_backfilled_figures_rank_and_subtract_only_from_a_backfilled_floor():
+    late = "first_party_backfill:claude-code session files (messages[].usage)"
+    cs = [_cell(cell_id="1", tokens=figure(1500, late)), _cell(cell_id="2", tokens=figure(1600, late))]
+    live_floor = baselines("ag", ["a"])  # a live first-party floor: another source
+    (row,) = summarize_arms(cs, live_floor, [])["ag"]
+    assert row.token_sources == {late: 2} and not row.tokens_mixed
+    assert (row.content, row.content_null) == (None, 2)  # never across sources, even both first-party
+    late_floor = [msgspec.structs.replace(live_floor[0], floor=figure(1000, late))]
+    (row,) = summarize_arms(cs, late_floor, [])["ag"]
+    assert (row.content.median, row.content.n, row.content_null) == (550, 2, 0)
+    text = render_text(build_report(study(cs, late_floor)))
+    assert f"1,000 ({late})" in text or f"1000 ({late})" in text  # the source printed beside the floor

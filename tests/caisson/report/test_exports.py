@@ -7,12 +7,13 @@ import caisson.report
 
 def test_report_public_surface_is_pinned():
     assert sorted(caisson.report.__all__) == sorted([
-        "ALPHA", "BOOTSTRAP_FROM", "EQUIVALENCE", "FAIL", "FIRST_PARTY", "PASS", "PROXY", "SEED_RATIO",
+        "ALPHA", "BACKFILL", "BOOTSTRAP_FROM", "EQUIVALENCE", "FAIL", "FIRST_PARTY", "PASS", "PROXY", "RANKS", "SEED_RATIO",
         "SESSION_HEADERS", "WARN", "AgentSection", "ArmSummary", "CellEvidence", "CellRow", "CellTokens",
         "CheckItem", "Comparison", "Disagreement", "JudgeSummary", "PassK", "Price", "Rate", "Refusal", "Report",
         "ReportBaseline", "ReportCell", "ReportInputError", "SchemaTax", "Spread", "StudyReportInput",
         "TokenFigure", "build_report", "cell_cost", "cell_tokens", "check_input", "content_tokens", "read_cell",
         "render_html", "render_json", "render_markdown", "render_text", "report_cell",
+        "backfill_figure", "with_backfill",
     ])
     for name in caisson.report.__all__:
         assert getattr(caisson.report, name) is not None

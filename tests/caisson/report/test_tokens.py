@@ -120,3 +120,25 @@ def test_the_figure_is_one_rank_never_mixed_and_never_a_made_up_zero(pairs):
     else:
         assert out.figure.rank == "proxy" and all(c.normalized is not None for c in calls)
         assert out.figure.total == sum(c.normalized.total_tokens for c in calls) and calls
+
+
+def test_backfilled_first_party_ranks_below_live_first_party_and_above_the_proxy():
+    from caisson.report import BACKFILL, RANKS, backfill_figure, with_backfill
+    from ledger.events import TokenBackfilled
+
+    assert RANKS == ("first_party", "first_party_backfill", "proxy")
+    event = TokenBackfilled(target="cell", cell_id="c", run_id="r", run_dir="cells/c/1", ledger_head="ab",
+                            token_source="claude-code session files (messages[].usage)", parser="p@1",
+                            normalized=LlmUsage(input_tokens=90, output_tokens=10, total_tokens=100))
+    late = backfill_figure(event)
+    assert late == TokenFigure(total=100, input=90, output=10, rank=BACKFILL,
+                               source="first_party_backfill:claude-code session files (messages[].usage)")
+    live = cell_tokens(_records(_exchange("s1"), _call(100, 10), _usage(999, 1)))
+    assert with_backfill(live, late) == live  # a live first-party figure is never replaced
+    proxy = cell_tokens(_records(_exchange("s1"), _call(100, 10)))
+    assert with_backfill(proxy, late) == CellTokens(figure=late, sessions=("s1",), evidence=(1,))
+    assert with_backfill(proxy, None) == proxy
+    none = cell_tokens(_records(_usage(0, 0, reported=False), _exchange("s1"), _call(missing="cut")))
+    assert none.figure is None and with_backfill(none, late).figure == late
+    assert backfill_figure(TokenBackfilled(target="cell", run_id="r", run_dir="d", ledger_head="h",
+                                           token_source="x", parser="p@1")) is None

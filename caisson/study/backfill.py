@@ -1,0 +1,311 @@
+"""`caisson study backfill DIR`: first-party token figures that arrive late, as sealed evidence.
+
+A cell's live token figure comes from its own records (`caisson.report.cell_tokens`):
+the agent's report on stdout, else the proxy's sum. Some agents say nothing on stdout (a
+plain command running an agent CLI, a transcript cut short), yet leave their usage in
+their session files, which the recorder collects as blobs (``agent.session_file``,
+caisson/run/sessionfiles.py). Backfill reads those blobs with today's sans-IO parsers
+(`caisson.agents.sessionfiles.session_usage`) for every counting cell and baseline whose
+live figure is missing or only proxy-observed, and writes what it found to the study's
+**backfill ledger**: a signed ledger (the operator's key, like the study ledger) in
+segments under ``DIR/backfill/NNN/``. A segment starts with ``backfill.started`` (the
+study ledger head it read, the previous segment's last seal, the parser versions), then
+one ``token.backfilled`` per figure (the run it comes from, bound by run id and chain head
+as the study ledger binds it, the blobs, the parser, the figure it stands in for).
+
+The rules:
+
+- **Never overwrites a first-party figure**: a run whose own records hold one is skipped,
+  and the report ignores a backfilled figure for it anyway (`caisson.report.with_backfill`).
+- **Idempotent**: a figure equal to the latest record for the same run (parser, usage,
+  blobs) is not written again; with nothing new, no segment is written at all.
+- **Nothing is replaced**: a new figure for a run (a parser fix) goes into a new segment
+  and supersedes the older record in the report; the older segment stays as it was, so
+  every earlier state is kept, as a backup would keep it, and verifies. A segment is
+  written under a hidden name and renamed once closed, so a crash leaves no half segment.
+- `verify_backfill` (run by `caisson verify DIR`) checks every segment against the trusted
+  key, the chain of segments, that each record names a run the study ledger binds at the
+  same head, and that each blob is a session file that run collected.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import msgspec
+
+from caisson import __version__
+from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
+from caisson.errors import UsageError
+from caisson.report import FIRST_PARTY, CellTokens, TokenFigure, backfill_figure, cell_tokens
+from caisson.study.studyledger import read_study, sealed_state, segments
+from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, locate
+from ledger import read_records, verify_and_read, verify_ledger
+from ledger.events import AgentSessionFile, BackfillStarted, BaselineMeasured, CellEnded, StudyPlanned, TokenBackfilled
+
+__all__ = ["BACKFILL_DIR", "BackfillChange", "BackfillResult", "Target", "backfill_segments", "backfill_study",
+           "derive", "read_backfill", "targets", "verify_backfill"]
+
+BACKFILL_DIR = "backfill"
+SOURCE = "backfill"
+
+
+class Target(msgspec.Struct, frozen=True, kw_only=True):
+    """A run the study ledger binds whose tokens may be backfilled: a counting cell attempt
+    or a baseline probe."""
+
+    target: str  # cell | baseline
+    name: str  # the cell id, or arm/agent/model of a baseline
+    cell_id: str = ""
+    arm: str = ""
+    agent: str = ""
+    model: str | None = None
+    run_id: str
+    run_dir: str  # relative to the study directory
+    ledger_head: str
+
+
+class BackfillChange(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of what backfill did: a figure written, or why a run got none."""
+
+    target: str
+    name: str
+    old: str  # the figure it stands in for, with its source ("null (why)" when not measured)
+    new: str  # the backfilled figure and source, or "unchanged ..." / "no figure: why"
+    written: bool = False
+
+
+class BackfillResult(msgspec.Struct, kw_only=True):
+    """What `backfill_study` did: the segment it wrote (None: nothing new) and each line."""
+
+    segment: Path | None = None
+    changes: list[BackfillChange] = []
+
+    @property
+    def written(self) -> int:
+        return sum(1 for c in self.changes if c.written)
+
+
+def backfill_segments(study_dir: Path) -> list[Path]:
+    """The backfill ledger's segment directories under ``DIR/backfill/``, in order."""
+    root = Path(study_dir) / BACKFILL_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def _records(seg: Path, trusted: VerifyKey) -> list[Record]:
+    ledger_path, _ = locate(seg)
+    checker = LedgerChecker(trusted, decode=True)
+    checker.feed(ledger_path.read_bytes())
+    records = list(checker.records())
+    sealed = checker.last_seal.upto if checker.last_seal else 0
+    return [r for r in records if r.seq < sealed]
+
+
+def read_backfill(study_dir: Path, trusted: VerifyKey) -> dict[str, TokenBackfilled]:
+    """The latest ``token.backfilled`` per run id over every segment (later segments win).
+
+    Raises:
+        LedgerError: a segment cannot be read. Call `verify_backfill` first: this reads
+            up to each segment's last valid seal and checks nothing else.
+    """
+    latest: dict[str, TokenBackfilled] = {}
+    for seg in backfill_segments(study_dir):
+        for record in _records(seg, trusted):
+            if isinstance(record.event, TokenBackfilled):
+                latest[record.event.run_id] = record.event
+    return latest
+
+
+def _model(model: str | None) -> str:
+    return model or "-"
+
+
+def targets(study_records: list[Record]) -> list[Target]:
+    """Every counting cell attempt and every baseline probe the study ledger binds."""
+    events = [r.event for r in study_records]
+    planned = next((e for e in events if isinstance(e, StudyPlanned)), None)
+    places = {c["cell_id"]: c for c in planned.cells} if planned else {}
+    out: list[Target] = []
+    for e in events:
+        if isinstance(e, BaselineMeasured) and e.run_id and e.run_dir:
+            out.append(Target(target="baseline", name=f"{e.arm}/{e.agent}/{_model(e.model)}", arm=e.arm,
+                              agent=e.agent, model=e.model, run_id=e.run_id, run_dir=e.run_dir,
+                              ledger_head=e.ledger_head))
+        elif isinstance(e, CellEnded) and e.counting and e.run_id:
+            place = places.get(e.cell_id, {})
+            out.append(Target(target="cell", name=e.cell_id, cell_id=e.cell_id, arm=place.get("arm", ""),
+                              agent=place.get("agent", ""), model=place.get("model"), run_id=e.run_id,
+                              run_dir=e.run_dir, ledger_head=e.ledger_head))
+    return out
+
+
+def _show(figure: TokenFigure | None, why: str = "") -> str:
+    return f"{figure.total} ({figure.source})" if figure is not None else f"null ({why or 'not measured'})"
+
+
+def derive(run_dir: Path, records: list[Record], live: CellTokens) -> tuple[TokenBackfilled | None, str]:
+    """What a run's collected session files give (pure but for reading the run's blob
+    store): (the figure as a record, its target fields still empty; or None and why)."""
+    files = [r.event for r in records if isinstance(r.event, AgentSessionFile)]
+    skipped = [f for f in files if f.skipped and agent_of_file(f.path)]
+    if skipped:
+        return None, f"session file {skipped[0].path} not stored: {skipped[0].skipped}"
+    stored = [f for f in files if f.blob_sha256]
+    if not stored:
+        return None, "no session file collected"
+    store = BlobStore(run_dir / "blobs")
+    usage = session_usage([(f.path, store.get(f.blob_sha256)) for f in stored])  # type: ignore[arg-type]
+    if usage is None:
+        return None, "no session file of a known layout"
+    if usage.normalized is None or usage.normalized.total_tokens is None:
+        return None, usage.usage_missing_reason or "no figure"
+    event = TokenBackfilled(target="cell", run_id="", run_dir="", ledger_head="", token_source=usage.token_source,
+                            parser=usage.parser, usage=usage.usage, normalized=usage.normalized,
+                            cost_usd=usage.cost_usd, blobs=sorted({f.blob_sha256 for f in stored
+                                                                    if agent_of_file(f.path)}),  # type: ignore[misc]
+                            previous_total=live.figure.total if live.figure else None,
+                            previous_source=live.figure.source if live.figure else live.null_reason)
+    return event, ""
+
+
+def _same(a: TokenBackfilled, b: TokenBackfilled) -> bool:
+    return (a.parser, a.usage, a.normalized, a.blobs, a.ledger_head) == (b.parser, b.usage, b.normalized, b.blobs,
+                                                                          b.ledger_head)
+
+
+def backfill_study(study_dir: Path, key: SigningKey) -> BackfillResult:
+    """Backfill a finished study's token figures from its runs' session files.
+
+    Args:
+        study_dir: the study directory.
+        key: the operator's signing key (its public half is the trusted key).
+
+    Returns:
+        The segment written (None when nothing changed) and one line per run that has,
+        or could have, a backfilled figure.
+
+    Raises:
+        UsageError: ``study_dir`` is not a study directory, does not verify, or is not
+            closed (a study still running or crashed: resume it first).
+    """
+    from caisson.study.verify import verify_study
+
+    study_dir = Path(study_dir)
+    trusted = key.verify_key
+    verified = verify_study(study_dir, trusted)
+    if verified.status != "ok":
+        raise UsageError(f"{study_dir}: the study does not verify ({verified.status}); nothing is backfilled:"
+                         + "".join(f"\n  {p}" for p in verified.problems))
+    latest = read_backfill(study_dir, trusted)
+    result = BackfillResult()
+    new: list[TokenBackfilled] = []
+    for t in targets(read_study(study_dir, trusted)):
+        run_dir = study_dir / t.run_dir
+        report, records = verify_and_read(run_dir, trusted)
+        if report.status != "ok":
+            continue  # verify_study passed, so this is an attempt bound unclosed: nothing sealed to read
+        live = cell_tokens(records)
+        if live.figure is not None and live.figure.rank == FIRST_PARTY:
+            continue  # a live first-party figure is never replaced
+        found, why = derive(run_dir, records, live)
+        old = _show(live.figure, live.null_reason)
+        if found is None:
+            result.changes.append(BackfillChange(target=t.target, name=t.name, old=old, new=f"no figure: {why}"))
+            continue
+        found = msgspec.structs.replace(found, target=t.target, cell_id=t.cell_id, arm=t.arm, agent=t.agent,
+                                        model=t.model, run_id=t.run_id, run_dir=t.run_dir, ledger_head=t.ledger_head)
+        shown = _show(backfill_figure(found))
+        before = latest.get(t.run_id)
+        if before is not None and _same(before, found):
+            result.changes.append(BackfillChange(target=t.target, name=t.name, old=old, new=f"unchanged {shown}"))
+            continue
+        if before is not None:
+            old = _show(backfill_figure(before))
+        new.append(found)
+        result.changes.append(BackfillChange(target=t.target, name=t.name, old=old, new=shown, written=True))
+    if new:
+        result.segment = _write_segment(study_dir, key, new)
+    return result
+
+
+def _write_segment(study_dir: Path, key: SigningKey, events: list[TokenBackfilled]) -> Path:
+    existing = backfill_segments(study_dir)
+    previous = sealed_state(existing[-1], key.verify_key) if existing else None
+    segs = segments(study_dir)
+    head = sealed_state(segs[-1], key.verify_key).head
+    seg = study_dir / BACKFILL_DIR / f"{len(existing):03d}"
+    partial = seg.with_name(f".{seg.name}.partial")  # not a segment until closed and renamed
+    if partial.exists():
+        shutil.rmtree(partial)  # a backfill that crashed before its segment was closed
+    partial.mkdir(parents=True)
+    run_id = time.strftime("backfill-%Y%m%dT%H%M%SZ", time.gmtime())
+    with LedgerWriter(partial / "ledger", run_id=run_id, key=key, blobs=BlobStore(partial / "blobs"),
+                      flush_records=1 << 20, flush_interval_s=float("inf")) as writer:
+        writer.append(BackfillStarted(
+            study_head=head, previous_run_id=(previous.run_id or "") if previous else "",
+            previous_records=previous.records if previous else 0, previous_head=previous.head if previous else "",
+            parsers=sorted(p.PARSER for p in SESSION_PARSERS.values()), caisson_version=__version__),
+            source=SOURCE, wall_ns=time.time_ns(), mono_ns=time.monotonic_ns())
+        for event in events:
+            writer.append(event, source=SOURCE, wall_ns=time.time_ns(), mono_ns=time.monotonic_ns())
+    partial.rename(seg)
+    return seg
+
+
+def verify_backfill(study_dir: Path, trusted: VerifyKey, bound: dict[str, tuple[str, str]]) -> list[str]:
+    """Check the backfill ledger of a study directory; its problems (empty: ok or none).
+
+    Args:
+        study_dir: the study directory.
+        trusted: the key every segment must verify against.
+        bound: run directory (relative) -> (run id, chain head) as the study ledger binds
+            it (counting cell attempts and baselines).
+
+    Returns:
+        One line per problem: a segment that does not verify or is not closed, a
+        ``backfill.started`` that does not name the previous segment's last seal, a
+        record naming a run the study does not bind at that head, a blob that run did
+        not collect as a session file.
+    """
+    problems: list[str] = []
+    prev = None
+    collected: dict[str, set[str]] = {}
+    for seg in backfill_segments(study_dir):
+        try:
+            full = verify_ledger(seg, trusted)
+            state = sealed_state(seg, trusted)
+        except LedgerError as exc:
+            problems.append(f"{seg}: {exc}")
+            return problems
+        if full.status != "ok" or not state.final:
+            problems.append(f"{seg}: backfill ledger {full.status}: {full.reason or 'not closed'}")
+            return problems
+        records = _records(seg, trusted)
+        first = records[0].event if records else None
+        expected = (prev.run_id, prev.records, prev.head) if prev else ("", 0, "")
+        if not isinstance(first, BackfillStarted):
+            problems.append(f"{seg}: a backfill segment must start with backfill.started")
+        elif (first.previous_run_id, first.previous_records, first.previous_head) != expected:
+            problems.append(f"{seg}: backfill.started names {first.previous_run_id or 'no segment'} at"
+                            f" {first.previous_records} records, not the previous segment's last seal")
+        for r in records:
+            e = r.event
+            if not isinstance(e, TokenBackfilled):
+                continue
+            if bound.get(e.run_dir) != (e.run_id, e.ledger_head):
+                problems.append(f"{seg}: seq {r.seq}: {e.target} {e.cell_id or e.arm}: run {e.run_dir} is not bound"
+                                f" by the study ledger as {e.run_id} at head {e.ledger_head[:16]}")
+                continue
+            if e.run_dir not in collected:
+                collected[e.run_dir] = {x.event.blob_sha256 for x in read_records(study_dir / e.run_dir, trusted)
+                                        if isinstance(x.event, AgentSessionFile) and x.event.blob_sha256}
+            missing = [b for b in e.blobs if b not in collected[e.run_dir]]
+            if missing or not e.blobs:
+                problems.append(f"{seg}: seq {r.seq}: blob {missing[0] if missing else '(none)'} is not a session"
+                                f" file run {e.run_id} collected")
+        prev = state
+    return problems
