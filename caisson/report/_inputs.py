@@ -167,7 +167,8 @@ class JudgeSummary(msgspec.Struct, frozen=True, kw_only=True):
         requested_model: the model every judge call asked for.
         served_models: every model the proxy witness saw answer a judge call (its
             ``llm.call`` records), sorted.
-        unknown_served: judge calls whose response named no model, or that the witness did not see.
+        unknown_served: judge calls answered (HTTP 200) whose response named no model, or that the
+            witness did not see.
         disagreements: verdicts that disagree with the cell's deterministic score.
         cells_judged: verdicts written.
         unparseable: replies whose first line was neither PASS nor FAIL.

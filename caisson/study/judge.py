@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import msgspec
 import trio
 
+from caisson.detectors.model import same_model
 from caisson.errors import UsageError
 from caisson.home import fingerprint_key
 from caisson.replay import replay_records
@@ -54,7 +55,6 @@ from caisson.study.judging import (
 from caisson.study.studyfile import parse_study
 from caisson.study.studyledger import read_study, sealed_state, segments
 from caisson.study.verify import JUDGE_DIR, judge_dirs, verify_study
-from caisson.detectors.model import same_model
 from ledger import BlobStore, LedgerWriter, Record, SigningKey, Submission, locate, verify_and_read
 from ledger.events import (
     BlobStored,

@@ -162,7 +162,8 @@ class JudgeRead(msgspec.Struct, frozen=True, kw_only=True):
         ended: its ``judge.ended``, or None (a run that did not finish).
         served_models: every model the proxy witness's ``llm.call`` records name as served, sorted.
         substituted: served models that are not the requested one (`same_model`), sorted.
-        unknown_served: judge calls whose ``llm.call`` names no served model (or has none).
+        unknown_served: judge calls answered (HTTP 200) whose ``llm.call`` names no served
+            model, or that have none (an error reply names no model, and gives no verdict).
     """
 
     started: JudgeStarted | None = None
@@ -184,7 +185,7 @@ def read_judge_records(records: Iterable[Record]) -> JudgeRead:
     verdicts: list[JudgeVerdict] = []
     alarms: list[JudgeAlarm] = []
     served: set[str] = set()
-    judge_exchanges = calls = 0
+    answered = named = 0
     last_was_judge = False
     for record in records:
         e = record.event
@@ -198,14 +199,14 @@ def read_judge_records(records: Iterable[Record]) -> JudgeRead:
             ended = e
         elif isinstance(e, HttpExchange):
             last_was_judge = any(k.lower() == REQUEST_HEADER for k, _ in e.request_headers)
-            judge_exchanges += last_was_judge
+            answered += last_was_judge and e.status == 200
         elif isinstance(e, LlmCall) and last_was_judge:
             if e.served_model:
                 served.add(e.served_model)
-                calls += 1
+                named += 1
             last_was_judge = False
     requested = started.requested_model if started else ""
     other = tuple(sorted(m for m in served if not same_model(requested, m)))
     return JudgeRead(started=started, verdicts=tuple(verdicts), alarms=tuple(alarms), ended=ended,
                      served_models=tuple(sorted(served)), substituted=other,
-                     unknown_served=judge_exchanges - calls)
+                     unknown_served=max(0, answered - named))

@@ -23,7 +23,8 @@ from caisson.study.report import load_study_report
 from caisson.study.studyledger import StudyLedger
 from caisson.study.verify import judge_dirs
 from ledger import read_records
-from ledger.events import CellEnded, CellStarted, JudgeAlarm, JudgeStarted, JudgeVerdict, LlmCall, StudyEnded, StudyPlanned
+from ledger.events import (CellEnded, CellStarted, JudgeAlarm, JudgeStarted, JudgeVerdict, LlmCall, StudyEnded,
+                           StudyPlanned)
 
 STUDY = b'''name = "judged"
 scenario = "scenario.toml"
@@ -40,20 +41,23 @@ ANSWERS = {  # cell -> (answer, its deterministic score against caisson.probes.c
     "reworded": ("The Context class lives in the core module of click.", 0.0),
     "hedged": ("`Context` is defined in src/click/core.py, I believe.", 1.0),
     "missing": ("I could not find it.", 0.0),
+    "overloaded": ("It is somewhere in click.", 0.0),
 }
 REPLIES = {  # a unique part of each answer -> the judge's reply
     "core.py:234": "PASS\nIt names src/click/core.py.",
     "core module of click": "**PASS**\nThe core module is src/click/core.py.",  # disagrees with 0.0
     "I believe": "Looks right to me.",  # neither PASS nor FAIL: unparseable
     "could not find": "FAIL\nNo location given.",
+    "somewhere in click": None,  # the endpoint answers 529: no reply, verdict error
 }
 
 
 def _script(path: Path, served: str | None = None) -> Path:
     lines = ['name = "judge"']
     for part, reply in REPLIES.items():
-        lines += ["[[turns]]", f"match = {{ last_user_contains = {part!r} }}", f"text = {reply!r}",
-                  "usage = { input = 300, output = 9 }"] + ([f"model = {served!r}"] if served else [])
+        lines += ["[[turns]]", f"match = {{ last_user_contains = {part!r} }}"] + (
+            [f"text = {reply!r}", "usage = { input = 300, output = 9 }"] if reply else ["error = { status = 529 }"]
+        ) + ([f"model = {served!r}"] if served else [])
     path.write_text("\n".join(lines).replace("'", '"') + "\n")
     return path
 
@@ -94,30 +98,34 @@ def _judge(study: Path, script: Path, model: str = "judge-1"):
 def test_a_judge_agrees_alarms_and_reads_no_verdict_into_a_guess(study, tmp_path):
     result, said, records = _judge(study, _script(tmp_path / "judge.toml"))
     assert (result.judged, result.passed, result.failed, result.unparseable, result.errors,
-            result.disagreements, result.served_models, result.substituted) == (4, 2, 1, 1, 0, 1, ("judge-1",), ())
+            result.disagreements, result.served_models, result.substituted) == (5, 2, 1, 1, 1, 1, ("judge-1",), ())
     verdicts = {r.event.cell_id.rsplit("--", 1)[1]: r.event for r in records if isinstance(r.event, JudgeVerdict)}
     assert {k: (v.verdict, v.score, v.served_model) for k, v in verdicts.items()} == {
         k: (verdict, ANSWERS[k][1], "judge-1") for k, verdict in
-        [("right", "pass"), ("reworded", "pass"), ("hedged", "unparseable"), ("missing", "fail")]}
+        [("right", "pass"), ("reworded", "pass"), ("hedged", "unparseable"), ("missing", "fail")]} | {
+        "overloaded": ("error", 0.0, None)}  # the witness saw the call; an error body names no model
     assert verdicts["hedged"].reply_line == "Looks right to me."
+    assert verdicts["overloaded"].error.startswith("HTTP 529: ")
     [alarm] = [r for r in records if isinstance(r.event, JudgeAlarm)]
     assert (alarm.event.alarm, alarm.event.cell_id.endswith("--reworded")) == ("disagreement", True)
     assert records[alarm.event.evidence[0]].event == verdicts["reworded"]
-    assert [line.split()[0] for line in said[1:]] == ["AGREE", "ALARM", "UNPARSEABLE", "AGREE"]
+    assert [line.split()[0] for line in said[1:]] == ["AGREE", "ALARM", "UNPARSEABLE", "AGREE", "ERROR"]
     calls = [r.event for r in records if isinstance(r.event, LlmCall)]  # witnessed by the proxy
-    assert [(c.requested_model, c.served_model) for c in calls] == [("judge-1", "judge-1")] * 4
+    assert [(c.requested_model, c.served_model) for c in calls] == [("judge-1", "judge-1")] * 4 + [("judge-1", None)]
     [started] = [r.event for r in records if isinstance(r.event, JudgeStarted)]
     assert started.study_head == sealed_state(study / "study" / "000", ensure_operator_key().verify_key).head
     assert verify_study(study, ensure_operator_key().verify_key).status == "ok"
 
     _, data = load_study_report(study, ensure_operator_key().verify_key)
-    assert data.judge is not None and (data.judge.cells_judged, data.judge.unparseable) == (4, 1)
+    assert data.judge is not None and (data.judge.cells_judged, data.judge.unparseable, data.judge.errors,
+                                       data.judge.unknown_served) == (5, 1, 1, 0)
     [row] = data.judge.disagreements
     assert (row.cell_id.endswith("--reworded"), row.score, row.judge_verdict) == (True, 0.0, "PASS")
     report = build_report(data)
     items = {i.name: i for i in report.checklist}
     assert (items["judge_model"].status, items["disagreements"].status, items["disagreements"].count) == (
-        "PASS", "WARN", 1)
+        "PASS", "WARN", 1)  # the 529 names no model, and gives no verdict: not an unknown served model
+    assert "1 replies unparseable, 1 calls without a reply" in items["disagreements"].detail
     text = render_text(report)
     assert "Judge alarms" in text and "The Context class lives in the core module" in text
 

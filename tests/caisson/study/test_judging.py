@@ -70,3 +70,28 @@ def test_request_and_reply_in_each_api_shape():
     for bad in (b"not json", b"[]", json.dumps(openai).encode()):
         assert reply_text("anthropic", bad) is None
     assert reply_text("openai", json.dumps(anthropic).encode()) is None
+
+
+def test_a_judge_ledger_read_back_takes_served_models_from_the_witness():
+    from caisson.study.judging import REQUEST_HEADER, read_judge_records
+    from ledger import Record
+    from ledger.events import HttpExchange, JudgeStarted, JudgeVerdict, LlmCall
+
+    def ex(status, judge=True):
+        return HttpExchange(method="POST", scheme="https", host="j", port=443, path="/v1/messages", status=status,
+                            request_headers=[(REQUEST_HEADER, "1:c")] if judge else [])
+
+    def call(served):
+        return LlmCall(provider="anthropic", endpoint="messages", requested_model="judge-1", served_model=served)
+
+    events = [JudgeStarted(study="s", study_run_id="r", study_head="h", endpoint="https://j", api="anthropic",
+                           requested_model="judge-1", prompt="judge-prompt@1"),
+              ex(200), call("judge-1-20250929"), ex(200), call(None), ex(529), call(None),
+              ex(200, judge=False), call("other"),  # not a judge call: not the judge's served model
+              ex(200), call("judge-2"),
+              JudgeVerdict(cell_id="c", question_id="q", run_id="r", request_id="1:c", verdict="pass",
+                           served_model="judge-1")]  # the verdict's own claim is not what is read
+    read = read_judge_records([Record(seq=i, wall_ns=0, mono_ns=0, source="x", event=e) for i, e in enumerate(events)])
+    assert (read.served_models, read.substituted, read.unknown_served) == (
+        ("judge-1-20250929", "judge-2"), ("judge-2",), 1)
+    assert len(read.verdicts) == 1 and read.ended is None
