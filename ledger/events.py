@@ -34,6 +34,7 @@ __all__ = [
     "Category",
     "FileAccess",
     "Gating",
+    "JudgeVerdictKind",
     "LlmEndpoint",
     "Provider",
     "RunStatus",
@@ -85,9 +86,13 @@ __all__ = [
     "StudyEnded",
     "BackfillStarted",
     "TokenBackfilled",
+    "JudgeStarted",
+    "JudgeVerdict",
+    "JudgeAlarm",
+    "JudgeEnded",
 ]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -97,7 +102,8 @@ sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete`
 ``usage_missing_reason`` and ``parser``; 6: ``study.*``, ``baseline.measured``, ``cell.*``;
 7: ``llm.call.server_tools``, the Vertex AI, Azure OpenAI and Bedrock providers and endpoints;
 8: ``agent.session_file`` (the agent's session files collected from its config home),
-``backfill.started`` and ``token.backfilled`` (the backfill ledger of a study)."""
+``backfill.started`` and ``token.backfilled`` (the backfill ledger of a study); 9:
+``judge.*`` (the judge ledger of a study)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -685,6 +691,69 @@ class TokenBackfilled(_Event, tag="token.backfilled", frozen=True, kw_only=True)
     blobs: list[str] = []  # sha256 hex of the session-file blobs the figure was derived from
     previous_total: int | None = None  # the figure it stands in for (tokens), None: not measured
     previous_source: str = ""  # that figure's source, or why it was null
+# --- the LLM judge (its own ledger beside a study: caisson study judge) ----------------
+
+
+JudgeVerdictKind = Literal["pass", "fail", "unparseable", "error"]
+"""What the judge said of one answer (``judge.verdict.verdict``): its first line read as
+``PASS`` or ``FAIL``; ``unparseable`` when it is neither (never guessed); ``error`` when no
+reply came (HTTP error, refused, timed out)."""
+
+
+class JudgeStarted(_Event, tag="judge.started", frozen=True, kw_only=True):
+    """First event of a judge ledger: which study state is judged, by which model, how."""
+
+    study: str  # the study's name
+    study_run_id: str  # run id of the study ledger's last segment
+    study_head: str  # hex chain head of that segment's final seal: the closed study judged
+    endpoint: str  # the judge's base URL, as given
+    api: str  # anthropic (Messages) | openai (Chat Completions)
+    requested_model: str  # the model the judge asks for on every call
+    prompt: str  # name@version of the prompt and verdict format (caisson/study/judging.py)
+    cells: int = 0  # scored cells to judge
+
+
+class JudgeVerdict(_Event, tag="judge.verdict", frozen=True, kw_only=True):
+    """The judge's reading of one scored cell's stored answer (never a change of its score)."""
+
+    cell_id: str
+    question_id: str
+    run_id: str  # the cell's counting run, whose answer blob was judged
+    request_id: str  # the x-caisson-judge-request header of the judge's call (pairs it with its http.exchange)
+    score: float | None = None  # the deterministic checklist score, replayed when judged (0.0-1.0)
+    verdict: JudgeVerdictKind
+    reply_line: str = ""  # the reply's first non-empty line, at most 200 characters
+    answer_sha256: str = ""  # sha256 hex of the answer bytes judged (the cell's answer or stdout blob)
+    answer_excerpt: str = ""  # the answer's first 300 characters
+    requested_model: str = ""
+    served_model: str | None = None  # as the proxy witness's llm.call read it from the response; None: unknown
+    error: str | None = None  # why there is no reply (verdict error)
+
+
+class JudgeAlarm(_Event, tag="judge.alarm", frozen=True, kw_only=True):
+    """Something the judge run must announce: an alarm, never a change of score.
+
+    ``disagreement``: the judge's verdict and the deterministic score differ (about the key
+    or the matcher); ``model_substituted``: a call was served by another model than requested.
+    """
+
+    alarm: str  # disagreement | model_substituted
+    cell_id: str | None = None
+    question_id: str | None = None
+    message: str = ""
+    evidence: list[int] = []  # seqs in the judge ledger it rests on (verdicts, llm.call records)
+
+
+class JudgeEnded(_Event, tag="judge.ended", frozen=True, kw_only=True):
+    """The judge run's last event: counts over its verdicts."""
+
+    judged: int = 0  # verdicts written
+    passed: int = 0
+    failed: int = 0
+    unparseable: int = 0
+    errors: int = 0
+    disagreements: int = 0
+    served_models: list[str] = []  # every model the witness saw answer, sorted
 
 
 Event = Union[
@@ -726,6 +795,10 @@ Event = Union[
     StudyEnded,
     BackfillStarted,
     TokenBackfilled,
+    JudgeStarted,
+    JudgeVerdict,
+    JudgeAlarm,
+    JudgeEnded,
 ]
 """The one tagged union of every event kind."""
 

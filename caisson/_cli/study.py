@@ -17,6 +17,12 @@
   or only proxy-observed, into the study's signed backfill ledger (caisson/study/backfill.py);
   prints each change (old figure and source -> new). Exit 0 done (also when nothing
   changed); 1 the study does not verify or is not closed; 2 usage.
+- ``caisson study judge DIR [--endpoint URL --model M] [--api anthropic|openai]
+  [--credential VAR]``: an LLM judge re-reads every scored cell's stored answer through
+  the proxy witness into DIR/judge/NNN/ (caisson/study/judge.py), an alarm, never a score.
+  Exit 0 every verdict agrees and every call was served by the model asked for; 1 an
+  alarm (a disagreement, a substitution, an unparseable or missing reply); 2 usage (no
+  judge given, a study that does not verify closed, a missing key).
 """
 
 from __future__ import annotations
@@ -67,6 +73,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                     " closed, 2 usage.")
     backfill.add_argument("dir", type=Path, metavar="DIR", help="the study directory")
     backfill.set_defaults(func=run_backfill)
+    judge = verbs.add_parser(
+        "judge", help="an LLM judge re-reads every scored answer, through the proxy witness (alarms only)",
+        description="Re-grade every scored cell's stored answer with an LLM judge, through the proxy witness,"
+                    " into DIR/judge/NNN/ (its own ledger, signed with the operator key; caisson verify DIR checks"
+                    " it). The judge replies PASS or FAIL on its first line; a disagreement with the deterministic"
+                    " score is an alarm about the key or the matcher, never a change of score; a judge served by"
+                    " another model than asked for is announced. Exit 0 no alarm, 1 alarms, 2 usage.")
+    judge.add_argument("dir", type=Path, metavar="DIR", help="a closed study directory")
+    judge.add_argument("--endpoint", metavar="URL",
+                       help="the judge API's base URL (default: the study file's [judge] table)")
+    judge.add_argument("--model", metavar="M", help="the judge model to ask for (with --endpoint)")
+    judge.add_argument("--api", choices=("anthropic", "openai"),
+                       help="Messages or Chat Completions (default: openai for api.openai.com, else anthropic)")
+    judge.add_argument("--credential", metavar="VAR",
+                       help="the variable holding the judge's key (default ANTHROPIC_API_KEY / OPENAI_API_KEY;"
+                            " a loopback endpoint needs none)")
+    judge.add_argument("--timeout", type=float, default=120.0, metavar="S", help="per judge call, seconds")
+    judge.set_defaults(func=run_judge)
 
 
 def plan_lines(plan, *, drawn: bool = False) -> list[str]:
@@ -187,3 +211,17 @@ def run_backfill(args: argparse.Namespace) -> int:
     else:
         print(f"wrote {result.written} figure(s) to {result.segment}")
     return 0
+def run_judge(args: argparse.Namespace) -> int:
+    from caisson.home import operator_key
+    from caisson.study.judge import resolve_judge, run_judge as judge
+
+    key = operator_key()
+    spec = resolve_judge(args.dir, key.verify_key, endpoint=args.endpoint, model=args.model, api=args.api,
+                         credential=args.credential)
+    result = judge(args.dir, key, spec, timeout_s=args.timeout)
+    print(f"JUDGED {result.judged} cells into {result.judge_dir}: {result.passed} PASS, {result.failed} FAIL,"
+          f" {result.unparseable} unparseable, {result.errors} without a reply; {result.disagreements}"
+          f" disagreements; served by {', '.join(result.served_models) or 'unknown'}"
+          + (f" (SUBSTITUTED: asked for {spec.model})" if result.substituted else "")
+          + f"; verify it: caisson verify {args.dir}")
+    return 1 if result.alarms else 0

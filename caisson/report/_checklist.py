@@ -3,7 +3,10 @@
 Two parts, in the order a reader needs them (issue #14). *Before trusting a run*: ledgers
 verified, containment (the sandbox built and scanned), the isolation assertion, tool
 escapes, contamination, host stalls, refusals, token sources, token ambiguity, baselines,
-the judge's served model, disagreements.
+the judge's served model (PASS: every judge call served by the model asked for; WARN: no
+judge ran, or a call's served model is unknown; FAIL: a substitution, so the verdicts are
+another model's), disagreements (WARN with the cells, alarms about the key or the matcher;
+also WARN when a reply was unparseable or missing).
 *Before publishing*: per-agent separation, enforcement and elicitation stated, winners
 through the gate, refusals and limitations stated. A FAIL withholds every winner claim
 unless the caller allows an untrusted report (each claim is then labelled).
@@ -15,6 +18,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from caisson.detectors.model import same_model
 from caisson.report._aggregate import ArmSummary
 from caisson.report._gate import Comparison
 from caisson.report._inputs import StudyReportInput
@@ -128,15 +132,26 @@ def checklist(data: StudyReportInput, rows: dict[str, list[ArmSummary]],
         items.append(CheckItem(part="trust", name="disagreements", status=WARN,
                                detail="no judge ran: disagreements unknown"))
     else:
-        other = [m for m in judge.served_models if m != judge.requested_model]
-        items.append(CheckItem(
-            part="trust", name="judge_model", status=WARN if other or not judge.served_models else PASS,
-            count=len(other), cells=other,
-            detail=(f"requested {judge.requested_model}, served {', '.join(judge.served_models) or 'unknown'}"
-                    + (": substituted" if other else ""))))
+        # a dated snapshot of the alias asked for is the same model (caisson.detectors.model.same_model)
+        other = [m for m in judge.served_models if not same_model(judge.requested_model, m)]
+        served = f"requested {judge.requested_model}, served {', '.join(judge.served_models) or 'unknown'}"
+        if other:  # the judge's verdicts (and its silence) are another model's: not the judge the study names
+            status, detail = FAIL, served + ": substituted; rerun the judge on the requested model"
+        elif not judge.served_models or judge.unknown_served:
+            status, detail = WARN, served + (f"; {judge.unknown_served} calls with no served model recorded"
+                                              if judge.unknown_served else "")
+        else:
+            status, detail = PASS, served
+        items.append(CheckItem(part="trust", name="judge_model", status=status, count=len(other), cells=other,
+                               detail=detail))
+        unread = (f"; {judge.unparseable} replies unparseable, {judge.errors} calls without a reply"
+                  if judge.unparseable or judge.errors else "")
         items.append(_item("trust", "disagreements", [f"{d.cell_id} ({d.question_id})" for d in judge.disagreements],
-                           WARN, f"{judge.cells_judged} cells judged, no disagreement",
-                           "{n} disagreements with the deterministic score: alarms about the key or the matcher"))
+                           WARN, f"{judge.cells_judged} cells judged, no disagreement" + unread,
+                           "{n} disagreements with the deterministic score: alarms about the key or the matcher"
+                           + unread))
+        if unread and not judge.disagreements:
+            items[-1] = msgspec.structs.replace(items[-1], status=WARN)
     pooled = [f"{r.agent}/{r.arm}/{r.model}: gating {r.gating}, elicitation {r.elicitation}" for rs in rows.values()
               for r in rs if r.gating.startswith("mixed(") or r.elicitation.startswith("mixed(")]
     items.append(_item("publish", "per_agent", pooled, FAIL,

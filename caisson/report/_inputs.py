@@ -17,6 +17,10 @@ How a loader fills them (the study ledger's events, issue #13):
   counting attempt stays ``not_run``; a refused combination's cells are ``refused``.
 - ``study_head``: the study ledger's final chain head; ``detector_versions``: the
   ``name@version`` of the detectors `read_cell` ran.
+- ``judge``: the last judge ledger under ``DIR/judge/`` that verifies closed
+  (``caisson study judge``): requested model, served models from its ``llm.call``
+  records, and a `Disagreement` per verdict that disagrees with the cell's score as
+  replayed now; None when no judge ran.
 """
 
 from __future__ import annotations
@@ -157,12 +161,29 @@ class Disagreement(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class JudgeSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """What a judge run recorded: the model asked for, the models that answered, alarms."""
+    """What a judge run recorded: the model asked for, the models that answered, alarms.
+
+    Attributes:
+        requested_model: the model every judge call asked for.
+        served_models: every model the proxy witness saw answer a judge call (its
+            ``llm.call`` records), sorted.
+        unknown_served: judge calls answered (HTTP 200) whose response named no model, or that the
+            witness did not see.
+        disagreements: verdicts that disagree with the cell's deterministic score.
+        cells_judged: verdicts written.
+        unparseable: replies whose first line was neither PASS nor FAIL.
+        errors: calls that got no reply.
+        run_id: the judge ledger's run id.
+    """
 
     requested_model: str
     served_models: tuple[str, ...] = ()
+    unknown_served: int = 0
     disagreements: tuple[Disagreement, ...] = ()
     cells_judged: int = 0
+    unparseable: int = 0
+    errors: int = 0
+    run_id: str | None = None
 
 
 class StudyReportInput(msgspec.Struct, frozen=True, kw_only=True):

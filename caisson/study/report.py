@@ -10,7 +10,12 @@ are mapped onto the report's types as `caisson.report._inputs`' docstring descri
   baseline run directory (the same rank as a cell's), never taken from the event;
 - ``cell.ended`` with ``counting``: `read_cell` of that attempt's run directory, once,
   then `report_cell`; a planned cell with no counting attempt stays ``not_run``, a
-  refused combination's cells are ``refused``.
+  refused combination's cells are ``refused``;
+- the last judge ledger under ``DIR/judge/`` that verifies closed (``caisson study judge``):
+  `JudgeSummary` with the requested model, the served models the proxy witness's
+  ``llm.call`` records name, and one `Disagreement` per verdict that disagrees with the
+  cell's score as replayed now (a matcher fix can settle an alarm; the judge never changes
+  a score); None when no judge ran.
 
 A run's token figure is its own records' (`read_cell`), unless the study's signed backfill
 ledger (``DIR/backfill/``, caisson/study/backfill.py, verified with the study) holds a
@@ -31,13 +36,26 @@ from pathlib import Path
 import msgspec
 
 from caisson.detectors import DEFAULT_DETECTORS, Detector
-from caisson.report import (CellEvidence, Price, Refusal, ReportBaseline, ReportCell, StudyReportInput,
-                            backfill_figure, read_cell, report_cell, with_backfill)
+from caisson.report import (
+    CellEvidence,
+    Disagreement,
+    JudgeSummary,
+    Price,
+    Refusal,
+    ReportBaseline,
+    ReportCell,
+    StudyReportInput,
+    backfill_figure,
+    read_cell,
+    report_cell,
+    with_backfill,
+)
 from caisson.scenario import parse_scenario
 from caisson.study.backfill import read_backfill
+from caisson.study.judging import disagrees, read_judge_records
 from caisson.study.studyledger import read_study, sealed_state, segments
-from caisson.study.verify import StudyVerifyReport, verify_study
-from ledger import BlobStore, VerifyKey
+from caisson.study.verify import StudyVerifyReport, judge_dirs, verify_study
+from ledger import BlobStore, VerifyKey, read_records, verify_ledger
 from ledger.events import BaselineMeasured, CellEnded, StudyPlanned, TokenBackfilled
 
 __all__ = ["NO_MODEL", "load_study_report"]
@@ -72,6 +90,31 @@ def _backfilled(evidence: CellEvidence, run_id: str | None, head: str,
     if event is None or event.ledger_head != head:
         return evidence
     return msgspec.structs.replace(evidence, tokens=with_backfill(evidence.tokens, backfill_figure(event)))
+
+
+def _judge(study_dir: Path, trusted: VerifyKey, cells: Sequence[ReportCell]) -> JudgeSummary | None:
+    """The last closed judge run's summary, its disagreements against today's scores."""
+    by_id = {c.cell_id: c for c in cells}
+    for judge in reversed(judge_dirs(study_dir)):
+        verified = verify_ledger(judge, trusted)
+        if verified.status != "ok":
+            continue  # a judge run that did not finish: the one before it speaks
+        read = read_judge_records(read_records(judge, trusted))
+        if read.started is None or read.ended is None:
+            continue
+        found = []
+        for v in read.verdicts:
+            cell = by_id.get(v.cell_id)
+            if cell is not None and cell.status == "clean" and cell.run_id == v.run_id and disagrees(v.verdict,
+                                                                                                      cell.score):
+                found.append(Disagreement(cell_id=v.cell_id, question_id=v.question_id, score=cell.score,
+                                          judge_verdict=v.verdict.upper(), answer_excerpt=v.answer_excerpt))
+        return JudgeSummary(requested_model=read.started.requested_model, served_models=read.served_models,
+                            unknown_served=read.unknown_served, disagreements=tuple(found),
+                            cells_judged=len(read.verdicts),
+                            unparseable=sum(v.verdict == "unparseable" for v in read.verdicts),
+                            errors=sum(v.verdict == "error" for v in read.verdicts), run_id=verified.run_id)
+    return None
 
 
 def load_study_report(study_dir: Path, trusted: VerifyKey, *,
@@ -162,7 +205,7 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
                 for e in measured_refused.values()),
         prices=tuple(Price(model=m, input_usd_per_mtok=float(p["input_usd_per_mtok"]),
                            output_usd_per_mtok=float(p["output_usd_per_mtok"])) for m, p in planned.prices.items()),
-        seed=planned.order_seed or 0)
+        judge=_judge(study_dir, trusted, cells), seed=planned.order_seed or 0)
     return verified, data
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -33,7 +33,7 @@ from caisson.agents import ADAPTERS
 from caisson.errors import ScenarioError
 from caisson.scenario import Scenario, load_scenario, read_toml
 
-__all__ = ["AbortRules", "Endpoint", "Order", "Price", "Study", "StudyAgent", "load_study", "parse_study",
+__all__ = ["AbortRules", "Endpoint", "JudgeTable", "Order", "Price", "Study", "StudyAgent", "load_study", "parse_study",
            "ELICITATION", "PROVIDERS"]
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
@@ -112,6 +112,23 @@ class Price(_Strict):
     output_usd_per_mtok: Annotated[float, msgspec.Meta(ge=0)]
 
 
+class JudgeTable(_Strict):
+    """The study's LLM judge (``[judge]``), for ``caisson study judge DIR``: an alarm, never a score.
+
+    Read from the study file the study ledger sealed, so the judge named is the one planned.
+    """
+
+    endpoint: NonEmpty
+    """The judge API's base URL, e.g. ``https://api.anthropic.com`` (reached through the proxy witness)."""
+    model: NonEmpty
+    """The model to ask for."""
+    api: Literal["anthropic", "openai"] | None = None
+    """``anthropic`` (Messages) or ``openai`` (Chat Completions); default: ``openai`` for
+    ``api.openai.com``, else ``anthropic``."""
+    credential: NonEmpty | None = None
+    """The variable holding the key (default ANTHROPIC_API_KEY or OPENAI_API_KEY by ``api``)."""
+
+
 class Study(_Strict, kw_only=True):
     """A study: the matrix of arm x agent x model x question x repetition."""
 
@@ -136,6 +153,8 @@ class Study(_Strict, kw_only=True):
     order: Order = Order()
     prices: dict[str, Price] = {}
     """Model -> its price (optional; reports convert tokens with it)."""
+    judge: JudgeTable | None = None
+    """The LLM judge ``caisson study judge`` uses when no ``--endpoint``/``--model`` is given."""
 
 
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<at>[^`]*)`)?$", re.S)

@@ -15,6 +15,12 @@ Checks, in order, stopping at nothing (every problem is listed):
    `caisson.study.backfill.verify_backfill`): every segment closed and verifying, chained,
    each backfilled figure naming a run the study ledger binds at the same head and session
    files that run collected.
+5. every judge ledger under ``DIR/judge/`` (``caisson study judge``) verifies against the
+   trusted key, names in ``judge.started`` the study ledger's final chain head (it judged
+   this study, closed as it is), and judges only counting runs the study ledger bound. A
+   judge ledger left unclosed (a crashed judge run) is not a problem: the report reads the
+   last closed one. The study ledger does not bind its judges (they come after it closed),
+   so a judge directory removed altogether is not seen: the report then says no judge ran.
 
 The result is ``ok``, ``tampered`` (any problem above) or ``unclosed`` (intact, but the
 last segment has no final seal: the study is running or crashed, and can be resumed).
@@ -28,10 +34,13 @@ import msgspec
 
 from caisson.study.backfill import verify_backfill
 from caisson.study.studyledger import read_study, sealed_state, segments
-from ledger import LedgerChecker, LedgerError, VerifyKey, locate, verify_ledger
-from ledger.events import BaselineMeasured, CellEnded, CellStarted, StudyResumed
+from ledger import LedgerChecker, LedgerError, VerifyKey, locate, read_records, verify_ledger
+from ledger.events import BaselineMeasured, CellEnded, CellStarted, JudgeStarted, JudgeVerdict, StudyResumed
 
-__all__ = ["StudyVerifyReport", "verify_study", "is_study_dir"]
+__all__ = ["JUDGE_DIR", "StudyVerifyReport", "judge_dirs", "verify_study", "is_study_dir"]
+
+JUDGE_DIR = "judge"
+"""``DIR/judge/<NNN>/``: one judge run's ledger and blobs each (`caisson.study.judge`)."""
 
 
 class StudyVerifyReport(msgspec.Struct, kw_only=True):
@@ -117,6 +126,42 @@ def _check_run(study_dir: Path, rel: str, run_id: str | None, records: int, head
                                f" ledger bound {records} records, head {head[:16]}")
 
 
+def judge_dirs(study_dir: Path) -> list[Path]:
+    """The judge runs' directories under ``DIR/judge/``, in order."""
+    root = Path(study_dir) / JUDGE_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def _check_judges(study_dir: Path, trusted: VerifyKey, counting: dict[str, str], report: StudyVerifyReport) -> None:
+    """Step 5 of the module docstring; ``counting``: cell id -> its counting run id."""
+    segs = segments(study_dir)
+    head = sealed_state(segs[-1], trusted).head if segs else ""
+    for judge in judge_dirs(study_dir):
+        rel = str(judge.relative_to(study_dir))
+        try:
+            full = verify_ledger(judge, trusted)
+        except LedgerError as exc:
+            report.problems.append(f"judge {rel}: {exc}")
+            continue
+        report.runs_checked += 1
+        if full.status == "tampered":
+            report.problems.append(f"judge {rel}: its ledger is tampered: seq {full.bad_seq}: {full.reason}")
+            continue
+        events = [r.event for r in read_records(judge)]
+        started = next((e for e in events if isinstance(e, JudgeStarted)), None)
+        if started is None:
+            report.problems.append(f"judge {rel}: no judge.started")
+        elif started.study_head != head:
+            report.problems.append(f"judge {rel}: judged study head {started.study_head[:16]}, the study ledger's"
+                                   f" final head is {head[:16]} (another study, or another state of it)")
+        for e in events:
+            if isinstance(e, JudgeVerdict) and counting.get(e.cell_id) != e.run_id:
+                report.problems.append(f"judge {rel}: judged run {e.run_id} as cell {e.cell_id}, whose counting"
+                                       f" run the study ledger binds is {counting.get(e.cell_id)}")
+
+
 def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
     """Verify a study directory; see the module docstring.
 
@@ -130,6 +175,7 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
         return report
     named: set[str] = set()
     bound: dict[str, tuple[str, str]] = {}  # run dir -> (run id, head): what a backfilled figure may name
+    counting: dict[str, str] = {}
     for record in read_study(study_dir, trusted):
         e = record.event
         if isinstance(e, BaselineMeasured):
@@ -148,6 +194,7 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
             named.add(e.run_dir)
             if e.counting and e.run_id:
                 bound[e.run_dir] = (e.run_id, e.ledger_head)
+                counting[e.cell_id] = e.run_id
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, e.ledger_final, trusted,
                        f"cell {e.cell_id} attempt {e.attempt}:", report)
     cells = study_dir / "cells"
@@ -158,6 +205,7 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
                 report.problems.append(f"{rel}: a run the study ledger does not name (added afterwards)")
     if not report.problems:  # the runs are as bound: now what the backfill ledger says of them
         report.problems += verify_backfill(study_dir, trusted, bound)
+    _check_judges(study_dir, trusted, counting, report)
     if report.problems:
         report.status = "tampered"
     return report

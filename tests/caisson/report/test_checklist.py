@@ -83,7 +83,7 @@ def test_baselines_refusals_judge_and_disagreements():
                                                                         score=1.0, judge_verdict="wrong"),))))
     assert (items["baselines"].status, items["baselines"].cells) == ("WARN", ["ag/b/m1: floor not measured"])
     assert (items["refusals"].status, items["refusals"].cells) == ("PASS", ["codex/a/m1: ungated"])
-    assert (items["judge_model"].status, items["judge_model"].cells) == ("WARN", ["judge-2"])
+    assert (items["judge_model"].status, items["judge_model"].cells) == ("FAIL", ["judge-2"])
     assert items["disagreements"].status == "WARN" and items["disagreements"].count == 1
     silent = _items(study(cs, base, refusals=(Refusal(arm="a", agent="x", model="m1", reason="", gating="ungated"),)))
     assert silent["refusals"].status == "FAIL"
@@ -139,3 +139,19 @@ def test_an_unavailable_tool_audit_is_never_an_empty_list():
         with pytest.raises(ReportInputError) as err:
             build_report(study(cs, [base]))
         assert err.value.field == field
+
+
+def test_judge_model_passes_a_snapshot_warns_on_unknown_and_fails_a_substitution():
+    cs, base = _clean()
+
+    def status(**kw) -> tuple[str, list[str]]:
+        item = _items(study(cs, base, judge=JudgeSummary(requested_model="judge-1", cells_judged=12, **kw)))
+        return item["judge_model"].status, item["judge_model"].cells
+
+    assert status(served_models=("judge-1", "judge-1-20250929")) == ("PASS", [])  # a dated snapshot of the alias
+    assert status(served_models=()) == ("WARN", [])  # no call named the model that answered
+    assert status(served_models=("judge-1",), unknown_served=2) == ("WARN", [])
+    assert status(served_models=("judge-1", "judge-2")) == ("FAIL", ["judge-2"])
+    unread = _items(study(cs, base, judge=JudgeSummary(requested_model="judge-1", served_models=("judge-1",),
+                                                       cells_judged=12, unparseable=1)))["disagreements"]
+    assert unread.status == "WARN" and "1 replies unparseable" in unread.detail

@@ -38,7 +38,7 @@ def _report(**kw) -> Report:
           + cells("codex", "lean", 4, 3, lambda q, r: 0.8, gating="ungated"))
     cs[0] = msgspec.structs.replace(cs[0], status="void", score=None, void_reason="tool_escape",
                                     findings=("tool_escape",))
-    judge = JudgeSummary(requested_model="judge-1", served_models=("judge-1", "judge-1-mini"), cells_judged=10,
+    judge = JudgeSummary(requested_model="judge-1", served_models=("judge-1", "judge-1-20250101"), cells_judged=10,
                          disagreements=(Disagreement(cell_id=cs[3].cell_id, question_id="q1", score=0.66,
                                                      judge_verdict="incorrect", answer_excerpt="<b>it is in x.py</b>"),))
     return build_report(study(cs, baselines("claude-code", ["lean", "rich"])
