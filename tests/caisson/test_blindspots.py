@@ -80,9 +80,8 @@ def test_unconnected_udp_sends_are_traced_and_their_flows_reported(chamber_image
     flows = [f.message for f in found]
     assert any(m.startswith("udp ") and "-> 1.1.1.1:53" in m for m in flows), flows
     assert any(":18081" in m for m in flows), flows
-    # the controls held: dropped, or refused by the host's firewall (a reset), never answered
-    assert all(f.effect == "info" for f in found), flows
-    assert any(":18080" in m and "only a reset came back" in m for m in flows), flows
+    # the controls held: dropped or refused, never answered: shown, not void
+    assert all(f.effect == "info" for f in found) and all("came back:" in m for m in flows), flows
 
 
 def test_exit_130_is_an_exit_status_and_a_sigint_death_is_a_signal(chamber_image, tmp_path):
