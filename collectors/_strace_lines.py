@@ -56,7 +56,7 @@ _INJECTED = " (INJECTED)"
 _UNFINISHED = " <unfinished ...>"
 _SOCKET_NOTE = re.compile(r"[A-Za-z0-9_-]+:\[")
 # split_call's states: the characters that can change each (all others are skipped at C speed)
-_IN_QUOTE = re.compile(r'["\\]')
+_QUOTED_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # after the opening quote
 _IN_PATH = re.compile(r"[\\<>]")
 _IN_ARGS = re.compile(r'["<()\[\]{},]')
 _EQUALS = re.compile(r"\s*=\s*")
@@ -188,17 +188,18 @@ def split_call(body: str) -> tuple[list[str], Result] | None:
     start = i = 0
     while True:  # jump to the next character that matters where we are (the hot path)
         top = stack[-1] if stack else ""
-        m = (_IN_QUOTE if top == '"' else _IN_PATH if top == "<" else _IN_ARGS).search(body, i)
+        m = (_IN_PATH if top == "<" else _IN_ARGS).search(body, i)
         if m is None:
             return None
         i = m.start()
         c = body[i]
-        if top == '"':
-            if c == "\\":
-                i += 1
-            else:
-                stack.pop()
-        elif c == "<" and i and body[i - 1].isalnum():
+        if c == '"' and top != "<":  # a whole string at once, its escapes included
+            m = _QUOTED_REST.match(body, i + 1)
+            if m is None:
+                return None
+            i = m.end()
+            continue
+        if c == "<" and i and body[i - 1].isalnum():
             if _SOCKET_NOTE.match(body, i + 1):  # <TCP:[1.2.3.4:5->6.7.8.9:80]>
                 j = body.find("]>", i + 1)
                 if j < 0:
@@ -211,8 +212,6 @@ def split_call(body: str) -> tuple[list[str], Result] | None:
                 i += 1
             elif c == ">":
                 stack.pop()
-        elif c == '"':
-            stack.append('"')
         elif c in "([{":
             stack.append(c)
         elif c in ")]}":
