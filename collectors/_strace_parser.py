@@ -22,7 +22,7 @@ from collectors._strace_lines import (
     parse_sockaddr,
     split_call,
 )
-from ledger import CaissonError, redact_env
+from ledger import CaissonError, redact_exec
 from ledger.events import (
     Event,
     FileChange,
@@ -199,13 +199,14 @@ class StraceParser:
                 event's ``host_pid`` is then None). Called once per process, as early as
                 the trace names it: when its parent's clone returns, else at its first
                 event (a short-lived process may be gone by its first event).
-            fingerprint_key: the run's key for secrets: each ``ProcessExec.env`` (printed
-                with ``-v``) goes through `ledger.redact_env` with it, so credential
-                variables and key-like values become keyed fingerprints. None keeps the
-                environment verbatim (parsing one's own traces; the witness always
-                passes the run's key).
+            fingerprint_key: the run's key for secrets: each ``ProcessExec``'s argv and
+                env (printed with ``-v``) go through `ledger.redact_exec` with it, so
+                credentials in the command line (URL userinfo, header values, key
+                options, key-shaped tokens), credential variables and key-like values
+                become keyed fingerprints, argv keeping its length. None keeps them
+                verbatim (parsing one's own traces; the witness always passes the run's key).
             credential_patterns: extra credential variable names (the scenario's
-                ``credential_patterns``), for `ledger.redact_env`.
+                ``credential_patterns``), for `ledger.redact_exec`.
             max_line_bytes: a longer line is cut there, deterministically, and the pieces
                 parsed as lines of their own (they become `WitnessRaw`), bytes.
 
@@ -507,8 +508,9 @@ class StraceParser:
         if name in ("execve", "execveat"):
             at = 1 if name == "execveat" else 0
             env = self._env(args[at + 2]) if len(args) > at + 2 else None
-            if env and self._key is not None:  # no secret reaches the ledger
-                env = redact_env(env, key=self._key, patterns=self._patterns)
+            argv = self._argv(args[at + 1])
+            if self._key is not None:  # no secret reaches the ledger: argv and env redacted alike
+                argv, env = redact_exec(argv, env, key=self._key, patterns=self._patterns)
             path = self._string(args[at])
             if name == "execveat":  # relative to the dirfd; "" with AT_EMPTY_PATH: the fd itself (fexecve)
                 deco = parse_fd(args[0])[1]
@@ -517,7 +519,7 @@ class StraceParser:
                 elif path:
                     path = self._path(task, args, 0, 1)
             return ProcessExec(**ident, ppid=self._ppid.get(task.tgid), path=path,
-                               argv=self._argv(args[at + 1]), cwd=task.fs.cwd, env=env,
+                               argv=argv, cwd=task.fs.cwd, env=env,
                                result=result, errno=errno)
         if name in _OPENS:
             at = {"open": 0, "creat": 0, "openat": 1, "openat2": 1}[name]

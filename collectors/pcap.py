@@ -12,6 +12,13 @@ the first packet seen, except that a first TCP segment with SYN+ACK (the capture
 mid-handshake) makes its receiver the initiator. ``packets`` counts both directions and
 ``bytes`` sums IP datagram sizes (IPv4 total length, RFC 791; IPv6 40 + payload length,
 RFC 8200): link headers are left out, so a flow measures the same on any link type.
+Each direction is also counted on its own, in IPFIX's terms for a bidirectional flow
+(RFC 5103; IANA IPFIX elements initiatorPackets 298, responderPackets 299, initiatorOctets
+231, responderOctets 232, tcpControlBits 6): ``initiator_*`` is what ``src`` sent, and
+``responder_*`` what came back to it; for a flow the chamber opened, what it sent and what
+it received. ``initiator_tcp_flags``/``responder_tcp_flags`` OR together the TCP flags of
+each direction's segments (RFC 9293 bits: FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10,
+...), so a reset (a refusal) is told from an answer; None for other protocols.
 ``first_ns``/``last_ns`` are the pcap timestamps, ns since the Unix epoch, exact integers.
 ICMP (``icmp``) and ICMPv6 (``icmp6``) flows have no ports; other IP protocols are
 named ``sctp``/``gre``/... or by number. Non-first IPv4 fragments carry no ports and so
@@ -146,7 +153,8 @@ def summarize_flows(pcap_bytes: bytes) -> tuple[list[NetFlow], PcapStats]:
     if link_type not in LINK_TYPES:
         raise PcapParseError(f"unsupported link type {link_type}", offset=20)
     record = struct.Struct(order + "IIII")
-    flows: dict[tuple, list] = {}  # key -> [src, sport, dst, dport, proto, packets, bytes, first, last]
+    flows: dict[tuple, list] = {}  # key -> [src, sport, dst, dport, proto, packets, bytes, first, last,
+    #                                        initiator packets, bytes, tcp flags, responder packets, bytes, tcp flags]
     packets = captured = non_ip = undecodable = 0
     truncated, error, offset = False, None, 24
     while offset < len(pcap_bytes):
@@ -178,22 +186,31 @@ def summarize_flows(pcap_bytes: bytes) -> tuple[list[NetFlow], PcapStats]:
             continue
         ts_ns = sec * 1_000_000_000 + frac * unit_ns
         proto = _PROTOS.get(ip.p, str(ip.p))
-        sport = dport = None
+        sport = dport = flags = None
         if isinstance(l4, (dpkt.tcp.TCP, dpkt.udp.UDP)):
             sport, dport = l4.sport, l4.dport
+        if isinstance(l4, dpkt.tcp.TCP):
+            flags = l4.flags
         a, b = (src, sport), (dst, dport)
         key = (proto, *sorted([a, b], key=lambda e: (e[0], -1 if e[1] is None else e[1])))
         flow = flows.get(key)
         if flow is None:
-            syn_ack = isinstance(l4, dpkt.tcp.TCP) and l4.flags & dpkt.tcp.TH_SYN and l4.flags & dpkt.tcp.TH_ACK
+            syn_ack = flags is not None and flags & dpkt.tcp.TH_SYN and flags & dpkt.tcp.TH_ACK
             (s, sp), (d, dp) = (b, a) if syn_ack else (a, b)
-            flows[key] = [s, sp, d, dp, proto, 1, size, ts_ns, ts_ns]
-        else:
-            flow[5] += 1
-            flow[6] += size
-            flow[7], flow[8] = min(flow[7], ts_ns), max(flow[8], ts_ns)
+            none = None if flags is None else 0
+            flow = flows[key] = [s, sp, d, dp, proto, 0, 0, ts_ns, ts_ns, 0, 0, none, 0, 0, none]
+        flow[5] += 1
+        flow[6] += size
+        flow[7], flow[8] = min(flow[7], ts_ns), max(flow[8], ts_ns)
+        side = 9 if a == (flow[0], flow[1]) else 12  # sent by the initiator, or back to it
+        flow[side] += 1
+        flow[side + 1] += size
+        if flags is not None:
+            flow[side + 2] |= flags
     events = [NetFlow(proto=f[4], src=f[0], sport=f[1], dst=f[2], dport=f[3], packets=f[5], bytes=f[6],
-                      first_ns=f[7], last_ns=f[8])
+                      first_ns=f[7], last_ns=f[8], initiator_packets=f[9], initiator_bytes=f[10],
+                      initiator_tcp_flags=f[11], responder_packets=f[12], responder_bytes=f[13],
+                      responder_tcp_flags=f[14])
               for f in sorted(flows.values(), key=lambda f: (f[7], f[4], f[0], f[1] or 0, f[2], f[3] or 0))]
     stats = PcapStats(link_type=link_type, packets=packets, captured_bytes=captured, non_ip=non_ip,
                       undecodable=undecodable, truncated=truncated, error=error)

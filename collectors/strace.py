@@ -58,8 +58,9 @@ pid of the ``--pidns-translation`` comment (``= 2 /* 7509 in strace's PID NS */`
 the namespace-local number (which would make a phantom process, whose parent a real process
 of that number would then take).
 
-Secrets: with the run's ``fingerprint_key``, an exec'd environment (``-v``) is redacted
-here (`ledger.redact_env`), so what the parser emits is what the ledger holds.
+Secrets: with the run's ``fingerprint_key``, an exec's argv and environment (``-v``) are
+redacted here (`ledger.redact_exec`: argv keeps its length), so what the parser emits is
+what the ledger holds.
 
 `run_strace_witness` is the trio task: trace bytes in, events to the ledger writer.
 """

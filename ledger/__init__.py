@@ -31,7 +31,9 @@ from ledger._secrets import (
     is_credential,
     keyed_fingerprint,
     looks_secret,
+    redact_argv,
     redact_env,
+    redact_exec,
 )
 from ledger._reader import (
     LedgerChecker,
@@ -53,7 +55,9 @@ __all__ = [
     "is_credential",
     "keyed_fingerprint",
     "looks_secret",
+    "redact_argv",
     "redact_env",
+    "redact_exec",
     "BLOBS_DIR",
     "BlobStore",
     "CaissonError",

@@ -6,6 +6,10 @@ keyed fingerprint before any event is built. Recognition, from the name or from 
 - environment variables whose name matches `CREDENTIAL_PATTERNS` (plus a scenario's own),
   and any value that looks like a key (`SECRET_VALUE`): `is_credential`, `looks_secret`,
   `redact_env`;
+- command lines (argv), element by element (`redact_argv`): URL userinfo, values of credential
+  headers (``-H 'Authorization: Bearer ...'``), of ``--*key*=``/``--*token*=``/``--*secret*=``/
+  ``--password=`` options (or the element after such an option), of credential variables
+  assigned (``API_KEY=...``), and tokens shaped like known keys (`KEY_SHAPE`);
 - HTTP header names in `SECRET_HEADERS` and query parameter names in `SECRET_QUERY_PARAMS`
   (RFC 9110 section 11.6.2 Authorization, RFC 6265 Cookie/Set-Cookie, and the providers'
   own key headers): `Redactor`, which also scrubs the values it has seen from bodies.
@@ -17,6 +21,7 @@ offline.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import functools
 import hashlib
@@ -32,13 +37,16 @@ __all__ = [
     "SECRET_HEADERS",
     "SECRET_QUERY_PARAMS",
     "SECRET_VALUE",
+    "KEY_SHAPE",
     "Redactor",
     "derive_fingerprint_key",
     "fingerprint_secret",
     "is_credential",
     "keyed_fingerprint",
     "looks_secret",
+    "redact_argv",
     "redact_env",
+    "redact_exec",
 ]
 
 _FINGERPRINT_KEY_TAG = b"caisson secret fingerprint key\x00"
@@ -87,8 +95,13 @@ the variable is called: recorded only as fingerprints."""
 def is_credential(name: str, extra_patterns: tuple[str, ...] | list[str] = ()) -> bool:
     """True when ``name`` matches a credential pattern (built-in or scenario-declared),
     whatever its case."""
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, p.upper()) for p in (*CREDENTIAL_PATTERNS, *extra_patterns))
+    return _credential_names(tuple(extra_patterns)).match(name.upper()) is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _credential_names(extra_patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression for every pattern (`fnmatch.translate`): the exec hot path."""
+    return re.compile("|".join(fnmatch.translate(p.upper()) for p in (*CREDENTIAL_PATTERNS, *extra_patterns)))
 
 
 def looks_secret(value: str) -> bool:
@@ -192,3 +205,148 @@ class Redactor:
                 self.replaced += data.count(secret)
                 data = data.replace(secret, self._known[secret])
         return data
+
+
+KEY_SHAPE = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:"
+    r"(?:sk-|sk_|rk_|ghp_|gho_|ghs_|ghu_|ghr_|github_pat_|xox[abpr]-|glpat-|hf_|npm_)(?P<body>[A-Za-z0-9_-]{16,})"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35})"
+)
+"""Tokens shaped like the providers' keys anywhere in a string (OpenAI/Anthropic ``sk-``,
+Stripe ``sk_``/``rk_``, GitHub ``ghp_``..., Slack ``xox?-``, GitLab ``glpat-``, Hugging Face
+``hf_``, npm ``npm_``, AWS access key ids, Google API keys): `redact_argv`. A body of
+lowercase letters and underscores alone reads as a name (``npm_config_user_agent``) and is
+kept."""
+
+_FINGERPRINT = re.compile(r"fp:[0-9a-f]{16}(?:\s+fp:[0-9a-f]{16})*\Z")  # redacted already
+_URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:\"']*:)(?P<secret>[^/@\s\"']+)(?=@)")
+_HEADER = re.compile(r"(?<![\w-])(?P<head>(?i:proxy-authorization|authorization|x-api-key|api-key|x-goog-api-key"
+                     r"|x-auth-token|x-amz-security-token|cookie)\s*:\s*)(?P<secret>[^\"'\r\n]*[^\"'\s])")
+_OPTION_NAME = r"--?[A-Za-z0-9_.-]*(?i:key|token|secret|password|passwd)[A-Za-z0-9_.-]*"
+_OPTION = re.compile(rf"(?<![\w-])(?P<head>{_OPTION_NAME}=)(?P<secret>[^\s\"']+)")
+_OPTION_SPACED = re.compile(rf"(?<![\w-])(?P<head>{_OPTION_NAME}\s+[\"']?)(?P<secret>[^-\s\"'][^\s\"']*)")
+_OPTION_ALONE = re.compile(rf"{_OPTION_NAME}\Z")
+_ASSIGNMENT = re.compile(r"(?<![\w$-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<secret>[^\s\"';&|)`]+)")
+_NAME_LIKE = re.compile(r"[a-z_]+")
+_AUTH_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9_-]* +(?=\S)")
+
+
+def _fingerprinted(value: str, key: bytes) -> str:
+    """``value`` as the ledger keeps it: its fingerprint (fingerprints alone stay as they are)."""
+    return value if _FINGERPRINT.match(value) else fingerprint_secret(value, key)
+
+
+def redact_argv(argv: Iterable[str], *, key: bytes, patterns: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """A command line as the ledger may keep it: the same elements, secrets in them fingerprinted.
+
+    Each secret is replaced in place by its keyed fingerprint (`fingerprint_secret`, as
+    `redact_env` does), so the command keeps its shape (as many elements, the program and
+    its options still readable) for the detectors. Recognised, inside any element (a
+    ``sh -c`` script included):
+
+    - the password of a URL's userinfo, ``scheme://user:PASSWORD@host`` (RFC 3986 section 3.2.1);
+    - the credential of a header line ``Authorization: Bearer CRED`` (the scheme kept, RFC
+      9110 section 11.6.2) and the whole value of the other headers of `SECRET_HEADERS`;
+    - the value of an option whose name holds ``key``, ``token``, ``secret``, ``password``
+      or ``passwd`` (``--api-key=V``, ``--token=V``, ``--password V`` inside a script), and
+      the element after such an option standing alone (``["--password", "V"]``);
+    - the value of a credential variable assigned (``OPENAI_API_KEY=V``; `is_credential`,
+      with ``patterns``);
+    - tokens shaped like known keys (`KEY_SHAPE`).
+
+    Idempotent: a fingerprint is never fingerprinted again.
+
+    Args:
+        argv: the command line, as exec'd.
+        key: the fingerprint key (`derive_fingerprint_key`).
+        patterns: extra credential variable names (a scenario's), as `is_credential` takes them.
+
+    Returns:
+        A new list of as many strings as ``argv``.
+    """
+    out = list(argv)
+    for i in _hinted(out):
+        out[i] = _redact_element(out[i], key, tuple(patterns))
+        if _OPTION_ALONE.match(out[i]) and i + 1 < len(out) and out[i + 1] and not out[i + 1].startswith("-"):
+            out[i + 1] = _fingerprinted(out[i + 1], key)
+    return out
+
+
+_HINTS = (":", "=", "key", "token", "secret", "passw", "sk-", "sk_", "rk_", "ghp_", "gho_", "ghs_", "ghu_", "ghr_",
+          "github_pat_", "xox", "glpat-", "hf_", "npm_", "akia", "asia", "aiza")
+"""Lowercase strings that every recogniser of `redact_argv` needs in an element to match."""
+
+
+def _hinted(argv: list[str]) -> list[int]:
+    """Indexes of the elements holding a hint, found with one C-speed ``find`` per hint over
+    the whole command line (an ``xargs`` exec has thousands of elements, nearly all paths)."""
+    joined = "\0".join(argv).lower()
+    starts, at = [], 0
+    for arg in argv:
+        starts.append(at)
+        at += len(arg) + 1
+    found: set[int] = set()
+    for hint in _HINTS:
+        at = joined.find(hint)
+        while at >= 0:
+            index = bisect.bisect_right(starts, at) - 1
+            found.add(index)
+            at = joined.find(hint, starts[index] + len(argv[index]) + 1)  # the next element on
+    return sorted(found)
+
+
+_MAX_PASSES = 8
+
+
+def _redact_element(text: str, key: bytes, patterns: tuple[str, ...]) -> str:
+    """`_redact_text` until nothing changes: a fingerprint put next to other text can make a
+    new match (``https://sk-...=@`` becomes ``https://fp:...=@``, a userinfo), so the
+    element is redacted again until it is stable, which makes `redact_argv` idempotent."""
+    for _ in range(_MAX_PASSES):
+        redacted = _redact_text(text, key, patterns)
+        if redacted == text:
+            break
+        text = redacted
+    return text
+
+
+def _redact_text(text: str, key: bytes, patterns: tuple[str, ...]) -> str:
+    def secret(m: re.Match[str]) -> str:
+        return m["head"] + _fingerprinted(m["secret"], key)
+
+    def header(m: re.Match[str]) -> str:
+        value = m["secret"]
+        scheme = _AUTH_SCHEME.match(value) if "authorization" in m["head"].lower() else None
+        cut = scheme.end() if scheme else 0
+        return m["head"] + value[:cut] + _fingerprinted(value[cut:], key)
+
+    def assignment(m: re.Match[str]) -> str:
+        if not is_credential(m["name"], patterns):
+            return m[0]
+        return f"{m['name']}={_fingerprinted(m['secret'], key)}"
+
+    def shaped(m: re.Match[str]) -> str:
+        return m[0] if m["body"] and _NAME_LIKE.fullmatch(m["body"]) else fingerprint_secret(m[0], key)
+
+    def userinfo(m: re.Match[str]) -> str:  # a fingerprinted user (a token as user name) stays
+        return m[0] if _FINGERPRINT.match(m["head"].rpartition("/")[2] + m["secret"]) else secret(m)
+
+    text = _URL_USERINFO.sub(userinfo, text)
+    text = _HEADER.sub(header, text)
+    text = _OPTION.sub(secret, text)
+    text = _OPTION_SPACED.sub(secret, text)
+    text = _ASSIGNMENT.sub(assignment, text)
+    return KEY_SHAPE.sub(shaped, text)
+
+
+def redact_exec(argv: Iterable[str], env: Mapping[str, str] | None, *, key: bytes,
+                patterns: tuple[str, ...] | list[str] = ()) -> tuple[list[str], dict[str, str] | None]:
+    """An exec's command line and environment as the ledger may keep them: `redact_argv`
+    and `redact_env` with the same key and patterns. The one call every syscall witness
+    makes before it builds a ``process.exec``.
+
+    Returns:
+        ``(argv, env)``: as many argv elements as given; env None when ``env`` is None.
+    """
+    argv = redact_argv(argv, key=key, patterns=patterns)
+    return argv, (None if env is None else redact_env(env, key=key, patterns=patterns))

@@ -92,7 +92,7 @@ __all__ = [
     "JudgeEnded",
 ]
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -103,7 +103,8 @@ sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete`
 7: ``llm.call.server_tools``, the Vertex AI, Azure OpenAI and Bedrock providers and endpoints;
 8: ``agent.session_file`` (the agent's session files collected from its config home),
 ``backfill.started`` and ``token.backfilled`` (the backfill ledger of a study); 9:
-``judge.*`` (the judge ledger of a study)."""
+``judge.*`` (the judge ledger of a study); 10: ``net.flow``'s per-direction counts
+(``initiator_*``, ``responder_*``)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -472,17 +473,29 @@ class DnsQuery(_Event, tag="dns.query", frozen=True, kw_only=True):
 
 
 class NetFlow(_Event, tag="net.flow", frozen=True, kw_only=True):
-    """A flow summary from the packet capture."""
+    """A bidirectional flow summary from the packet capture (`collectors.pcap`).
 
-    proto: str  # tcp | udp | icmp
+    ``src``/``sport`` is the initiator. The per-direction counts follow IPFIX's
+    bidirectional flows (RFC 5103; IANA elements initiatorPackets, responderPackets,
+    initiatorOctets, responderOctets, tcpControlBits): ``initiator_*`` is what the
+    initiator sent, ``responder_*`` what came back. None: not counted (schema < 8).
+    """
+
+    proto: str  # tcp | udp | icmp | icmp6 | sctp | ... | the IP protocol number
     src: str
     sport: int | None = None
     dst: str
     dport: int | None = None
-    packets: int = 0
-    bytes: int = 0
-    first_ns: int = 0
-    last_ns: int = 0
+    packets: int = 0  # both directions
+    bytes: int = 0  # IP datagram bytes, both directions
+    first_ns: int = 0  # ns since the Unix epoch
+    last_ns: int = 0  # ns since the Unix epoch
+    initiator_packets: int | None = None  # packets src -> dst
+    initiator_bytes: int | None = None  # IP datagram bytes src -> dst
+    initiator_tcp_flags: int | None = None  # OR of the TCP flags src -> dst (RFC 9293 bits); None: not TCP
+    responder_packets: int | None = None  # packets dst -> src: 0 when nothing came back
+    responder_bytes: int | None = None  # IP datagram bytes dst -> src
+    responder_tcp_flags: int | None = None  # OR of the TCP flags dst -> src; 0x04 alone (+ ACK): a reset
 
 
 # --- agents (transcript witness) -------------------------------------------------------

@@ -12,7 +12,7 @@ from ledger.events import DnsQuery, HttpExchange, NetConnect, NetFlow, NetSend, 
 
 DENIED_EGRESS = "network.denied_egress@1"
 BYPASS_ATTEMPT = "network.bypass_attempt@2"
-UNEXPLAINED_FLOW = "network.unexplained_flow@1"
+UNEXPLAINED_FLOW = "network.unexplained_flow@2"
 
 
 def denied_egress(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
@@ -76,20 +76,29 @@ def bypass_attempt(records: Iterable[Record], config: DetectorConfig) -> Iterato
 
 
 _CONTROL = ("icmp", "icmp6")
+_TCP_RST, _TCP_ACK = 0x04, 0x10  # RFC 9293 section 3.1
 
 
 def unexplained_flow(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
-    """A captured flow (``net.flow``) that no witness accounts for: shown, one per flow.
+    """A captured flow (``net.flow``) that no witness accounts for: a finding, one per flow.
 
     Accounted for: a flow with a witness's endpoint (the proxy's or the resolver's listen
     address and port) at either end; ICMP from the gateway (the host's firewall refusing);
     link-local, multicast and broadcast housekeeping. Any other flow is packets the
     chamber put on the wire around the witnesses (a UDP datagram, a TCP SYN to an address
-    outside the policy). Shown, not void: a flow sums both directions, so the capture
-    cannot say whether anything answered, and the chamber's network (internal, the host's
-    side firewalled) drops such packets unless a control was weakened (which
-    ``controls.weakened`` voids); a connect that succeeded around the witnesses is voided
-    by `bypass_attempt`. Runs without a witnessed network have no flows and no findings.
+    outside the policy). How grave, from the flow's per-direction counts:
+
+    - **answered** (the responder sent back anything but TCP resets: a datagram, a SYN-ACK,
+      data): void. Traffic went around the witnesses and came back; the capture is the
+      only witness of what it carried.
+    - **unanswered** (nothing came back, or only a reset: the host's firewall refusing):
+      shown. The chamber's network (internal, the host's side firewalled) drops or refuses
+      such packets unless a control was weakened (which ``controls.weakened`` voids).
+    - a flow without per-direction counts (a ledger before schema 8): shown, as then,
+      since a flow summing both directions cannot say whether anything answered.
+
+    A connect that succeeded around the witnesses is also voided by `bypass_attempt`.
+    Runs without a witnessed network have no flows and no findings.
     """
     endpoints: set[tuple[str, int]] = set()
     gateways: set[str] = set()
@@ -110,11 +119,30 @@ def unexplained_flow(records: Iterable[Record], config: DetectorConfig) -> Itera
             continue
         if _housekeeping(flow.dst):
             continue
-        host = flow.dst in gateways or flow.src in gateways
-        yield Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect=INFO, evidence=[seq],
-                      message=f"{flow.proto} {flow.src}:{flow.sport} -> {flow.dst}:{flow.dport}, {flow.packets}"
-                      f" packet(s), {flow.bytes} bytes: no witness accounts for it"
-                      + (" (the host's side of the chamber network)" if host else ""))
+        host = " (the host's side of the chamber network)" if flow.dst in gateways or flow.src in gateways else ""
+        where = f"{flow.proto} {flow.src}:{flow.sport} -> {flow.dst}:{flow.dport}"
+        if flow.initiator_packets is None or flow.responder_packets is None:  # counted before schema 8
+            yield Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect=INFO, evidence=[seq],
+                          message=f"{where}, {flow.packets} packet(s), {flow.bytes} bytes: no witness accounts"
+                          f" for it; whether anything answered was not counted{host}")
+            continue
+        sent = f"sent {flow.initiator_packets} packet(s), {flow.initiator_bytes} bytes"
+        if _answered(flow):
+            yield Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect=VOID, evidence=[seq],
+                          message=f"{where}, {sent}, answered with {flow.responder_packets} packet(s),"
+                          f" {flow.responder_bytes} bytes: traffic around the witnesses came back{host}")
+        else:
+            back = "only a reset came back (refused)" if flow.responder_packets else "nothing came back"
+            yield Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect=INFO, evidence=[seq],
+                          message=f"{where}, {sent}, {back}: no witness accounts for it{host}")
+
+
+def _answered(flow: NetFlow) -> bool:
+    """The responder sent something other than TCP resets (RST, with or without ACK)."""
+    if not flow.responder_packets:
+        return False
+    flags = flow.responder_tcp_flags
+    return not (flow.proto == "tcp" and flags is not None and flags & _TCP_RST and not flags & ~(_TCP_RST | _TCP_ACK))
 
 
 def _housekeeping(address: str) -> bool:

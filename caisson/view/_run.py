@@ -156,7 +156,9 @@ def summarize(record: Record, excluded: list[str]) -> tuple[str, str]:
         return f"{e.qtype} {e.name} -> {e.rcode} {', '.join(e.answers)}" + (" REFUSED" if e.refused else ""), (
             "refused" if e.refused else "")
     if isinstance(e, NetFlow):
-        return f"{e.proto} {e.src}:{e.sport} -> {e.dst}:{e.dport} {e.packets} packets {e.bytes} B", ""
+        ways = ("" if e.responder_packets is None else f": {e.initiator_packets} packets {e.initiator_bytes} B out,"
+                f" {e.responder_packets} packets {e.responder_bytes} B back")
+        return f"{e.proto} {e.src}:{e.sport} -> {e.dst}:{e.dport} {e.packets} packets {e.bytes} B{ways}", ""
     if isinstance(e, AgentToolCall):
         return f"{e.agent} calls {e.tool} ({e.call_id}) {msgspec.json.encode(e.input).decode()[:300]}", ""
     if isinstance(e, AgentToolResult):

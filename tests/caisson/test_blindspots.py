@@ -76,9 +76,12 @@ def test_unconnected_udp_sends_are_traced_and_their_flows_reported(chamber_image
     config = config_from_records(records)
     shown = [f.message for f in bypass_attempt(records, config)]
     assert any("sendto to 1.1.1.1:53 directly" in m for m in shown), shown
-    flows = [f.message for f in unexplained_flow(records, config)]
+    found = list(unexplained_flow(records, config))
+    flows = [f.message for f in found]
     assert any(m.startswith("udp ") and "-> 1.1.1.1:53" in m for m in flows), flows
     assert any(":18081" in m for m in flows), flows
+    # the controls held: dropped or refused, never answered: shown, not void
+    assert all(f.effect == "info" for f in found) and all("came back:" in m for m in flows), flows
 
 
 def test_exit_130_is_an_exit_status_and_a_sigint_death_is_a_signal(chamber_image, tmp_path):

@@ -47,3 +47,15 @@ def test_the_preflight_model_script_is_a_file_in_scenarios_model():
     script = parse_model_script(preflight_script("gpt-5").encode(), "preflight")
     assert script.model_ids() == ["gpt-5"]
     assert [t.text for t in script.turns] == ["Ready."] and [t.text for t in script.background] == ["{}"]
+
+
+def test_a_detector_that_voids_a_run_whose_control_held_fails_the_selftest():
+    from caisson.probes.selftest import _check
+
+    cases = tuple(c for c in cases_for("strace") if c.name.startswith("udp_sender"))
+    assert [c.clean for c in cases] == [("network.unexplained_flow@2",), ()]
+    shown = {"udp_sender": [], "udp_sender/network": ["network.unexplained_flow@2"]}
+    assert not [f for f in _check(cases, shown) if "has no probe" not in f]
+    voided_both = {"udp_sender": ["network.unexplained_flow@2"], "udp_sender/network": ["network.unexplained_flow@2"]}
+    assert [f for f in _check(cases, voided_both) if "has no probe" not in f] == [
+        "network.unexplained_flow@2 voided udp_sender, whose control held: it does not discriminate"]

@@ -37,8 +37,11 @@ def golden(name: str) -> bytes:
 def test_tcp_connection_on_lo_is_one_flow():
     flows, stats = summarize_flows(golden("tcp_lo.pcap"))
     # SYN, SYN-ACK, ACK, 5 bytes, ACK, 5 bytes, ACK, FIN, FIN, ACK: 10 IPv4 datagrams
+    # each side: 60 (SYN with options) + 4 x 52, one of them with 5 bytes of data; flags S|P|F|A each
     assert flows == [NetFlow(proto="tcp", src="127.0.0.1", sport=40744, dst="127.0.0.1", dport=47001,
-                             packets=10, bytes=546, first_ns=1796003075376613086, last_ns=1796003075376986992)]
+                             packets=10, bytes=546, first_ns=1796003075376613086, last_ns=1796003075376986992,
+                             initiator_packets=5, initiator_bytes=273, initiator_tcp_flags=0x1B,
+                             responder_packets=5, responder_bytes=273, responder_tcp_flags=0x1B)]
     assert (stats.link_type, stats.packets, stats.captured_bytes) == (1, 10, 686)
     assert (stats.non_ip, stats.undecodable, stats.truncated, stats.error) == (0, 0, False, None)
 
@@ -47,7 +50,8 @@ def test_udp_exchange_on_lo_is_one_flow_with_ip_sizes():
     flows, stats = summarize_flows(golden("udp_lo.pcap"))
     assert flows == [NetFlow(proto="udp", src="127.0.0.1", sport=47102, dst="127.0.0.1", dport=47002,
                              packets=2, bytes=2 * (20 + 8 + 4), first_ns=1796003077620558259,
-                             last_ns=1796003077620607962)]
+                             last_ns=1796003077620607962, initiator_packets=1, initiator_bytes=32,
+                             responder_packets=1, responder_bytes=32)]
     assert stats.captured_bytes == 2 * (14 + 20 + 8 + 4)  # Ethernet headers are not flow bytes
 
 
@@ -56,6 +60,7 @@ def test_any_interface_writes_sll2_and_decodes():
     # tcpdump reported 2 packets dropped by kernel for this capture: 9 of 10 made it
     assert stats.link_type == 276 and stats.packets == 9
     assert [(f.proto, f.sport, f.dport, f.packets) for f in flows] == [("tcp", 50038, 47001, 9)]
+    assert flows[0].initiator_packets + flows[0].responder_packets == 9
 
 
 def test_every_cut_of_a_golden_file_is_tolerated():
@@ -65,6 +70,8 @@ def test_every_cut_of_a_golden_file_is_tolerated():
         flows, stats = summarize_flows(data[:cut])
         assert stats.truncated == (cut not in _record_ends(data))
         assert previous <= stats.packets == sum(f.packets for f in flows)
+        assert all(f.initiator_packets + f.responder_packets == f.packets
+                   and f.initiator_bytes + f.responder_bytes == f.bytes for f in flows)
         previous = stats.packets
     assert previous == 10
 
@@ -124,9 +131,11 @@ def test_ipv6_udp_arp_and_icmp_flows():
     flows, stats = summarize_flows(data)
     assert flows == [
         NetFlow(proto="udp", src="fd00::5", sport=40000, dst="fd00::1", dport=53, packets=2,
-                bytes=40 + 38 + 40 + 58, first_ns=1_000_000_000, last_ns=2_000_000_000),
+                bytes=40 + 38 + 40 + 58, first_ns=1_000_000_000, last_ns=2_000_000_000,
+                initiator_packets=1, initiator_bytes=40 + 38, responder_packets=1, responder_bytes=40 + 58),
         NetFlow(proto="icmp", src="10.0.0.5", dst="10.0.0.1", packets=2, bytes=2 * (20 + 16),
-                first_ns=3_000_000_000, last_ns=3_250_000_000),
+                first_ns=3_000_000_000, last_ns=3_250_000_000, initiator_packets=1, initiator_bytes=36,
+                responder_packets=1, responder_bytes=36),
     ]
     assert (stats.packets, stats.non_ip, stats.undecodable) == (5, 1, 0)
 
@@ -137,6 +146,22 @@ def test_a_syn_ack_seen_first_makes_its_receiver_the_initiator():
     flows, _ = summarize_flows(build([(5.0, eth(ip4("10.0.0.1", "10.0.0.5", syn_ack))),
                                       (5.1, eth(ip4("10.0.0.5", "10.0.0.1", ack)))]))
     assert [(f.src, f.sport, f.dst, f.dport, f.packets) for f in flows] == [("10.0.0.5", 51000, "10.0.0.1", 443, 2)]
+    assert (flows[0].initiator_packets, flows[0].initiator_tcp_flags) == (1, dpkt.tcp.TH_ACK)
+    assert (flows[0].responder_packets, flows[0].responder_tcp_flags) == (1, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
+
+
+def test_an_unanswered_send_and_a_refused_connect_count_nothing_back_but_the_reset():
+    syn = dpkt.tcp.TCP(sport=40000, dport=18080, flags=dpkt.tcp.TH_SYN)
+    rst = dpkt.tcp.TCP(sport=18080, dport=40000, flags=dpkt.tcp.TH_RST | dpkt.tcp.TH_ACK)
+    flows, _ = summarize_flows(build([(1.0, eth(ip4("172.19.0.2", "1.1.1.1", udp(40001, 53, b"q" * 29)))),
+                                      (2.0, eth(ip4("172.19.0.2", "172.19.0.1", syn))),
+                                      (2.1, eth(ip4("172.19.0.1", "172.19.0.2", rst))),
+                                      (3.0, eth(ip4("172.19.0.2", "1.1.1.1", udp(40001, 53, b"q" * 29))))]))
+    sent, refused = flows
+    assert (sent.initiator_packets, sent.initiator_bytes, sent.responder_packets, sent.responder_bytes) == (2, 114, 0, 0)
+    assert sent.initiator_tcp_flags is None and sent.responder_tcp_flags is None  # not TCP
+    assert (refused.src, refused.initiator_packets, refused.initiator_tcp_flags) == ("172.19.0.2", 1, dpkt.tcp.TH_SYN)
+    assert (refused.responder_packets, refused.responder_tcp_flags) == (1, dpkt.tcp.TH_RST | dpkt.tcp.TH_ACK)
 
 
 def test_nanosecond_stamps_are_exact_and_big_endian_files_read():
@@ -159,7 +184,8 @@ def test_cooked_and_raw_link_types():
     sll_flows, _ = summarize_flows(build([(1.0, sll)], linktype=113))
     assert raw_flows == sll_flows == [NetFlow(proto="udp", src="10.0.0.5", sport=1000, dst="10.0.0.1",
                                               dport=2000, packets=1, bytes=31, first_ns=1_000_000_000,
-                                              last_ns=1_000_000_000)]
+                                              last_ns=1_000_000_000, initiator_packets=1, initiator_bytes=31,
+                                              responder_packets=0, responder_bytes=0)]
 
 
 def test_undecodable_ip_is_counted_not_summarised():

@@ -473,7 +473,8 @@ def test_env_golden_is_recorded_redacted_with_host_pids():
             "ANTHROPIC_API_KEY": fp["sk-ant-api03-not-a-real-key"], "MY_ORG_ID": fp["org-42"]}
     assert evs == [
         ProcessExec(pid=17972, host_pid=90072, path="/bin/sh", cwd=ROOT_CWD, result=0, env=base, argv=[
-            "/bin/sh", "-c", "PROXY_URL=http://user:pw@proxy.example/ /bin/true; exec /bin/echo done"]),
+            "/bin/sh", "-c", f"PROXY_URL=http://user:{fingerprint_secret('pw', KEY)}@proxy.example/ /bin/true;"
+            " exec /bin/echo done"]),
         ProcessExec(pid=17973, host_pid=90073, ppid=17972, path="/bin/true", argv=["/bin/true"], cwd=ROOT_CWD,
                     result=0, env={**base, "PROXY_URL": fp["http://user:pw@proxy.example/"], "PWD": ROOT_CWD}),
         ProcessExit(pid=17973, host_pid=90073, code=0),
@@ -482,8 +483,26 @@ def test_env_golden_is_recorded_redacted_with_host_pids():
         ProcessExit(pid=17972, host_pid=90072, code=0),
     ]
     assert [list(e.env) for e in evs if isinstance(e, ProcessExec)][1][:3] == ["PROXY_URL", "MY_ORG_ID", "GREETING"]
-    envs = repr([e.env for _, e in parser_events if isinstance(e, ProcessExec)])
+    envs = repr([(e.argv, e.env) for _, e in parser_events if isinstance(e, ProcessExec)])
     assert "not-a-real-key" not in envs and "user:pw" not in envs and "org-42" not in envs
+
+
+def test_argv_golden_is_recorded_redacted_keeping_its_shape():
+    """Secrets in command lines (a URL's userinfo in a shell script, an Authorization header,
+    a key option with '=' and one standing alone) are fingerprinted in place (ledger.redact_argv)."""
+    execs = of([e for _, e in parse([golden("argv.strace")], fingerprint_key=KEY)], ProcessExec)
+    fp = {v: fingerprint_secret(v, KEY) for v in ("pw", "sk-proj-notarealkey0123456789", "k3y-not-real", "hunter2")}
+    assert [e.argv for e in execs] == [
+        ["/bin/sh", "-c", f"X=http://user:{fp['pw']}@proxy.example/ /bin/true; exec /bin/echo -H \"Authorization:"
+         f" Bearer {fp['sk-proj-notarealkey0123456789']}\" --api-key={fp['k3y-not-real']} --password"
+         f" {fp['hunter2']} https://example.com/"],
+        ["/bin/true"],
+        ["/bin/echo", "-H", f"Authorization: Bearer {fp['sk-proj-notarealkey0123456789']}",
+         f"--api-key={fp['k3y-not-real']}", "--password", fp["hunter2"], "https://example.com/"],
+    ]
+    assert execs[1].env["X"] == fingerprint_secret("http://user:pw@proxy.example/", KEY)
+    plain = of(events(golden("argv.strace")), ProcessExec)  # no key: kept as printed (one's own traces)
+    assert plain[2].argv[3:6] == ["--api-key=k3y-not-real", "--password", "hunter2"]
 
 
 def test_env_without_a_key_is_kept_as_printed():

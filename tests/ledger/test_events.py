@@ -61,3 +61,11 @@ def test_closed_vocabularies_decode_their_own_values():
         event = LlmCall(provider=provider, endpoint=endpoint)
         assert decode_event(msgspec.msgpack.encode(event)) == event
     assert ExcludedPath(path="a", category="grading").category == "grading"
+
+
+def test_a_net_flow_from_before_schema_8_reads_without_per_direction_counts():
+    old = msgspec.msgpack.encode({"kind": "net.flow", "proto": "udp", "src": "10.0.0.2", "sport": 4000,
+                                  "dst": "1.1.1.1", "dport": 53, "packets": 1, "bytes": 57})
+    event = decode_event(old)
+    assert (event.packets, event.bytes, event.initiator_packets, event.responder_packets) == (1, 57, None, None)
+    assert (event.initiator_bytes, event.responder_bytes, event.responder_tcp_flags) == (None, None, None)

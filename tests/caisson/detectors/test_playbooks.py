@@ -286,22 +286,51 @@ def test_unexplained_flow_reports_what_no_witness_accounts_for():
     from caisson.detectors.network import UNEXPLAINED_FLOW, unexplained_flow
     from ledger.events import NetFlow
 
+    syn, rst_ack, syn_ack = 0x02, 0x14, 0x12
     records = play(
         WitnessStarted(witness="proxy", detail={"listen": "172.19.0.1:41234"}),
         WitnessStarted(witness="dns", detail={"listen": "172.19.0.1:53"}),
-        NetFlow(proto="tcp", src="172.19.0.2", sport=40000, dst="172.19.0.1", dport=41234, packets=9),
-        NetFlow(proto="udp", src="172.19.0.2", sport=40001, dst="172.19.0.1", dport=53, packets=2),
+        NetFlow(proto="tcp", src="172.19.0.2", sport=40000, dst="172.19.0.1", dport=41234, packets=9,
+                initiator_packets=5, responder_packets=4),  # the proxy's
+        NetFlow(proto="udp", src="172.19.0.2", sport=40001, dst="172.19.0.1", dport=53, packets=2,
+                initiator_packets=1, responder_packets=1),  # the resolver's
         NetFlow(proto="icmp", src="172.19.0.1", dst="172.19.0.2", packets=1),  # the host's firewall refusing
         NetFlow(proto="icmp6", src="::", dst="ff02::16", packets=2),  # link housekeeping
+        # seq 6, 7: an old ledger's flows (no per-direction counts): shown, as before schema 8
         NetFlow(proto="udp", src="172.19.0.2", sport=40002, dst="1.1.1.1", dport=53, packets=1, bytes=57),
-        NetFlow(proto="udp", src="172.19.0.2", sport=40002, dst="172.19.0.1", dport=18081, packets=1, bytes=57),
+        NetFlow(proto="udp", src="172.19.0.2", sport=40002, dst="172.19.0.1", dport=18081, packets=2, bytes=114),
+        # seq 8: sent, nothing came back; seq 9: refused with a reset: shown
+        NetFlow(proto="udp", src="172.19.0.2", sport=40003, dst="1.1.1.1", dport=53, packets=1, bytes=57,
+                initiator_packets=1, initiator_bytes=57, responder_packets=0, responder_bytes=0),
+        NetFlow(proto="tcp", src="172.19.0.2", sport=40004, dst="172.19.0.1", dport=18080, packets=2, bytes=100,
+                initiator_packets=1, initiator_bytes=60, initiator_tcp_flags=syn, responder_packets=1,
+                responder_bytes=40, responder_tcp_flags=rst_ack),
+        # seq 10: a datagram answered; seq 11: a handshake accepted: void
+        NetFlow(proto="udp", src="172.19.0.2", sport=40005, dst="1.1.1.1", dport=53, packets=2, bytes=130,
+                initiator_packets=1, initiator_bytes=57, responder_packets=1, responder_bytes=73),
+        NetFlow(proto="tcp", src="172.19.0.2", sport=40006, dst="172.19.0.1", dport=18080, packets=2, bytes=120,
+                initiator_packets=1, initiator_bytes=60, initiator_tcp_flags=syn, responder_packets=1,
+                responder_bytes=60, responder_tcp_flags=syn_ack),
     )
+    host = " (the host's side of the chamber network)"
+
+    def finding(seq: int, effect: str, message: str) -> Finding:
+        return Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect=effect, evidence=[seq],
+                       message=message)
+
     assert list(unexplained_flow(records, CONFIG)) == [
-        Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect="info", evidence=[6],
-                message="udp 172.19.0.2:40002 -> 1.1.1.1:53, 1 packet(s), 57 bytes: no witness accounts for it"),
-        Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect="info", evidence=[7],
-                message="udp 172.19.0.2:40002 -> 172.19.0.1:18081, 1 packet(s), 57 bytes: no witness accounts"
-                " for it (the host's side of the chamber network)"),
+        finding(6, "info", "udp 172.19.0.2:40002 -> 1.1.1.1:53, 1 packet(s), 57 bytes: no witness accounts for it;"
+                " whether anything answered was not counted"),
+        finding(7, "info", "udp 172.19.0.2:40002 -> 172.19.0.1:18081, 2 packet(s), 114 bytes: no witness accounts"
+                " for it; whether anything answered was not counted" + host),
+        finding(8, "info", "udp 172.19.0.2:40003 -> 1.1.1.1:53, sent 1 packet(s), 57 bytes, nothing came back:"
+                " no witness accounts for it"),
+        finding(9, "info", "tcp 172.19.0.2:40004 -> 172.19.0.1:18080, sent 1 packet(s), 60 bytes, only a reset"
+                " came back (refused): no witness accounts for it" + host),
+        finding(10, "void", "udp 172.19.0.2:40005 -> 1.1.1.1:53, sent 1 packet(s), 57 bytes, answered with 1"
+                " packet(s), 73 bytes: traffic around the witnesses came back"),
+        finding(11, "void", "tcp 172.19.0.2:40006 -> 172.19.0.1:18080, sent 1 packet(s), 60 bytes, answered with 1"
+                " packet(s), 60 bytes: traffic around the witnesses came back" + host),
     ]
     assert list(unexplained_flow(records[:6], CONFIG)) == []
 

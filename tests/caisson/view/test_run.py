@@ -47,3 +47,18 @@ def test_a_tampered_ledger_stops_the_page_with_the_reason(tmp_path: Path, keys):
     assert view.status == "tampered"
     rows, nxt, error = page(run)
     assert rows == [] and nxt is None and "checksum" in error
+
+
+def test_a_flow_line_shows_each_direction_when_counted():
+    from caisson.view._run import summarize
+    from ledger import Record
+    from ledger.events import NetFlow
+
+    def line(flow: NetFlow) -> str:
+        return summarize(Record(seq=1, wall_ns=0, mono_ns=0, source="pcap", event=flow), [])[0]
+
+    old = NetFlow(proto="udp", src="10.0.0.2", sport=4000, dst="1.1.1.1", dport=53, packets=2, bytes=130)
+    assert line(old) == "udp 10.0.0.2:4000 -> 1.1.1.1:53 2 packets 130 B"
+    counted = NetFlow(proto="udp", src="10.0.0.2", sport=4000, dst="1.1.1.1", dport=53, packets=2, bytes=130,
+                      initiator_packets=1, initiator_bytes=57, responder_packets=1, responder_bytes=73)
+    assert line(counted) == "udp 10.0.0.2:4000 -> 1.1.1.1:53 2 packets 130 B: 1 packets 57 B out, 1 packets 73 B back"

@@ -183,5 +183,13 @@ out="$HERE/env.strace"
     GREETING=hello strace $(opts "$out" 4096 v) /bin/sh -c \
     'PROXY_URL=http://user:pw@proxy.example/ /bin/true; exec /bin/echo done') || true
 
+# 9. secrets in command lines (redact_argv): a URL's userinfo in a shell assignment, a
+#    curl-style Authorization header and key-shaped token, key options with '=' and alone.
+out="$HERE/argv.strace"
+# shellcheck disable=SC2046
+(IFS='
+'; env -i PATH=/usr/bin:/bin LC_ALL=C strace $(opts "$out" 4096 v) /bin/sh -c \
+    'X=http://user:pw@proxy.example/ /bin/true; exec /bin/echo -H "Authorization: Bearer sk-proj-notarealkey0123456789" --api-key=k3y-not-real --password hunter2 https://example.com/') || true
+
 rm -rf "$W"
 ls -l "$HERE"/*.strace
