@@ -25,8 +25,11 @@ demo: engine
 	@if [ -d .demo/study/study ]; then view=".demo/study"; else view=".demo/runs"; fi; \
 		echo; echo "look at it in a browser (read-only, localhost only): $(CAISSON) view $$view"
 
+# Two pytest-xdist workers (the CI machine has 2 cores; the Docker-bound tests mostly wait),
+# work-stealing so that neither idles at the end. Tests marked engine_exclusive run alone
+# (tests/conftest.py). A failure prints as in a serial run, under its test's name.
 test: images
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist worksteal tests
 
 bench: setup
 	$(PY) benchmarks/ledger_bench.py

@@ -333,6 +333,7 @@ model = "claude-sonnet-4-5"
     assert "shows no such call" in check.gating.reason
 
 
+@pytest.mark.long
 def test_opencodes_claim_of_enforced_is_measured_by_the_gating_probe_and_a_wrong_deny_list_is_caught(
         agent_image, repo, tmp_path):
     from caisson.probes.preflight import preflight
