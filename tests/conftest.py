@@ -27,12 +27,13 @@ def caisson_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
         os.environ["CAISSON_HOME"] = old
 
 
-# Under pytest-xdist (`make test` runs `-n 2`) the workers share one Docker engine. A test
-# marked `engine_exclusive` acts on every caisson container on it (it reaps orphans, or
-# leaves one for the next `caisson record` to reap, which reaps every orphan it finds): it
-# runs alone, while no other worker's test (nor its module or session fixtures) runs. Every
-# other test shares the engine. Two flock(2) locks in a directory the controller makes for
-# the run: the gate keeps an exclusive test from waiting forever behind shared ones.
+# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) the workers share one
+# Docker engine. A test marked `engine_exclusive` acts on every caisson container on it (it
+# reaps orphans, or leaves one for the next `caisson record` to reap, which reaps every
+# orphan it finds): it runs alone, while no other worker's test (nor its module or session
+# fixtures) runs. Every other test shares the engine. Two flock(2) locks in a directory the
+# controller makes for the run: the gate keeps an exclusive test from waiting forever
+# behind shared ones.
 LOCKS_ENV = "CAISSON_TEST_LOCKS"
 
 
@@ -76,7 +77,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker, tests marked ``long`` (15 s or more) come first, in their order,
-    so that no worker starts one last while the other has nothing left to run."""
+    """In an xdist worker, tests marked ``long`` (15 s or more) come first, in their order:
+    `--dist loadgroup` hands them out round-robin, so they start on every worker at once and
+    no worker starts one last while the other has nothing left to run."""
     if hasattr(config, "workerinput"):
         items.sort(key=lambda item: item.get_closest_marker("long") is None)
