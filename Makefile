@@ -25,8 +25,12 @@ demo: engine
 	@if [ -d .demo/study/study ]; then view=".demo/study"; else view=".demo/runs"; fi; \
 		echo; echo "look at it in a browser (read-only, localhost only): $(CAISSON) view $$view"
 
+# Two pytest-xdist workers (the CI machine has 2 cores; the Docker-bound tests mostly wait).
+# --dist loadgroup hands tests out one at a time, round-robin (tests marked xdist_group
+# together), so the long tests, collected first, start on both workers at once; tests
+# marked engine_exclusive run alone (tests/conftest.py). A failure prints as in a serial run.
 test: images
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 bench: setup
 	$(PY) benchmarks/ledger_bench.py

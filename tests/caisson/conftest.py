@@ -1,4 +1,5 @@
-"""Fixtures for tests that need a real Docker engine and the chamber image.
+"""Fixtures for tests that need a real Docker engine and the chamber image, and real
+agents' runs recorded once for the tests that only read them (tests/caisson/agent_runs.py).
 
 Where the engine (or what a build needs) is missing, these tests skip locally but FAIL in
 CI (`CI=true`): a missing engine must never turn into a green run.
@@ -9,10 +10,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from caisson.chamber import image
+from caisson.model._process import scripted_model
+from tests.caisson import agent_runs
 
 
 def _docker_problem() -> str | None:
@@ -81,3 +85,24 @@ def agent_image() -> str:
             require("building the agent image needs root")
     image.build_image("agent", log=lambda line: None)
     return tag
+
+
+@pytest.fixture(scope="session")
+def claude_grep_run(agent_image, tmp_path_factory) -> tuple[Path, list]:
+    """Claude Code on scenarios/model/grep_then_answer.toml, arm shell, recorded once for
+    the tests that only read it: (run dir, its events)."""
+    root = tmp_path_factory.mktemp("claude-grep")
+    with scripted_model(agent_runs.SCRIPTS / "grep_then_answer.toml") as address:
+        return agent_runs.run(root, agent_runs.make_repo(root), address, "--arm", "shell")
+
+
+@pytest.fixture(scope="session")
+def codex_grep_run(agent_image, tmp_path_factory) -> tuple[Path, Path, Path]:
+    """Codex on scenarios/model/codex_grep.toml, no arm, recorded once for the tests that
+    only read it: (its scenario, its repository, run dir)."""
+    root = tmp_path_factory.mktemp("codex-grep")
+    repo = agent_runs.make_repo(root)
+    with scripted_model(agent_runs.SCRIPTS / "codex_grep.toml") as address:
+        path = agent_runs.codex_scenario(root, address)
+        assert agent_runs.record_codex(path, repo, root / "run") == 0
+    return path, repo, root / "run"

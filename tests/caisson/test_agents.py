@@ -16,11 +16,7 @@ from ledger import BlobStore, read_records, verify_ledger
 from ledger.events import (
     AgentAnswer, AgentSessionFile, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, FileOpen, LlmCall, ProcessExec,
 )
-from tests.helpers import commit_all
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "scenarios" / "model"
-KEY = "sk-ant-scripted-test-0000"
+from tests.caisson.agent_runs import KEY, SCRIPTS, make_repo, record_codex, run, scenario
 
 
 @pytest.fixture
@@ -32,67 +28,11 @@ def model_server(request):
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    repo = tmp_path / "repo"
-    (repo / "src").mkdir(parents=True)
-    (repo / "src" / "app.py").write_text("def answer():\n    return 42\n")
-    commit_all(repo, "code")
-    return repo
+    return make_repo(tmp_path)
 
 
-def scenario(tmp_path: Path, address: str) -> Path:
-    path = tmp_path / "agents.toml"
-    path.write_text(f'''
-name = "agents"
-pass_credentials = ["ANTHROPIC_API_KEY"]
-
-[[questions]]
-id = "where-answer"
-prompt = "In which file and line is the function `answer` defined? Use grep."
-required = [{{ subject = "answer", pattern = "src/app.py" }}]
-
-[[arms]]
-name = "shell"
-grant = ["Bash"]
-
-[[arms]]
-name = "no-write"
-grant = ["Bash"]
-withhold = ["Write"]
-
-[egress]
-allow_hosts = ["api.anthropic.com"]
-upstream = {{ "api.anthropic.com" = "http://{address}" }}
-
-[agent]
-model = "claude-sonnet-4-5"
-max_turns = 5
-
-[limits]
-wall_seconds = 120
-''')
-    return path
-
-
-def run(tmp_path, repo, address, *extra) -> tuple[Path, list]:
-    run_dir = tmp_path / "run"
-    old = os.environ.get("ANTHROPIC_API_KEY")
-    os.environ["ANTHROPIC_API_KEY"] = KEY
-    try:
-        code = main(["record", "--scenario", str(scenario(tmp_path, address)), "--repo", str(repo),
-                     "--question", "where-answer", "--agent", "claude-code", "--out", str(run_dir), *extra])
-    finally:
-        if old is None:
-            os.environ.pop("ANTHROPIC_API_KEY")
-        else:
-            os.environ["ANTHROPIC_API_KEY"] = old
-    assert code == 0
-    assert verify_ledger(run_dir, ensure_operator_key().verify_key).status == "ok"
-    return run_dir, [r.event for r in read_records(run_dir)]
-
-
-@pytest.mark.parametrize("model_server", ["grep_then_answer.toml"], indirect=True)
-def test_claude_code_greps_and_three_witnesses_agree(agent_image, model_server, repo, tmp_path):
-    run_dir, events = run(tmp_path, repo, model_server, "--arm", "shell")
+def test_claude_code_greps_and_three_witnesses_agree(claude_grep_run):
+    run_dir, events = claude_grep_run  # grep_then_answer.toml, arm shell
     # the transcript: one Bash call, executed, and the answer
     [call] = [e for e in events if isinstance(e, AgentToolCall)]
     assert (call.tool, call.input) == ("Bash", {"command": 'grep -rn "def answer" .'})
@@ -173,36 +113,11 @@ def test_a_wrong_deny_list_lets_the_tool_run_and_tool_escape_fires(agent_image, 
     assert any(r.startswith("tool_escape: strategy write") for r in result.reasons), result.reasons
 
 
-@pytest.mark.parametrize("model_server", ["codex_grep.toml"], indirect=True)
-def test_codex_runs_a_scripted_task_ungated_and_its_usage_is_kept_as_reported(agent_image, model_server, repo,
-                                                                              tmp_path):
-    path = tmp_path / "codex.toml"
-    path.write_text(f'''
-name = "codex"
-pass_credentials = ["OPENAI_API_KEY"]
-[[questions]]
-id = "where-answer"
-prompt = "In which file and line is the function `answer` defined? Use grep."
-required = [{{ subject = "answer", pattern = "src/app.py" }}]
-[[arms]]
-name = "no-shell"
-grant = ["read_file"]
-[egress]
-allow_hosts = ["api.openai.com"]
-upstream = {{ "api.openai.com" = "http://{model_server}" }}
-[agent]
-model = "gpt-5"
-''')
-    os.environ["OPENAI_API_KEY"] = "sk-openai-scripted-test-0000"
-    try:
-        assert main(["record", "--scenario", str(path), "--repo", str(repo), "--question", "where-answer",
-                     "--agent", "codex", "--arm", "no-shell", "--out", str(tmp_path / "refused")]) == 2
-        assert not (tmp_path / "refused").exists()  # an ungated agent cannot run an arm that withholds
-        assert main(["record", "--scenario", str(path), "--repo", str(repo), "--question", "where-answer",
-                     "--agent", "codex", "--out", str(tmp_path / "run")]) == 0
-    finally:
-        os.environ.pop("OPENAI_API_KEY")
-    events = [r.event for r in read_records(tmp_path / "run")]
+def test_codex_runs_a_scripted_task_ungated_and_its_usage_is_kept_as_reported(codex_grep_run, tmp_path):
+    path, repo, run_dir = codex_grep_run  # codex_grep.toml, recorded with no arm
+    assert record_codex(path, repo, tmp_path / "refused", "--arm", "no-shell") == 2
+    assert not (tmp_path / "refused").exists()  # an ungated agent cannot run an arm that withholds
+    events = [r.event for r in read_records(run_dir)]
     started = events[0]
     assert started.agent == {"name": "codex", "gating": "ungated", "version": "0.171.0", "elicitation": "stream"}
     assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("exec_command", "executed")]
@@ -217,9 +132,9 @@ model = "gpt-5"
     assert sum(c.normalized.input_tokens for c in calls) == 1480
     [session] = [e for e in events if isinstance(e, AgentSessionFile)]  # its rollout file, collected
     assert session.agent == "codex" and session.path.startswith(".codex/sessions/")
-    late = session_usage([(session.path, BlobStore(tmp_path / "run" / "blobs").get(session.blob_sha256))])
+    late = session_usage([(session.path, BlobStore(run_dir / "blobs").get(session.blob_sha256))])
     assert (late.normalized.input_tokens, late.normalized.output_tokens) == (1480, 42)
-    [result] = replay_runs([tmp_path / "run"], ensure_operator_key().verify_key)
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
     assert result.status == "clean" and result.score == 1.0, result.reasons
 
 
@@ -343,6 +258,7 @@ model = "claude-sonnet-4-5"
     assert "shows no such call" in check.gating.reason
 
 
+@pytest.mark.long
 def test_opencodes_claim_of_enforced_is_measured_by_the_gating_probe_and_a_wrong_deny_list_is_caught(
         agent_image, repo, tmp_path):
     from caisson.probes.preflight import preflight

@@ -197,6 +197,7 @@ def test_when_bpftrace_cannot_attach_the_command_never_runs_and_the_cell_is_void
     assert result.status == "void"
 
 
+@pytest.mark.long
 def test_the_selftest_shows_the_cross_check_firing_on_a_strace_that_misses_opens(ebpf):
     """`caisson selftest --syscall-witness both`'s probe of witness.disagreement: the honest
     run is clean, and with openat left out of strace's filter the opens eBPF saw are findings."""

@@ -7,7 +7,8 @@ import pytest
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
 from ledger.events import LlmCall
-from tests.caisson.test_agents import model_server, repo, run  # noqa: F401 (fixtures)
+from tests.caisson.agent_runs import run
+from tests.caisson.test_agents import model_server, repo  # noqa: F401 (fixtures)
 
 
 @pytest.mark.parametrize("model_server", ["substituted.toml"], indirect=True)

@@ -116,6 +116,7 @@ def _inspect(cid: str) -> dict:
     return json.loads(out)[0]
 
 
+@pytest.mark.engine_exclusive  # another run's `record` would reap the orphan first
 def test_a_sigkilled_recorder_leaves_no_chamber(chamber_image, tmp_path, capsys) -> None:
     scenario = tmp_path / "s.toml"
     scenario.write_text('name = "loop"\n[limits]\ncpus = 0.1\n')
@@ -155,6 +156,7 @@ def test_a_sigkilled_recorder_leaves_no_chamber(chamber_image, tmp_path, capsys)
     assert _containers(run_dir) == [] and not scratch[0].exists()
 
 
+@pytest.mark.engine_exclusive  # `gc` reaps every orphan; another run's `record` would reap ours first
 def test_gc_lists_then_removes(chamber_image, tmp_path, capsys) -> None:
     child = subprocess.Popen(["sleep", "0"])
     child.wait()  # a recorder that is gone

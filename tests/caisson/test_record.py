@@ -204,7 +204,8 @@ def test_ctrl_c_removes_the_chamber_and_closes_the_ledger(chamber_image, tmp_pat
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if (run_dir / "ledger").exists() and subprocess.run(
-                ["docker", "ps", "-q", "--filter", "label=caisson.run"], capture_output=True, text=True).stdout:
+                ["docker", "ps", "-q", "--filter", f"label=caisson.run_dir={run_dir.resolve()}"], capture_output=True,
+                text=True).stdout:
             break
         time.sleep(0.1)
     time.sleep(0.5)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from caisson.cli import main
 from caisson.probes.selftest import cases_for
 
 
+@pytest.mark.long
 def test_selftest_matrix_discriminates(chamber_image, tmp_path, capsys):
     code = main(["selftest", "--out", str(tmp_path / "selftest")])
     out = capsys.readouterr().out

@@ -180,6 +180,7 @@ def _reap(out: Path) -> None:
             subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
 
 
+@pytest.mark.long
 def test_sigkill_mid_cell_then_resume_runs_the_same_cells(chamber_image, tmp_path):
     repo = make_probe_repo(tmp_path)
     study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP", "sleep 3;"), repetitions=2)
@@ -241,6 +242,7 @@ def _host_staller(run_dir: Path):
         staller.wait()
 
 
+@pytest.mark.long
 def test_three_stalled_cells_in_a_row_abort_the_study(chamber_image, tmp_path):
     repo = make_probe_repo(tmp_path)
     study = _study(tmp_path, 'arms = ["plain"]\n[order]\nshuffle = false\n' + GREP_AGENT.replace("SLEEP", "sleep 8;"),
@@ -308,6 +310,7 @@ def test_wrong_deny_list_measures_gating_not_enforced_and_refuses_the_combinatio
     assert refusal.gating == "not_enforced" and "measured not_enforced by the preflight's probe" in refusal.reason
 
 
+@pytest.mark.long
 def test_checked_in_study_runs_end_to_end(agent_image, tmp_path, capsys):
     repo = tmp_path / "click"
     fetch = subprocess.run(["bash", str(resource_dir("scenarios") / "click" / "fetch_repo.sh"), str(repo)],
