@@ -12,7 +12,7 @@ from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
 from caisson.agents.sessionfiles import session_usage
-from ledger import BlobStore, read_records, verify_ledger
+from ledger import BlobStore, read_records
 from ledger.events import (
     AgentAnswer, AgentSessionFile, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, FileOpen, LlmCall, ProcessExec,
 )
