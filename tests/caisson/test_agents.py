@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from caisson.model._process import scripted_model
+from caisson.agents.sessionfiles import session_usage
 from caisson.cli import main
 from caisson.home import ensure_operator_key
+from caisson.model._process import scripted_model
 from caisson.replay import replay_runs
-from caisson.agents.sessionfiles import session_usage
 from ledger import BlobStore, read_records
 from ledger.events import (
     AgentAnswer, AgentSessionFile, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, FileOpen, LlmCall, ProcessExec,
