@@ -41,6 +41,7 @@ from caisson.home import fingerprint_key
 from caisson.replay import replay_records
 from caisson.run.record import new_run_id
 from caisson.scenario import Question, parse_scenario
+from caisson.study._dispatch import SCRIPTED_KEY  # also the key a judge on loopback gets when none is set
 from caisson.study.judging import (
     API_PATHS,
     PROMPT,
@@ -71,8 +72,6 @@ from ledger.events import (
 __all__ = ["JudgeResult", "JudgeSpec", "SOURCE", "resolve_judge", "run_judge"]
 
 SOURCE = "judge"
-SCRIPTED_KEY = "sk-caisson-scripted-endpoint"
-"""The key sent to a judge on a loopback endpoint (the scripted model) when none is set."""
 _CREDENTIALS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 _WITNESS_WAIT_S = 10.0  # how long a verdict waits for the witness's llm.call of its call, seconds
 
