@@ -8,7 +8,7 @@ import re
 import shlex
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, norm, under
+from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, norm, reads, under
 from caisson.chamber.sandbox import glob_to_regex
 from ledger import Record
 from collectors.strace import DENIED_SYSCALLS
@@ -35,6 +35,7 @@ def _cwds(records: Iterable[Record]) -> Iterator[tuple[Record, str | None]]:
         yield record, cwd.get(pid) if pid is not None else None
 
 
+@reads(FileOpen, ProcessExec)
 def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A successful open of a path in the exclusion set voids the cell; a failed one is shown.
 
@@ -73,6 +74,7 @@ def _writes(event: FileOpen | FileChange) -> bool:
     return event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags
 
 
+@reads(FileOpen, FileChange, ProcessExec)
 def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Reads or writes outside the sandbox tree and the image's system paths.
 
@@ -123,6 +125,7 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
                               message=f"read {path} outside the sandbox and system paths")
 
 
+@reads(RunStarted, ProcessSyscall)
 def denied_syscall(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Calls the strace witness cannot see through (io_uring, file handles, mount-like).
 
@@ -161,6 +164,7 @@ def _ran(argv: list[str], commands: dict[str, str]) -> str | None:
     return next((c for c in candidates if c in commands), None)
 
 
+@reads(SandboxBuilt, ProcessExec)
 def agent_config(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Agent configuration the agent could see, and its commands executed: each voids the cell.
 

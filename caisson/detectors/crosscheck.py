@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import VOID, DetectorConfig, Finding
+from caisson.detectors._base import DetectorConfig, Finding, VOID, reads
 from ledger import Record
 from ledger.events import FileOpen, ProcessExec, WitnessGap, WitnessStarted
 
@@ -46,6 +46,7 @@ class _Fact:
         self.matched = False
 
 
+@reads(WitnessStarted, WitnessGap, FileOpen, ProcessExec)
 def witness_disagreement(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Successful opens and execs seen by one syscall witness and not by the other.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import VOID, DetectorConfig, Finding, norm, under
+from caisson.detectors._base import DetectorConfig, Finding, VOID, norm, reads, under
 from caisson.chamber.envpin import INJECTION_SWITCHES
 from ledger import is_credential
 from ledger import Record
@@ -19,6 +19,7 @@ ENV_INHERITANCE = "env.inheritance@1"
 _CONFIG_VARS = ("HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME")
 
 
+@reads(RunStarted, ProcessExec)
 def env_inheritance(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """PWD not equal to cwd, OLDPWD present, credentials present, injection switches on,
     or agent config homes outside the fresh config home: each voids the cell."""

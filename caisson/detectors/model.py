@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding
+from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, reads
 from collectors.llm import classify
 from ledger import Record
 from ledger.events import HttpExchange, LlmCall
@@ -53,6 +53,7 @@ def same_model(requested: str, served: str) -> bool:
     return short is not None and short != requested and same_model(short, served)
 
 
+@reads(LlmCall)
 def model_substituted(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A call answered by another model than it asked for voids the cell: its numbers
     measure the served model, not the one the cell claims. One finding per
@@ -77,6 +78,7 @@ def _model_host(host: str) -> bool:
                for h in MODEL_HOSTS)
 
 
+@reads(HttpExchange)
 def unrecognised_model_call(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A POST to a model host on a path `collectors.llm.classify` does not recognise: no
     ``llm.call`` was built, so its model and usage were not read. A model host is a
