@@ -18,7 +18,7 @@ from ledger import Record
 from ledger.events import RunStarted, SandboxBuilt
 
 __all__ = ["Detector", "DetectorConfig", "Effect", "Finding", "VOID", "SCORE_NULL", "INFO", "config_from_records",
-           "norm", "reads", "reads_of", "under"]
+           "norm", "reads", "reads_of", "under", "UnderAny"]
 
 Effect = Literal["void", "score_null", "info"]
 """What a finding does to its cell: `VOID`, `SCORE_NULL` or `INFO`."""
@@ -112,6 +112,24 @@ def norm(path: str, cwd: str | None = None) -> str:
 def under(path: str, prefix: str) -> bool:
     """True when ``path`` is ``prefix`` or inside it (both normalised)."""
     return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
+class UnderAny:
+    """``UnderAny(prefixes)(path)``: `under` any of the prefixes, in one test (both normalised).
+
+    Args:
+        prefixes: the directories (or files) a path may be, or be inside of.
+    """
+
+    __slots__ = ("_exact", "_starts")
+
+    def __init__(self, prefixes: Iterable[str]):
+        prefixes = tuple(prefixes)
+        self._exact = frozenset(prefixes)
+        self._starts = tuple(p.rstrip("/") + "/" for p in prefixes)
+
+    def __call__(self, path: str) -> bool:
+        return path in self._exact or path.startswith(self._starts)
 
 
 def config_from_records(records: Iterable[Record], scenario=None) -> DetectorConfig:

@@ -23,7 +23,7 @@ already voids it, and every fact after the gap would be a finding).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from caisson.detectors._base import DetectorConfig, Finding, VOID, reads
 from ledger import Record
@@ -59,19 +59,28 @@ def witness_disagreement(records: Iterable[Record], config: DetectorConfig) -> I
         its evidence the fact's record; nothing unless both witnesses started, and
         nothing when either reported a gap.
     """
+    records = records if isinstance(records, Sequence) else list(records)
     started: set[str] = set()
+    for record in records:  # first whether both witnesses ran, without a gap: most runs stop here
+        event = record.event
+        if isinstance(event, WitnessStarted):
+            if event.witness in _PAIR:
+                started.add(event.witness)
+        elif isinstance(event, WitnessGap):
+            if event.witness in _PAIR:
+                return
+    if started != set(_PAIR):
+        return
     facts: dict[str, list[_Fact]] = {name: [] for name in _PAIR}
     for record in records:
         event = record.event
-        if isinstance(event, WitnessStarted) and event.witness in _PAIR:
-            started.add(event.witness)
-        elif isinstance(event, WitnessGap) and event.witness in _PAIR:
-            return
-        elif record.source in _PAIR and isinstance(event, FileOpen) and event.result is not None:
+        if record.source not in _PAIR:
+            continue
+        if isinstance(event, FileOpen) and event.result is not None:
             facts[record.source].append(_Fact(record, event.host_pid, ("open", event.syscall, event.path)))
-        elif record.source in _PAIR and isinstance(event, ProcessExec) and event.result == 0:
+        elif isinstance(event, ProcessExec) and event.result == 0:
             facts[record.source].append(_Fact(record, event.host_pid, ("exec", "execve", event.path)))
-    if started != set(_PAIR) or not facts["strace"]:
+    if not facts["strace"]:
         return
     since = facts["strace"][0].wall_ns - _SCOPE_SLACK_NS  # before: the wrapper's, out of strace's reach
     facts["ebpf"] = [f for f in facts["ebpf"] if f.wall_ns >= since]
