@@ -19,7 +19,7 @@ from caisson.detectors._base import (
     reads,
     reads_of,
 )
-from caisson.detectors._runner import one_pass
+from caisson.detectors._runner import one_pass, route
 from caisson.detectors.containment import (
     AGENT_CONFIG,
     DENIED_SYSCALL,
@@ -58,6 +58,7 @@ __all__ = [
     "config_from_records",
     "reads",
     "reads_of",
+    "route",
     "run_detectors",
 ]
 

@@ -14,6 +14,7 @@ order: a declaration promises that the detector ignores every other type
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 from caisson.detectors._base import Detector, DetectorConfig, Finding, reads_of
@@ -33,17 +34,38 @@ def route(records: Iterable[Record], wanted: Sequence[tuple[type, ...]]) -> list
     Returns:
         One list per entry of ``wanted`` (same order), each in ledger order.
     """
-    streams: list[list[Record]] = [[] for _ in wanted]
-    appenders: dict[type, tuple] = {}  # event class -> the appends of the streams that want it
-    for record in records:
-        kind = type(record.event)
-        targets = appenders.get(kind)
-        if targets is None:
-            targets = appenders[kind] = tuple(stream.append for stream, kinds in zip(streams, wanted)
-                                              if issubclass(kind, kinds))
-        for append in targets:
-            append(record)
-    return streams
+    return _Routes(tuple(wanted)).split(records)
+
+
+class _Routes:
+    """Which streams each event class goes to, for one tuple of wanted kinds (learnt as
+    classes appear, kept across runs by `_plan`)."""
+
+    def __init__(self, wanted: tuple[tuple[type, ...], ...]):
+        self.wanted = wanted
+        self.targets: dict[type, tuple[int, ...]] = {}
+
+    def split(self, records: Iterable[Record]) -> list[list[Record]]:
+        streams: list[list[Record]] = [[] for _ in self.wanted]
+        appends = [stream.append for stream in streams]
+        known = self.targets
+        for record in records:
+            kind = type(record.event)
+            targets = known.get(kind)
+            if targets is None:
+                targets = known[kind] = tuple(i for i, kinds in enumerate(self.wanted) if issubclass(kind, kinds))
+            for i in targets:
+                appends[i](record)
+        return streams
+
+
+@functools.lru_cache(maxsize=16)
+def _plan(detectors: tuple[tuple[str, Detector], ...]) -> tuple[list[tuple[Detector, int | None]], _Routes]:
+    """Each detector with the index of its stream (None: every record), and the routes."""
+    declared = [(detect, reads_of(detect)) for _, detect in detectors]
+    wanted = tuple(dict.fromkeys(kinds for _, kinds in declared if kinds is not None))
+    index = {kinds: i for i, kinds in enumerate(wanted)}
+    return [(detect, None if kinds is None else index[kinds]) for detect, kinds in declared], _Routes(wanted)
 
 
 def one_pass(records: Iterable[Record], config: DetectorConfig,
@@ -61,10 +83,13 @@ def one_pass(records: Iterable[Record], config: DetectorConfig,
     """
     if not isinstance(records, Sequence):
         records = list(records)
-    plan = [(detect, reads_of(detect)) for _, detect in detectors]
-    wanted = list(dict.fromkeys(kinds for _, kinds in plan if kinds is not None))
-    streams = dict(zip(wanted, route(records, wanted)))
+    detectors = tuple(detectors)
+    try:
+        plan, routes = _plan(detectors)
+    except TypeError:  # an unhashable entry (a list for a pair): planned for this call only
+        plan, routes = _plan.__wrapped__(detectors)
+    streams = routes.split(records)
     findings: list[Finding] = []
-    for detect, kinds in plan:
-        findings.extend(detect(records if kinds is None else streams[kinds], config))
+    for detect, stream in plan:
+        findings.extend(detect(records if stream is None else streams[stream], config))
     return findings

@@ -145,8 +145,8 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
                 place = layout.place(raw, cwd)
             if place.quiet:
                 continue
-            if write is None:
-                write = _writes(event)
+            if write is None:  # a FileOpen's (inline: most opens of a run are reads of system paths)
+                write = event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags
             if place.quiet_write if write else place.quiet_read:
                 continue
             ok = event.result is not None if isinstance(event, FileOpen) else event.result == 0

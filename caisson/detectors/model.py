@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -33,6 +34,7 @@ MODEL_HOSTS = (
 """Hosts (exact, or a ``.suffix`` / ``-suffix`` / ``prefix.``) that serve model APIs."""
 
 
+@functools.lru_cache(maxsize=1024)  # pure; a run asks for the same model on every call
 def same_model(requested: str, served: str) -> bool:
     """True when ``served`` is ``requested`` or a dated snapshot of that alias.
 

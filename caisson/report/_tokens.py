@@ -39,7 +39,7 @@ import msgspec
 from ledger import Record
 from ledger.events import AgentUsage, HttpExchange, LlmCall
 
-__all__ = ["FIRST_PARTY", "PROXY", "SESSION_HEADERS", "CellTokens", "TokenFigure", "cell_tokens"]
+__all__ = ["FIRST_PARTY", "PROXY", "SESSION_HEADERS", "TOKEN_EVENTS", "CellTokens", "TokenFigure", "cell_tokens"]
 
 FIRST_PARTY = "first_party"
 PROXY = "proxy"
@@ -131,6 +131,11 @@ def _proxy(calls: list[tuple[int, LlmCall]]) -> tuple[TokenFigure | None, str]:
         input=None if any(i is None for i in ins) else sum(ins),  # type: ignore[arg-type]
         output=None if any(o is None for o in outs) else sum(outs),  # type: ignore[arg-type]
         rank=PROXY, source=f"{PROXY}:llm.call", reports=len(calls)), ""
+
+
+TOKEN_EVENTS = (AgentUsage, LlmCall, HttpExchange)
+"""The only events `cell_tokens` reads: it gives the same figure over a run's records of
+these types (in ledger order) as over all of them."""
 
 
 def cell_tokens(records: Iterable[Record]) -> CellTokens:
