@@ -194,3 +194,23 @@ def test_reads_refuses_what_is_not_a_class():
 
     with pytest.raises(TypeError, match="event classes"):
         reads("file.open")
+
+
+def test_the_path_memos_answer_for_their_own_configuration_and_past_their_bound(monkeypatch):
+    # ARM makes the caller's paths traps and has an exclusion glob; NO_ARM has neither: a memo
+    # answering for the wrong configuration shows in which findings come out
+    from caisson.detectors import containment
+
+    run = records_of(KNOWN_BAD[1])
+
+    def contained(config):
+        found = list(containment.outside_tree(run, config)) + list(containment.excluded_read(run, config))
+        return {f.message for f in found}
+
+    for bound in (containment.MEMO_MAX, 2):
+        monkeypatch.setattr(containment, "MEMO_MAX", bound)
+        for config in (ARM, NO_ARM, ARM, NO_ARM):
+            messages = contained(config)
+            assert any("(the live repository)" in m for m in messages) == (config is ARM)
+            assert any("(answer_key)" in m for m in messages) == (config is ARM)
+            assert any("(excluded)" in m for m in messages) == (config is NO_ARM)

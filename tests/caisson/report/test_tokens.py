@@ -120,3 +120,13 @@ def test_the_figure_is_one_rank_never_mixed_and_never_a_made_up_zero(pairs):
     else:
         assert out.figure.rank == "proxy" and all(c.normalized is not None for c in calls)
         assert out.figure.total == sum(c.normalized.total_tokens for c in calls) and calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_events, st.just([("recorder", Note(text="other"))])), max_size=4))
+def test_the_figure_of_a_runs_token_events_is_the_figure_of_the_run(chunks):
+    # the report hands cell_tokens only TOKEN_EVENTS records (caisson/report/_evidence.py)
+    from caisson.report._tokens import TOKEN_EVENTS
+
+    records = _records(*[pair for chunk in chunks for pair in chunk])
+    assert cell_tokens([r for r in records if isinstance(r.event, TOKEN_EVENTS)]) == cell_tokens(records)
