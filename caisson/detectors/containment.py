@@ -44,11 +44,9 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
     for record in records:
         event = record.event
-        if isinstance(event, ProcessExec):
-            if event.cwd:
+        if not isinstance(event, FileOpen):  # most records are opens: one test for them
+            if isinstance(event, ProcessExec) and event.cwd:
                 cwds[event.pid] = event.cwd
-            continue
-        if not isinstance(event, FileOpen):
             continue
         key = (event.path, event.real_path, cwds.get(event.pid))
         hit = resolved.get(key, _UNSEEN)
@@ -123,13 +121,13 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
     for record in records:
         event = record.event
-        if isinstance(event, ProcessExec):
+        if isinstance(event, FileOpen):  # most records are opens: one test for them
+            # (path, written?): a symlink cannot hide where it led
+            paths = ((event.path, None),) if not event.real_path else ((event.path, None), (event.real_path, None))
+        elif isinstance(event, ProcessExec):
             if event.cwd:
                 cwds[event.pid] = event.cwd
             continue
-        if isinstance(event, FileOpen):
-            # (path, written?): a symlink cannot hide where it led
-            paths = ((event.path, None),) if not event.real_path else ((event.path, None), (event.real_path, None))
         elif isinstance(event, FileChange):
             paths = ((event.path, True),)
             # a symlink's target is its text, not a file touched; a hard link's target is only

@@ -36,6 +36,7 @@ from ledger.events import AgentToolResult, AgentUsage, BlobStored, HttpExchange,
 __all__ = ["Rederived", "rederive"]
 
 TRANSCRIPT_SOURCE = "transcript"
+_READ: dict[type, bool] = {}  # event class -> whether rederive reads it (a blob, an exchange, a call)
 FIGURES = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
            "reasoning_tokens")
 
@@ -107,14 +108,20 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
     live_source = False  # a transcript record was written live
     for i, record in enumerate(records):
         event = record.event
+        if record.source == TRANSCRIPT_SOURCE:
+            marks.append(i)
+            live_source = True
+        kind = type(event)
+        read = _READ.get(kind)
+        if read is None:  # learnt once per class: isinstance's misses on Structs are slow
+            read = _READ[kind] = issubclass(kind, (BlobStored, HttpExchange, LlmCall))
+        if not read:
+            continue
         if isinstance(event, BlobStored):
             roles[event.sha256] = event.role
             if stdout_record is None and event.role == "stdout":
                 stdout_record = record
-        if record.source == TRANSCRIPT_SOURCE:
-            marks.append(i)
-            live_source = True
-        elif isinstance(event, (HttpExchange, LlmCall)):
+        elif record.source != TRANSCRIPT_SOURCE:
             marks.append(i)
     out = Rederived(versions={"llm": USAGE_RULES_VERSION})
 

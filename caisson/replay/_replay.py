@@ -19,7 +19,7 @@ from typing import Literal
 
 import msgspec
 
-from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, run_detectors
+from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, route, run_detectors
 from caisson.detectors.tool_audit import tool_audit_status
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
@@ -123,7 +123,7 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
             return None
 
     records, rederived = rederive(records, blob)
-    manifest = [r for r in records if isinstance(r.event, _MANIFEST)]
+    [manifest] = route(records, (_MANIFEST,))
     started = next((r.event for r in manifest if isinstance(r.event, RunStarted)), None)
     scenario_bytes = _blob(blobs, manifest, "scenario")
     scenario: Scenario | None = None
