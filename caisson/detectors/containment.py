@@ -25,8 +25,9 @@ DENIED_SYSCALL = "containment.denied_syscall@1"
 AGENT_CONFIG = "containment.agent_config@1"
 
 
-MEMO_MAX = 1 << 16
-"""Distinct paths a configuration's memo keeps (`_Exclusion`, `_Layout`); past it, it starts over."""
+MEMO_MAX = 1 << 14
+"""Distinct paths a configuration's memo keeps (`_Exclusion`, `_Layout`); past it, it starts
+over. With at most 8 configurations remembered, the memos stay within a few tens of MB."""
 _UNSEEN = object()
 
 
@@ -94,7 +95,7 @@ class _Exclusion:
         return hit
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)
 def _exclusion(config: DetectorConfig) -> _Exclusion:
     return _Exclusion(config)
 
@@ -189,7 +190,7 @@ class _Layout:
         return place
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)
 def _layout(config: DetectorConfig) -> _Layout:
     return _Layout(config)
 
