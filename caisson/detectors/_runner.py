@@ -3,9 +3,10 @@
 Each detector is a pure function over a run's records (`caisson.detectors._base`); most
 read a few event types out of a stream that is mostly strace's file opens. Run one by
 one, each walks the whole stream to find its few events: eighteen walks of every record.
-`one_pass` (``caisson.detectors.run_detectors``) walks the records once, dispatching each by its event type into the
-stream of every detector that declared that type (`reads`), then runs each detector over
-its own stream, in ledger order. A detector that declares nothing gets every record.
+`one_pass` (``caisson.detectors.run_detectors``) walks the records once, dispatching each
+by its event type into the stream of every detector that declared that type (`reads`),
+then runs each detector over its own stream, in ledger order. A detector that declares
+nothing gets every record.
 
 The findings are those of running each detector alone over all the records, in registry
 order: a declaration promises that the detector ignores every other type
@@ -34,7 +35,7 @@ def route(records: Iterable[Record], wanted: Sequence[tuple[type, ...]]) -> list
     Returns:
         One list per entry of ``wanted`` (same order), each in ledger order.
     """
-    return _routes(tuple(wanted)).split(records)
+    return _routes(tuple(tuple(kinds) for kinds in wanted)).split(records)
 
 
 class _Routes:
