@@ -16,7 +16,10 @@ from caisson.detectors._base import (
     Effect,
     Finding,
     config_from_records,
+    reads,
+    reads_of,
 )
+from caisson.detectors._runner import one_pass, route
 from caisson.detectors.containment import (
     AGENT_CONFIG,
     DENIED_SYSCALL,
@@ -53,6 +56,9 @@ __all__ = [
     "SCORE_NULL",
     "VOID",
     "config_from_records",
+    "reads",
+    "reads_of",
+    "route",
     "run_detectors",
 ]
 
@@ -80,8 +86,10 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
 
 def run_detectors(records: Sequence[Record], config: DetectorConfig,
                   detectors: Iterable[tuple[str, Detector]] = DEFAULT_DETECTORS) -> list[Finding]:
-    """Run each detector over the same records; findings in registry order."""
-    findings: list[Finding] = []
-    for _, detect in detectors:
-        findings.extend(detect(records, config))
-    return findings
+    """Run each detector over the run's records; findings in registry order.
+
+    The records are walked once and routed by event type to the detectors that declared
+    it (`reads`; see `caisson.detectors._runner`): the findings are the same as running
+    each detector alone over every record.
+    """
+    return one_pass(records, config, detectors)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 import msgspec
 
@@ -18,7 +18,7 @@ from ledger import Record
 from ledger.events import RunStarted, SandboxBuilt
 
 __all__ = ["Detector", "DetectorConfig", "Effect", "Finding", "VOID", "SCORE_NULL", "INFO", "config_from_records",
-           "norm", "under"]
+           "norm", "reads", "reads_of", "under", "UnderAny"]
 
 Effect = Literal["void", "score_null", "info"]
 """What a finding does to its cell: `VOID`, `SCORE_NULL` or `INFO`."""
@@ -69,6 +69,38 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 Detector = Callable[[Iterable[Record], DetectorConfig], Iterator[Finding]]
 
+_D = TypeVar("_D", bound=Callable)
+
+
+def reads(*kinds: type) -> Callable[[_D], _D]:
+    """Declare the event types a detector reads (a decorator; the function is unchanged).
+
+    A detector that declares its kinds must give the same findings on the run's records
+    of those kinds (in ledger order) as on all of them: the one-pass runner
+    (`caisson.detectors.run_detectors`) hands it only those. A detector that declares
+    nothing is handed every record.
+
+    Args:
+        kinds: event classes from `ledger.events` (a subclass counts as its class).
+
+    Raises:
+        TypeError: a kind is not a class.
+    """
+    for kind in kinds:
+        if not isinstance(kind, type):
+            raise TypeError(f"reads() takes event classes, got {kind!r}")
+
+    def mark(detect: _D) -> _D:
+        detect.reads = tuple(kinds)  # type: ignore[attr-defined]
+        return detect
+
+    return mark
+
+
+def reads_of(detect: Detector) -> tuple[type, ...] | None:
+    """The event types ``detect`` declared with `reads`, or None (it reads every record)."""
+    return getattr(detect, "reads", None)
+
 
 def norm(path: str, cwd: str | None = None) -> str:
     """Normalise a chamber path (resolve ``.``/``..`` lexically, relative to ``cwd``)."""
@@ -80,6 +112,24 @@ def norm(path: str, cwd: str | None = None) -> str:
 def under(path: str, prefix: str) -> bool:
     """True when ``path`` is ``prefix`` or inside it (both normalised)."""
     return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
+class UnderAny:
+    """``UnderAny(prefixes)(path)``: `under` any of the prefixes, in one test (both normalised).
+
+    Args:
+        prefixes: the directories (or files) a path may be, or be inside of.
+    """
+
+    __slots__ = ("_exact", "_starts")
+
+    def __init__(self, prefixes: Iterable[str]):
+        prefixes = tuple(prefixes)
+        self._exact = frozenset(prefixes)
+        self._starts = tuple(p.rstrip("/") + "/" for p in prefixes)
+
+    def __call__(self, path: str) -> bool:
+        return path in self._exact or path.startswith(self._starts)
 
 
 def config_from_records(records: Iterable[Record], scenario=None) -> DetectorConfig:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding
+from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, reads
 from caisson.detectors._execs import outside_rules, shell_runs
 from caisson.grants import command_words, granted_by, grants_by_tool
 from ledger import Record
-from ledger.events import AgentTools, AgentToolCall, AgentToolResult, AgentUsage, LlmCall
+from ledger.events import AgentTools, AgentToolCall, AgentToolResult, AgentUsage, LlmCall, ProcessExec, ProcessExit
 
 TOOL_ESCAPE = "enforcement.tool_escape@1"
 ISOLATION = "enforcement.isolation@1"
@@ -58,6 +58,7 @@ def _command(call: AgentToolCall | None) -> str:
     return value if isinstance(value, str) else ""
 
 
+@reads(AgentToolCall, AgentToolResult, LlmCall, ProcessExec, ProcessExit)
 def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A tool executed outside the arm's grant voids the cell: refusals are classified out,
     an outcome nobody recognised counts as executed. One finding per broken strategy.
@@ -117,6 +118,7 @@ def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[F
                       message=f"strategy {name} is outside the grant and ran: {tools}")
 
 
+@reads(AgentTools)
 def isolation(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A tool on the arm's deny list that the agent still reports having: the gating did not
     take, whatever the agent then did (void). A tool it reports that is neither granted nor
@@ -145,6 +147,7 @@ def _fmt(value: int | None) -> str:
     return "null" if value is None else str(value)
 
 
+@reads(LlmCall, AgentUsage)
 def tokens_cross_check(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """First-party ``agent.usage`` against the sum of ``llm.call`` usage seen by the proxy.
 

@@ -3,12 +3,13 @@ witness cannot see through (denied, or let through), and a tree that configures 
 
 from __future__ import annotations
 
+import functools
 import re
 
 import shlex
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, norm, under
+from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, UnderAny, norm, reads, under
 from caisson.chamber.sandbox import glob_to_regex
 from ledger import Record
 from collectors.strace import DENIED_SYSCALLS
@@ -24,41 +25,37 @@ DENIED_SYSCALL = "containment.denied_syscall@1"
 AGENT_CONFIG = "containment.agent_config@1"
 
 
-def _cwds(records: Iterable[Record]) -> Iterator[tuple[Record, str | None]]:
-    """Pair each record with its process's cwd as last seen on an exec (chamber paths)."""
-    cwd: dict[int, str] = {}
-    for record in records:
-        event = record.event
-        if isinstance(event, ProcessExec) and event.cwd:
-            cwd[event.pid] = event.cwd
-        pid = getattr(event, "pid", None)
-        yield record, cwd.get(pid) if pid is not None else None
+MEMO_MAX = 1 << 14
+"""Distinct paths a configuration's memo keeps (`_Exclusion`, `_Layout`); past it, it starts
+over. With at most 8 configurations remembered, the memos stay within a few tens of MB."""
+_UNSEEN = object()
 
 
+@reads(FileOpen, ProcessExec)
 def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A successful open of a path in the exclusion set voids the cell; a failed one is shown.
 
     A path is in the set when, relative to the sandbox root, it is one of the paths the
-    sandbox withheld or matches one of the scenario's exclusion globs.
+    sandbox withheld or matches one of the scenario's exclusion globs. Runs open the same
+    files over and over (the loader's libraries, an interpreter's modules): each distinct
+    (path, real path, cwd) is resolved once per configuration (`_Exclusion`).
     """
-    rules = [(cat, glob_to_regex(g)) for cat, g in config.exclusion_globs]
-    withheld = set(config.excluded_paths)
-    root = norm(config.sandbox_path)
-    for record, cwd in _cwds(records):
+    exclusion = _exclusion(config)
+    resolved = exclusion.resolved
+    cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
+    for record in records:
         event = record.event
-        if not isinstance(event, FileOpen):
+        if not isinstance(event, FileOpen):  # most records are opens: one test for them
+            if isinstance(event, ProcessExec) and event.cwd:
+                cwds[event.pid] = event.cwd
             continue
-        path = norm(event.real_path or event.path, cwd or root)
-        if not under(path, root) or path == root:
-            path = norm(event.path, cwd or root)
-        if not under(path, root) or path == root:
+        key = (event.path, event.real_path, cwds.get(event.pid))
+        hit = resolved.get(key, _UNSEEN)
+        if hit is _UNSEEN:
+            hit = exclusion.resolve(key)
+        if hit is None:
             continue
-        rel = path[len(root) + 1 :]
-        category = next((cat for cat, rx in rules if rx.fullmatch(rel)), None)
-        if category is None and rel in withheld:
-            category = "excluded"
-        if category is None:
-            continue
+        rel, category = hit  # type: ignore[misc]
         if event.result is not None:
             yield Finding(detector=EXCLUDED_READ, kind="leak", effect=VOID, evidence=[record.seq],
                           message=f"read {rel} ({category}) with {event.syscall}")
@@ -67,12 +64,49 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
                           message=f"tried {rel} ({category}): {event.errno}")
 
 
+class _Exclusion:
+    """One configuration's exclusion set, and the opens it has resolved: a memo of a pure
+    function of (configuration, path, real path, cwd), shared by the runs of a study."""
+
+    def __init__(self, config: DetectorConfig):
+        self.rules = [(cat, glob_to_regex(g)) for cat, g in config.exclusion_globs]
+        self.withheld = set(config.excluded_paths)
+        self.root = norm(config.sandbox_path)
+        self.resolved: dict[tuple[str, str | None, str | None], tuple[str, str] | None] = {}
+
+    def resolve(self, key: tuple[str, str | None, str | None]) -> tuple[str, str] | None:
+        """(path relative to the sandbox, category) when an open of ``key`` = (path, real
+        path, cwd) names an excluded path, else None; remembered."""
+        raw, real, cwd = key
+        root = self.root
+        path = norm(real or raw, cwd or root)
+        if not under(path, root) or path == root:
+            path = norm(raw, cwd or root)
+        hit = None
+        if under(path, root) and path != root:
+            rel = path[len(root) + 1 :]
+            category = next((cat for cat, rx in self.rules if rx.fullmatch(rel)), None)
+            if category is None and rel in self.withheld:
+                category = "excluded"
+            hit = None if category is None else (rel, category)
+        if len(self.resolved) >= MEMO_MAX:
+            self.resolved.clear()
+        self.resolved[key] = hit
+        return hit
+
+
+@functools.lru_cache(maxsize=8)
+def _exclusion(config: DetectorConfig) -> _Exclusion:
+    return _Exclusion(config)
+
+
 def _writes(event: FileOpen | FileChange) -> bool:
     if isinstance(event, FileChange):
         return True
     return event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags
 
 
+@reads(FileOpen, FileChange, ProcessExec)
 def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Reads or writes outside the sandbox tree and the image's system paths.
 
@@ -80,49 +114,107 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
       (the PWD trap): void when it succeeded, shown when it failed.
     - A successful write outside the sandbox, the config home and scratch paths: void.
     - A successful read outside the sandbox, config home and system paths: void.
+
+    Each distinct (path, cwd) is placed once per configuration (`_Layout`).
     """
-    root = norm(config.sandbox_path)
-    # A host path is a trap only where the image has nothing of its own: a caller whose
-    # cwd is /tmp or whose home is /root does not make the chamber's /tmp or /root a trap.
-    image_dirs = ("/", *config.read_prefixes, *config.write_prefixes, root)
-    traps = [(norm(p), what) for p, what in ((config.live_repo, "the live repository"),
-                                             (config.caller_cwd, "the caller's cwd"),
-                                             (config.caller_home, "the caller's home"))
-             if p and not any(under(d, norm(p)) for d in image_dirs)]
-    inside = (root, norm(config.config_home))
-    for record, cwd in _cwds(records):
+    layout = _layout(config)
+    places = layout.places
+    cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
+    for record in records:
         event = record.event
-        if not isinstance(event, (FileOpen, FileChange)):
+        if isinstance(event, FileOpen):  # most records are opens: one test for them
+            # (path, written?): a symlink cannot hide where it led
+            paths = ((event.path, None),) if not event.real_path else ((event.path, None), (event.real_path, None))
+        elif isinstance(event, ProcessExec):
+            if event.cwd:
+                cwds[event.pid] = event.cwd
             continue
-        ok = event.result is not None if isinstance(event, FileOpen) else event.result == 0
-        # (path, written?): a symlink's target is its text, not a file touched; a hard link's
-        # target is only read (the new name is the write).
-        paths = [(event.path, _writes(event))]
-        if isinstance(event, FileChange) and event.target and not event.syscall.startswith("symlink"):
-            paths.append((event.target, not event.syscall.startswith("link")))
-        if isinstance(event, FileOpen) and event.real_path:  # a symlink cannot hide where it led
-            paths.append((event.real_path, _writes(event)))
+        elif isinstance(event, FileChange):
+            paths = ((event.path, True),)
+            # a symlink's target is its text, not a file touched; a hard link's target is only
+            # read (the new name is the write)
+            if event.target and not event.syscall.startswith("symlink"):
+                paths += ((event.target, not event.syscall.startswith("link")),)
+        else:
+            continue
+        cwd = cwds.get(event.pid)
         for raw, write in paths:
-            path = norm(raw, cwd or root)
-            if any(under(path, p) for p in inside):
+            place = places.get((raw, cwd))
+            if place is None:
+                place = layout.place(raw, cwd)
+            if place.quiet:
                 continue
-            trap = next((what for p, what in traps if under(path, p)), None)
+            if write is None:  # a FileOpen's (inline: most opens of a run are reads of system paths)
+                write = event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags
+            if place.quiet_write if write else place.quiet_read:
+                continue
+            ok = event.result is not None if isinstance(event, FileOpen) else event.result == 0
+            path, trap = place.path, place.trap
             verb = "wrote" if write else "read"
             if trap is not None:
                 yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID if ok else INFO,
                               evidence=[record.seq],
                               message=f"{verb if ok else 'tried'} {path} ({trap})"
                               + ("" if ok else f": {event.errno}"))
-            elif write and ok and not any(under(path, p) for p in config.write_prefixes) \
-                    and not PROC_TUNING.match(path):
+            elif write and ok and not place.writable:
                 yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
                               message=f"wrote {path} outside the sandbox ({event.syscall})")
-            elif not write and ok and path != "/" and not any(under(path, p) for p in config.read_prefixes) \
-                    and not under(root, path):
+            elif not write and ok and not place.readable:
                 yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
                               message=f"read {path} outside the sandbox and system paths")
 
 
+class _Layout:
+    """One configuration's tree, traps and system paths, and the paths it has placed: a memo
+    of a pure function of (configuration, path, cwd), shared by the runs of a study."""
+
+    def __init__(self, config: DetectorConfig):
+        self.root = root = norm(config.sandbox_path)
+        # A host path is a trap only where the image has nothing of its own: a caller whose
+        # cwd is /tmp or whose home is /root does not make the chamber's /tmp or /root a trap.
+        image_dirs = ("/", *config.read_prefixes, *config.write_prefixes, root)
+        self.traps = [(norm(p), what) for p, what in ((config.live_repo, "the live repository"),
+                                                      (config.caller_cwd, "the caller's cwd"),
+                                                      (config.caller_home, "the caller's home"))
+                      if p and not any(under(d, norm(p)) for d in image_dirs)]
+        self.inside = UnderAny((root, norm(config.config_home)))
+        self.writable, self.readable = UnderAny(config.write_prefixes), UnderAny(config.read_prefixes)
+        self.places: dict[tuple[str, str | None], _Place] = {}
+
+    def place(self, raw: str, cwd: str | None) -> _Place:
+        """Where ``raw``, opened from ``cwd`` (None: the sandbox root), lies; remembered."""
+        if len(self.places) >= MEMO_MAX:
+            self.places.clear()
+        place = self.places[(raw, cwd)] = _Place(norm(raw, cwd or self.root), self.root, self.inside, self.traps,
+                                                 self.writable, self.readable)
+        return place
+
+
+@functools.lru_cache(maxsize=8)
+def _layout(config: DetectorConfig) -> _Layout:
+    return _Layout(config)
+
+
+class _Place:
+    """Where one normalised chamber path lies, for `outside_tree`: ``quiet_read`` /
+    ``quiet_write`` when no read / write of it can be a finding (inside the sandbox or the
+    config home, or a path that is no trap and where one may read / write)."""
+
+    __slots__ = ("path", "trap", "writable", "readable", "quiet_read", "quiet_write", "quiet")
+
+    def __init__(self, path: str, root: str, inside: UnderAny, traps: list[tuple[str, str]], writable: UnderAny,
+                 readable: UnderAny):
+        self.path = path
+        self.trap = next((what for p, what in traps if under(path, p)), None)
+        self.writable = writable(path) or PROC_TUNING.match(path) is not None
+        self.readable = path == "/" or readable(path) or under(root, path)
+        inner = inside(path)
+        self.quiet_read = inner or (self.trap is None and self.readable)
+        self.quiet_write = inner or (self.trap is None and self.writable)
+        self.quiet = self.quiet_read and self.quiet_write
+
+
+@reads(RunStarted, ProcessSyscall)
 def denied_syscall(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Calls the strace witness cannot see through (io_uring, file handles, mount-like).
 
@@ -161,6 +253,7 @@ def _ran(argv: list[str], commands: dict[str, str]) -> str | None:
     return next((c for c in candidates if c in commands), None)
 
 
+@reads(SandboxBuilt, ProcessExec)
 def agent_config(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Agent configuration the agent could see, and its commands executed: each voids the cell.
 

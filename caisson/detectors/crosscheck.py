@@ -23,9 +23,9 @@ already voids it, and every fact after the gap would be a finding).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
-from caisson.detectors._base import VOID, DetectorConfig, Finding
+from caisson.detectors._base import DetectorConfig, Finding, VOID, reads
 from ledger import Record
 from ledger.events import FileOpen, ProcessExec, WitnessGap, WitnessStarted
 
@@ -46,6 +46,7 @@ class _Fact:
         self.matched = False
 
 
+@reads(WitnessStarted, WitnessGap, FileOpen, ProcessExec)
 def witness_disagreement(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Successful opens and execs seen by one syscall witness and not by the other.
 
@@ -58,19 +59,30 @@ def witness_disagreement(records: Iterable[Record], config: DetectorConfig) -> I
         its evidence the fact's record; nothing unless both witnesses started, and
         nothing when either reported a gap.
     """
+    records = records if isinstance(records, Sequence) else list(records)
     started: set[str] = set()
+    for record in records:  # first whether both witnesses ran, without a gap: most runs stop here
+        event = record.event
+        kind = type(event)
+        if kind is FileOpen or kind is ProcessExec:  # most records; a cheaper test than isinstance's miss
+            continue
+        if not isinstance(event, (WitnessStarted, WitnessGap)) or event.witness not in _PAIR:
+            continue
+        if isinstance(event, WitnessGap):
+            return
+        started.add(event.witness)
+    if started != set(_PAIR):
+        return
     facts: dict[str, list[_Fact]] = {name: [] for name in _PAIR}
     for record in records:
         event = record.event
-        if isinstance(event, WitnessStarted) and event.witness in _PAIR:
-            started.add(event.witness)
-        elif isinstance(event, WitnessGap) and event.witness in _PAIR:
-            return
-        elif record.source in _PAIR and isinstance(event, FileOpen) and event.result is not None:
+        if record.source not in _PAIR:
+            continue
+        if isinstance(event, FileOpen) and event.result is not None:
             facts[record.source].append(_Fact(record, event.host_pid, ("open", event.syscall, event.path)))
-        elif record.source in _PAIR and isinstance(event, ProcessExec) and event.result == 0:
+        elif isinstance(event, ProcessExec) and event.result == 0:
             facts[record.source].append(_Fact(record, event.host_pid, ("exec", "execve", event.path)))
-    if started != set(_PAIR) or not facts["strace"]:
+    if not facts["strace"]:
         return
     since = facts["strace"][0].wall_ns - _SCOPE_SLACK_NS  # before: the wrapper's, out of strace's reach
     facts["ebpf"] = [f for f in facts["ebpf"] if f.wall_ns >= since]

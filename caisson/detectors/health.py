@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import VOID, DetectorConfig, Finding
+from caisson.detectors._base import DetectorConfig, Finding, VOID, reads
 from ledger import Record
 from ledger.events import HostSample, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
 
@@ -13,6 +13,7 @@ WITNESS_GAP = "witness.gap@1"
 INFRA_FAILURE = "infra.failure@1"
 
 
+@reads(HostSample, RunEnded)
 def host_stalled(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A procfs tick fired far past its deadline, or the run's wall time went far past its
     deadline: the host starved the run. Void, not a timeout (the agent was not slow)."""
@@ -34,6 +35,7 @@ def host_stalled(records: Iterable[Record], config: DetectorConfig) -> Iterator[
                       f" (threshold {config.stall_lateness_ns / 1e9:g} s)")
 
 
+@reads(RunStarted, WitnessStarted, WitnessStopped, WitnessGap)
 def witness_gap(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Any witness gap voids the cell, as does a witness that was expected but never
     started, or started and never stopped: a silent witness is not a clean one."""
@@ -62,6 +64,7 @@ def witness_gap(records: Iterable[Record], config: DetectorConfig) -> Iterator[F
                           message=f"{name}: started but never reported stopping")
 
 
+@reads(RunEnded, ProcessExec, WitnessStarted)
 def infra_failure(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """The chamber or the agent failed to start, the run was interrupted, or it never
     ended (a crash): void, not a score of zero."""

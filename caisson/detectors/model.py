@@ -7,10 +7,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding
+from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, reads
 from collectors.llm import classify
 from ledger import Record
 from ledger.events import HttpExchange, LlmCall
@@ -33,6 +34,7 @@ MODEL_HOSTS = (
 """Hosts (exact, or a ``.suffix`` / ``-suffix`` / ``prefix.``) that serve model APIs."""
 
 
+@functools.lru_cache(maxsize=1024)  # pure; a run asks for the same model on every call
 def same_model(requested: str, served: str) -> bool:
     """True when ``served`` is ``requested`` or a dated snapshot of that alias.
 
@@ -53,6 +55,7 @@ def same_model(requested: str, served: str) -> bool:
     return short is not None and short != requested and same_model(short, served)
 
 
+@reads(LlmCall)
 def model_substituted(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A call answered by another model than it asked for voids the cell: its numbers
     measure the served model, not the one the cell claims. One finding per
@@ -77,6 +80,7 @@ def _model_host(host: str) -> bool:
                for h in MODEL_HOSTS)
 
 
+@reads(HttpExchange)
 def unrecognised_model_call(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A POST to a model host on a path `collectors.llm.classify` does not recognise: no
     ``llm.call`` was built, so its model and usage were not read. A model host is a

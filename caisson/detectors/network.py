@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding
+from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, reads
 from ledger import Record
 from ledger.events import DnsQuery, HttpExchange, NetConnect, NetFlow, NetSend, WitnessStarted
 
@@ -15,6 +15,7 @@ BYPASS_ATTEMPT = "network.bypass_attempt@2"
 UNEXPLAINED_FLOW = "network.unexplained_flow@2"
 
 
+@reads(HttpExchange, DnsQuery)
 def denied_egress(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """Every request the proxy refused and every name the resolver refused, shown.
 
@@ -48,6 +49,7 @@ def _direct(family: str, address: str, port: int | None, endpoints: set[tuple[st
     return not (ip.is_loopback or ip.is_unspecified or (address, port) in endpoints)
 
 
+@reads(WitnessStarted, NetSend, NetConnect)
 def bypass_attempt(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A connect() or a send naming its destination (sendto/sendmsg/sendmmsg: UDP, TCP Fast
     Open) to an IP address other than a witness's endpoint: around the proxy and resolver.
@@ -79,6 +81,7 @@ _CONTROL = ("icmp", "icmp6")
 _TCP_RST, _TCP_ACK = 0x04, 0x10  # RFC 9293 section 3.1
 
 
+@reads(WitnessStarted, NetFlow)
 def unexplained_flow(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A captured flow (``net.flow``) that no witness accounts for: a finding, one per flow.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Literal
 
-from caisson.detectors._base import INFO, DetectorConfig, Finding
+from caisson.detectors._base import DetectorConfig, Finding, INFO, reads
 from ledger import Record
 from ledger.events import AgentToolCall, AgentToolResult, AgentUsage, RunStarted
 
@@ -25,6 +25,7 @@ transcript that ended early (``partial``: calls after the cut are unseen), or no
 KINDS: dict[str, ToolAudit] = {"tool_audit_partial": "partial", "tool_audit_unavailable": "unavailable"}
 
 
+@reads(RunStarted, AgentToolCall, AgentToolResult, AgentUsage)
 def tool_audit(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """One ``tool_audit_unavailable`` (no tool call, no complete transcript) or
     ``tool_audit_partial`` (calls seen, transcript incomplete) finding for a run that drives

@@ -36,6 +36,7 @@ from ledger.events import AgentToolResult, AgentUsage, BlobStored, HttpExchange,
 __all__ = ["Rederived", "rederive"]
 
 TRANSCRIPT_SOURCE = "transcript"
+_READ: dict[type, bool] = {}  # event class -> whether rederive reads it (a blob, an exchange, a call)
 FIGURES = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
            "reasoning_tokens")
 
@@ -100,7 +101,28 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
     Returns:
         The records with rebuilt events in place of the live ones, and what was done.
     """
-    roles = {r.event.sha256: r.event.role for r in records if isinstance(r.event, BlobStored)}
+    # one scan: the blobs' roles, the stdout blob, and the records the rebuild reads or replaces
+    roles: dict[str, str] = {}
+    stdout_record: Record | None = None
+    marks: list[int] = []  # indexes of http.exchange, llm.call and transcript records
+    live_source = False  # a transcript record was written live
+    for i, record in enumerate(records):
+        event = record.event
+        if record.source == TRANSCRIPT_SOURCE:
+            marks.append(i)
+            live_source = True
+        kind = type(event)
+        read = _READ.get(kind)
+        if read is None:  # learnt once per class: isinstance's misses on Structs are slow
+            read = _READ[kind] = issubclass(kind, (BlobStored, HttpExchange, LlmCall))
+        if not read:
+            continue
+        if isinstance(event, BlobStored):
+            roles[event.sha256] = event.role
+            if stdout_record is None and event.role == "stdout":
+                stdout_record = record
+        elif record.source != TRANSCRIPT_SOURCE:
+            marks.append(i)
     out = Rederived(versions={"llm": USAGE_RULES_VERSION})
 
     def body(sha: str | None) -> tuple[bytes, str] | None:
@@ -108,7 +130,6 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
         return (data, roles.get(sha, "")) if data is not None and sha is not None else None
 
     name, version = _adapter(records)
-    stdout_record = next((r for r in records if isinstance(r.event, BlobStored) and r.event.role == "stdout"), None)
     transcript: list[Record] | None = None
     if name is not None and stdout_record is not None and (data := blob(stdout_record.event.sha256)) is not None:
         factory = ADAPTERS[name].transcript  # the version the run recorded; else the image's pinned one
@@ -120,13 +141,17 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
         out.versions["agent"] = f"{name} {getattr(parser, 'version', None) or 'unknown'}"
         transcript = [Record(seq=stdout_record.seq, wall_ns=stdout_record.wall_ns, mono_ns=stdout_record.mono_ns,
                              source=TRANSCRIPT_SOURCE, event=e) for e in parser.events()]
-    elif any(r.source == TRANSCRIPT_SOURCE for r in records):
+    elif live_source:
         out.kept_live.append("transcript events: " + ("no known adapter named by the run" if name is None
                                                        else "no stdout blob to re-read"))
     pending: list[tuple[Record, LlmCall | None, str | None]] = []  # the last model-call exchange, unanswered
     result: list[Record] = []
     live_transcript: list[Record] = []
-    for record in records:
+    done = 0  # records before this index are in result, or replaced
+    for i in marks:  # the records between marks go through unchanged
+        result.extend(records[done:i])
+        done = i + 1
+        record = records[i]
         event = record.event
         if isinstance(event, HttpExchange):
             _orphan(pending, result, out)
@@ -135,12 +160,13 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
                 pending.append((record, call, why))
         elif isinstance(event, LlmCall):
             record = _replace_call(record, event, pending, out)
-        elif record.source == TRANSCRIPT_SOURCE and transcript is not None:
+        elif transcript is not None:  # a live transcript record
             if not live_transcript:
                 result.extend(transcript)  # the rebuilt events take the live ones' place
             live_transcript.append(record)
             continue
         result.append(record)
+    result.extend(records[done:])
     _orphan(pending, result, out)
     if transcript is not None:
         if not live_transcript:  # the live run parsed nothing: the rebuilt events go after the stdout blob

@@ -11,6 +11,7 @@ re-running replay with a changed detector or parser changes only the findings fi
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -18,14 +19,14 @@ from typing import Literal
 
 import msgspec
 
-from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, run_detectors
+from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, route, run_detectors
 from caisson.detectors.tool_audit import tool_audit_status
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
 from caisson.replay._rederive import Rederived, rederive
 from caisson.replay.scoring import Grade, grade
-from ledger import LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
-from ledger.events import BlobStored, RunStarted
+from ledger import BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
+from ledger.events import BlobStored, RunStarted, SandboxBuilt
 
 __all__ = ["FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "replay_runs"]
 
@@ -53,15 +54,29 @@ class RunReplay(msgspec.Struct, kw_only=True):
     tool_audit: str | None = None
 
 
-def _blob(run_dir: Path, records: Iterable[Record], role: str) -> bytes | None:
+def _blob(blobs: BlobStore, records: Iterable[Record], role: str) -> bytes | None:
+    """The bytes of the last blob stored with ``role``, or None when the run stored none.
+
+    Raises:
+        OSError: the blob is recorded but cannot be read.
+    """
     found = None
     for record in records:
         if isinstance(record.event, BlobStored) and record.event.role == role:
             found = record.event.sha256
     if found is None:
         return None
-    _, blobs = locate(run_dir)
     return blobs.get(found)
+
+
+_MANIFEST = (RunStarted, SandboxBuilt, BlobStored)
+"""The events replay itself reads (the detector configuration, the blobs it grades)."""
+
+
+@functools.lru_cache(maxsize=32)
+def _scenario(data: bytes) -> Scenario:
+    """A kept scenario, parsed once per distinct bytes (a study's cells keep the same one)."""
+    return parse_scenario(data, "scenario")
 
 
 def replay_run(run_dir: Path, trusted: VerifyKey,
@@ -108,10 +123,17 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
             return None
 
     records, rederived = rederive(records, blob)
-    started = next((r.event for r in records if isinstance(r.event, RunStarted)), None)
-    scenario_bytes = _blob(run_dir, records, "scenario")
-    scenario: Scenario | None = parse_scenario(scenario_bytes, f"{run_dir}:scenario") if scenario_bytes else None
-    config = config_from_records(records, scenario)
+    [manifest] = route(records, (_MANIFEST,))
+    started = next((r.event for r in manifest if isinstance(r.event, RunStarted)), None)
+    scenario_bytes = _blob(blobs, manifest, "scenario")
+    scenario: Scenario | None = None
+    if scenario_bytes:
+        try:
+            scenario = _scenario(scenario_bytes)
+        except CaissonError:
+            parse_scenario(scenario_bytes, f"{run_dir}:scenario")  # raises, naming the run
+            raise
+    config = config_from_records(manifest, scenario)
     findings = run_detectors(records, config, detectors)
     if started is not None and started.weakened:
         findings.append(Finding(detector=WEAKENED, kind="weakened_control", effect=VOID, evidence=[0],
@@ -127,9 +149,9 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
     if scenario is not None and out.question_id is not None:
         question = scenario.question(out.question_id)
     if question is not None:
-        answer = _blob(run_dir, records, "answer")
+        answer = _blob(blobs, manifest, "answer")
         if answer is None:
-            answer = _blob(run_dir, records, "stdout")
+            answer = _blob(blobs, manifest, "stdout")
         provenance = [*config.excluded_paths, *(os.path.basename(p) for p in config.excluded_paths)]
         out.grade = grade(question, answer.decode("utf-8", "replace") if answer is not None else None,
                           provenance_terms=provenance)

@@ -13,14 +13,18 @@ from pathlib import Path
 
 import msgspec
 
-from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector
+from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, route
 from caisson.replay import RunReplay, replay_records
 from caisson.report._inputs import ReportCell
-from caisson.report._tokens import CellTokens, cell_tokens
+from caisson.report._tokens import TOKEN_EVENTS, CellTokens, cell_tokens
 from ledger import LedgerError, VerifyKey, verify_and_read
 from ledger.events import SandboxBuilt
 
 __all__ = ["CellEvidence", "read_cell", "report_cell"]
+
+_EVIDENCE = ((SandboxBuilt,), TOKEN_EVENTS)
+"""What a cell's evidence reads besides its replay: whether the sandbox was built, and the
+events its token figure is chosen from."""
 
 
 class CellEvidence(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,8 +61,8 @@ def read_cell(run_dir: Path, trusted: VerifyKey,
     replay = replay_records(run_dir, report, records, detectors)
     if replay.verified != "ok":
         return CellEvidence(replay=replay, tokens=CellTokens(null_reason=f"ledger {replay.verified}"))
-    built = any(isinstance(r.event, SandboxBuilt) for r in records)
-    return CellEvidence(replay=replay, tokens=cell_tokens(records), sandbox_built=built)
+    built, counted = route(records, _EVIDENCE)
+    return CellEvidence(replay=replay, tokens=cell_tokens(counted), sandbox_built=bool(built))
 
 
 def report_cell(evidence: CellEvidence, *, cell_id: str, arm: str, agent: str, model: str, question_id: str,

@@ -43,8 +43,8 @@ import msgspec
 from ledger import Record
 from ledger.events import AgentUsage, HttpExchange, LlmCall, TokenBackfilled
 
-__all__ = ["BACKFILL", "FIRST_PARTY", "PROXY", "RANKS", "SESSION_HEADERS", "CellTokens", "TokenFigure",
-           "backfill_figure", "cell_tokens", "with_backfill"]
+__all__ = ["BACKFILL", "FIRST_PARTY", "PROXY", "RANKS", "SESSION_HEADERS", "TOKEN_EVENTS", "CellTokens",
+           "TokenFigure", "backfill_figure", "cell_tokens", "with_backfill"]
 
 FIRST_PARTY = "first_party"
 BACKFILL = "first_party_backfill"
@@ -139,6 +139,11 @@ def _proxy(calls: list[tuple[int, LlmCall]]) -> tuple[TokenFigure | None, str]:
         input=None if any(i is None for i in ins) else sum(ins),  # type: ignore[arg-type]
         output=None if any(o is None for o in outs) else sum(outs),  # type: ignore[arg-type]
         rank=PROXY, source=f"{PROXY}:llm.call", reports=len(calls)), ""
+
+
+TOKEN_EVENTS = (AgentUsage, LlmCall, HttpExchange)
+"""The only events `cell_tokens` reads: it gives the same figure over a run's records of
+these types (in ledger order) as over all of them."""
 
 
 def cell_tokens(records: Iterable[Record]) -> CellTokens:

@@ -142,3 +142,13 @@ def test_backfilled_first_party_ranks_below_live_first_party_and_above_the_proxy
     assert none.figure is None and with_backfill(none, late).figure == late
     assert backfill_figure(TokenBackfilled(target="cell", run_id="r", run_dir="d", ledger_head="h",
                                            token_source="x", parser="p@1")) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_events, st.just([("recorder", Note(text="other"))])), max_size=4))
+def test_the_figure_of_a_runs_token_events_is_the_figure_of_the_run(chunks):
+    # the report hands cell_tokens only TOKEN_EVENTS records (caisson/report/_evidence.py)
+    from caisson.report._tokens import TOKEN_EVENTS
+
+    records = _records(*[pair for chunk in chunks for pair in chunk])
+    assert cell_tokens([r for r in records if isinstance(r.event, TOKEN_EVENTS)]) == cell_tokens(records)

@@ -1,0 +1,216 @@
+"""The one-pass runner gives exactly the findings of each detector run alone over every record.
+
+Each detector declares the event types it reads (`caisson.detectors.reads`); the runner
+hands it only those. The promise checked here: on generated streams (hypothesis) and on a
+known-bad run that makes every registered detector fire, each detector's findings over
+its own stream equal its findings over the whole run, and `run_detectors` equals the
+detectors run one by one over every record, in registry order.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from caisson.detectors import DEFAULT_DETECTORS, DetectorConfig, Finding, reads, reads_of, run_detectors
+from caisson.detectors._runner import route
+from ledger import Record
+from ledger.events import (
+    AgentConfigFound, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
+    FileChange, FileOpen, HostSample, HttpExchange, LlmCall, LlmUsage, NetConnect, NetFlow, NetSend, Note,
+    ProcessExec, ProcessExit, ProcessSyscall, RunEnded, RunStarted, SandboxBuilt, WitnessGap, WitnessStarted,
+    WitnessStopped,
+)
+
+SANDBOX = "/work/sandbox"
+ARM = DetectorConfig(
+    sandbox_path=SANDBOX, excluded_paths=("benchmark/questions.toml", "CLAUDE.md"),
+    exclusion_globs=(("answer_key", "benchmark/**"),), live_repo="/home/dev/click", caller_home="/home/dev",
+    caller_cwd="/home/dev/click", deadline_s=60, granted_tools=("Read", "Grep", "Bash(git log:*)"),
+    denied_tools=("WebFetch", "Write"), strategies=(("search", ("mcp__search",)),), granted_strategies=(),
+)
+NO_ARM = DetectorConfig(sandbox_path=SANDBOX, excluded_paths=("benchmark/questions.toml",), deadline_s=60)
+ENV = {"PATH": "/usr/bin", "PWD": SANDBOX, "HOME": "/tmp/caisson-home", "OLDPWD": "/home/dev",
+       "ANTHROPIC_API_KEY": "fp:1"}
+
+
+def _usage(n_in: int, n_out: int) -> LlmUsage:
+    return LlmUsage(input_tokens=n_in, output_tokens=n_out, total_tokens=n_in + n_out, rule="anthropic")
+
+
+# (source, event): honest events and known-bad ones, for every type a detector reads and some none reads
+POOL = [
+    ("recorder", RunStarted(run_id="r", caisson_version="t", question_id="q", agent={"name": "claude-code"},
+                            witnesses=["strace", "ebpf", "proxy", "procfs"], limits={"wall_seconds": 60}, env=ENV,
+                            seccomp={"denied": ["io_uring_setup", "open_by_handle_at"]})),
+    ("recorder", SandboxBuilt(path=SANDBOX, commit="c" * 40, tree_digest="d" * 64,
+                              excluded=[ExcludedPath(path="benchmark/questions.toml", category="answer_key")],
+                              agent_config=[AgentConfigFound(path=".claude/settings.json", agent="claude-code",
+                                                             commands=["sh hook.sh"])])),
+    ("recorder", BlobStored(sha256="0" * 64, size_bytes=3, role="answer")),
+    ("recorder", Note(text="a note no detector reads")),
+    ("strace", WitnessStarted(witness="strace")),
+    ("ebpf", WitnessStarted(witness="ebpf")),
+    ("proxy", WitnessStarted(witness="proxy", detail={"listen": "10.89.0.2:3128"})),
+    ("strace", WitnessStopped(witness="strace")),
+    ("ebpf", WitnessStopped(witness="ebpf")),
+    ("ebpf", WitnessGap(witness="ebpf", reason="ring buffer full", dropped=3)),
+    ("procfs", HostSample(timer_lateness_ns=3_000_000_000)),
+    ("procfs", HostSample(timer_lateness_ns=1_000)),
+    ("strace", ProcessExec(pid=1, host_pid=901, path="/usr/bin/claude", argv=["claude"], cwd=SANDBOX, env=ENV)),
+    ("ebpf", ProcessExec(pid=1, host_pid=901, path="/usr/bin/claude", argv=["claude"], cwd=SANDBOX)),
+    ("strace", ProcessExec(pid=2, host_pid=902, ppid=1, path="/bin/bash", cwd="/work",
+                           argv=["/bin/bash", "-c", "eval 'git log -1' && cat /etc/passwd"])),
+    ("strace", ProcessExec(pid=3, host_pid=903, ppid=2, path="/usr/bin/git", argv=["git", "log", "-1"], cwd=SANDBOX)),
+    ("strace", ProcessExec(pid=4, host_pid=904, ppid=2, path="/bin/cat", argv=["cat", "/etc/passwd"])),
+    ("strace", ProcessExec(pid=5, host_pid=905, ppid=1, path="/bin/sh", argv=["/bin/sh", "-c", "sh hook.sh"])),
+    ("strace", ProcessExec(pid=6, path="/nope", argv=["nope"], result=-1, errno="ENOENT")),
+    ("strace", ProcessExit(pid=2, host_pid=902, code=0)),
+    ("strace", ProcessExit(pid=4, host_pid=904, code=1)),
+    ("strace", FileOpen(pid=1, host_pid=901, path="benchmark/questions.toml", result=3)),
+    ("ebpf", FileOpen(pid=1, host_pid=901, path="/work/sandbox/benchmark/questions.toml", result=3)),
+    ("strace", FileOpen(pid=2, host_pid=902, path="../sandbox/CLAUDE.md", result=None, errno="ENOENT")),
+    ("strace", FileOpen(pid=3, host_pid=903, path="src/core.py", result=4)),
+    ("strace", FileOpen(pid=3, host_pid=903, path="link.py", real_path="/home/dev/click/core.py", result=5)),
+    ("strace", FileOpen(pid=4, host_pid=904, path="/home/dev/click/pwned", flags="O_WRONLY|O_CREAT",
+                        access="w", result=6)),
+    ("strace", FileOpen(pid=4, host_pid=904, path="out.txt", flags="O_WRONLY|O_CREAT|O_TRUNC", access="w",
+                        result=7)),
+    ("strace", FileOpen(pid=1, host_pid=901, path="/data/secret.txt", result=8)),
+    ("strace", FileOpen(pid=1, host_pid=901, path="/usr/lib/python3.11/os.py", result=9)),
+    ("strace", FileOpen(pid=1, host_pid=901, path="/etc/shadow", result=None, errno="EACCES")),
+    ("strace", FileChange(pid=4, host_pid=904, syscall="rename", path="/tmp/a", target="/srv2/b")),
+    ("strace", FileChange(pid=4, host_pid=904, syscall="symlink", path="/home/dev", target="/work/sandbox/l")),
+    ("strace", FileChange(pid=4, host_pid=904, syscall="mkdir", path="/home/dev/x", result=-1, errno="EEXIST")),
+    ("strace", ProcessSyscall(pid=1, syscall="io_uring_setup", result=-1, errno="EPERM", denied=True)),
+    ("strace", ProcessSyscall(pid=1, syscall="open_by_handle_at", result=3)),
+    ("strace", NetConnect(pid=1, family="AF_INET", address="10.89.0.2", port=3128)),
+    ("strace", NetConnect(pid=1, family="AF_INET", address="1.1.1.1", port=443)),
+    ("strace", NetConnect(pid=1, family="AF_INET", address="8.8.8.8", port=53, result=-1, errno="ENETUNREACH")),
+    ("strace", NetSend(pid=1, family="AF_INET", address="8.8.4.4", port=53, result=40)),
+    ("pcap", NetFlow(proto="udp", src="10.89.0.5", sport=5353, dst="9.9.9.9", dport=53, packets=1, bytes=60)),
+    ("pcap", NetFlow(proto="tcp", src="10.89.0.5", sport=40000, dst="10.89.0.2", dport=3128, packets=9)),
+    ("dns", DnsQuery(name="evil.example", qtype="A", rcode="REFUSED", refused=True)),
+    ("proxy", HttpExchange(method="GET", scheme="https", host="evil.example", port=443, path="/",
+                           denied="host not allowed")),
+    ("proxy", HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
+                           status=200)),
+    ("proxy", HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/unknown",
+                           status=200)),
+    ("proxy", LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
+                      served_model="claude-haiku-4-5", normalized=_usage(10, 2), server_tools={"web_search": 1})),
+    ("proxy", LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
+                      served_model="claude-sonnet-4-5-20250929", normalized=_usage(7, 1))),
+    ("agent", AgentTools(agent="claude-code", surface="init", tools=["Read", "WebFetch", "Mystery"])),
+    ("agent", AgentToolCall(agent="claude-code", call_id="c1", tool="Bash", input={"command": "git log -1"})),
+    ("agent", AgentToolResult(agent="claude-code", call_id="c1", tool="Bash", outcome="executed")),
+    ("agent", AgentToolCall(agent="claude-code", call_id="c2", tool="Write", input={"file_path": "x"})),
+    ("agent", AgentToolResult(agent="claude-code", call_id="c2", tool="Write", outcome="refused")),
+    ("agent", AgentToolResult(agent="claude-code", call_id="c3", tool="mcp__search__find", outcome="executed")),
+    ("agent", AgentUsage(agent="claude-code", token_source="claude-code result.usage", normalized=_usage(99, 9),
+                         incomplete="no terminal event")),
+    ("recorder", RunEnded(exit_code=0, duration_ns=200 * 10**9)),
+    ("recorder", RunEnded(exit_code=1, status="interrupted", reason="Ctrl-C")),
+]
+
+
+def records_of(picks: list[int]) -> list[Record]:
+    """Records of the pool entries ``picks`` (with repeats), in that order."""
+    return [Record(seq=i, wall_ns=1_000_000 * i, mono_ns=1_000_000 * i, source=POOL[p][0], event=POOL[p][1])
+            for i, p in enumerate(picks)]
+
+
+def alone(records: list[Record], config: DetectorConfig) -> list[Finding]:
+    """Every detector run alone over every record, in registry order (the old runner)."""
+    return [f for _, detect in DEFAULT_DETECTORS for f in detect(records, config)]
+
+
+def check(records: list[Record], config: DetectorConfig) -> None:
+    for name, detect in DEFAULT_DETECTORS:
+        kinds = reads_of(detect)
+        assert kinds is not None, f"{name} declares no event types: the runner hands it every record"
+        own = [r for r in records if isinstance(r.event, kinds)]
+        assert list(detect(own, config)) == list(detect(records, config)), name
+    assert run_detectors(records, config) == alone(records, config)
+
+
+# known-bad runs: every pool event in reverse order, then again in pool order (it ends
+# interrupted); every one but the witness gap (which stops the witness cross-check)
+GAP = next(i for i, (_, e) in enumerate(POOL) if isinstance(e, WitnessGap))
+KNOWN_BAD = [list(reversed(range(len(POOL)))) + list(range(len(POOL))),
+             [i for i in range(len(POOL)) if i != GAP]]
+
+
+def test_the_known_bad_runs_make_every_registered_detector_fire():
+    fired = {f.detector for config in (ARM, NO_ARM) for run in KNOWN_BAD for f in alone(records_of(run), config)}
+    assert fired >= {name for name, _ in DEFAULT_DETECTORS}
+
+
+def test_the_runner_gives_the_findings_of_each_detector_alone_on_the_known_bad_runs():
+    for config in (ARM, NO_ARM):
+        for run in KNOWN_BAD:
+            check(records_of(run), config)
+            check(records_of(list(reversed(run))), config)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, len(POOL) - 1), max_size=60), st.sampled_from([ARM, NO_ARM]))
+def test_the_runner_gives_the_findings_of_each_detector_alone_on_any_stream(picks, config):
+    check(records_of(picks), config)
+
+
+def test_a_detector_that_declares_nothing_gets_every_record_and_one_that_does_only_its_types():
+    seen: dict[str, list[int]] = {}
+
+    def everything(records, config):
+        seen["everything"] = [r.seq for r in records]
+        return iter(())
+
+    @reads(FileOpen, RunEnded)
+    def some(records, config):
+        seen["some"] = [r.seq for r in records]
+        yield Finding(detector="t@1", kind="t", effect="info", message=str(len(seen["some"])))
+
+    records = records_of([0, 21, 12, 22, 3, 56])
+    assert run_detectors(records, NO_ARM, [("all@1", everything), ("some@1", some)]) == [
+        Finding(detector="t@1", kind="t", effect="info", message="3")]
+    assert seen == {"everything": [0, 1, 2, 3, 4, 5], "some": [1, 3, 5]}
+
+
+def test_route_sends_a_record_to_every_stream_that_wants_its_type_or_a_base_of_it():
+    class LateOpen(FileOpen, tag="file.open.late", frozen=True, kw_only=True):
+        pass
+
+    records = records_of([21, 12, 56]) + [Record(seq=3, wall_ns=3, mono_ns=3, source="strace",
+                                                 event=LateOpen(pid=1, path="/x", result=3))]
+    opens, execs_and_opens, nothing = route(records, [(FileOpen,), (ProcessExec, FileOpen), (DnsQuery,)])
+    assert [r.seq for r in opens] == [0, 3]
+    assert [r.seq for r in execs_and_opens] == [0, 1, 3]
+    assert nothing == []
+
+
+def test_reads_refuses_what_is_not_a_class():
+    import pytest
+
+    with pytest.raises(TypeError, match="event classes"):
+        reads("file.open")
+
+
+def test_the_path_memos_answer_for_their_own_configuration_and_past_their_bound(monkeypatch):
+    # ARM makes the caller's paths traps and has an exclusion glob; NO_ARM has neither: a memo
+    # answering for the wrong configuration shows in which findings come out
+    from caisson.detectors import containment
+
+    run = records_of(KNOWN_BAD[1])
+
+    def contained(config):
+        found = list(containment.outside_tree(run, config)) + list(containment.excluded_read(run, config))
+        return {f.message for f in found}
+
+    for bound in (containment.MEMO_MAX, 2):
+        monkeypatch.setattr(containment, "MEMO_MAX", bound)
+        for config in (ARM, NO_ARM, ARM, NO_ARM):
+            messages = contained(config)
+            assert any("(the live repository)" in m for m in messages) == (config is ARM)
+            assert any("(answer_key)" in m for m in messages) == (config is ARM)
+            assert any("(excluded)" in m for m in messages) == (config is NO_ARM)
