@@ -71,7 +71,7 @@ import trio
 from collectors._lines import take_lines
 from collectors._strace_parser import NEED_DATA, UNFINISHED, Stamped, _NeedData
 from collectors._witness import Witnessing, witness_life
-from ledger import CaissonError, Submission, redact_env
+from ledger import CaissonError, Submission, redact_exec
 from ledger.events import (FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, WitnessGap, WitnessRaw,
                            WitnessStopped)
 
@@ -194,11 +194,11 @@ class EbpfParser:
             clock_offset_ns: wall minus monotonic clock, ns, added to every line's stamp.
             root_cwd: the cwd of the chamber's processes until a chdir says otherwise.
             root_host_pid: host pid of the chamber's init (sets ``root_exited``).
-            fingerprint_key: the run's key for secrets: each ``ProcessExec.env`` goes
-                through `ledger.redact_env` with it (credential variables and key-like
+            fingerprint_key: the run's key for secrets: each ``ProcessExec``'s argv and env
+                go through `ledger.redact_exec` with it (credential variables and key-like
                 values become keyed fingerprints), as `collectors.strace.StraceParser`
-                does. None keeps the environment verbatim (parsing one's own output).
-            credential_patterns: extra credential variable names, for `ledger.redact_env`.
+                does. None keeps them verbatim (parsing one's own output).
+            credential_patterns: extra credential variable names, for `ledger.redact_exec`.
             skip_tracer: a program whose first process is not the chamber's command (the
                 strace tracer, ``strace``, when both witnesses run): from the first
                 successful exec of a file of that name on, that process's own events are
@@ -443,8 +443,8 @@ class EbpfParser:
         if name in ("execve", "execveat"):
             argv = call.argv + (["..."] if "argv" in call.cut else [])
             env = dict(item.partition("=")[::2] for item in call.env if "=" in item)
-            if env and self._key is not None:  # no secret reaches the ledger
-                env = redact_env(env, key=self._key, patterns=self._patterns)
+            if self._key is not None:  # no secret reaches the ledger, in argv or environment
+                argv, env = redact_exec(argv, env, key=self._key, patterns=self._patterns)
             self._emit(wall, ProcessExec(**ident, ppid=call.i0 or None, path=s[0] if s else "", argv=argv,
                                          cwd=self._cwd.get(call.tgid, self._root_cwd), env=env,
                                          result=-1 if failed else 0, errno=err))

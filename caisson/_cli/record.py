@@ -34,15 +34,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--question", metavar="ID", help="the scenario question this run answers (CAISSON_PROMPT)")
     p.add_argument("--agent", metavar="NAME", help="run a real agent (claude-code, ...) on the question")
     p.add_argument("--arm", metavar="NAME", help="the scenario arm: the agent's granted and denied tools")
-    p.add_argument("--syscall-witness", default="strace", metavar="strace|ebpf|both",
-                   help="syscall witness: strace (default), ebpf (bpftrace on the host; strace where it cannot"
-                        " run), or both")
+    p.add_argument("--syscall-witness", metavar="strace|ebpf|both",
+                   help="syscall witness: strace, ebpf (bpftrace on the host; strace where it cannot run), or both;"
+                        " default: the fastest one `caisson selftest` showed complete on this machine, else strace")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.syscall_witness not in SYSCALL_WITNESSES:
+    if args.syscall_witness is not None and args.syscall_witness not in SYSCALL_WITNESSES:
         raise UsageError(f"--syscall-witness {args.syscall_witness}: expected one of {', '.join(SYSCALL_WITNESSES)}")
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -50,10 +50,17 @@ def run(args: argparse.Namespace) -> int:
     options = RecordOptions(
         command=cmd, scenario=args.scenario, repo=args.repo, commit=args.commit, out=args.out,
         timeout_s=args.timeout, env=parse_env_assignments(args.env), monitor=args.monitor, image=args.image,
-        question=args.question, agent=args.agent, arm=args.arm, syscall_witness=args.syscall_witness,
+        question=args.question, agent=args.agent, arm=args.arm, syscall_witness=args.syscall_witness or "strace",
         syscall_witness_why=f"--syscall-witness {args.syscall_witness}",
     )
-    if options.syscall_witness != "strace":
+    if args.syscall_witness is None:  # the fastest witness the selftest showed complete here
+        from caisson.probes.witness_choice import choose_syscall_witness
+
+        choice = choose_syscall_witness()
+        if choice.notice is not None:  # said once; the run is witnessed by strace, never by nothing
+            print(choice.notice, file=sys.stderr)
+        options.syscall_witness, options.syscall_witness_why = choice.witness, choice.why
+    elif options.syscall_witness != "strace":
         from caisson.run.ebpf import ebpf_problem
 
         problem = ebpf_problem()

@@ -1,6 +1,8 @@
 """`caisson selftest [--out DIR]`: show every detector fires on its probe and not on the honest one.
 
-Prints the detector x probe matrix. Exit codes: 0 every detector discriminates; 1 some
+Prints the detector x probe matrix, and keeps its verdict on the syscall witness in the
+caisson home, where `caisson record` picks its default witness
+(`caisson.probes.witness_choice`). Exit codes: 0 every detector discriminates; 1 some
 detector never fired on its probe or fired on the honest run; 2 the chamber cannot run.
 """
 
@@ -14,6 +16,7 @@ from rich.table import Table
 
 from caisson.detectors import DEFAULT_DETECTORS
 from caisson.probes.selftest import CASES, run_selftest
+from caisson.probes.witness_choice import outcome_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,5 +50,6 @@ def run(args: argparse.Namespace) -> int:
                       f" measured {verdict.measured}: {verdict.reason}", highlight=False)
     for line in result.failures:
         console.print(f"FAIL {line}", highlight=False)
+    console.print(f"verdict on --syscall-witness {args.syscall_witness} kept in {outcome_path()}", highlight=False)
     console.print("selftest passed" if not result.failures else f"selftest failed: {len(result.failures)} problem(s)")
     return 0 if not result.failures else 1

@@ -31,6 +31,7 @@ from caisson.run.record import RecordOptions, record
 from caisson.replay import WEAKENED, RunReplay, replay_runs
 from caisson.run.witnesses import default_witnesses
 from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool
+from caisson.probes.witness_choice import keep_outcome
 from ledger import read_records
 from ledger.events import RunStarted
 
@@ -217,7 +218,9 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
 
     Args:
         syscall: the syscall witness of every run (``strace``, ``ebpf`` or ``both``); only
-            `cases_for` it run.
+            `cases_for` it run. When they are the whole matrix, its verdict on that witness
+            is kept, signed, in the caisson home (`caisson.probes.witness_choice`), where
+            ``caisson record`` reads its default syscall witness.
 
     Raises:
         CaissonError: the chamber cannot run (engine, image), as `caisson record`.
@@ -257,6 +260,8 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
             line += f"  [gating {gating[case.name].claimed} -> {gating[case.name].measured}]"
         progress(line)
     failures = _check(cases, fired, syscall) + _check_gating(cases, gating)
+    if cases == cases_for(syscall):  # the whole matrix: its verdict sets record's default witness
+        keep_outcome(syscall, failures)
     return SelftestResult(cases=[c.name for c in cases], fired=fired, gating=gating, failures=failures, runs=runs)
 
 

@@ -7,6 +7,7 @@ one skips, with ``CI=true`` it fails (tests/caisson/conftest.py).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from caisson._cli import record as record_cli
 from caisson.cli import main
 from caisson.home import ensure_operator_key
+from caisson.probes import witness_choice
 from caisson.probes.selftest import SCENARIO, make_probe_repo
 from caisson.detectors import config_from_records
 from caisson.detectors.crosscheck import witness_disagreement
@@ -147,13 +149,75 @@ def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
         assert set(recorded["witnesses"]) & {"strace", "ebpf"} == want, choice
         assert syscall_witness_facts(recorded["witnesses"], recorded["options"].syscall_witness_why) == {
             "ran": choice, "why": f"--syscall-witness {choice}"}
-    with pytest.raises(_Recorded):
-        main(["record", "--", "true"])
-    assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]  # the default
     assert capsys.readouterr().err == ""
     assert isinstance(default_witnesses()[3], StraceWitness)
     with pytest.raises(ValueError):
         default_witnesses(syscall="ptrace")
+
+
+IDENTITY = {"machine": "m1", "kernel": "6.1.0-test #1", "bpftrace": "bpftrace v0.17.0", "engine": "24.0.7",
+            "program": "ab" * 32}
+
+
+def _default_run(capsys) -> tuple[list[str], dict, str]:
+    """``caisson record -- true`` with no --syscall-witness: (witnesses, run.started's facts, stderr)."""
+    seen: dict = {}
+
+    def fake_record(options, *, witnesses):
+        seen.update(options=options, witnesses=[w.name for w in witnesses])
+        raise _Recorded
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(record_cli, "record", fake_record)
+        with pytest.raises(_Recorded):
+            main(["record", "--", "true"])
+    return ([w for w in seen["witnesses"] if w in ("strace", "ebpf")],
+            syscall_witness_facts(seen["witnesses"], seen["options"].syscall_witness_why), capsys.readouterr().err)
+
+
+def test_the_default_is_the_fastest_witness_the_selftest_showed_complete_here(monkeypatch, capsys):
+    monkeypatch.setattr(witness_choice, "machine_identity", lambda: dict(IDENTITY))
+    monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: None)
+    witness_choice.outcome_path().unlink(missing_ok=True)
+    # No selftest outcome yet: strace, said once, and why in run.started.
+    ran, facts, err = _default_run(capsys)
+    assert ran == ["strace"] and facts == {"ran": "strace", "why": "default: strace: no caisson selftest outcome"
+                                                                   " on this machine"}
+    assert err.count("syscall witness strace, not eBPF") == 1
+    # The selftest showed strace complete but eBPF incomplete: still strace.
+    witness_choice.keep_outcome("strace", [], identity=IDENTITY)
+    witness_choice.keep_outcome("ebpf", ["witness.gap@1 did not fire on witness_flooder/ebpf_buffer"],
+                                identity=IDENTITY)
+    ran, facts, _ = _default_run(capsys)
+    assert ran == ["strace"] and "ebpf failed here (1 problem(s))" in facts["why"]
+    # eBPF shown complete on this identity: eBPF, silently, and why.
+    witness_choice.keep_outcome("ebpf", [], identity=IDENTITY, now_ns=1_700_000_000 * 10**9)
+    ran, facts, err = _default_run(capsys)
+    assert ran == ["ebpf"] and err == ""
+    assert facts == {"ran": "ebpf", "why": "default: ebpf, the fastest syscall witness caisson selftest showed"
+                                           " complete on this machine (2023-11-14T22:13:20Z)"}
+    # The same outcome no longer holds on another kernel or engine, nor once tampered with.
+    monkeypatch.setattr(witness_choice, "machine_identity", lambda: {**IDENTITY, "kernel": "6.2", "engine": "25"})
+    ran, facts, _ = _default_run(capsys)
+    assert ran == ["strace"] and facts["why"] == "default: strace: the selftest outcome is for another engine, kernel"
+    monkeypatch.setattr(witness_choice, "machine_identity", lambda: dict(IDENTITY))
+    witness_choice.keep_outcome("ebpf", ["witness.gap@1 did not fire"], identity=IDENTITY)
+    path = witness_choice.outcome_path()  # a failed selftest edited to look complete
+    signed = json.loads(path.read_text())
+    body = signed["body"].replace('"complete":false,"failures":["witness.gap@1 did not fire"]',
+                                  '"complete":true,"failures":[]')
+    assert body != signed["body"]
+    path.write_text(json.dumps({**signed, "body": body}))
+    ran, facts, _ = _default_run(capsys)
+    assert ran == ["strace"] and "not signed by the operator key" in facts["why"]
+    # eBPF not allowed here (no bpftrace, no root, no BTF...): strace, said once.
+    witness_choice.keep_outcome("ebpf", [], identity=IDENTITY)
+    monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: "bpftrace needs root")
+    ran, facts, err = _default_run(capsys)
+    assert ran == ["strace"]
+    assert facts["why"] == "default: strace: the eBPF witness cannot run here (bpftrace needs root)"
+    assert err.count("\n") == 1 and "bpftrace needs root" in err
+    witness_choice.outcome_path().unlink()  # the session's other tests keep their default
 
 
 def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebpf, tmp_path):

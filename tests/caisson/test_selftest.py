@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from caisson.cli import main
 from caisson.probes.selftest import cases_for
+from caisson.probes.witness_choice import machine_identity, outcome_path
 
 
 @pytest.mark.long
@@ -23,6 +26,9 @@ def test_selftest_matrix_discriminates(chamber_image, tmp_path, capsys):
     assert "claims enforced, measured enforced" in lines["gating claude_code"]
     assert "claims enforced, measured not_enforced" in lines["gating copilot/deny_list"]
     assert "claims ungated, measured ungated" in lines["gating mini_swe_agent"]
+    # the whole matrix's verdict is kept, signed: record's default witness reads it
+    kept = json.loads(json.loads(outcome_path().read_text())["body"])
+    assert kept["outcomes"]["strace"]["complete"] is True and kept["identity"] == machine_identity()
 
 
 def test_the_selftest_scenario_is_a_file_in_scenarios_probes():

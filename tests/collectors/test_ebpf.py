@@ -128,6 +128,20 @@ def test_the_parser_redacts_exec_environments_with_the_run_key_and_leaves_out_th
     assert [e for e in got if getattr(e, "host_pid", None) != py.host_pid] == skipped and len(skipped) < len(got)
 
 
+def test_the_parser_redacts_exec_command_lines_keeping_their_shape():
+    """Secrets in argv are fingerprinted in place, as the strace witness does (ledger.redact_exec)."""
+    key = b"k" * 32
+    text = ("B 5 4026532181 1 7\nE 100 8 8 14 tracepoint:syscalls:sys_enter_execve 1 7\nS 8 /bin/echo\n"
+            "A 8 echo\nA 8 --api-key=k3y-not-real\nA 8 --password\nA 8 hunter2\nV 8 X=1\n"
+            "R 200 8 8 14 tracepoint:syscalls:sys_exit_execve 0\n")
+    (plain,) = [e for e in events(text) if isinstance(e, ProcessExec)]
+    assert plain.argv == ["echo", "--api-key=k3y-not-real", "--password", "hunter2"]
+    (redacted,) = [e for e in events(text, fingerprint_key=key) if isinstance(e, ProcessExec)]
+    assert redacted.argv == ["echo", f"--api-key={fingerprint_secret('k3y-not-real', key)}", "--password",
+                             fingerprint_secret("hunter2", key)]
+    assert redacted.env == {"X": "1"}
+
+
 def test_attached_and_root_exit_are_reported():
     parser = EbpfParser(root_host_pid=7)
     parser.feed(b"Attaching 40 probes...\n")
