@@ -82,9 +82,10 @@ __all__ = [
     "CellEnded",
     "StudyAborted",
     "StudyEnded",
+    "HostDrained",
 ]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -92,7 +93,9 @@ SCHEMA_VERSION = 7
 ``process.syscall``, ``run.started.seccomp``, ``run.ended.oom_killed``; 5: usage rules and
 sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete``,
 ``usage_missing_reason`` and ``parser``; 6: ``study.*``, ``baseline.measured``, ``cell.*``;
-7: ``llm.call.server_tools``, the Vertex AI, Azure OpenAI and Bedrock providers and endpoints."""
+7: ``llm.call.server_tools``, the Vertex AI, Azure OpenAI and Bedrock providers and endpoints;
+8: ``study.planned``'s ``executor`` and ``host_keys``, ``host`` on ``baseline.measured`` and
+``cell.ended``, ``host.drained``."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -548,6 +551,11 @@ class StudyPlanned(_Event, tag="study.planned", frozen=True, kw_only=True):
     infra_retries: int = 1  # attempts after an infra failure, per cell
     grader: list[dict[str, Any]] = []  # per question: the key, empty and bad answers' scores
     weakened: list[str] = []  # controls weakened on purpose (tests only): never a clean study
+    executor: str = "local"  # local | ray (docs/studies.md, "Executors")
+    # The host keys the operator enrolled (ray): {"host": label, "public_key": hex of the raw
+    # 32-byte Ed25519 key}; every run of the study must be signed by one of them. []: the
+    # runs are signed with the study ledger's own key (local).
+    host_keys: list[dict[str, str]] = []
 
 
 class StudyResumed(_Event, tag="study.resumed", frozen=True, kw_only=True):
@@ -588,6 +596,7 @@ class BaselineMeasured(_Event, tag="baseline.measured", frozen=True, kw_only=Tru
     gating_ledger_head: str = ""  # hex chain head at that seal
     gating_evidence: list[int] = []  # seqs of the probe run's records the verdict rests on
     gating_reason: str = ""  # the verdict in words
+    host: str = ""  # where the probe ran ("host name/node id" under ray; "" local)
 
 
 class CellStarted(_Event, tag="cell.started", frozen=True, kw_only=True):
@@ -615,6 +624,7 @@ class CellEnded(_Event, tag="cell.ended", frozen=True, kw_only=True):
     ledger_final: bool = False  # whether that seal is the final one (a cleanly closed ledger)
     seal_signature: str = ""  # hex Ed25519 signature of that seal
     duration_ns: int = 0  # the attempt's duration as the runner saw it, ns
+    host: str = ""  # where the attempt ran ("host name/node id" under ray; "" local or never placed)
 
 
 class StudyAborted(_Event, tag="study.aborted", frozen=True, kw_only=True):
@@ -631,6 +641,14 @@ class StudyEnded(_Event, tag="study.ended", frozen=True, kw_only=True):
     counted: int = 0  # cells with a counting attempt
     void: int = 0  # counting attempts that are void, plus cells with none
     aborted: bool = False
+
+
+class HostDrained(_Event, tag="host.drained", frozen=True, kw_only=True):
+    """A host of a ray study gets no further sessions (its own ``host_stalled`` cells in a row)."""
+
+    host: str  # "host name/node id"
+    reason: str
+    cells: list[str] = []  # the cells behind the reason
 
 
 Event = Union[
@@ -669,6 +687,7 @@ Event = Union[
     CellEnded,
     StudyAborted,
     StudyEnded,
+    HostDrained,
 ]
 """The one tagged union of every event kind."""
 

@@ -3,9 +3,11 @@
 - ``caisson study plan STUDY [--json]``: one line per (arm, agent, model) with its gating,
   elicitation and number of cells, and a ``REFUSE`` line with the reason for every
   combination that cannot be measured honestly. Exit 0; 2 a bad study file.
-- ``caisson study run STUDY --out DIR --repo P [--commit REV] [--resume] [--infra-retries N]``:
+- ``caisson study run STUDY --out DIR --repo P [--commit REV] [--resume] [--infra-retries N]
+  [--executor local|ray] [--address ADDR] [--slots-per-host K] [--enroll-key FILE ...]``:
   the preflight and the cells into DIR (docs/studies.md). Exit 0 the study ended; 1 it
-  aborted (preflight: grader or isolation; the abort rule); 2 a bad study file or usage.
+  aborted (preflight: grader or isolation; the abort rule); 2 a bad study file or usage
+  (also: Ray missing or no host holding a ``caisson_slot``).
 - ``caisson study status DIR``: the same counts as the live display, from the study
   ledger (also while it runs). Exit 0 ended; 1 aborted; 3 running or crashed.
 - ``caisson study report DIR [--format text|markdown|html|json] [--out FILE]
@@ -39,6 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--resume", action="store_true", help="continue the study in DIR after a crash or kill")
     run.add_argument("--infra-retries", type=int, default=1, metavar="N",
                      help="new attempts after an infra failure, per cell (default 1)")
+    run.add_argument("--executor", choices=("local", "ray"), default="local",
+                     help="where sessions run: here, one at a time (default), or as Ray tasks on Docker hosts")
+    run.add_argument("--address", metavar="ADDR", help="ray: the cluster to join (default: start one here)")
+    run.add_argument("--slots-per-host", type=int, metavar="K",
+                     help="ray without --address: the sessions at once here (default: cores / the cell CPU quota)")
+    run.add_argument("--enroll-key", type=Path, action="append", default=[], metavar="FILE",
+                     help="ray: a host public key to trust for this study (repeat); default: the keys the hosts"
+                     " report when the study starts, recorded and printed")
     run.set_defaults(func=run_run)
     status = verbs.add_parser("status", help="where a study stands, from its study ledger")
     status.add_argument("dir", type=Path, metavar="DIR")
@@ -85,7 +95,10 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
+    import os
+
     from caisson.study import load_study, plan_study, run_study
+    from caisson.study.executor import make_executor
     from caisson.study.progress import Progress
 
     study, scenario, _ = load_study(args.study)  # a bad file fails here, before DIR is touched
@@ -93,10 +106,21 @@ def run_run(args: argparse.Namespace) -> int:
         seed = study.order.seed if study.order.seed is not None else 0
         lines = plan_lines(plan_study(study, scenario, seed=seed))
         print("\n".join(line for line in lines[1:]))
+    options = {}
+    if args.executor == "ray":
+        slots = args.slots_per_host
+        if slots is None and args.address is None:
+            slots = max(1, int((os.cpu_count() or 1) // scenario.limits.cpus))
+        options = {"address": args.address, "slots_per_host": slots, "enroll_keys": args.enroll_key}
+    else:
+        options = {"address": args.address, "slots_per_host": args.slots_per_host, "enroll_keys": args.enroll_key}
+    executor = make_executor(args.executor, **options)
+    for host, raw, reaped in getattr(executor, "joined", []):
+        print(f"HOST    {host}: key {raw.hex()[:16]}..., {reaped} orphaned chambers reaped")
     progress = Progress(args.out)
     try:
         result = run_study(args.study, args.out, repo=args.repo, commit=args.commit, resume=args.resume,
-                           infra_retries=args.infra_retries, on_event=progress.update)
+                           infra_retries=args.infra_retries, on_event=progress.update, executor=executor)
     finally:
         progress.close()
     if result.state == "aborted":

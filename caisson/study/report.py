@@ -25,8 +25,8 @@ from pathlib import Path
 from caisson.detectors import DEFAULT_DETECTORS, Detector
 from caisson.report import Price, Refusal, ReportBaseline, ReportCell, StudyReportInput, read_cell, report_cell
 from caisson.scenario import parse_scenario
-from caisson.study.studyledger import read_study, sealed_state, segments
-from caisson.study.verify import StudyVerifyReport, verify_study
+from caisson.study.studyledger import enrolled_keys, read_study, sealed_state, segments
+from caisson.study.verify import StudyVerifyReport, run_trust, verify_study
 from ledger import BlobStore, VerifyKey
 from ledger.events import BaselineMeasured, CellEnded, StudyPlanned
 
@@ -87,6 +87,7 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     if planned is None:
         raise UsageError(f"{study_dir}: the study ledger has no study.planned event")
     kinds = _question_kinds(study_dir, planned)
+    enrolled = enrolled_keys(planned.host_keys)  # verify_study checked every run is signed by one of them
     combos = {(c["arm"], c["agent"], _model(c.get("model"))): c for c in planned.combos}
     refused = {(r["arm"], r["agent"], _model(r.get("model"))): r for r in planned.refusals}
     counting = {e.cell_id: e for e in events if isinstance(e, CellEnded) and e.counting}
@@ -107,7 +108,8 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
         elif ended is None or ended.run_id is None:
             cells.append(ReportCell(status="not_run", **place))
         else:
-            cells.append(report_cell(read_cell(study_dir / ended.run_dir, trusted, detectors), **place))
+            cells.append(report_cell(read_cell(study_dir / ended.run_dir, run_trust(study_dir / ended.run_dir, trusted, enrolled),
+                                                   detectors), **place))
     for r in planned.refusals:  # a refusal's cells are not in the run order: still planned
         key = (r["arm"], r["agent"], _model(r.get("model")))
         if not any((x.arm, x.agent, x.model) == key for x in cells):
@@ -119,7 +121,7 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     for e in events:
         if not isinstance(e, BaselineMeasured) or not e.run_dir or e.run_id is None:
             continue
-        evidence = read_cell(study_dir / e.run_dir, trusted, detectors)
+        evidence = read_cell(study_dir / e.run_dir, run_trust(study_dir / e.run_dir, trusted, enrolled), detectors)
         tools = tuple(e.tools_discovered) or None
         denied = tuple(t for t in e.tools_requested if t in set(e.deny))
         isolation = "unavailable" if tools is None else ("failed" if denied or e.status == "abort" else "passed")

@@ -9,9 +9,19 @@ from collections.abc import Iterable
 import msgspec
 
 from ledger import Record
-from ledger.events import CellEnded, CellStarted, StudyAborted, StudyEnded, StudyPlanned, StudyResumed
+from ledger.events import CellEnded, CellStarted, HostDrained, StudyAborted, StudyEnded, StudyPlanned, StudyResumed
 
-__all__ = ["StudyStatus", "study_status", "status_lines"]
+__all__ = ["HostCounts", "StudyStatus", "study_status", "status_lines"]
+
+
+class HostCounts(msgspec.Struct, kw_only=True):
+    """One host's share of a study run by a distributed executor (counts are attempts)."""
+
+    attempts: int = 0  # attempts that ended there
+    counted: int = 0  # of which counting (clean or void)
+    void: int = 0  # of the counting ones, void
+    infra_failures: int = 0
+    drained: bool = False
 
 
 class StudyStatus(msgspec.Struct, kw_only=True):
@@ -33,6 +43,7 @@ class StudyStatus(msgspec.Struct, kw_only=True):
     eta_ns: int | None = None  # left x mean attempt time
     state: str = "running"  # running | ended | aborted
     abort_reason: str = ""
+    hosts: dict[str, HostCounts] = {}  # per host (ray: "host name/node id"); {} local
 
 
 def study_status(records: Iterable[Record]) -> StudyStatus:
@@ -61,6 +72,12 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
             status.attempts += 1
             if event.duration_ns:
                 durations.append(event.duration_ns)
+            if event.host:
+                host = status.hosts.setdefault(event.host, HostCounts())
+                host.attempts += 1
+                host.counted += event.counting
+                host.void += event.counting and event.status != "clean"
+                host.infra_failures += event.infra_failure and event.status != "unclosed"
             if event.counting:
                 settled[event.cell_id] = "clean" if event.status == "clean" else "void"
             elif event.infra_failure and event.status != "unclosed":
@@ -68,6 +85,8 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
                 infra_attempts[event.cell_id] = infra_attempts.get(event.cell_id, 0) + 1
                 if infra_attempts[event.cell_id] > retries:
                     settled.setdefault(event.cell_id, "void")
+        elif isinstance(event, HostDrained):
+            status.hosts.setdefault(event.host, HostCounts()).drained = True
         elif isinstance(event, StudyAborted):
             status.state, status.abort_reason = "aborted", event.reason
         elif isinstance(event, StudyEnded) and status.state != "aborted":
@@ -108,6 +127,9 @@ def status_lines(status: StudyStatus, *, now_ns: int | None = None, load: tuple[
              + (f", segments {status.segments}" if status.segments > 1 else "")]
     if status.current:
         lines.append(f"  current cell {status.current}")
+    for name, host in sorted(status.hosts.items()):
+        lines.append(f"  host {name}: attempts {host.attempts}, counted {host.counted} (void {host.void}),"
+                     f" infra failures {host.infra_failures}" + (", DRAINED" if host.drained else ""))
     if status.abort_reason:
         lines.append(f"  aborted: {status.abort_reason}")
     return lines

@@ -12,6 +12,10 @@ Checks, in order, stopping at nothing (every problem is listed):
 3. no run directory under ``DIR/cells/`` is left that the ledger does not name (started
    or ended): a cell added afterwards fails.
 
+Which key a run must verify against: the study ledger's trusted key, unless
+``study.planned`` enrolled host keys (``--executor ray``): then exactly those, the one the
+run's ledger header names; a run signed by any other key fails (docs/studies.md, "Keys").
+
 The result is ``ok``, ``tampered`` (any problem above) or ``unclosed`` (intact, but the
 last segment has no final seal: the study is running or crashed, and can be resumed).
 """
@@ -22,11 +26,11 @@ from pathlib import Path
 
 import msgspec
 
-from caisson.study.studyledger import read_study, sealed_state, segments
+from caisson.study.studyledger import enrolled_keys, read_study, run_key, sealed_state, segments
 from ledger import LedgerChecker, LedgerError, VerifyKey, locate, verify_ledger
-from ledger.events import BaselineMeasured, CellEnded, CellStarted, StudyResumed
+from ledger.events import BaselineMeasured, CellEnded, CellStarted, StudyPlanned, StudyResumed
 
-__all__ = ["StudyVerifyReport", "verify_study", "is_study_dir"]
+__all__ = ["StudyVerifyReport", "verify_study", "is_study_dir", "run_trust"]
 
 
 class StudyVerifyReport(msgspec.Struct, kw_only=True):
@@ -87,8 +91,15 @@ def _segment_events(seg: Path, trusted: VerifyKey):
             yield record.event
 
 
+def run_trust(run_dir: Path, trusted: VerifyKey, enrolled: dict[bytes, VerifyKey]) -> VerifyKey | None:
+    """The key a study's run verifies against: ``trusted`` when the study enrolled no host
+    keys, else the enrolled key its ledger names (None: signed by a key not enrolled)."""
+    return run_key(run_dir, enrolled) if enrolled else trusted
+
+
 def _check_run(study_dir: Path, rel: str, run_id: str | None, records: int, head: str, final: bool,
-               trusted: VerifyKey, what: str, report: StudyVerifyReport) -> None:
+               trusted: VerifyKey, what: str, report: StudyVerifyReport,
+               enrolled: dict[bytes, VerifyKey] | None = None) -> None:
     run_dir = study_dir / rel
     if run_id is None and not records:
         return  # no ledger was ever written for it (the chamber did not start)
@@ -96,6 +107,11 @@ def _check_run(study_dir: Path, rel: str, run_id: str | None, records: int, head
         report.problems.append(f"{what} {rel}: dropped (no ledger where the study ledger says it is)")
         return
     report.runs_checked += 1
+    key = run_trust(run_dir, trusted, enrolled or {})
+    if key is None:
+        report.problems.append(f"{what} {rel}: signed by a key the study did not enroll")
+        return
+    trusted = key
     try:
         full = verify_ledger(run_dir, trusted)
         state = sealed_state(run_dir, trusted)
@@ -124,22 +140,25 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
         report.status = "tampered"
         return report
     named: set[str] = set()
+    enrolled: dict[bytes, VerifyKey] = {}
     for record in read_study(study_dir, trusted):
         e = record.event
-        if isinstance(e, BaselineMeasured):
+        if isinstance(e, StudyPlanned):
+            enrolled = enrolled_keys(e.host_keys)
+        elif isinstance(e, BaselineMeasured):
             named.add(e.run_dir)
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, True, trusted,
-                       "baseline", report)
+                       "baseline", report, enrolled)
             if e.gating_run_id is not None:  # the gating probe run, bound the same way
                 named.add(e.gating_run_dir)
                 _check_run(study_dir, e.gating_run_dir, e.gating_run_id, e.gating_ledger_records,
-                           e.gating_ledger_head, True, trusted, "gating probe", report)
+                           e.gating_ledger_head, True, trusted, "gating probe", report, enrolled)
         elif isinstance(e, CellStarted):
             named.add(e.run_dir)
         elif isinstance(e, CellEnded):
             named.add(e.run_dir)
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, e.ledger_final, trusted,
-                       f"cell {e.cell_id} attempt {e.attempt}:", report)
+                       f"cell {e.cell_id} attempt {e.attempt}:", report, enrolled)
     cells = study_dir / "cells"
     if cells.is_dir():
         for ledger_file in sorted(cells.glob("*/*/ledger")):
