@@ -16,8 +16,12 @@ otherwise. The protocol (docs/studies.md, "Executors"):
   against the enrolled key before ``cell.ended`` binds it.
 - A task that fails (its node lost, its worker killed, the object gone) is an infra
   failure of that attempt, which the runner retries within ``--infra-retries``.
-- A drained host (`drain`) takes no further session: a task placed on it returns at once
-  and is placed again.
+- A drained host (`drain`), or one whose key the study did not enroll (a host that joined
+  after the start, with keys gathered at the start), takes no session: a task placed on it
+  returns at once, records nothing, and is placed again.
+- Token authentication: with ``--address``, ``RAY_AUTH_MODE`` is ``token`` (set when
+  unset; ``disabled`` is refused), so the driver presents the cluster's token
+  (``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``) and never joins a cluster without one.
 """
 
 from __future__ import annotations
@@ -68,13 +72,15 @@ def _join_host() -> tuple[str, bytes, int]:
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _host_session(job: SessionJob, files: dict[str, bytes], have: frozenset[str], drained: frozenset[str]) -> dict:
+def _host_session(job: SessionJob, files: dict[str, bytes], have: frozenset[str], drained: frozenset[str],
+                  enrolled: frozenset[bytes]) -> dict:
     """Record one session on this host; the run directory as a manifest and missing blobs."""
     from caisson.home import ensure_operator_key
 
     host = _host_label()
-    if host in drained:
-        return {"drained": True, "host": host}
+    key = ensure_operator_key().verify_key.raw
+    if host in drained or key not in enrolled:
+        return {"drained": True, "host": host, "enrolled": key in enrolled}
     root = Path(tempfile.mkdtemp(prefix="cray-"))
     try:
         run_dir = root / "s" / job.session.run_dir.name
@@ -100,7 +106,7 @@ def _host_session(job: SessionJob, files: dict[str, bytes], have: frozenset[str]
             manifest.append((str(path.relative_to(run_dir)), sha, len(data)))
             if sha not in have:
                 blobs[sha] = data
-        return {"drained": False, "host": host, "public_key": ensure_operator_key().verify_key.raw,
+        return {"drained": False, "host": host, "public_key": key,
                 "outcome": result.outcome, "error": result.error, "refused": result.refused,
                 "manifest": manifest, "blobs": blobs}
     finally:
@@ -130,6 +136,11 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None, slots_per_host: int | None = None,
                  enroll_keys: list[Path] | tuple[Path, ...] = (), in_transit: Callable[[dict], None] | None = None):
+        if address is not None:
+            mode = os.environ.setdefault("RAY_AUTH_MODE", "token")
+            if mode.lower() != "token":
+                raise UsageError(f"RAY_AUTH_MODE={mode}: caisson joins a Ray cluster only with token authentication"
+                                 " (RAY_AUTH_MODE=token, the cluster's token in RAY_AUTH_TOKEN or ~/.ray/auth_token)")
         if address is not None and slots_per_host is not None:
             raise UsageError("--slots-per-host is for the one-host cluster started here; hosts joining --address"
                              " declare their slots: ray start --resources '{\"caisson_slot\": K}'")
@@ -143,6 +154,8 @@ class RayExecutor:
         self._enroll_files = [Path(p) for p in enroll_keys]
         self._in_transit = in_transit
         self._drained: set[str] = set()
+        self._refusing: set[str] = set()  # hosts whose key the study did not enroll
+        self._enrolled: frozenset[bytes] = frozenset()
         self._index: dict[str, Path] = {}  # sha256 -> a file on the driver with those bytes
         self._lock = threading.Lock()
         self.joined: list[tuple[str, bytes, int]] = []  # (host, raw public key, chambers reaped) at start
@@ -172,13 +185,17 @@ class RayExecutor:
             return [{"host": f"enrolled:{p.name}", "public_key": trusted_key(p).raw.hex()} for p in self._enroll_files]
         return [{"host": host, "public_key": raw.hex()} for host, raw, _ in self.joined]
 
+    def enroll(self, host_keys: list[dict[str, str]]) -> None:
+        """Run sessions only on hosts whose key is one of ``host_keys`` (the study's)."""
+        self._enrolled = frozenset(bytes.fromhex(k["public_key"]) for k in host_keys)
+
     def drain(self, host: str) -> None:
         """Give ``host`` no further session."""
         self._drained.add(host)
 
     def _every_host_drained(self) -> bool:
-        drained = {d.rsplit("/", 1)[-1] for d in self._drained}
-        return all(n["NodeID"][:12] in drained for n in self._slot_nodes())
+        out = {d.rsplit("/", 1)[-1] for d in self._drained | self._refusing}
+        return all(n["NodeID"][:12] in out for n in self._slot_nodes())
 
     def run(self, job: SessionJob, around=None) -> SessionResult:
         """Record ``job`` on a host; its run directory at ``job.session.run_dir`` when it arrived.
@@ -194,7 +211,8 @@ class RayExecutor:
             while True:
                 with self._lock:
                     have = frozenset(sha for sha, path in self._index.items() if path.is_file())
-                ref = _host_session.options(resources={SLOT: 1}).remote(job, files, have, frozenset(self._drained))
+                ref = _host_session.options(resources={SLOT: 1}).remote(job, files, have, frozenset(self._drained),
+                                                                        self._enrolled)
                 try:
                     reply = ray.get(ref)
                 except ray.exceptions.RayError as exc:
@@ -202,8 +220,11 @@ class RayExecutor:
                     return SessionResult(error=f"the task was lost ({type(exc).__name__}): {first}")
                 if not reply["drained"]:
                     break
+                if not reply["enrolled"]:
+                    self._refusing.add(reply["host"])
                 if self._every_host_drained():
-                    raise AllHostsDrained("every host of the Ray cluster is drained")
+                    raise AllHostsDrained("every host of the Ray cluster holding a caisson_slot is drained or has"
+                                          " a key this study did not enroll")
                 time.sleep(0.5)
         return self._arrive(job, reply)
 

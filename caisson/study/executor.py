@@ -82,6 +82,9 @@ class Executor(Protocol):
             ) -> SessionResult:
         """Record one session; its run directory is at ``job.session.run_dir`` when this returns."""
 
+    def enroll(self, host_keys: list[dict[str, str]]) -> None:
+        """The study's enrolled host keys (new or resumed): sessions run only on those hosts."""
+
     def drain(self, host: str) -> None:
         """Give ``host`` no further sessions."""
 
@@ -116,6 +119,9 @@ class LocalExecutor:
 
     def run(self, job: SessionJob, around=None) -> SessionResult:
         return run_session_here(job, around)
+
+    def enroll(self, host_keys: list[dict[str, str]]) -> None:
+        """Nothing to enroll: local runs are signed with the operator key."""
 
     def drain(self, host: str) -> None:
         """Never called: a local study aborts on its abort rule instead."""

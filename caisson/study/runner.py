@@ -151,6 +151,7 @@ class _Runner:
                 if not os.environ.get(credential):
                     raise UsageError(f"agent {combo.agent}: its endpoint is {combo.endpoint['provider']}, but"
                                      f" {credential} is not set in the environment")
+        self.executor.enroll(self.host_keys)
         self.ledger = StudyLedger(self.out, self.key, run_id=f"study-{new_run_id()}", resume=self.resume)
         return plan, previous
 
