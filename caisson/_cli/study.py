@@ -115,20 +115,36 @@ def run_run(args: argparse.Namespace) -> int:
     else:
         options = {"address": args.address, "slots_per_host": args.slots_per_host, "enroll_keys": args.enroll_key}
     executor = make_executor(args.executor, **options)
-    for host, raw, reaped in getattr(executor, "joined", []):
-        print(f"HOST    {host}: key {raw.hex()[:16]}..., {reaped} orphaned chambers reaped")
     progress = Progress(args.out)
     try:
         result = run_study(args.study, args.out, repo=args.repo, commit=args.commit, resume=args.resume,
                            infra_retries=args.infra_retries, on_event=progress.update, executor=executor)
     finally:
         progress.close()
+    enrolled = {k["public_key"] for k in _host_keys(args.out)}
+    for host, raw, reaped in getattr(executor, "_joined", None) or []:
+        print(f"HOST    {host}: key {raw.hex()[:16]}... {'enrolled' if raw.hex() in enrolled else 'NOT ENROLLED'},"
+              f" {reaped} orphaned chambers reaped at the start")
     if result.state == "aborted":
         print(f"ABORTED {result.out}: {result.reason}")
         return 1
     print(f"ENDED {result.out}: {result.cells} cells, {result.counted} counted, {result.void} void;"
           f" verify it: caisson verify {result.out}")
     return 0
+
+
+def _host_keys(study_dir: Path) -> list[dict[str, str]]:
+    """The host keys a study enrolled (``study.planned``); [] when none or unreadable."""
+    from caisson.errors import CaissonError
+    from caisson.study import read_study
+    from ledger import LedgerError
+    from ledger.events import StudyPlanned
+
+    try:
+        planned = next((r.event for r in read_study(study_dir) if isinstance(r.event, StudyPlanned)), None)
+    except (CaissonError, LedgerError):  # a display only
+        return []
+    return list(planned.host_keys) if planned else []
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -158,20 +158,24 @@ class RayExecutor:
         self._enrolled: frozenset[bytes] = frozenset()
         self._index: dict[str, Path] = {}  # sha256 -> a file on the driver with those bytes
         self._lock = threading.Lock()
-        self.joined: list[tuple[str, bytes, int]] = []  # (host, raw public key, chambers reaped) at start
         if self.slots() < 1:
             self.close()
             raise UsageError(f"no host of the Ray cluster holds a {SLOT}: join one with ray start --address ..."
                              f" --resources '{{\"{SLOT}\": K}}'")
-        self._join()
+        # every host joins (reaps, reports its key) while the driver plans; `joined` waits for them
+        self._joining = [_join_host.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+                                            ).remote() for n in self._slot_nodes()]
+        self._joined: list[tuple[str, bytes, int]] | None = None
+
+    @property
+    def joined(self) -> list[tuple[str, bytes, int]]:
+        """(host, raw public key, orphaned chambers reaped) of every host holding a slot at the start."""
+        if self._joined is None:
+            self._joined = ray.get(self._joining)
+        return self._joined
 
     def _slot_nodes(self) -> list[dict]:
         return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(SLOT, 0) > 0]
-
-    def _join(self) -> None:
-        refs = [_join_host.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-                                   ).remote() for n in self._slot_nodes()]
-        self.joined = ray.get(refs)
 
     def slots(self) -> int:
         """The ``caisson_slot`` total of the cluster now (hosts may join or leave)."""
