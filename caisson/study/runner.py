@@ -481,25 +481,31 @@ class _Runner:
         pending, running = deque(todo), {}
         reason, cells = "", []
         with ThreadPoolExecutor(max_workers=64, thread_name_prefix="caisson-cell") as pool:
-            while pending or running:
-                while pending and not self.stopping and len(running) < self.executor.slots():
-                    cell = pending.popleft()
-                    running[pool.submit(self.run_cell, cell, combos[(cell.arm, cell.agent, cell.model)],
-                                        ended.setdefault(cell.cell_id, []), started.get(cell.cell_id, set()))] = cell
-                if not running:
-                    break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    cell = running.pop(future)
-                    try:
-                        future.result()
-                    except _Stop as stop:
-                        self.stopping = True
-                        reason, cells = reason or str(stop), cells or [cell.cell_id]
-                        continue
-                    counting = next((e for e in ended[cell.cell_id] if e.counting), None)
-                    if counting is not None:
-                        self._maybe_drain(counting.host)
+            try:
+                while pending or running:
+                    # no slot now (every host lost): one cell waits in Ray's queue for a host to join
+                    while pending and not self.stopping and len(running) < max(1, self.executor.slots()):
+                        cell = pending.popleft()
+                        running[pool.submit(self.run_cell, cell, combos[(cell.arm, cell.agent, cell.model)],
+                                            ended.setdefault(cell.cell_id, []),
+                                            started.get(cell.cell_id, set()))] = cell
+                    if not running:
+                        break
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        cell = running.pop(future)
+                        try:
+                            future.result()
+                        except _Stop as stop:
+                            self.stopping = True
+                            reason, cells = reason or str(stop), cells or [cell.cell_id]
+                            continue
+                        counting = next((e for e in ended[cell.cell_id] if e.counting), None)
+                        if counting is not None:
+                            self._maybe_drain(counting.host)
+            except BaseException:  # Ctrl-C: the sessions under way settle (the pool waits), none starts
+                self.stopping = True
+                raise
         return self.finish(plan, reason, cells, ended)
 
     def _maybe_drain(self, host: str) -> None:
