@@ -122,7 +122,7 @@ def run_run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     enrolled = {k["public_key"] for k in _host_keys(args.out)}
-    for host, raw, reaped in getattr(executor, "_joined", None) or []:
+    for host, raw, reaped, _ in getattr(executor, "_joined", None) or []:
         print(f"HOST    {host}: key {raw.hex()[:16]}... {'enrolled' if raw.hex() in enrolled else 'NOT ENROLLED'},"
               f" {reaped} orphaned chambers reaped at the start")
     if result.state == "aborted":

@@ -6,7 +6,9 @@ otherwise. The protocol (docs/studies.md, "Executors"):
 - A host joins with ``ray start --address ... --resources '{"caisson_slot": K}'``. At the
   start of a study the driver runs one join task on every host holding a slot (pinned to
   it): the host reaps orphaned chambers (`caisson.chamber.reap`, the labels of `caisson
-  gc`) and reports its label and public key (its caisson home's operator key).
+  gc`) and reports its label, its public key (its caisson home's operator key) and the tag
+  of its chamber recipe, which must be the driver's (the same recipes; the image digests
+  themselves differ between hosts, builds are not reproducible, and each run records its own).
 - A session is a task needing one ``caisson_slot``, ``max_retries=0``: caisson owns
   retries. The task records into a scratch directory on its host, signs with the host's key,
   and returns the run directory content-addressed: a manifest (path, sha256, size) of
@@ -56,11 +58,13 @@ def _host_label() -> str:
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _join_host() -> tuple[str, bytes, int]:
-    """On one host, at the start of a study: reap orphaned chambers; (label, raw public key, reaped)."""
+def _join_host() -> tuple[str, bytes, int, str]:
+    """On one host, at the start of a study: reap orphaned chambers; (label, raw public key,
+    chambers reaped, the tag of the chamber recipe its checkout builds)."""
     import trio
 
     from caisson.chamber import open_engine
+    from caisson.chamber.image import image_tag
     from caisson.chamber.reap import reap
     from caisson.home import ensure_operator_key
 
@@ -68,7 +72,7 @@ def _join_host() -> tuple[str, bytes, int]:
         async with open_engine() as engine:
             return sum(1 for r in await reap(engine) if r.removed)
 
-    return _host_label(), ensure_operator_key().verify_key.raw, trio.run(_reap)
+    return _host_label(), ensure_operator_key().verify_key.raw, trio.run(_reap), image_tag("chamber")
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -168,10 +172,24 @@ class RayExecutor:
         self._joined: list[tuple[str, bytes, int]] | None = None
 
     @property
-    def joined(self) -> list[tuple[str, bytes, int]]:
-        """(host, raw public key, orphaned chambers reaped) of every host holding a slot at the start."""
+    def joined(self) -> list[tuple[str, bytes, int, str]]:
+        """(host, raw public key, orphaned chambers reaped, chamber recipe tag) of every host
+        holding a slot at the start.
+
+        Raises:
+            UsageError: a host builds its chamber from other recipes than this checkout's
+                (another caisson version: its cells would not be the study's).
+        """
         if self._joined is None:
-            self._joined = ray.get(self._joining)
+            from caisson.chamber.image import image_tag
+
+            joined = ray.get(self._joining)
+            ours = image_tag("chamber")
+            other = [f"{host} ({tag})" for host, _, _, tag in joined if tag != ours]
+            if other:
+                raise UsageError(f"hosts whose chamber recipe is not this checkout's ({ours}): {', '.join(other)};"
+                                 " set them up from the same caisson checkout (make setup)")
+            self._joined = joined
         return self._joined
 
     def _slot_nodes(self) -> list[dict]:
@@ -187,7 +205,7 @@ class RayExecutor:
             from caisson.home import trusted_key
 
             return [{"host": f"enrolled:{p.name}", "public_key": trusted_key(p).raw.hex()} for p in self._enroll_files]
-        return [{"host": host, "public_key": raw.hex()} for host, raw, _ in self.joined]
+        return [{"host": host, "public_key": raw.hex()} for host, raw, _, _ in self.joined]
 
     def enroll(self, host_keys: list[dict[str, str]]) -> None:
         """Run sessions only on hosts whose key is one of ``host_keys`` (the study's)."""

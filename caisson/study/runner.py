@@ -77,6 +77,10 @@ class _Stop(Exception):
     """A session was refused before it ran: the study stops here, recorded as aborted."""
 
 
+class _Drained(_Stop):
+    """No host is left to run a session (ray: every host drained): the study stops here."""
+
+
 class _Runner:
     def __init__(self, study_path: Path, out: Path, *, repo: Path, commit: str | None, resume: bool,
                  infra_retries: int, weaken: list[str], around_cell, on_event: Callable[[], None],
@@ -189,9 +193,10 @@ class _Runner:
     def _scenario_for(self, combo: Combo, baseline: bool) -> Path:
         name = combo_id("", combo.agent, combo.model).lstrip("-") + ("--baseline" if baseline else "")
         target = self.out / "scenarios" / f"{name}.toml"
-        if not target.exists():
-            derived_scenario(resolve(self.study_path, self.study.scenario), combo, target,
-                             baseline_prompt=self.study.baseline_prompt if baseline else None)
+        with self._lock:  # concurrent cells (ray): written once, whole, before any reads it
+            if not target.exists():
+                derived_scenario(resolve(self.study_path, self.study.scenario), combo, target,
+                                 baseline_prompt=self.study.baseline_prompt if baseline else None)
         return target
 
     def _combo_for_session(self, combo: Combo) -> Combo:
@@ -211,7 +216,7 @@ class _Runner:
         try:
             result = self.executor.run(job, None if session.baseline else self.around_cell)
         except AllHostsDrained as exc:
-            raise _Stop(str(exc)) from exc
+            raise _Drained(str(exc)) from exc
         if result.refused:  # refused before anything ran (containment, a bad input): not retried
             raise _Stop(f"{'baseline' if session.baseline else 'cell'} {session.run_dir.name}: record refused:"
                         f" {result.refused}")
@@ -403,8 +408,10 @@ class _Runner:
             t0 = time.monotonic_ns()
             try:
                 outcome, error, host = self._record(combo, session)
-            except _Stop as stop:
-                self.emit(CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="refused",
+            except _Stop as stop:  # refused; or (_Drained) never placed: an infra failure, run again on resume
+                drained = isinstance(stop, _Drained)
+                self.emit(CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel),
+                                    status="failed" if drained else "refused", infra_failure=drained,
                                     void_reason=str(stop), duration_ns=time.monotonic_ns() - t0))
                 raise
             done = self._conclude(cell, attempt, rel, outcome, error, time.monotonic_ns() - t0, host)

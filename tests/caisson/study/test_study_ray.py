@@ -142,6 +142,33 @@ def test_a_cell_altered_in_transit_fails_verification_on_arrival(ray_cluster, tm
     assert verify_study(out, ensure_operator_key().verify_key).status == "ok"
 
 
+def test_arrival_rebuilds_only_what_the_manifest_names_with_those_bytes(ray_cluster, tmp_path):
+    import hashlib
+    from types import SimpleNamespace
+
+    executor = _executor()
+    job = SimpleNamespace(session=SimpleNamespace(run_dir=tmp_path / "run"))
+    data = b"blob bytes"
+    sha = hashlib.sha256(data).hexdigest()
+
+    def reply(manifest, blobs):
+        return {"host": "h/1", "outcome": None, "error": "", "refused": "", "manifest": manifest, "blobs": blobs}
+
+    ok = executor._arrive(job, reply([("blobs/x", sha, len(data))], {sha: data}))
+    assert ok.arrival == "" and (tmp_path / "run" / "blobs" / "x").read_bytes() == data
+    again = executor._arrive(SimpleNamespace(session=SimpleNamespace(run_dir=tmp_path / "run2")),
+                             reply([("y", sha, len(data))], {}))  # a blob the driver has: not sent again
+    assert again.arrival == "" and (tmp_path / "run2" / "y").read_bytes() == data
+    for manifest, blobs, why in [
+        ([("../escape", sha, len(data))], {sha: data}, "outside the run directory"),
+        ([("z", "0" * 64, 3)], {}, "not those of sha256"),  # named, never sent, not held
+        ([("z", sha, len(data))], {sha: b"other bytes"}, "not those of sha256"),
+    ]:
+        bad = executor._arrive(job, reply(manifest, blobs))
+        assert why in bad.arrival and bad.outcome is None
+    assert not (tmp_path / "escape").exists()
+
+
 def _node_running_a_chamber(homes: list[Path]) -> int | None:
     """Which node's worker records the chamber that runs now: its recorder's CAISSON_HOME."""
     ids = subprocess.run(["docker", "ps", "-q", "--filter", "label=caisson.recorder.pid"], capture_output=True,
