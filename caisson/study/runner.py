@@ -13,7 +13,13 @@ sealed before it is dispatched and ``cell.ended`` binding its ledger's sealed he
 
 Attempts, never best-of: a chamber or agent that fails to start is an infra failure, void
 and retried (``infra_retries`` times) as a new attempt; the counting attempt is the first
-sealed one that is not an infra failure. ``resume`` continues a crashed or killed study in
+sealed one that is not an infra failure.
+
+Sessions run on an executor (`caisson.study.executor`): ``local`` records them here, one
+after the other; ``ray`` runs as many cells at once as its hosts hold slots, each run signed
+by its host's enrolled key and verified on arrival (one that does not verify is moved to
+``DIR/quarantine/`` and is an infra failure), and counts ``host_stalled`` per host,
+draining a host instead of aborting the study. ``resume`` continues a crashed or killed study in
 a new segment of the study ledger: a cell whose attempt verifies closed is not run again;
 an unclosed attempt is recorded as such and the cell runs again.
 """

@@ -35,7 +35,8 @@ class StudyStatus(msgspec.Struct, kw_only=True):
     left: int = 0  # cells not yet settled
     attempts: int = 0  # attempts ended
     infra_failures: int = 0
-    current: str | None = None  # the cell being run (started, not ended)
+    current: str | None = None  # the cell being run (started, not ended; the latest started of several)
+    running: int = 0  # cells started and not ended (ray: several at once)
     segments: int = 1  # 1 + how often the study was resumed
     started_ns: int | None = None  # wall clock of study.planned
     last_ns: int | None = None  # wall clock of the last event
@@ -64,11 +65,12 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
         elif isinstance(event, StudyResumed):
             status.segments += 1
         elif isinstance(event, CellStarted):
+            open_cells.pop(event.cell_id, None)  # (re)inserted last: the latest started
             open_cells[event.cell_id] = event.attempt
             status.current = event.cell_id
         elif isinstance(event, CellEnded):
             open_cells.pop(event.cell_id, None)
-            status.current = None if status.current == event.cell_id else status.current
+            status.current = next(reversed(open_cells), None)
             status.attempts += 1
             if event.duration_ns:
                 durations.append(event.duration_ns)
@@ -97,6 +99,7 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
     if durations:
         status.mean_attempt_ns = sum(durations) // len(durations)
         status.eta_ns = status.mean_attempt_ns * status.left if status.state == "running" else 0
+    status.running = len(open_cells) if status.state == "running" else 0
     if status.state != "running":
         status.current = None
     return status
@@ -126,7 +129,8 @@ def status_lines(status: StudyStatus, *, now_ns: int | None = None, load: tuple[
              + (f", host load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}" if load else "")
              + (f", segments {status.segments}" if status.segments > 1 else "")]
     if status.current:
-        lines.append(f"  current cell {status.current}")
+        lines.append(f"  current cell {status.current}"
+                     + (f" (and {status.running - 1} more running)" if status.running > 1 else ""))
     for name, host in sorted(status.hosts.items()):
         lines.append(f"  host {name}: attempts {host.attempts}, counted {host.counted} (void {host.void}),"
                      f" infra failures {host.infra_failures}" + (", DRAINED" if host.drained else ""))
