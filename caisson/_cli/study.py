@@ -116,15 +116,23 @@ def run_run(args: argparse.Namespace) -> int:
         options = {"address": args.address, "slots_per_host": args.slots_per_host, "enroll_keys": args.enroll_key}
     executor = make_executor(args.executor, **options)
     progress = Progress(args.out)
+    hosts_shown = args.executor == "local"
+
+    def on_event() -> None:
+        nonlocal hosts_shown
+        if not hosts_shown:  # the first event is sealed: the hosts joined and the study enrolled its keys
+            hosts_shown = True
+            enrolled = {k["public_key"] for k in _host_keys(args.out)}
+            for host, raw, reaped, _ in executor.joined:
+                state = "enrolled" if raw.hex() in enrolled else "NOT ENROLLED: gets no session"
+                print(f"HOST    {host}: key {raw.hex()}, {state}; {reaped} orphaned chambers reaped", flush=True)
+        progress.update()
+
     try:
         result = run_study(args.study, args.out, repo=args.repo, commit=args.commit, resume=args.resume,
-                           infra_retries=args.infra_retries, on_event=progress.update, executor=executor)
+                           infra_retries=args.infra_retries, on_event=on_event, executor=executor)
     finally:
         progress.close()
-    enrolled = {k["public_key"] for k in _host_keys(args.out)}
-    for host, raw, reaped, _ in getattr(executor, "_joined", None) or []:
-        print(f"HOST    {host}: key {raw.hex()[:16]}... {'enrolled' if raw.hex() in enrolled else 'NOT ENROLLED'},"
-              f" {reaped} orphaned chambers reaped at the start")
     if result.state == "aborted":
         print(f"ABORTED {result.out}: {result.reason}")
         return 1
@@ -137,12 +145,11 @@ def _host_keys(study_dir: Path) -> list[dict[str, str]]:
     """The host keys a study enrolled (``study.planned``); [] when none or unreadable."""
     from caisson.errors import CaissonError
     from caisson.study import read_study
-    from ledger import LedgerError
     from ledger.events import StudyPlanned
 
     try:
         planned = next((r.event for r in read_study(study_dir) if isinstance(r.event, StudyPlanned)), None)
-    except (CaissonError, LedgerError):  # a display only
+    except CaissonError:  # a display only
         return []
     return list(planned.host_keys) if planned else []
 

@@ -200,12 +200,18 @@ class RayExecutor:
         return int(ray.cluster_resources().get(SLOT, 0))
 
     def host_keys(self) -> list[dict[str, str]]:
-        """The enrolled key files' keys, else those the hosts reported when they joined."""
+        """The enrolled key files' keys, else those the hosts reported when they joined (the
+        hosts have joined either way: reaped, their recipes checked).
+
+        Raises:
+            UsageError: as `joined`. KeyFileError: an enrolled file is not a public key.
+        """
+        joined = self.joined
         if self._enroll_files:
             from caisson.home import trusted_key
 
             return [{"host": f"enrolled:{p.name}", "public_key": trusted_key(p).raw.hex()} for p in self._enroll_files]
-        return [{"host": host, "public_key": raw.hex()} for host, raw, _, _ in self.joined]
+        return [{"host": host, "public_key": raw.hex()} for host, raw, _, _ in joined]
 
     def enroll(self, host_keys: list[dict[str, str]]) -> None:
         """Run sessions only on hosts whose key is one of ``host_keys`` (the study's)."""
