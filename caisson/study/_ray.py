@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -79,13 +80,19 @@ def _join_host() -> tuple[str, bytes, int, str]:
 def _host_session(job: SessionJob, files: dict[str, bytes], have: frozenset[str], drained: frozenset[str],
                   enrolled: frozenset[bytes]) -> dict:
     """Record one session on this host; the run directory as a manifest and missing blobs."""
+    from caisson.chamber.reap import RECORDER_FILE, SCRATCH_PREFIX, recorder_identity, recorder_labels
     from caisson.home import ensure_operator_key
 
     host = _host_label()
     key = ensure_operator_key().verify_key.raw
     if host in drained or key not in enrolled:
         return {"drained": True, "host": host, "enrolled": key in enrolled}
-    root = Path(tempfile.mkdtemp(prefix="cray-"))
+    # a scratch directory like the recorder's own: labelled with this worker, so that when the
+    # worker dies mid-session (its node lost) the next record or `caisson gc` on this host reaps it
+    root = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}ray-"))
+    budget_s = 2 * (job.timeout_s or job.scenario.limits.wall_seconds)
+    (root / RECORDER_FILE).write_text(json.dumps(recorder_labels(recorder_identity(),
+                                                                 time.time_ns() + int(budget_s * 1e9))))
     try:
         run_dir = root / "s" / job.session.run_dir.name
         run_dir.parent.mkdir(parents=True)

@@ -184,12 +184,19 @@ def _node_running_a_chamber(homes: list[Path]) -> int | None:
     return None
 
 
+def _session_scratch(before: set[Path]) -> list[Path]:
+    """Host scratch directories of sessions (a scenario.toml beside the run) made since ``before``."""
+    return [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before
+            if p.is_dir() and (p / "scenario.toml").is_file() and (p / "s").is_dir()]
+
+
 def test_a_node_removed_mid_cell_is_an_infra_failed_attempt_run_again_on_the_other(ray_cluster, tmp_path):
     cluster, nodes, homes = ray_cluster
     repo = make_probe_repo(tmp_path)
     study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP", "sleep 5;"), questions=ONE_QUESTION)
     out = tmp_path / "out"
     results = []
+    before = set(Path(tempfile.gettempdir()).iterdir())
     runner = threading.Thread(target=lambda: results.append(run_study(study, out, repo=repo, infra_retries=1,
                                                                       executor=_executor())))
     runner.start()
@@ -218,3 +225,8 @@ def test_a_node_removed_mid_cell_is_an_infra_failed_attempt_run_again_on_the_oth
     survivor = nodes[1 - removed].node_id[:12]
     assert [e.host.rsplit("/", 1)[1] for e in counting] == [survivor]
     assert verify_study(out, ensure_operator_key().verify_key).status == "ok"
+    # the lost session's scratch directory on its host is reaped (its worker is gone)
+    deadline = time.monotonic() + 15
+    while _session_scratch(before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _session_scratch(before)
