@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -76,6 +77,14 @@ def _join_host() -> tuple[str, bytes, int, str]:
     return _host_label(), ensure_operator_key().verify_key.raw, trio.run(_reap), image_tag("chamber")
 
 
+def _missing_commit(repo: Path, commit: str) -> str:
+    """Why ``repo`` on this host cannot give ``commit`` ("" when it can)."""
+    if not repo.is_dir():
+        return f"the repository {repo} is not on this host"
+    proc = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
+    return "" if proc.returncode == 0 else f"the repository {repo} on this host does not hold commit {commit}"
+
+
 @ray.remote(num_cpus=0, max_retries=0)
 def _host_session(job: SessionJob, files: dict[str, bytes], have: frozenset[str], drained: frozenset[str],
                   enrolled: frozenset[bytes]) -> dict:
@@ -106,8 +115,9 @@ def _host_session(job: SessionJob, files: dict[str, bytes], have: frozenset[str]
         here = msgspec.structs.replace(job, combo=combo, study_dir=root / "study",
                                        session=msgspec.structs.replace(job.session, run_dir=run_dir,
                                                                        scenario=scenario))
-        if not Path(job.repo).is_dir():
-            result = SessionResult(error=f"host {host}: the repository {job.repo} is not on this host")
+        missing = _missing_commit(Path(job.repo), job.commit)
+        if missing:  # this host's fault, not the session's: an infra failure, run again elsewhere
+            result = SessionResult(error=f"host {host}: {missing}")
         else:
             result = run_session_here(here)
         manifest, blobs = [], {}
@@ -128,7 +138,7 @@ class RayExecutor:
     """Sessions as Ray tasks on the hosts of a Ray cluster (see the module docstring).
 
     Args:
-        address: the cluster (``ray://`` or ``host:port``, as `ray.init` takes it); None:
+        address: the cluster's head, ``host:port`` (as `ray.init` takes it); None:
             this process is already connected (tests), or a one-host cluster is started
             here with ``slots_per_host`` slots.
         slots_per_host: the slots of the one-host cluster started here (``address`` None);

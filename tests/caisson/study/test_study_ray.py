@@ -169,6 +169,16 @@ def test_arrival_rebuilds_only_what_the_manifest_names_with_those_bytes(ray_clus
     assert not (tmp_path / "escape").exists()
 
 
+def test_a_host_without_the_repository_or_its_commit_fails_the_session_as_infra(ray_cluster, tmp_path):
+    from caisson.study._ray import _missing_commit
+
+    repo = make_probe_repo(tmp_path)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert _missing_commit(repo, head) == ""
+    assert "does not hold commit" in _missing_commit(repo, "0" * 40)
+    assert "is not on this host" in _missing_commit(tmp_path / "nowhere", head)
+
+
 def _node_running_a_chamber(homes: list[Path]) -> int | None:
     """Which node's worker records the chamber that runs now: its recorder's CAISSON_HOME."""
     ids = subprocess.run(["docker", "ps", "-q", "--filter", "label=caisson.recorder.pid"], capture_output=True,
