@@ -106,15 +106,10 @@ def run_run(args: argparse.Namespace) -> int:
         seed = study.order.seed if study.order.seed is not None else 0
         lines = plan_lines(plan_study(study, scenario, seed=seed))
         print("\n".join(line for line in lines[1:]))
-    options = {}
-    if args.executor == "ray":
-        slots = args.slots_per_host
-        if slots is None and args.address is None:
-            slots = max(1, int((os.cpu_count() or 1) // scenario.limits.cpus))
-        options = {"address": args.address, "slots_per_host": slots, "enroll_keys": args.enroll_key}
-    else:
-        options = {"address": args.address, "slots_per_host": args.slots_per_host, "enroll_keys": args.enroll_key}
-    executor = make_executor(args.executor, **options)
+    slots = args.slots_per_host
+    if args.executor == "ray" and slots is None and args.address is None:  # what keeps cells from starving
+        slots = max(1, int((os.cpu_count() or 1) // scenario.limits.cpus))
+    executor = make_executor(args.executor, address=args.address, slots_per_host=slots, enroll_keys=args.enroll_key)
     progress = Progress(args.out)
     hosts_shown = args.executor == "local"
 
