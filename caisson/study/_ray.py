@@ -23,7 +23,8 @@ otherwise. The protocol (docs/studies.md, "Executors"):
   returns at once, records nothing, and is placed again.
 - Token authentication: with ``--address``, ``RAY_AUTH_MODE`` is ``token`` (set when
   unset; ``disabled`` is refused), so the driver presents the cluster's token
-  (``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``) and never joins a cluster without one.
+  (``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``) and fails without one; the nodes are
+  started with ``RAY_AUTH_MODE=token`` so the cluster demands it (README).
 """
 
 from __future__ import annotations
