@@ -1,6 +1,6 @@
 """Overhead of a study against the same cells recorded one by one.
 
-Usage: python benchmarks/study_bench.py [--cells 8] [--rounds 2]
+Usage: python benchmarks/study_bench.py [--cells 8] [--rounds 2] [--executor local|ray]
 
 A study of N trivial cells (a grep probe, one arm, one question, N repetitions; its
 preflight baseline, study ledger, replay of every cell and verify-ready binding
@@ -8,13 +8,23 @@ included) against N sequential `caisson record` runs of the same cells (each its
 process, as a script driving the recorder would), alternately, ``rounds`` times, on the
 chamber image. Last line: ``study_overhead_ratio=R study_s=S records_s=T`` where R is the
 median wall time of `caisson study run` over the median of the N records (target: R <= 1.10).
+
+With ``--executor ray``: the same study run with ``--executor ray --address`` against a
+one-host Ray cluster started here once (one ``caisson_slot``, token authentication; its
+start is not timed: a fleet outlives its studies) versus the local executor, alternately.
+Last line: ``ray_overhead_ratio=R ray_s=S local_s=T`` (target: R <= 1.25).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import secrets
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -51,10 +61,64 @@ def timed(cmd: list[str]) -> float:
     return elapsed
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray_head(work: Path) -> tuple[subprocess.Popen, str]:
+    """A one-host Ray cluster with one caisson_slot, token-authenticated, bound to loopback."""
+    port = _free_port()
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
+    ray = Path(sys.executable).with_name("ray")
+    head = subprocess.Popen([str(ray), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+                             "--num-cpus=1", '--resources={"caisson_slot": 1}', "--include-dashboard=false",
+                             f"--temp-dir={work / 'ray'}", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        probe = subprocess.run([str(ray), "status", f"--address={address}"], capture_output=True, text=True)
+        if probe.returncode == 0 and "caisson_slot" in probe.stdout:
+            return head, address
+        time.sleep(1)
+    os.killpg(head.pid, signal.SIGTERM)
+    raise SystemExit(f"the Ray head at {address} did not come up")
+
+
+def bench_ray(args, work: Path, cli: list[str], study: Path, repo: Path) -> int:
+    head, address = _ray_head(work)
+    rays, locals_ = [], []
+    try:
+        timed([*cli, "study", "run", str(study), "--out", str(work / "ray-warm"), "--repo", str(repo),
+               "--executor", "ray", "--address", address])
+        for r in range(args.rounds):
+            locals_.append(timed([*cli, "study", "run", str(study), "--out", str(work / f"local{r}"),
+                                  "--repo", str(repo)]))
+            rays.append(timed([*cli, "study", "run", str(study), "--out", str(work / f"ray{r}"), "--repo", str(repo),
+                               "--executor", "ray", "--address", address]))
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # the head and every process it started (its own session)
+        try:
+            head.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # what did not stop (its session is ours alone)
+    m_ray, m_local = statistics.median(rays), statistics.median(locals_)
+    print(f"ray executor, {args.cells} cells:   median {m_ray:.2f} s ({', '.join(f'{s:.2f}' for s in rays)})")
+    print(f"local executor, {args.cells} cells: median {m_local:.2f} s ({', '.join(f'{s:.2f}' for s in locals_)})")
+    print(f"ray_overhead_ratio={m_ray / m_local:.2f} ray_s={m_ray:.2f} local_s={m_local:.2f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--executor", choices=("local", "ray"), default="local",
+                    help="local: the study against the same records; ray: the ray executor against the local one")
     args = ap.parse_args()
     build_image("chamber")
     work = Path(tempfile.mkdtemp(prefix="caisson-study-bench-"))
@@ -68,6 +132,8 @@ def main() -> int:
         study.write_text(f'name = "bench"\nscenario = "scenario.toml"\nrepetitions = {args.cells}\n'
                          f'[[agents]]\nname = "grep"\ncommand = [{command}]\n')
         timed([*cli, "record", "--out", str(work / "warm"), "--", "true"])
+        if args.executor == "ray":
+            return bench_ray(args, work, cli, study, repo)
         for r in range(args.rounds):
             studies.append(timed([*cli, "study", "run", str(study), "--out", str(work / f"study{r}"),
                                   "--repo", str(repo)]))

@@ -90,9 +90,10 @@ __all__ = [
     "JudgeVerdict",
     "JudgeAlarm",
     "JudgeEnded",
+    "HostDrained",
 ]
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -104,7 +105,8 @@ sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete`
 8: ``agent.session_file`` (the agent's session files collected from its config home),
 ``backfill.started`` and ``token.backfilled`` (the backfill ledger of a study); 9:
 ``judge.*`` (the judge ledger of a study); 10: ``net.flow``'s per-direction counts
-(``initiator_*``, ``responder_*``)."""
+(``initiator_*``, ``responder_*``); 11: ``study.planned``'s ``executor`` and ``host_keys``,
+``host`` on ``baseline.measured`` and ``cell.ended``, ``host.drained``."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -585,6 +587,11 @@ class StudyPlanned(_Event, tag="study.planned", frozen=True, kw_only=True):
     infra_retries: int = 1  # attempts after an infra failure, per cell
     grader: list[dict[str, Any]] = []  # per question: the key, empty and bad answers' scores
     weakened: list[str] = []  # controls weakened on purpose (tests only): never a clean study
+    executor: str = "local"  # local | ray (docs/studies.md, "Executors")
+    # The host keys the operator enrolled (ray): {"host": label, "public_key": hex of the raw
+    # 32-byte Ed25519 key}; every run of the study must be signed by one of them. []: the
+    # runs are signed with the study ledger's own key (local).
+    host_keys: list[dict[str, str]] = []
 
 
 class StudyResumed(_Event, tag="study.resumed", frozen=True, kw_only=True):
@@ -625,6 +632,7 @@ class BaselineMeasured(_Event, tag="baseline.measured", frozen=True, kw_only=Tru
     gating_ledger_head: str = ""  # hex chain head at that seal
     gating_evidence: list[int] = []  # seqs of the probe run's records the verdict rests on
     gating_reason: str = ""  # the verdict in words
+    host: str = ""  # where the probe ran ("host name/node id" under ray; "" local)
 
 
 class CellStarted(_Event, tag="cell.started", frozen=True, kw_only=True):
@@ -652,6 +660,7 @@ class CellEnded(_Event, tag="cell.ended", frozen=True, kw_only=True):
     ledger_final: bool = False  # whether that seal is the final one (a cleanly closed ledger)
     seal_signature: str = ""  # hex Ed25519 signature of that seal
     duration_ns: int = 0  # the attempt's duration as the runner saw it, ns
+    host: str = ""  # where the attempt ran ("host name/node id" under ray; "" local or never placed)
 
 
 class StudyAborted(_Event, tag="study.aborted", frozen=True, kw_only=True):
@@ -769,6 +778,14 @@ class JudgeEnded(_Event, tag="judge.ended", frozen=True, kw_only=True):
     served_models: list[str] = []  # every model the witness saw answer, sorted
 
 
+class HostDrained(_Event, tag="host.drained", frozen=True, kw_only=True):
+    """A host of a ray study gets no further sessions (its own ``host_stalled`` cells in a row)."""
+
+    host: str  # "host name/node id"
+    reason: str
+    cells: list[str] = []  # the cells behind the reason
+
+
 Event = Union[
     RunStarted,
     RunEnded,
@@ -812,6 +829,7 @@ Event = Union[
     JudgeVerdict,
     JudgeAlarm,
     JudgeEnded,
+    HostDrained,
 ]
 """The one tagged union of every event kind."""
 

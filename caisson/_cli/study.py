@@ -3,9 +3,11 @@
 - ``caisson study plan STUDY [--json]``: one line per (arm, agent, model) with its gating,
   elicitation and number of cells, and a ``REFUSE`` line with the reason for every
   combination that cannot be measured honestly. Exit 0; 2 a bad study file.
-- ``caisson study run STUDY --out DIR --repo P [--commit REV] [--resume] [--infra-retries N]``:
+- ``caisson study run STUDY --out DIR --repo P [--commit REV] [--resume] [--infra-retries N]
+  [--executor local|ray] [--address ADDR] [--slots-per-host K] [--enroll-key FILE ...]``:
   the preflight and the cells into DIR (docs/studies.md). Exit 0 the study ended; 1 it
-  aborted (preflight: grader or isolation; the abort rule); 2 a bad study file or usage.
+  aborted (preflight: grader or isolation; the abort rule); 2 a bad study file or usage
+  (also: Ray missing or no host holding a ``caisson_slot``).
 - ``caisson study status DIR``: the same counts as the live display, from the study
   ledger (also while it runs). Exit 0 ended; 1 aborted; 3 running or crashed.
 - ``caisson study report DIR [--format text|markdown|html|json] [--out FILE]
@@ -50,6 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--resume", action="store_true", help="continue the study in DIR after a crash or kill")
     run.add_argument("--infra-retries", type=int, default=1, metavar="N",
                      help="new attempts after an infra failure, per cell (default 1)")
+    run.add_argument("--executor", choices=("local", "ray"), default="local",
+                     help="where sessions run: here, one at a time (default), or as Ray tasks on Docker hosts")
+    run.add_argument("--address", metavar="ADDR", help="ray: the cluster to join (default: start one here)")
+    run.add_argument("--slots-per-host", type=int, metavar="K",
+                     help="ray without --address: the sessions at once here (default: cores / the cell CPU quota)")
+    run.add_argument("--enroll-key", type=Path, action="append", default=[], metavar="FILE",
+                     help="ray: a host public key to trust for this study (repeat); default: the keys the hosts"
+                     " report when the study starts, recorded and printed")
     run.set_defaults(func=run_run)
     status = verbs.add_parser("status", help="where a study stands, from its study ledger")
     status.add_argument("dir", type=Path, metavar="DIR")
@@ -124,7 +134,10 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
+    import os
+
     from caisson.study import load_study, plan_study, run_study
+    from caisson.study.executor import make_executor
     from caisson.study.progress import Progress
 
     study, scenario, _ = load_study(args.study)  # a bad file fails here, before DIR is touched
@@ -132,10 +145,26 @@ def run_run(args: argparse.Namespace) -> int:
         seed = study.order.seed if study.order.seed is not None else 0
         lines = plan_lines(plan_study(study, scenario, seed=seed))
         print("\n".join(line for line in lines[1:]))
+    slots = args.slots_per_host
+    if args.executor == "ray" and slots is None and args.address is None:  # what keeps cells from starving
+        slots = max(1, int((os.cpu_count() or 1) // scenario.limits.cpus))
+    executor = make_executor(args.executor, address=args.address, slots_per_host=slots, enroll_keys=args.enroll_key)
     progress = Progress(args.out)
+    hosts_shown = args.executor == "local"
+
+    def on_event() -> None:
+        nonlocal hosts_shown
+        if not hosts_shown:  # the first event is sealed: the hosts joined and the study enrolled its keys
+            hosts_shown = True
+            enrolled = {k["public_key"] for k in _host_keys(args.out)}
+            for host, raw, reaped, _ in executor.joined:
+                state = "enrolled" if raw.hex() in enrolled else "NOT ENROLLED: gets no session"
+                print(f"HOST    {host}: key {raw.hex()}, {state}; {reaped} orphaned chambers reaped", flush=True)
+        progress.update()
+
     try:
         result = run_study(args.study, args.out, repo=args.repo, commit=args.commit, resume=args.resume,
-                           infra_retries=args.infra_retries, on_event=progress.update)
+                           infra_retries=args.infra_retries, on_event=on_event, executor=executor)
     finally:
         progress.close()
     if result.state == "aborted":
@@ -144,6 +173,19 @@ def run_run(args: argparse.Namespace) -> int:
     print(f"ENDED {result.out}: {result.cells} cells, {result.counted} counted, {result.void} void;"
           f" verify it: caisson verify {result.out}")
     return 0
+
+
+def _host_keys(study_dir: Path) -> list[dict[str, str]]:
+    """The host keys a study enrolled (``study.planned``); [] when none or unreadable."""
+    from caisson.errors import CaissonError
+    from caisson.study import read_study
+    from ledger.events import StudyPlanned
+
+    try:
+        planned = next((r.event for r in read_study(study_dir) if isinstance(r.event, StudyPlanned)), None)
+    except CaissonError:  # a display only
+        return []
+    return list(planned.host_keys) if planned else []
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -4,9 +4,11 @@
 matrix and refusals (pure), `run_study` runs the preflight and the cells into one study
 directory with its own signed study ledger, `verify_study` checks that directory as one
 whole, and `study_status` folds the study ledger into what `caisson study status` shows.
-docs/studies.md describes the directory and the study ledger's events.
+`make_executor` picks where sessions run (``local``, or ``ray``: Ray is imported only then).
+docs/studies.md describes the directory, the study ledger's events and the executors.
 """
 
+from caisson.study.executor import Executor, LocalExecutor, SessionJob, SessionResult, make_executor
 from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, cell_id, plan_study
 from caisson.study.preflight import BaselineFacts, GraderCheck, assess_baseline, check_grader
 from caisson.study.runner import StudyResult, run_study
@@ -19,9 +21,13 @@ __all__ = [
     "BaselineFacts",
     "Cell",
     "Combo",
+    "Executor",
     "GraderCheck",
+    "LocalExecutor",
     "Refusal",
     "SealedState",
+    "SessionJob",
+    "SessionResult",
     "Study",
     "StudyAgent",
     "StudyPlan",
@@ -33,6 +39,7 @@ __all__ = [
     "check_grader",
     "is_study_dir",
     "load_study",
+    "make_executor",
     "parse_study",
     "plan_study",
     "read_study",

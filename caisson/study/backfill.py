@@ -40,7 +40,7 @@ from caisson import __version__
 from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
 from caisson.errors import UsageError
 from caisson.report import FIRST_PARTY, CellTokens, TokenFigure, backfill_figure, cell_tokens
-from caisson.study.studyledger import read_study, sealed_state, segments
+from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
 from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, locate
 from ledger import read_records, verify_and_read, verify_ledger
 from ledger.events import AgentSessionFile, BackfillStarted, BaselineMeasured, CellEnded, StudyPlanned, TokenBackfilled
@@ -124,6 +124,13 @@ def _model(model: str | None) -> str:
     return model or "-"
 
 
+def _enrolled(study_records: list[Record]) -> dict[bytes, VerifyKey]:
+    """The host keys the study enrolled (``--executor ray``), raw public key -> key; empty
+    when its runs are signed by the operator's key."""
+    planned = next((r.event for r in study_records if isinstance(r.event, StudyPlanned)), None)
+    return enrolled_keys(planned.host_keys) if planned is not None else {}
+
+
 def targets(study_records: list[Record]) -> list[Target]:
     """Every counting cell attempt and every baseline probe the study ledger binds."""
     events = [r.event for r in study_records]
@@ -203,9 +210,11 @@ def backfill_study(study_dir: Path, key: SigningKey) -> BackfillResult:
     latest = read_backfill(study_dir, trusted)
     result = BackfillResult()
     new: list[TokenBackfilled] = []
-    for t in targets(read_study(study_dir, trusted)):
+    study_records = read_study(study_dir, trusted)
+    enrolled = _enrolled(study_records)
+    for t in targets(study_records):
         run_dir = study_dir / t.run_dir
-        report, records = verify_and_read(run_dir, trusted)
+        report, records = verify_and_read(run_dir, run_trust(run_dir, trusted, enrolled))
         if report.status != "ok":
             continue  # verify_study passed, so this is an attempt bound unclosed: nothing sealed to read
         live = cell_tokens(records)
@@ -256,7 +265,8 @@ def _write_segment(study_dir: Path, key: SigningKey, events: list[TokenBackfille
     return seg
 
 
-def verify_backfill(study_dir: Path, trusted: VerifyKey, bound: dict[str, tuple[str, str]]) -> list[str]:
+def verify_backfill(study_dir: Path, trusted: VerifyKey, bound: dict[str, tuple[str, str]],
+                    enrolled: dict[bytes, VerifyKey] | None = None) -> list[str]:
     """Check the backfill ledger of a study directory; its problems (empty: ok or none).
 
     Args:
@@ -264,6 +274,8 @@ def verify_backfill(study_dir: Path, trusted: VerifyKey, bound: dict[str, tuple[
         trusted: the key every segment must verify against.
         bound: run directory (relative) -> (run id, chain head) as the study ledger binds
             it (counting cell attempts and baselines).
+        enrolled: the host keys ``study.planned`` enrolled (raw public key -> key): each
+            run is read with the one its ledger names; empty or None: with ``trusted``.
 
     Returns:
         One line per problem: a segment that does not verify or is not closed, a
@@ -301,7 +313,9 @@ def verify_backfill(study_dir: Path, trusted: VerifyKey, bound: dict[str, tuple[
                                 f" by the study ledger as {e.run_id} at head {e.ledger_head[:16]}")
                 continue
             if e.run_dir not in collected:
-                collected[e.run_dir] = {x.event.blob_sha256 for x in read_records(study_dir / e.run_dir, trusted)
+                run_dir = study_dir / e.run_dir
+                collected[e.run_dir] = {x.event.blob_sha256 for x in
+                                        read_records(run_dir, run_trust(run_dir, trusted, enrolled or {}))
                                         if isinstance(x.event, AgentSessionFile) and x.event.blob_sha256}
             missing = [b for b in e.blobs if b not in collected[e.run_dir]]
             if missing or not e.blobs:

@@ -54,7 +54,7 @@ from caisson.study.judging import (
     request_body,
 )
 from caisson.study.studyfile import parse_study
-from caisson.study.studyledger import read_study, sealed_state, segments
+from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
 from caisson.study.verify import JUDGE_DIR, judge_dirs, verify_study
 from ledger import BlobStore, LedgerWriter, Record, SigningKey, Submission, locate, verify_and_read
 from ledger.events import (
@@ -169,6 +169,7 @@ def _items(study_dir: Path, trusted) -> tuple[StudyPlanned, list[_Item]]:
     """The study's plan and every counting cell with a deterministic score, replayed now."""
     records = read_study(study_dir, trusted)
     planned = next(r.event for r in records if isinstance(r.event, StudyPlanned))
+    enrolled = enrolled_keys(planned.host_keys)  # --executor ray: each run is signed by its host's key
     counting = {e.cell_id: e for r in records if isinstance(e := r.event, CellEnded) and e.counting and e.run_id}
     items = []
     for c in planned.cells:
@@ -176,7 +177,7 @@ def _items(study_dir: Path, trusted) -> tuple[StudyPlanned, list[_Item]]:
         if ended is None:
             continue
         run_dir = study_dir / ended.run_dir
-        report, cell_records = verify_and_read(run_dir, trusted)
+        report, cell_records = verify_and_read(run_dir, run_trust(run_dir, trusted, enrolled))
         replay = replay_records(run_dir, report, cell_records)
         scenario = _blob(run_dir, cell_records, "scenario")
         answer = _blob(run_dir, cell_records, "answer") or _blob(run_dir, cell_records, "stdout")

@@ -53,7 +53,7 @@ from caisson.report import (
 from caisson.scenario import parse_scenario
 from caisson.study.backfill import read_backfill
 from caisson.study.judging import disagrees, read_judge_records
-from caisson.study.studyledger import read_study, sealed_state, segments
+from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
 from caisson.study.verify import StudyVerifyReport, judge_dirs, verify_study
 from ledger import BlobStore, VerifyKey, read_records, verify_ledger
 from ledger.events import BaselineMeasured, CellEnded, StudyPlanned, TokenBackfilled
@@ -150,6 +150,7 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
         raise UsageError(f"{study_dir}: the study ledger has no study.planned event")
     kinds = _question_kinds(study_dir, planned)
     backfill = read_backfill(study_dir, trusted)
+    enrolled = enrolled_keys(planned.host_keys)  # verify_study checked every run is signed by one of them
     combos = {(c["arm"], c["agent"], _model(c.get("model"))): c for c in planned.combos}
     refused = {(r["arm"], r["agent"], _model(r.get("model"))): r for r in planned.refusals}
     counting = {e.cell_id: e for e in events if isinstance(e, CellEnded) and e.counting}
@@ -170,7 +171,8 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
         elif ended is None or ended.run_id is None:
             cells.append(ReportCell(status="not_run", **place))
         else:
-            evidence = _backfilled(read_cell(study_dir / ended.run_dir, trusted, detectors), ended.run_id,
+            run_dir = study_dir / ended.run_dir
+            evidence = _backfilled(read_cell(run_dir, run_trust(run_dir, trusted, enrolled), detectors), ended.run_id,
                                    ended.ledger_head, backfill)
             cells.append(report_cell(evidence, **place))
     for r in planned.refusals:  # a refusal's cells are not in the run order: still planned
@@ -184,8 +186,9 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     for e in events:
         if not isinstance(e, BaselineMeasured) or not e.run_dir or e.run_id is None:
             continue
-        evidence = _backfilled(read_cell(study_dir / e.run_dir, trusted, detectors), e.run_id, e.ledger_head,
-                               backfill)
+        run_dir = study_dir / e.run_dir
+        evidence = _backfilled(read_cell(run_dir, run_trust(run_dir, trusted, enrolled), detectors), e.run_id,
+                               e.ledger_head, backfill)
         tools = tuple(e.tools_discovered) or None
         denied = tuple(t for t in e.tools_requested if t in set(e.deny))
         isolation = "unavailable" if tools is None else ("failed" if denied or e.status == "abort" else "passed")

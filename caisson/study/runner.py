@@ -13,7 +13,13 @@ sealed before it is dispatched and ``cell.ended`` binding its ledger's sealed he
 
 Attempts, never best-of: a chamber or agent that fails to start is an infra failure, void
 and retried (``infra_retries`` times) as a new attempt; the counting attempt is the first
-sealed one that is not an infra failure. ``resume`` continues a crashed or killed study in
+sealed one that is not an infra failure.
+
+Sessions run on an executor (`caisson.study.executor`): ``local`` records them here, one
+after the other; ``ray`` runs as many cells at once as its hosts hold slots, each run signed
+by its host's enrolled key and verified on arrival (one that does not verify is moved to
+``DIR/quarantine/`` and is an infra failure), and counts ``host_stalled`` per host,
+draining a host instead of aborting the study. ``resume`` continues a crashed or killed study in
 a new segment of the study ledger: a cell whose attempt verifies closed is not run again;
 an unclosed attempt is recorded as such and the cell runs again.
 """
@@ -24,34 +30,42 @@ import contextlib
 import hashlib
 import os
 import secrets
+import shutil
 import subprocess
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import msgspec
 
 from caisson.detectors import VOID, Finding
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, should_abort_study
-from caisson.errors import CaissonError, ChamberError, UsageError
+from caisson.errors import UsageError
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
 from caisson.run.record import new_run_id
 from caisson.agents import adapter as get_adapter
 from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
-from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario, dispatch, session_options
+from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario
+from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor, SessionJob
 from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
 from caisson.probes.gating import request_tools
 from caisson.study.preflight import assess_baseline, check_grader
 from caisson.study.studyfile import PROVIDERS, load_study, resolve
-from caisson.study.studyledger import StudyLedger, read_study, sealed_state
-from ledger import BLOBS_DIR, BlobStore, SigningKey, read_records
-from ledger.events import (BaselineMeasured, CellEnded, CellStarted, HttpExchange, StudyAborted, StudyEnded,
-                           StudyPlanned)
+from caisson.study.studyledger import StudyLedger, enrolled_keys, read_study, run_key, sealed_state
+from ledger import BLOBS_DIR, BlobStore, LedgerError, SigningKey, VerifyKey, read_records, verify_ledger
+from ledger.events import (BaselineMeasured, CellEnded, CellStarted, HostDrained, HttpExchange, StudyAborted,
+                           StudyEnded, StudyPlanned)
 
 __all__ = ["StudyResult", "run_study", "EXIT_ABORTED"]
 
 EXIT_ABORTED = 1
+QUARANTINE_DIR = "quarantine"
+"""Under the study directory: runs that came back from a host and did not verify on
+arrival, kept for inspection; the study ledger binds none of them."""
 
 
 class StudyResult(msgspec.Struct, kw_only=True):
@@ -69,9 +83,14 @@ class _Stop(Exception):
     """A session was refused before it ran: the study stops here, recorded as aborted."""
 
 
+class _Drained(_Stop):
+    """No host is left to run a session (ray: every host drained): the study stops here."""
+
+
 class _Runner:
     def __init__(self, study_path: Path, out: Path, *, repo: Path, commit: str | None, resume: bool,
-                 infra_retries: int, weaken: list[str], around_cell, on_event: Callable[[], None]):
+                 infra_retries: int, weaken: list[str], around_cell, on_event: Callable[[], None],
+                 executor: Executor | None = None):
         self.study_path, self.out = Path(study_path), Path(out)
         self.study, self.scenario, self.data = load_study(study_path)
         self.repo, self.resume, self.weaken = Path(repo), resume, list(weaken)
@@ -80,15 +99,29 @@ class _Runner:
         self.infra_retries, self.around_cell, self.on_event = infra_retries, around_cell, on_event
         self.key: SigningKey = ensure_operator_key()
         self.commit = commit
-        self.history: list[list[Finding]] = []  # counting cells' findings, in run order (the abort rule)
-        self.history_cells: list[str] = []  # the same cells' ids
+        self.executor: Executor = executor or LocalExecutor()
+        self.host_keys: list[dict[str, str]] = []  # the enrolled host keys ([]: runs are signed with self.key)
+        # per host ("" local): counting cells' findings and ids, in the order they ended (the abort/drain rule)
+        self.history: dict[str, list[list[Finding]]] = {}
+        self.history_cells: dict[str, list[str]] = {}
+        self.drained: set[str] = set()
         self.interrupted = False  # Ctrl-C: stop after the attempt is settled, resumable
+        self.stopping = False  # a session was refused (or every host drained): start no further attempt
+        self._lock = threading.RLock()  # the study ledger and the histories, under concurrent cells (ray)
 
     # -- the study ledger ----------------------------------------------------------------
 
     def emit(self, event) -> None:
-        self.ledger.append(event)
-        self.on_event()
+        with self._lock:
+            self.ledger.append(event)
+            self.on_event()
+
+    def _run_key(self, run_dir: Path) -> VerifyKey | None:
+        """The key a session's run must verify against: the operator key (local), else the
+        enrolled host key its ledger names (None: a key the study did not enroll)."""
+        if not self.host_keys:
+            return self.key.verify_key
+        return run_key(run_dir, enrolled_keys(self.host_keys))
 
     def start(self) -> tuple[StudyPlan, list]:
         if self.infra_retries < 0:
@@ -103,6 +136,10 @@ class _Runner:
                 raise UsageError(f"{self.study_path} changed since the study was planned: resume needs the same file")
             if any(isinstance(r.event, StudyEnded) for r in previous):
                 raise UsageError(f"{self.out}: the study has ended; nothing to resume")
+            if planned.executor != self.executor.name:
+                raise UsageError(f"{self.out}: the study ran with --executor {planned.executor}; resume it with the"
+                                 f" same (not {self.executor.name})")
+            self.host_keys = list(planned.host_keys)
             self.commit, self.infra_retries, self.weaken = planned.commit, planned.infra_retries, planned.weakened
             plan = StudyPlan(study=planned.study, questions=[], arms=[], repetitions=self.study.repetitions,
                              seed=planned.order_seed, combos=msgspec.convert(planned.combos, list[Combo]),
@@ -114,6 +151,7 @@ class _Runner:
             self.commit = self._resolve_commit(self.commit or "HEAD")
             seed = self.study.order.seed if self.study.order.seed is not None else secrets.randbits(32)
             plan = plan_study(self.study, self.scenario, seed=seed)
+            self.host_keys = self.executor.host_keys()
         if not self.resume:  # the grader check: a false key or a lax checklist stops here, before a ledger
             key_file = resolve(self.study_path, self.study.answer_key) if self.study.answer_key else None
             self.grader = check_grader(self.scenario, plan.questions, key_file)
@@ -123,6 +161,7 @@ class _Runner:
                 if not os.environ.get(credential):
                     raise UsageError(f"agent {combo.agent}: its endpoint is {combo.endpoint['provider']}, but"
                                      f" {credential} is not set in the environment")
+        self.executor.enroll(self.host_keys)
         self.ledger = StudyLedger(self.out, self.key, run_id=f"study-{new_run_id()}", resume=self.resume)
         return plan, previous
 
@@ -151,7 +190,8 @@ class _Runner:
             refusals=[msgspec.to_builtins(r) for r in plan.refusals],
             prices={m: msgspec.to_builtins(p) for m, p in self.study.prices.items()},
             abort=msgspec.to_builtins(self.study.abort), infra_retries=self.infra_retries,
-            grader=[msgspec.to_builtins(g) for g in grader], weakened=sorted(self.weaken)))
+            grader=[msgspec.to_builtins(g) for g in grader], weakened=sorted(self.weaken),
+            executor=self.executor.name, host_keys=self.host_keys))
         return [g.reason for g in grader if not g.ok]
 
     # -- sessions ------------------------------------------------------------------------
@@ -159,9 +199,10 @@ class _Runner:
     def _scenario_for(self, combo: Combo, baseline: bool) -> Path:
         name = combo_id("", combo.agent, combo.model).lstrip("-") + ("--baseline" if baseline else "")
         target = self.out / "scenarios" / f"{name}.toml"
-        if not target.exists():
-            derived_scenario(resolve(self.study_path, self.study.scenario), combo, target,
-                             baseline_prompt=self.study.baseline_prompt if baseline else None)
+        with self._lock:  # concurrent cells (ray): written once, whole, before any reads it
+            if not target.exists():
+                derived_scenario(resolve(self.study_path, self.study.scenario), combo, target,
+                                 baseline_prompt=self.study.baseline_prompt if baseline else None)
         return target
 
     def _combo_for_session(self, combo: Combo) -> Combo:
@@ -171,22 +212,50 @@ class _Runner:
         return combo
 
     def _record(self, combo: Combo, session: Session):
+        """Run one session on the executor: (outcome or None, infra error in words, host)."""
         agent = next(a for a in self.study.agents if a.label == combo.agent)
-        with session_options(self._combo_for_session(combo), session, scenario=self.scenario, repo=self.repo,
-                             commit=self.commit, command=list(agent.command), timeout_s=self.study.timeout_s,
-                             study_dir=self.out, weaken=self.weaken,
-                             discovered=() if session.baseline else
-                             self.discovered.get((combo.arm, combo.agent, combo.model), ())) as options:
-            try:
-                outcome = dispatch(options, around=None if session.baseline else self.around_cell)
-            except ChamberError as exc:
-                return None, f"the chamber failed: {exc}"
-            except CaissonError as exc:  # refused before anything ran (containment, a bad input): not retried
-                raise _Stop(f"{'baseline' if session.baseline else 'cell'} {session.run_dir.name}: record refused:"
-                            f" {exc}") from exc
-            if outcome.status == "interrupted":  # Ctrl-C reached the recorder: settle this attempt, then stop
-                self.interrupted = True
-            return outcome, ""
+        job = SessionJob(combo=self._combo_for_session(combo), session=session, scenario=self.scenario,
+                         repo=self.repo, commit=self.commit, command=list(agent.command),
+                         timeout_s=self.study.timeout_s, study_dir=self.out, weaken=list(self.weaken),
+                         discovered=[] if session.baseline else
+                         list(self.discovered.get((combo.arm, combo.agent, combo.model), ())))
+        try:
+            result = self.executor.run(job, None if session.baseline else self.around_cell)
+        except AllHostsDrained as exc:
+            raise _Drained(str(exc)) from exc
+        if result.refused:  # refused before anything ran (containment, a bad input): not retried
+            raise _Stop(f"{'baseline' if session.baseline else 'cell'} {session.run_dir.name}: record refused:"
+                        f" {result.refused}")
+        problem = result.arrival or (self._arrival_problem(session.run_dir) if self.host_keys else "")
+        if problem:  # never a result: set aside, out of the study's run places; an infra failure
+            self._quarantine(session.run_dir)
+            return None, f"host {result.host}: the run {problem}; set aside under {QUARANTINE_DIR}/", result.host
+        if result.outcome is not None and result.outcome.status == "interrupted":  # Ctrl-C: settle, then stop
+            self.interrupted = True
+        return result.outcome, result.error, result.host
+
+    def _arrival_problem(self, run_dir: Path) -> str:
+        """Verify a run that came from a host, on arrival: "" when it verifies (closed or
+        not) against the enrolled key its ledger names; else why not."""
+        if not (run_dir / "ledger").exists():
+            return ""  # nothing was recorded (the chamber did not start): the outcome says why
+        key = self._run_key(run_dir)
+        if key is None:
+            return "is signed by a key the study did not enroll"
+        try:
+            report = verify_ledger(run_dir, key)
+        except LedgerError as exc:
+            return f"does not verify on arrival: {exc}"
+        if report.status == "tampered":
+            return f"does not verify on arrival: seq {report.bad_seq}: {report.reason}"
+        return ""
+
+    def _quarantine(self, run_dir: Path) -> None:
+        if run_dir.exists():
+            target = self.out / QUARANTINE_DIR / run_dir.relative_to(self.out)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(target, ignore_errors=True)
+            run_dir.rename(target)
 
     # -- preflight -----------------------------------------------------------------------
 
@@ -210,18 +279,19 @@ class _Runner:
             session = Session(run_dir=self.out / rel, question_id=BASELINE_QUESTION, baseline=True,
                               scenario=self._scenario_for(combo, baseline=True))
             try:
-                outcome, error = self._record(combo, session)
+                outcome, error, host = self._record(combo, session)
             except _Stop as stop:
                 self.emit(BaselineMeasured(arm=combo.arm, agent=combo.agent, model=combo.model, run_dir=str(rel),
                                            status="abort", reason=str(stop)))
                 return f"preflight: {stop}"
-            state = sealed_state(session.run_dir, self.key.verify_key) if (session.run_dir / "ledger").exists() else None
+            key = self._run_key(session.run_dir) if (session.run_dir / "ledger").exists() else None
+            state = sealed_state(session.run_dir, key) if key is not None else None
             static = get_adapter(combo.adapter).static_tools if combo.adapter else ()
             if state is None or state.status != "ok":
                 reason = error or f"the baseline ledger did not verify closed ({state.status if state else 'absent'})"
                 facts_ok, facts = False, None
             else:
-                records = list(read_records(session.run_dir, self.key.verify_key))
+                records = list(read_records(session.run_dir, key))
                 facts = assess_baseline(records, arm=combo.arm, agent=combo.agent, grant=combo.grant,
                                         deny=combo.deny, static=static, requested=_requested(session.run_dir, records))
                 facts_ok, reason = facts.ok, facts.reason
@@ -242,7 +312,7 @@ class _Runner:
             self.emit(BaselineMeasured(
                 arm=combo.arm, agent=combo.agent, model=combo.model, run_id=state.run_id if state else None,
                 run_dir=str(rel), ledger_records=state.records if state else 0, ledger_head=state.head if state else "",
-                status=status, reason=reason, **gating,
+                status=status, reason=reason, **gating, host=host,
                 tools_discovered=facts.tools_discovered if facts else [],
                 tools_requested=facts.tools_requested if facts else [], deny=facts.deny if facts else [],
                 floor_tokens=facts.floor_tokens if facts else None, floor_source=facts.floor_source if facts else None))
@@ -274,16 +344,17 @@ class _Runner:
         if tool is None:
             verdict = judge_gating([], agent=combo.agent, version=spec.version, claimed=spec.gating, tool=None)
             return {**fields, **_verdict_fields(verdict), "gating_run_dir": ""}
-        outcome, error = self._record(combo, session)
+        outcome, error, _ = self._record(combo, session)
         if self.interrupted:  # Ctrl-C: a cut probe is no verdict; resume probes again
             raise _Stop(f"gating probe {rel}: interrupted")
         if outcome is not None and outcome.exit_code == 125:  # the agent never ran: no verdict, not a refusal
             raise _Stop(f"gating probe {rel}: infra failure: {outcome.reason or 'the chamber or agent did not start'}")
-        state = sealed_state(session.run_dir, self.key.verify_key) if (session.run_dir / "ledger").exists() else None
+        key = self._run_key(session.run_dir) if (session.run_dir / "ledger").exists() else None
+        state = sealed_state(session.run_dir, key) if key is not None else None
         if state is None or state.status != "ok":
             raise _Stop(f"gating probe {rel}: " + (error or "the probe ledger did not verify closed"
                                                    f" ({state.status if state else 'absent'})"))
-        records = list(read_records(session.run_dir, self.key.verify_key))
+        records = list(read_records(session.run_dir, key))
         verdict = judge_gating(records, agent=combo.agent, version=spec.version, claimed=spec.gating, tool=tool)
         return {**fields, **_verdict_fields(verdict), "gating_run_id": state.run_id,
                 "gating_ledger_records": state.records, "gating_ledger_head": state.head}
@@ -293,24 +364,30 @@ class _Runner:
     def _attempt_dir(self, cell: Cell, attempt: int) -> Path:
         return Path("cells") / cell.cell_id / str(attempt)
 
-    def _conclude(self, cell: Cell, attempt: int, rel: Path, outcome, error: str, duration_ns: int) -> CellEnded:
+    def _conclude(self, cell: Cell, attempt: int, rel: Path, outcome, error: str, duration_ns: int,
+                  host: str = "") -> CellEnded:
         run_dir = self.out / rel
-        if not (run_dir / "ledger").exists():
+        key = self._run_key(run_dir) if (run_dir / "ledger").exists() else None
+        if key is None:  # no ledger; or (ray) signed by a key the study did not enroll, which arrival refuses
             return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="failed",
-                             void_reason=error or "no ledger was written", infra_failure=True, duration_ns=duration_ns)
-        state = sealed_state(run_dir, self.key.verify_key)
-        [result] = replay_runs([run_dir], self.key.verify_key)
+                             void_reason=error or ("no ledger was written" if not (run_dir / "ledger").exists()
+                                                   else "signed by a key the study did not enroll"),
+                             infra_failure=True, duration_ns=duration_ns, host=host)
+        state = sealed_state(run_dir, key)
+        [result] = replay_runs([run_dir], key)
         infra = any(f.detector == INFRA_FAILURE for f in result.findings)
         infra = infra or (outcome is not None and outcome.status == "infra_failure") or state.status != "ok"
         counting = state.status == "ok" and not infra
         if counting:
-            self.history.append(list(result.findings))
-            self.history_cells.append(cell.cell_id)
+            with self._lock:
+                self.history.setdefault(host, []).append(list(result.findings))
+                self.history_cells.setdefault(host, []).append(cell.cell_id)
         status = result.status if state.status == "ok" else state.status
         return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_id=state.run_id, run_dir=str(rel), status=status,
                          void_reason="\n".join(result.reasons) or state.reason or error, infra_failure=infra,
                          counting=counting, score=result.score, ledger_records=state.records, ledger_head=state.head,
-                         ledger_final=state.final, seal_signature=state.signature, duration_ns=duration_ns)
+                         ledger_final=state.final, seal_signature=state.signature, duration_ns=duration_ns,
+                         host=host)
 
     def run_cell(self, cell: Cell, combo: Combo, ended: list[CellEnded], started: set[int]) -> None:
         for attempt in sorted(started - {e.attempt for e in ended}):  # killed mid-attempt: settle it first
@@ -327,7 +404,7 @@ class _Runner:
         attempt = max([0, *started, *(e.attempt for e in ended)])
         while not any(e.counting for e in ended):
             infra = sum(e.infra_failure and e.status != "unclosed" for e in ended)
-            if infra > self.infra_retries:
+            if infra > self.infra_retries or self.stopping:
                 return
             attempt += 1
             rel = self._attempt_dir(cell, attempt)
@@ -336,12 +413,14 @@ class _Runner:
                               scenario=self._scenario_for(combo, baseline=False))
             t0 = time.monotonic_ns()
             try:
-                outcome, error = self._record(combo, session)
-            except _Stop as stop:
-                self.emit(CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="refused",
+                outcome, error, host = self._record(combo, session)
+            except _Stop as stop:  # refused; or (_Drained) never placed: an infra failure, run again on resume
+                drained = isinstance(stop, _Drained)
+                self.emit(CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel),
+                                    status="failed" if drained else "refused", infra_failure=drained,
                                     void_reason=str(stop), duration_ns=time.monotonic_ns() - t0))
                 raise
-            done = self._conclude(cell, attempt, rel, outcome, error, time.monotonic_ns() - t0)
+            done = self._conclude(cell, attempt, rel, outcome, error, time.monotonic_ns() - t0, host)
             self.emit(done)
             ended.append(done)
             if self.interrupted:
@@ -353,8 +432,11 @@ class _Runner:
             if isinstance(e, CellEnded) and e.counting:
                 stalled = [Finding(detector=HOST_STALLED, kind="host_stalled", effect=VOID, message=line)
                            for line in e.void_reason.splitlines() if line.startswith("host_stalled:")]
-                self.history.append(stalled)
-                self.history_cells.append(e.cell_id)
+                self.history.setdefault(e.host, []).append(stalled)
+                self.history_cells.setdefault(e.host, []).append(e.cell_id)
+            elif isinstance(e, HostDrained):
+                self.drained.add(e.host)
+                self.executor.drain(e.host)
 
     def run(self) -> StudyResult:
         plan, previous = self.start()
@@ -378,25 +460,77 @@ class _Runner:
                 elif isinstance(e, CellEnded):
                     ended.setdefault(e.cell_id, []).append(e)
             combos = {(c.arm, c.agent, c.model): c for c in plan.combos}
-            for cell in plan.cells:
-                if (cell.arm, cell.agent, cell.model) in self.refused:  # gating measured not_enforced
-                    continue
-                cell_ended = ended.setdefault(cell.cell_id, [])
-                before = len(self.history)
-                try:
-                    self.run_cell(cell, combos[(cell.arm, cell.agent, cell.model)], cell_ended,
-                                  started.get(cell.cell_id, set()))
-                except _Stop as stop:
-                    return self.finish(plan, str(stop), [cell.cell_id], ended)
-                if len(self.history) > before and should_abort_study(self.history, self.study.abort.host_stalled_in_a_row):
-                    n = self.study.abort.host_stalled_in_a_row
-                    stalled = self.history_cells[-n:]
-                    return self.finish(plan, f"{n} host_stalled cells in a row: the host, not the agents, is being"
-                                       " measured", stalled, ended)
-            return self.finish(plan, "", [], ended)
+            todo = [c for c in plan.cells if (c.arm, c.agent, c.model) not in self.refused]  # gating not_enforced
+            if isinstance(self.executor, LocalExecutor):
+                return self._run_serial(plan, todo, combos, ended, started)
+            return self._run_concurrent(plan, todo, combos, ended, started)
         finally:
             if not self.ledger.writer.closed:
                 self.ledger.close()
+
+    def _run_serial(self, plan: StudyPlan, todo: list[Cell], combos: dict, ended: dict[str, list[CellEnded]],
+                    started: dict[str, set[int]]) -> StudyResult:
+        """The local executor: one cell after the other; three host_stalled in a row abort the study."""
+        for cell in todo:
+            cell_ended = ended.setdefault(cell.cell_id, [])
+            before = len(self.history.get("", []))
+            try:
+                self.run_cell(cell, combos[(cell.arm, cell.agent, cell.model)], cell_ended,
+                              started.get(cell.cell_id, set()))
+            except _Stop as stop:
+                return self.finish(plan, str(stop), [cell.cell_id], ended)
+            history = self.history.get("", [])
+            if len(history) > before and should_abort_study(history, self.study.abort.host_stalled_in_a_row):
+                n = self.study.abort.host_stalled_in_a_row
+                stalled = self.history_cells[""][-n:]
+                return self.finish(plan, f"{n} host_stalled cells in a row: the host, not the agents, is being"
+                                   " measured", stalled, ended)
+        return self.finish(plan, "", [], ended)
+
+    def _run_concurrent(self, plan: StudyPlan, todo: list[Cell], combos: dict, ended: dict[str, list[CellEnded]],
+                        started: dict[str, set[int]]) -> StudyResult:
+        """A distributed executor: as many cells at once as it has slots, in the recorded order of
+        dispatch; a host with three host_stalled cells in a row (its own) is drained, recorded."""
+        pending, running = deque(todo), {}
+        reason, cells = "", []
+        with ThreadPoolExecutor(max_workers=64, thread_name_prefix="caisson-cell") as pool:
+            try:
+                while pending or running:
+                    # no slot now (every host lost): one cell waits in Ray's queue for a host to join
+                    while pending and not self.stopping and len(running) < max(1, self.executor.slots()):
+                        cell = pending.popleft()
+                        running[pool.submit(self.run_cell, cell, combos[(cell.arm, cell.agent, cell.model)],
+                                            ended.setdefault(cell.cell_id, []),
+                                            started.get(cell.cell_id, set()))] = cell
+                    if not running:
+                        break
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        cell = running.pop(future)
+                        try:
+                            future.result()
+                        except _Stop as stop:
+                            self.stopping = True
+                            reason, cells = reason or str(stop), cells or [cell.cell_id]
+                            continue
+                        counting = next((e for e in ended[cell.cell_id] if e.counting), None)
+                        if counting is not None:
+                            self._maybe_drain(counting.host)
+            except BaseException:  # Ctrl-C: the sessions under way settle (the pool waits), none starts
+                self.stopping = True
+                raise
+        return self.finish(plan, reason, cells, ended)
+
+    def _maybe_drain(self, host: str) -> None:
+        n = self.study.abort.host_stalled_in_a_row
+        with self._lock:
+            history, ids = list(self.history.get(host, [])), list(self.history_cells.get(host, []))
+        if host in self.drained or not should_abort_study(history, n):
+            return
+        self.drained.add(host)
+        self.executor.drain(host)
+        self.emit(HostDrained(host=host, reason=f"{n} host_stalled cells in a row on this host: the host, not the"
+                              " agents, is being measured", cells=ids[-n:]))
 
     def finish(self, plan: StudyPlan, reason: str, cells: list[str],
                ended: dict[str, list[CellEnded]] | None = None) -> StudyResult:
@@ -436,7 +570,7 @@ def _requested(run_dir: Path, records: list) -> list[str]:
 def run_study(study_path: Path, out: Path, *, repo: Path, commit: str | None = None, resume: bool = False,
               infra_retries: int = 1, weaken: list[str] | tuple[str, ...] = (),
               around_cell: Callable[[Path], contextlib.AbstractContextManager] | None = None,
-              on_event: Callable[[], None] = lambda: None) -> StudyResult:
+              on_event: Callable[[], None] = lambda: None, executor: Executor | None = None) -> StudyResult:
     """Run (or resume) a study into ``out``; see the module docstring.
 
     Args:
@@ -451,6 +585,8 @@ def run_study(study_path: Path, out: Path, *, repo: Path, commit: str | None = N
         around_cell: a context manager factory entered around every cell attempt with its
             run directory (tests: a host staller).
         on_event: called after every study event is sealed (the progress display).
+        executor: where sessions run (`caisson.study.executor`); default the local one. It is
+            closed when the study returns.
 
     Returns:
         How it ended.
@@ -460,5 +596,9 @@ def run_study(study_path: Path, out: Path, *, repo: Path, commit: str | None = N
         UsageError: ``out`` not empty (without ``resume``), nothing to resume, a bad repository.
         ContainmentError: the sandbox holds a question or a leak term (from the first session).
     """
-    return _Runner(study_path, out, repo=repo, commit=commit, resume=resume, infra_retries=infra_retries,
-                   weaken=list(weaken), around_cell=around_cell, on_event=on_event).run()
+    try:
+        return _Runner(study_path, out, repo=repo, commit=commit, resume=resume, infra_retries=infra_retries,
+                       weaken=list(weaken), around_cell=around_cell, on_event=on_event, executor=executor).run()
+    finally:
+        if executor is not None:
+            executor.close()

@@ -9,9 +9,19 @@ from collections.abc import Iterable
 import msgspec
 
 from ledger import Record
-from ledger.events import CellEnded, CellStarted, StudyAborted, StudyEnded, StudyPlanned, StudyResumed
+from ledger.events import CellEnded, CellStarted, HostDrained, StudyAborted, StudyEnded, StudyPlanned, StudyResumed
 
-__all__ = ["StudyStatus", "study_status", "status_lines"]
+__all__ = ["HostCounts", "StudyStatus", "study_status", "status_lines"]
+
+
+class HostCounts(msgspec.Struct, kw_only=True):
+    """One host's share of a study run by a distributed executor (counts are attempts)."""
+
+    attempts: int = 0  # attempts that ended there
+    counted: int = 0  # of which counting (clean or void)
+    void: int = 0  # of the counting ones, void
+    infra_failures: int = 0
+    drained: bool = False
 
 
 class StudyStatus(msgspec.Struct, kw_only=True):
@@ -25,7 +35,8 @@ class StudyStatus(msgspec.Struct, kw_only=True):
     left: int = 0  # cells not yet settled
     attempts: int = 0  # attempts ended
     infra_failures: int = 0
-    current: str | None = None  # the cell being run (started, not ended)
+    current: str | None = None  # the cell being run (started, not ended; the latest started of several)
+    running: int = 0  # cells started and not ended (ray: several at once)
     segments: int = 1  # 1 + how often the study was resumed
     started_ns: int | None = None  # wall clock of study.planned
     last_ns: int | None = None  # wall clock of the last event
@@ -33,6 +44,7 @@ class StudyStatus(msgspec.Struct, kw_only=True):
     eta_ns: int | None = None  # left x mean attempt time
     state: str = "running"  # running | ended | aborted
     abort_reason: str = ""
+    hosts: dict[str, HostCounts] = {}  # per host (ray: "host name/node id"); {} local
 
 
 def study_status(records: Iterable[Record]) -> StudyStatus:
@@ -53,14 +65,21 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
         elif isinstance(event, StudyResumed):
             status.segments += 1
         elif isinstance(event, CellStarted):
+            open_cells.pop(event.cell_id, None)  # (re)inserted last: the latest started
             open_cells[event.cell_id] = event.attempt
             status.current = event.cell_id
         elif isinstance(event, CellEnded):
             open_cells.pop(event.cell_id, None)
-            status.current = None if status.current == event.cell_id else status.current
+            status.current = next(reversed(open_cells), None)
             status.attempts += 1
             if event.duration_ns:
                 durations.append(event.duration_ns)
+            if event.host:
+                host = status.hosts.setdefault(event.host, HostCounts())
+                host.attempts += 1
+                host.counted += event.counting
+                host.void += event.counting and event.status != "clean"
+                host.infra_failures += event.infra_failure and event.status != "unclosed"
             if event.counting:
                 settled[event.cell_id] = "clean" if event.status == "clean" else "void"
             elif event.infra_failure and event.status != "unclosed":
@@ -68,6 +87,8 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
                 infra_attempts[event.cell_id] = infra_attempts.get(event.cell_id, 0) + 1
                 if infra_attempts[event.cell_id] > retries:
                     settled.setdefault(event.cell_id, "void")
+        elif isinstance(event, HostDrained):
+            status.hosts.setdefault(event.host, HostCounts()).drained = True
         elif isinstance(event, StudyAborted):
             status.state, status.abort_reason = "aborted", event.reason
         elif isinstance(event, StudyEnded) and status.state != "aborted":
@@ -78,6 +99,7 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
     if durations:
         status.mean_attempt_ns = sum(durations) // len(durations)
         status.eta_ns = status.mean_attempt_ns * status.left if status.state == "running" else 0
+    status.running = len(open_cells) if status.state == "running" else 0
     if status.state != "running":
         status.current = None
     return status
@@ -107,7 +129,11 @@ def status_lines(status: StudyStatus, *, now_ns: int | None = None, load: tuple[
              + (f", host load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}" if load else "")
              + (f", segments {status.segments}" if status.segments > 1 else "")]
     if status.current:
-        lines.append(f"  current cell {status.current}")
+        lines.append(f"  current cell {status.current}"
+                     + (f" (and {status.running - 1} more running)" if status.running > 1 else ""))
+    for name, host in sorted(status.hosts.items()):
+        lines.append(f"  host {name}: attempts {host.attempts}, counted {host.counted} (void {host.void}),"
+                     f" infra failures {host.infra_failures}" + (", DRAINED" if host.drained else ""))
     if status.abort_reason:
         lines.append(f"  aborted: {status.abort_reason}")
     return lines

@@ -19,7 +19,8 @@ from caisson.errors import UsageError
 from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, locate
 from ledger.events import StudyResumed
 
-__all__ = ["SealedState", "StudyLedger", "segments", "sealed_state", "read_study", "STUDY_DIR", "SOURCE"]
+__all__ = ["SealedState", "StudyLedger", "segments", "sealed_state", "read_study", "STUDY_DIR", "SOURCE",
+           "enrolled_keys", "run_signer", "run_key", "run_trust"]
 
 STUDY_DIR = "study"
 SOURCE = "study"
@@ -66,6 +67,48 @@ def sealed_state(path: Path, trusted: VerifyKey) -> SealedState:
                        records=seal.upto if seal else 0, head=seal.head.hex() if seal else "",
                        final=bool(seal and seal.final), signature=seal.signature.hex() if seal else "",
                        status=status, reason=reason)
+
+
+def run_signer(path: Path) -> bytes | None:
+    """The raw Ed25519 public key a ledger's header names (32 bytes), unchecked; None when
+    there is no readable header. Trust comes from the caller's enrolled set, never from this."""
+    ledger_path, _ = locate(Path(path))
+    checker = LedgerChecker(None, decode=False)
+    try:
+        with open(ledger_path, "rb") as handle:
+            checker.feed(handle.read(1 << 16))
+        next(iter(checker.records()), None)
+    except (OSError, LedgerError):
+        return None
+    return checker.header.public_key if checker.header is not None else None
+
+
+def enrolled_keys(host_keys: list[dict[str, str]]) -> dict[bytes, VerifyKey]:
+    """``study.planned.host_keys`` as raw public key -> key.
+
+    Raises:
+        UsageError: an entry whose ``public_key`` is not the hex of a 32-byte Ed25519 key.
+    """
+    keys = {}
+    for entry in host_keys:
+        try:
+            raw = bytes.fromhex(entry["public_key"])
+            keys[raw] = VerifyKey.from_raw(raw)
+        except (KeyError, ValueError) as exc:
+            raise UsageError(f"study.planned.host_keys: {entry!r}: not an Ed25519 public key ({exc})") from None
+    return keys
+
+
+def run_key(path: Path, enrolled: dict[bytes, VerifyKey]) -> VerifyKey | None:
+    """The enrolled key a run's ledger names, or None (no header, or a key not enrolled)."""
+    raw = run_signer(path)
+    return enrolled.get(raw) if raw is not None else None
+
+
+def run_trust(run_dir: Path, trusted: VerifyKey, enrolled: dict[bytes, VerifyKey]) -> VerifyKey | None:
+    """The key a study's run verifies against: ``trusted`` when the study enrolled no host
+    keys, else the enrolled key its ledger names (None: signed by a key not enrolled)."""
+    return run_key(run_dir, enrolled) if enrolled else trusted
 
 
 def segments(study_dir: Path) -> list[Path]:

@@ -22,6 +22,10 @@ Checks, in order, stopping at nothing (every problem is listed):
    last closed one. The study ledger does not bind its judges (they come after it closed),
    so a judge directory removed altogether is not seen: the report then says no judge ran.
 
+Which key a run must verify against: the study ledger's trusted key, unless
+``study.planned`` enrolled host keys (``--executor ray``): then exactly those, the one the
+run's ledger header names; a run signed by any other key fails (docs/studies.md, "Keys").
+
 The result is ``ok``, ``tampered`` (any problem above) or ``unclosed`` (intact, but the
 last segment has no final seal: the study is running or crashed, and can be resumed).
 """
@@ -33,11 +37,19 @@ from pathlib import Path
 import msgspec
 
 from caisson.study.backfill import verify_backfill
-from caisson.study.studyledger import read_study, sealed_state, segments
+from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
 from ledger import LedgerChecker, LedgerError, VerifyKey, locate, read_records, verify_ledger
-from ledger.events import BaselineMeasured, CellEnded, CellStarted, JudgeStarted, JudgeVerdict, StudyResumed
+from ledger.events import (
+    BaselineMeasured,
+    CellEnded,
+    CellStarted,
+    JudgeStarted,
+    JudgeVerdict,
+    StudyPlanned,
+    StudyResumed,
+)
 
-__all__ = ["JUDGE_DIR", "StudyVerifyReport", "judge_dirs", "verify_study", "is_study_dir"]
+__all__ = ["JUDGE_DIR", "StudyVerifyReport", "judge_dirs", "verify_study", "is_study_dir", "run_trust"]
 
 JUDGE_DIR = "judge"
 """``DIR/judge/<NNN>/``: one judge run's ledger and blobs each (`caisson.study.judge`)."""
@@ -102,7 +114,8 @@ def _segment_events(seg: Path, trusted: VerifyKey):
 
 
 def _check_run(study_dir: Path, rel: str, run_id: str | None, records: int, head: str, final: bool,
-               trusted: VerifyKey, what: str, report: StudyVerifyReport) -> None:
+               trusted: VerifyKey, what: str, report: StudyVerifyReport,
+               enrolled: dict[bytes, VerifyKey] | None = None) -> None:
     run_dir = study_dir / rel
     if run_id is None and not records:
         return  # no ledger was ever written for it (the chamber did not start)
@@ -110,6 +123,11 @@ def _check_run(study_dir: Path, rel: str, run_id: str | None, records: int, head
         report.problems.append(f"{what} {rel}: dropped (no ledger where the study ledger says it is)")
         return
     report.runs_checked += 1
+    key = run_trust(run_dir, trusted, enrolled or {})
+    if key is None:
+        report.problems.append(f"{what} {rel}: signed by a key the study did not enroll")
+        return
+    trusted = key
     try:
         full = verify_ledger(run_dir, trusted)
         state = sealed_state(run_dir, trusted)
@@ -176,18 +194,21 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
     named: set[str] = set()
     bound: dict[str, tuple[str, str]] = {}  # run dir -> (run id, head): what a backfilled figure may name
     counting: dict[str, str] = {}
+    enrolled: dict[bytes, VerifyKey] = {}
     for record in read_study(study_dir, trusted):
         e = record.event
-        if isinstance(e, BaselineMeasured):
+        if isinstance(e, StudyPlanned):
+            enrolled = enrolled_keys(e.host_keys)
+        elif isinstance(e, BaselineMeasured):
             named.add(e.run_dir)
             if e.run_id:
                 bound[e.run_dir] = (e.run_id, e.ledger_head)
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, True, trusted,
-                       "baseline", report)
+                       "baseline", report, enrolled)
             if e.gating_run_id is not None:  # the gating probe run, bound the same way
                 named.add(e.gating_run_dir)
                 _check_run(study_dir, e.gating_run_dir, e.gating_run_id, e.gating_ledger_records,
-                           e.gating_ledger_head, True, trusted, "gating probe", report)
+                           e.gating_ledger_head, True, trusted, "gating probe", report, enrolled)
         elif isinstance(e, CellStarted):
             named.add(e.run_dir)
         elif isinstance(e, CellEnded):
@@ -196,7 +217,7 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
                 bound[e.run_dir] = (e.run_id, e.ledger_head)
                 counting[e.cell_id] = e.run_id
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, e.ledger_final, trusted,
-                       f"cell {e.cell_id} attempt {e.attempt}:", report)
+                       f"cell {e.cell_id} attempt {e.attempt}:", report, enrolled)
     cells = study_dir / "cells"
     if cells.is_dir():
         for ledger_file in sorted(cells.glob("*/*/ledger")):
@@ -204,7 +225,7 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
             if rel not in named:
                 report.problems.append(f"{rel}: a run the study ledger does not name (added afterwards)")
     if not report.problems:  # the runs are as bound: now what the backfill ledger says of them
-        report.problems += verify_backfill(study_dir, trusted, bound)
+        report.problems += verify_backfill(study_dir, trusted, bound, enrolled)
     _check_judges(study_dir, trusted, counting, report)
     if report.problems:
         report.status = "tampered"

@@ -13,7 +13,8 @@ from caisson.resources import resource_dir
 from caisson.scenario import parse_scenario
 from caisson.study import assess_baseline, check_grader, load_study, plan_study, study_status
 from ledger import Record
-from ledger.events import AgentTools, AgentUsage, CellEnded, CellStarted, LlmUsage, StudyAborted, StudyPlanned
+from ledger.events import (AgentTools, AgentUsage, CellEnded, CellStarted, HostDrained, LlmUsage, StudyAborted,
+                           StudyPlanned)
 
 SCENARIO = """
 name = "t"
@@ -233,6 +234,32 @@ def test_status_folds_attempts_infra_retries_and_abort():
     assert aborted.state == "aborted" and aborted.current is None and aborted.abort_reason == "stall"
 
 
+def test_status_counts_per_host_and_cells_running_at_once():
+    from caisson.study import status_lines
+
+    planned = StudyPlanned(study="s", study_sha256="0", cells=[{"cell_id": c} for c in "abcd"], executor="ray")
+    records = _records(
+        planned,
+        CellStarted(cell_id="a", attempt=1), CellStarted(cell_id="b", attempt=1),
+        CellEnded(cell_id="a", attempt=1, status="failed", infra_failure=True, host="h1/1"),
+        CellStarted(cell_id="a", attempt=2), CellStarted(cell_id="c", attempt=1),
+        CellEnded(cell_id="b", attempt=1, status="void", counting=True, void_reason="host_stalled: late", host="h1/1"),
+        HostDrained(host="h1/1", reason="3 in a row", cells=["b"]),
+        CellEnded(cell_id="a", attempt=2, status="clean", counting=True, host="h2/2"),
+        CellStarted(cell_id="d", attempt=1),
+    )
+    status = study_status(records)
+    assert (status.done, status.void, status.left, status.attempts, status.infra_failures) == (1, 1, 2, 3, 1)
+    assert (status.current, status.running) == ("d", 2)
+    assert {h: (c.attempts, c.counted, c.void, c.infra_failures, c.drained) for h, c in status.hosts.items()} == {
+        "h1/1": (2, 1, 1, 1, True), "h2/2": (1, 1, 0, 0, False)}
+    lines = status_lines(status)
+    assert lines[2:] == ["  current cell d (and 1 more running)",
+                         "  host h1/1: attempts 2, counted 1 (void 1), infra failures 1, DRAINED",
+                         "  host h2/2: attempts 1, counted 1 (void 0), infra failures 0"]
+    assert study_status(records[:1]).hosts == {}  # local: no host lines
+
+
 def test_study_run_with_a_bad_file_exits_2_and_writes_nothing(folder, tmp_path):
     path = _write(folder, GOOD.replace("repetitions = 2", "repetitions = -1"))
     out = tmp_path / "never"
@@ -244,10 +271,11 @@ def test_public_surface_is_pinned():
     import caisson.study
 
     assert sorted(caisson.study.__all__) == [
-        "BaselineFacts", "Cell", "Combo", "GraderCheck", "Refusal", "SealedState", "Study", "StudyAgent",
+        "BaselineFacts", "Cell", "Combo", "Executor", "GraderCheck", "LocalExecutor", "Refusal", "SealedState",
+        "SessionJob", "SessionResult", "Study", "StudyAgent",
         "StudyPlan", "StudyResult", "StudyStatus", "StudyVerifyReport", "assess_baseline", "cell_id",
-        "check_grader", "is_study_dir", "load_study", "parse_study", "plan_study", "read_study", "run_study",
-        "sealed_state", "status_lines", "study_status", "verify_study"]
+        "check_grader", "is_study_dir", "load_study", "make_executor", "parse_study", "plan_study", "read_study",
+        "run_study", "sealed_state", "status_lines", "study_status", "verify_study"]
     for name in caisson.study.__all__:
         assert getattr(caisson.study, name).__module__.startswith("caisson.study.")
 

@@ -1,0 +1,153 @@
+"""Where a study's sessions run: the executor interface and the ``local`` executor.
+
+The runner (`caisson.study.runner`) decides what runs, in which order, and what an
+outcome means; an executor only runs one session (a cell's attempt, a baseline, a gating
+probe) and hands back its run directory in the study directory (docs/studies.md,
+"Executors"):
+
+- ``local`` (the default): the session is recorded here, in this process, one at a time;
+  its run is signed with the operator key, like the study ledger.
+- ``ray`` (`caisson.study._ray`, imported only when chosen): each session is a Ray task on a
+  host holding a ``caisson_slot``; the host records and signs with its own key, the run
+  comes back content-addressed and is verified on arrival.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from caisson.errors import CaissonError, ChamberError
+from caisson.run import RunOutcome
+from caisson.scenario import Scenario
+from caisson.study._dispatch import Session, dispatch, session_options
+from caisson.study.plan import Combo
+
+__all__ = ["EXECUTORS", "AllHostsDrained", "Executor", "LocalExecutor", "SessionJob", "SessionResult",
+           "make_executor", "run_session_here"]
+
+EXECUTORS = ("local", "ray")
+
+
+class SessionJob(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one session needs, wherever it is recorded (paths are the driver's)."""
+
+    combo: Combo  # the combination, its scripted endpoint's path made absolute
+    session: Session
+    scenario: Scenario  # the study's scenario (its egress)
+    repo: Path  # the live repository; under ray it must exist at the same path on every host
+    commit: str
+    command: list[str]
+    timeout_s: float | None
+    study_dir: Path
+    weaken: list[str] = []
+    discovered: list[str] = []
+
+
+class SessionResult(msgspec.Struct, kw_only=True):
+    """How one session went, as the executor saw it.
+
+    ``outcome`` None with ``error``: an infra failure before or around the recording (the
+    chamber failed, the host was lost, the run arrived altered); ``refused``: the recorder
+    refused the session (containment, a bad input): not retried, the study stops.
+    """
+
+    outcome: RunOutcome | None = None
+    error: str = ""
+    refused: str = ""
+    host: str = ""  # where it ran: "" local; "host name/node id" under ray
+    arrival: str = ""  # why the run directory that came back is not what the host sent ("": it is)
+
+
+class AllHostsDrained(CaissonError):
+    """Every host of a ray study is drained: nothing is left to run its sessions."""
+
+
+class Executor(Protocol):
+    """What the runner needs from an executor."""
+
+    name: str
+
+    def slots(self) -> int:
+        """How many sessions may run at once now (>= 1)."""
+
+    def host_keys(self) -> list[dict[str, str]]:
+        """The host keys to enroll in a new study (``study.planned.host_keys``); [] local."""
+
+    def run(self, job: SessionJob, around: Callable[[Path], contextlib.AbstractContextManager] | None
+            ) -> SessionResult:
+        """Record one session; its run directory is at ``job.session.run_dir`` when this returns."""
+
+    def enroll(self, host_keys: list[dict[str, str]]) -> None:
+        """The study's enrolled host keys (new or resumed): sessions run only on those hosts."""
+
+    def drain(self, host: str) -> None:
+        """Give ``host`` no further sessions."""
+
+    def close(self) -> None:
+        """Release what the executor holds (a Ray connection)."""
+
+
+def run_session_here(job: SessionJob, around: Callable[[Path], contextlib.AbstractContextManager] | None = None
+                     ) -> SessionResult:
+    """Record one session in this process (the local executor; a ray host's task)."""
+    with session_options(job.combo, job.session, scenario=job.scenario, repo=job.repo, commit=job.commit,
+                         command=list(job.command), timeout_s=job.timeout_s, study_dir=job.study_dir,
+                         weaken=list(job.weaken), discovered=job.discovered) as options:
+        try:
+            return SessionResult(outcome=dispatch(options, around=around))
+        except ChamberError as exc:
+            return SessionResult(error=f"the chamber failed: {exc}")
+        except CaissonError as exc:  # refused before anything ran (containment, a bad input)
+            return SessionResult(refused=str(exc))
+
+
+class LocalExecutor:
+    """Today's executor: every session recorded here, one at a time, signed with the operator key."""
+
+    name = "local"
+
+    def slots(self) -> int:
+        return 1
+
+    def host_keys(self) -> list[dict[str, str]]:
+        return []
+
+    def run(self, job: SessionJob, around=None) -> SessionResult:
+        return run_session_here(job, around)
+
+    def enroll(self, host_keys: list[dict[str, str]]) -> None:
+        """Nothing to enroll: local runs are signed with the operator key."""
+
+    def drain(self, host: str) -> None:
+        """Never called: a local study aborts on its abort rule instead."""
+
+    def close(self) -> None:
+        pass
+
+
+def make_executor(name: str = "local", **options: Any) -> Executor:
+    """The executor named ``name`` (``local`` or ``ray``); ``options`` go to `RayExecutor`.
+
+    Raises:
+        UsageError: an unknown name, options given to ``local``, or (ray) Ray is not
+            installed, the cluster is unreachable or holds no ``caisson_slot``.
+    """
+    from caisson.errors import UsageError
+
+    if name == "local":
+        given = {k: v for k, v in options.items() if v not in (None, (), [])}
+        if given:
+            raise UsageError(f"--executor local takes none of: {', '.join(sorted(given))} (those are for ray)")
+        return LocalExecutor()
+    if name == "ray":
+        try:
+            from caisson.study._ray import RayExecutor
+        except ImportError as exc:
+            raise UsageError(f"--executor ray needs Ray: pip install 'caisson[ray]' ({exc})") from None
+        return RayExecutor(**options)
+    raise UsageError(f"--executor {name}: one of {', '.join(EXECUTORS)}")

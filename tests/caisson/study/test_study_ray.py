@@ -1,0 +1,246 @@
+"""The ray executor on a real two-node Ray cluster on this machine, with real Docker.
+
+One cluster for the module (`ray.cluster_utils.Cluster`): a head without slots and two
+nodes with one ``caisson_slot`` each, each with its own caisson home (its own host key).
+The study is the smallest that proves each point: the grep probe (a command agent) on
+one arm. The node-removal test runs last: it leaves one node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from caisson.cli import main
+from caisson.home import ensure_operator_key
+from caisson.probes import make_probe_repo
+from caisson.study import read_study, run_study, verify_study
+from caisson.study.report import load_study_report
+from caisson.study.studyledger import run_signer
+from ledger.events import CellEnded, CellStarted, StudyPlanned
+from tests.caisson.conftest import require
+from tests.caisson.study.test_study_run import GREP_AGENT, _study
+
+ONE_QUESTION = 'questions = ["where-answer"]'
+
+# Under xdist, one worker runs the whole module: one cluster, not one per worker.
+pytestmark = pytest.mark.xdist_group("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(chamber_image):
+    """(cluster, [node1, node2], [home1, home2]); torn down after the module."""
+    require(None if importlib.util.find_spec("ray") else "Ray is not installed: pip install 'caisson[ray]'")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    tmp = Path(tempfile.mkdtemp(prefix="rc", dir="/tmp"))  # short: Ray's unix sockets live under it
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False, "temp_dir": str(tmp / "ray"),
+        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}})
+    homes = [tmp / "home1", tmp / "home2"]
+    nodes = [cluster.add_node(num_cpus=1, resources={"caisson_slot": 1}, env_vars={"CAISSON_HOME": str(h)})
+             for h in homes]
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        yield cluster, nodes, homes
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _executor(**kw):
+    from caisson.study._ray import RayExecutor
+
+    return RayExecutor(**kw)
+
+
+def _ended(out: Path) -> list[CellEnded]:
+    return [r.event for r in read_study(out) if isinstance(r.event, CellEnded)]
+
+
+def _grep_study(root: Path, sleep: str = "") -> Path:
+    return _study(root, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP ", sleep))
+
+
+def test_two_nodes_give_the_cells_statuses_and_report_of_the_local_executor(ray_cluster, tmp_path):
+    repo = make_probe_repo(tmp_path)
+    study = _grep_study(tmp_path)
+    local = run_study(study, tmp_path / "local", repo=repo)
+    distributed = run_study(study, tmp_path / "ray", repo=repo, executor=_executor())
+    assert (local.state, local.cells, local.counted, local.void) == ("ended", 2, 2, 0)
+    assert (distributed.state, distributed.cells, distributed.counted, distributed.void) == ("ended", 2, 2, 0)
+    operator = ensure_operator_key().verify_key
+
+    def cells(out):
+        return sorted((e.cell_id, e.attempt, e.status, e.score, e.counting) for e in _ended(out))
+
+    assert cells(tmp_path / "ray") == cells(tmp_path / "local")
+    report = {}
+    for name in ("local", "ray"):
+        verified, data = load_study_report(tmp_path / name, operator)
+        assert verified.status == "ok", verified.problems
+        report[name] = sorted((c.cell_id, c.status, c.score) for c in data.cells)
+    assert report["ray"] == report["local"]
+    assert main(["verify", str(tmp_path / "ray")]) == 0
+    # each host signed with its own key, enrolled in study.planned; never the operator's
+    [planned] = [r.event for r in read_study(tmp_path / "ray") if isinstance(r.event, StudyPlanned)]
+    enrolled = {bytes.fromhex(k["public_key"]) for k in planned.host_keys}
+    assert planned.executor == "ray" and len(enrolled) == 2 and operator.raw not in enrolled
+    for e in _ended(tmp_path / "ray"):
+        assert e.host and run_signer(tmp_path / "ray" / e.run_dir) in enrolled
+    assert main(["study", "status", str(tmp_path / "ray")]) == 0
+    # verify DIR trusts exactly the enrolled keys: a cell's run replaced by the same cell
+    # recorded here (a sound ledger, signed by the operator key, not enrolled) fails
+    forged = tmp_path / "forged"
+    shutil.copytree(tmp_path / "ray", forged)
+    cell = _ended(forged)[0].run_dir
+    shutil.rmtree(forged / cell)
+    shutil.copytree(tmp_path / "local" / cell, forged / cell)
+    report = verify_study(forged, operator)
+    assert report.status == "tampered"
+    assert report.problems == [f"cell {_ended(forged)[0].cell_id} attempt 1: {cell}: signed by a key the study did"
+                               " not enroll"]
+
+
+def test_a_cell_altered_in_transit_fails_verification_on_arrival(ray_cluster, tmp_path):
+    import hashlib
+
+    repo = make_probe_repo(tmp_path)
+    study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP ", ""), questions=ONE_QUESTION)
+    replies = []
+
+    def alter(reply: dict) -> None:  # the second reply is the first cell's (the first: the baseline)
+        replies.append(reply["host"])
+        if len(replies) != 2:
+            return
+        for i, (rel, sha, size) in enumerate(reply["manifest"]):
+            if rel == "ledger":  # a consistent forgery: new bytes under a manifest that names them
+                data = bytearray(reply["blobs"][sha])
+                data[len(data) // 2] ^= 0x01
+                new = hashlib.sha256(bytes(data)).hexdigest()
+                reply["blobs"][new] = bytes(data)
+                reply["manifest"][i] = (rel, new, len(data))
+
+    out = tmp_path / "out"
+    result = run_study(study, out, repo=repo, executor=_executor(in_transit=alter))
+    assert result.state == "ended" and result.counted == 1
+    ended = sorted(_ended(out), key=lambda e: (e.cell_id, e.attempt))
+    altered = [e for e in ended if e.infra_failure]
+    assert len(altered) == 1 and not altered[0].counting and altered[0].run_id is None
+    assert "does not verify on arrival" in altered[0].void_reason
+    assert (out / "quarantine" / altered[0].run_dir / "ledger").is_file()  # kept aside, not in cells/
+    assert not (out / altered[0].run_dir).exists()
+    again = [e for e in ended if e.cell_id == altered[0].cell_id and e.counting]
+    assert len(again) == 1 and again[0].attempt == 2
+    assert verify_study(out, ensure_operator_key().verify_key).status == "ok"
+
+
+def test_arrival_rebuilds_only_what_the_manifest_names_with_those_bytes(ray_cluster, tmp_path):
+    import hashlib
+    from types import SimpleNamespace
+
+    executor = _executor()
+    job = SimpleNamespace(session=SimpleNamespace(run_dir=tmp_path / "run"))
+    data = b"blob bytes"
+    sha = hashlib.sha256(data).hexdigest()
+
+    def reply(manifest, blobs):
+        return {"host": "h/1", "outcome": None, "error": "", "refused": "", "manifest": manifest, "blobs": blobs}
+
+    ok = executor._arrive(job, reply([("blobs/x", sha, len(data))], {sha: data}))
+    assert ok.arrival == "" and (tmp_path / "run" / "blobs" / "x").read_bytes() == data
+    again = executor._arrive(SimpleNamespace(session=SimpleNamespace(run_dir=tmp_path / "run2")),
+                             reply([("y", sha, len(data))], {}))  # a blob the driver has: not sent again
+    assert again.arrival == "" and (tmp_path / "run2" / "y").read_bytes() == data
+    for manifest, blobs, why in [
+        ([("../escape", sha, len(data))], {sha: data}, "outside the run directory"),
+        ([("z", "0" * 64, 3)], {}, "not those of sha256"),  # named, never sent, not held
+        ([("z", sha, len(data))], {sha: b"other bytes"}, "not those of sha256"),
+    ]:
+        bad = executor._arrive(job, reply(manifest, blobs))
+        assert why in bad.arrival and bad.outcome is None
+    assert not (tmp_path / "escape").exists()
+
+
+def test_a_host_without_the_repository_or_its_commit_fails_the_session_as_infra(ray_cluster, tmp_path):
+    from caisson.study._ray import _missing_commit
+
+    repo = make_probe_repo(tmp_path)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert _missing_commit(repo, head) == ""
+    assert "does not hold commit" in _missing_commit(repo, "0" * 40)
+    assert "is not on this host" in _missing_commit(tmp_path / "nowhere", head)
+
+
+def _node_running_a_chamber(homes: list[Path]) -> int | None:
+    """Which node's worker records the chamber that runs now: its recorder's CAISSON_HOME."""
+    ids = subprocess.run(["docker", "ps", "-q", "--filter", "label=caisson.recorder.pid"], capture_output=True,
+                         text=True).stdout.split()
+    for cid in ids:
+        pid = subprocess.run(["docker", "inspect", "-f", '{{index .Config.Labels "caisson.recorder.pid"}}', cid],
+                             capture_output=True, text=True).stdout.strip()
+        with contextlib.suppress(OSError, ValueError):
+            environ = Path(f"/proc/{int(pid)}/environ").read_bytes().split(b"\0")
+            for i, home in enumerate(homes):
+                if f"CAISSON_HOME={home}".encode() in environ:
+                    return i
+    return None
+
+
+def _session_scratch(before: set[Path]) -> list[Path]:
+    """Host scratch directories of sessions (a scenario.toml beside the run) made since ``before``."""
+    return [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before
+            if p.is_dir() and (p / "scenario.toml").is_file() and (p / "s").is_dir()]
+
+
+@pytest.mark.engine_exclusive  # the removed node's chamber is an orphan until the next record reaps it
+def test_a_node_removed_mid_cell_is_an_infra_failed_attempt_run_again_on_the_other(ray_cluster, tmp_path):
+    cluster, nodes, homes = ray_cluster
+    repo = make_probe_repo(tmp_path)
+    study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP", "sleep 5;"), questions=ONE_QUESTION)
+    out = tmp_path / "out"
+    results = []
+    before = set(Path(tempfile.gettempdir()).iterdir())
+    runner = threading.Thread(target=lambda: results.append(run_study(study, out, repo=repo, infra_retries=1,
+                                                                      executor=_executor())))
+    runner.start()
+    removed = None
+    deadline = time.monotonic() + 120
+    while removed is None and time.monotonic() < deadline and runner.is_alive():
+        time.sleep(0.3)
+        with contextlib.suppress(Exception):
+            if any(isinstance(r.event, CellStarted) for r in read_study(out)):
+                i = _node_running_a_chamber(homes)
+                if i is not None:
+                    time.sleep(1.0)  # mid-cell: its chamber runs
+                    cluster.remove_node(nodes[i], allow_graceful=False)
+                    removed = i
+    runner.join(timeout=240)
+    assert removed is not None, "no cell chamber was seen running"
+    assert not runner.is_alive() and results and results[0].state == "ended", results
+    ended = _ended(out)
+    lost = [e for e in ended if e.infra_failure]
+    counting = [e for e in ended if e.counting]
+    assert lost and all(e.run_id is None and e.status == "failed" for e in lost)
+    assert "lost" in lost[0].void_reason
+    # nothing sealed lost or duplicated: each cell counts once, from the surviving node's key
+    assert sorted(e.cell_id for e in counting) == sorted({e.cell_id for e in ended})
+    assert len({(e.cell_id, e.attempt) for e in ended}) == len(ended)
+    survivor = nodes[1 - removed].node_id[:12]
+    assert [e.host.rsplit("/", 1)[1] for e in counting] == [survivor]
+    assert verify_study(out, ensure_operator_key().verify_key).status == "ok"
+    # the lost session's scratch directory on its host is reaped (its worker is gone)
+    deadline = time.monotonic() + 15
+    while _session_scratch(before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _session_scratch(before)
