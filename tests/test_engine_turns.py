@@ -3,9 +3,11 @@ shared tests overlap, an engine_exclusive test runs alone and is never starved."
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -76,11 +78,28 @@ def test_an_exclusive_turn_never_overlaps_another(worker, mine, theirs):
     assert entered.wait(10)
 
 
+def _gate_taken(locks: Path, timeout_s: float) -> bool:
+    """Whether another process holds the gate within ``timeout_s`` (flock(2) locks belong to
+    an open file: this probe's own fd conflicts with any other holder)."""
+    deadline = time.monotonic() + timeout_s
+    with open(locks / "gate", "a") as gate:
+        while True:
+            try:
+                fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+
 def test_a_waiting_exclusive_turn_goes_before_later_shared_ones(worker):
     first = Holder("shared")
     first.wait_held()
     exclusive = Holder("exclusive")  # waits for the first, holding the gate
     try:
+        assert _gate_taken(worker, 10), "the exclusive turn never took the gate"  # it started and waits
         assert not _wait_readable(exclusive, 0.5)
         later = _enter(exclusive=False)
         assert not later.wait(0.5), "a shared turn went ahead of the waiting exclusive one"
