@@ -91,9 +91,11 @@ __all__ = [
     "JudgeAlarm",
     "JudgeEnded",
     "HostDrained",
+    "JudgeRecorded",
+    "BackfillRecorded",
 ]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -106,7 +108,11 @@ sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete`
 ``backfill.started`` and ``token.backfilled`` (the backfill ledger of a study); 9:
 ``judge.*`` (the judge ledger of a study); 10: ``net.flow``'s per-direction counts
 (``initiator_*``, ``responder_*``); 11: ``study.planned``'s ``executor`` and ``host_keys``,
-``host`` on ``baseline.measured`` and ``cell.ended``, ``host.drained``."""
+``host`` on ``baseline.measured`` and ``cell.ended``, ``host.drained``; 12: ``judge.recorded``
+and ``backfill.recorded`` (a judge run or backfill segment announced in a study ledger
+segment of its own, once closed; study directories written before have none, and
+`caisson verify` says it cannot tell whether one of their judges or backfill segments was
+removed)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -778,6 +784,27 @@ class JudgeEnded(_Event, tag="judge.ended", frozen=True, kw_only=True):
     served_models: list[str] = []  # every model the witness saw answer, sorted
 
 
+class JudgeRecorded(_Event, tag="judge.recorded", frozen=True, kw_only=True):
+    """A judge run's ledger (``DIR/judge/NNN/``), announced once closed in a study ledger
+    segment of its own: the study ledger, closed before any judge, binds it this way, so
+    a judge directory removed afterwards is seen (`caisson verify DIR`)."""
+
+    run_dir: str  # the judge directory, relative to the study directory ("judge/003")
+    run_id: str  # its ledger's run id
+    ledger_records: int  # records covered by its final seal
+    ledger_head: str  # hex chain head at that seal
+
+
+class BackfillRecorded(_Event, tag="backfill.recorded", frozen=True, kw_only=True):
+    """A backfill ledger segment (``DIR/backfill/NNN/``), announced once closed in a study
+    ledger segment of its own, as `JudgeRecorded` announces a judge run."""
+
+    run_dir: str  # the backfill segment, relative to the study directory ("backfill/001")
+    run_id: str  # its ledger's run id
+    ledger_records: int  # records covered by its final seal
+    ledger_head: str  # hex chain head at that seal
+
+
 class HostDrained(_Event, tag="host.drained", frozen=True, kw_only=True):
     """A host of a ray study gets no further sessions (its own ``host_stalled`` cells in a row)."""
 
@@ -830,6 +857,8 @@ Event = Union[
     JudgeAlarm,
     JudgeEnded,
     HostDrained,
+    JudgeRecorded,
+    BackfillRecorded,
 ]
 """The one tagged union of every event kind."""
 
