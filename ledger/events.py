@@ -133,13 +133,13 @@ ToolSurface = Literal["init", "request"]
 
 Provider = Literal["anthropic", "openai", "vertex", "azure", "bedrock"]
 """The LLM API a model call went to (``llm.call.provider``): Anthropic, OpenAI, Google
-Vertex AI (Anthropic models), Azure OpenAI, AWS Bedrock (schema 6 added the last three)."""
+Vertex AI (Anthropic models), Azure OpenAI, AWS Bedrock (schema 7 added the last three)."""
 
 LlmEndpoint = Literal["messages", "chat.completions", "responses", "rawPredict", "streamRawPredict", "invoke",
                       "invoke-with-response-stream"]
 """The API endpoint of a model call: Anthropic Messages, OpenAI Chat Completions or
 Responses; Vertex AI's ``rawPredict`` / ``streamRawPredict`` and Bedrock's ``invoke`` /
-``invoke-with-response-stream`` (Anthropic Messages bodies; schema 6)."""
+``invoke-with-response-stream`` (Anthropic Messages bodies; schema 7)."""
 
 Gating = Literal["enforced", "not_enforced", "ungated"]
 """An agent's gating capability (``run.started.agent["gating"]``): its flags restrict tools
@@ -466,7 +466,7 @@ class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     label_mismatch: str | None = None  # the body's content-encoding failed; its raw bytes were read as sent
     server_tools: dict[str, int] = {}  # provider-side tool executions by name (e.g. "web_search": 2), from the
     # response: Anthropic server_tool_use blocks and usage.server_tool_use.*_requests, OpenAI Responses *_call
-    # output items; the chamber never sees these run (schema 6)
+    # output items; the chamber never sees these run (schema 7)
 
 
 class DnsQuery(_Event, tag="dns.query", frozen=True, kw_only=True):
@@ -486,7 +486,7 @@ class NetFlow(_Event, tag="net.flow", frozen=True, kw_only=True):
     ``src``/``sport`` is the initiator. The per-direction counts follow IPFIX's
     bidirectional flows (RFC 5103; IANA elements initiatorPackets, responderPackets,
     initiatorOctets, responderOctets, tcpControlBits): ``initiator_*`` is what the
-    initiator sent, ``responder_*`` what came back. None: not counted (schema < 8).
+    initiator sent, ``responder_*`` what came back. None: not counted (schema < 10).
     """
 
     proto: str  # tcp | udp | icmp | icmp6 | sctp | ... | the IP protocol number
