@@ -17,8 +17,8 @@ Checks, in order, stopping at nothing (every problem is listed):
    files that run collected.
 5. every judge ledger under ``DIR/judge/`` (``caisson study judge``) verifies against the
    trusted key, names in ``judge.started`` a final chain head of the study ledger as it
-   is (the last segment's, or that of a segment after which only announcements follow:
-   it judged this study, closed as it is), and judges only counting runs the study ledger
+   is (that of the last segment the study run itself wrote, or of any announcement
+   segment after it: it judged this study, closed as it is), and judges only counting runs the study ledger
    bound. A judge ledger left unclosed (a crashed judge run) is not a problem: the report
    reads the last closed one.
 6. every judge run and backfill segment the study ledger announces (``judge.recorded``,
