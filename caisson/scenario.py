@@ -31,7 +31,7 @@ import msgspec
 
 from caisson.errors import ScenarioError
 from caisson.grants import parse_grant
-from ledger import is_credential
+from ledger import is_credential, looks_secret
 from ledger.events import Category
 
 __all__ = [
@@ -323,8 +323,8 @@ def _check(scenario: Scenario, path: str) -> None:
 
 
 def _no_literal_credentials(scenario: Scenario, path: str) -> None:
-    for name in scenario.env:
-        if is_credential(name, scenario.credential_patterns):
+    for name, value in scenario.env.items():  # by its name, or by its value (what redact_env fingerprints)
+        if is_credential(name, scenario.credential_patterns) or looks_secret(value):
             raise ScenarioError(
                 f"{name} looks like a credential: a scenario file is kept with every run, so never put a"
                 f" secret in it; set {name} in the caller's environment and list it in pass_credentials",

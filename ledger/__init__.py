@@ -6,6 +6,7 @@ neither `collectors` nor `caisson`.
 
 from ledger._blobs import BlobStore
 from ledger._errors import (
+    BlobMismatchError,
     CaissonError,
     KeyFileError,
     LedgerError,
@@ -60,6 +61,7 @@ __all__ = [
     "redact_exec",
     "BLOBS_DIR",
     "BlobStore",
+    "BlobMismatchError",
     "CaissonError",
     "FORMAT_VERSION",
     "Header",

@@ -1,7 +1,8 @@
 """Content-addressed blob store beside a ledger: ``blobs/<aa>/<sha256 hex>``.
 
 The ledger holds only the hash (in a ``blob.stored`` event), so the chain covers the
-blob's content; `BlobStore.check` recomputes every hash.
+blob's content; `BlobStore.check` recomputes every hash, and `BlobStore.get` the hash of
+what it returns: a reader gets the bytes the chain bound or an error, never other bytes.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from ledger._errors import BlobMismatchError
 
 __all__ = ["BlobStore"]
 
@@ -40,11 +43,29 @@ class BlobStore:
         return digest
 
     def get(self, sha256_hex: str) -> bytes:
-        """The blob's bytes. Raises FileNotFoundError when absent."""
+        """The blob's bytes, checked against its name: a blob altered after it was stored is
+        an error here even for a reader that did not verify the store first.
+
+        Args:
+            sha256_hex: the blob's sha256, lowercase hex (as ``blob.stored`` names it).
+
+        Returns:
+            The bytes, whose sha256 is ``sha256_hex``.
+
+        Raises:
+            FileNotFoundError: no such blob (an `OSError`, as any other read failure).
+            BlobMismatchError: the bytes do not hash to ``sha256_hex`` (names the blob and
+                its path).
+        """
         # the path as a string: replay reads a few blobs of every cell, and pathlib's joins
         # cost more than the read of a small blob
-        with open(os.path.join(self.root, sha256_hex[:2], sha256_hex), "rb") as f:
-            return f.read()
+        path = os.path.join(self.root, sha256_hex[:2], sha256_hex)
+        with open(path, "rb") as f:
+            data = f.read()
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != sha256_hex:
+            raise BlobMismatchError(path=path, sha256=sha256_hex, actual=actual)
+        return data
 
     def __iter__(self) -> Iterator[str]:
         """Hex digests of every stored blob, sorted (temp files excluded)."""

@@ -39,6 +39,23 @@ class NotALedgerError(LedgerError):
     """The bytes do not start with the ledger magic: this is not a caisson ledger."""
 
 
+class BlobMismatchError(LedgerError):
+    """A stored blob's bytes do not hash to the sha256 it is stored (and named) under:
+    altered or corrupted after it was written (bad input, found by `BlobStore.get`).
+
+    Attributes:
+        path: the blob's file.
+        sha256: the hex digest the blob is named by (what the ledger bound).
+        actual: the hex digest of the bytes found.
+    """
+
+    def __init__(self, *, path: str, sha256: str, actual: str):
+        super().__init__(f"blob {sha256}: its bytes hash to {actual}, not to its name (altered or corrupted"
+                         " after it was stored; `caisson verify` reports it too)", path=path)
+        self.sha256 = sha256
+        self.actual = actual
+
+
 class KeyFileError(CaissonError):
     """A key file is missing, unreadable, of the wrong kind, or has unsafe permissions.
 

@@ -91,9 +91,11 @@ __all__ = [
     "JudgeAlarm",
     "JudgeEnded",
     "HostDrained",
+    "JudgeRecorded",
+    "BackfillRecorded",
 ]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -106,7 +108,11 @@ sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete`
 ``backfill.started`` and ``token.backfilled`` (the backfill ledger of a study); 9:
 ``judge.*`` (the judge ledger of a study); 10: ``net.flow``'s per-direction counts
 (``initiator_*``, ``responder_*``); 11: ``study.planned``'s ``executor`` and ``host_keys``,
-``host`` on ``baseline.measured`` and ``cell.ended``, ``host.drained``."""
+``host`` on ``baseline.measured`` and ``cell.ended``, ``host.drained``; 12: ``judge.recorded``
+and ``backfill.recorded`` (a judge run or backfill segment announced in a study ledger
+segment of its own, once closed; study directories written before have none, and
+`caisson verify` says it cannot tell whether one of their judges or backfill segments was
+removed)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -127,13 +133,13 @@ ToolSurface = Literal["init", "request"]
 
 Provider = Literal["anthropic", "openai", "vertex", "azure", "bedrock"]
 """The LLM API a model call went to (``llm.call.provider``): Anthropic, OpenAI, Google
-Vertex AI (Anthropic models), Azure OpenAI, AWS Bedrock (schema 6 added the last three)."""
+Vertex AI (Anthropic models), Azure OpenAI, AWS Bedrock (schema 7 added the last three)."""
 
 LlmEndpoint = Literal["messages", "chat.completions", "responses", "rawPredict", "streamRawPredict", "invoke",
                       "invoke-with-response-stream"]
 """The API endpoint of a model call: Anthropic Messages, OpenAI Chat Completions or
 Responses; Vertex AI's ``rawPredict`` / ``streamRawPredict`` and Bedrock's ``invoke`` /
-``invoke-with-response-stream`` (Anthropic Messages bodies; schema 6)."""
+``invoke-with-response-stream`` (Anthropic Messages bodies; schema 7)."""
 
 Gating = Literal["enforced", "not_enforced", "ungated"]
 """An agent's gating capability (``run.started.agent["gating"]``): its flags restrict tools
@@ -460,7 +466,7 @@ class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     label_mismatch: str | None = None  # the body's content-encoding failed; its raw bytes were read as sent
     server_tools: dict[str, int] = {}  # provider-side tool executions by name (e.g. "web_search": 2), from the
     # response: Anthropic server_tool_use blocks and usage.server_tool_use.*_requests, OpenAI Responses *_call
-    # output items; the chamber never sees these run (schema 6)
+    # output items; the chamber never sees these run (schema 7)
 
 
 class DnsQuery(_Event, tag="dns.query", frozen=True, kw_only=True):
@@ -480,7 +486,7 @@ class NetFlow(_Event, tag="net.flow", frozen=True, kw_only=True):
     ``src``/``sport`` is the initiator. The per-direction counts follow IPFIX's
     bidirectional flows (RFC 5103; IANA elements initiatorPackets, responderPackets,
     initiatorOctets, responderOctets, tcpControlBits): ``initiator_*`` is what the
-    initiator sent, ``responder_*`` what came back. None: not counted (schema < 8).
+    initiator sent, ``responder_*`` what came back. None: not counted (schema < 10).
     """
 
     proto: str  # tcp | udp | icmp | icmp6 | sctp | ... | the IP protocol number
@@ -778,6 +784,27 @@ class JudgeEnded(_Event, tag="judge.ended", frozen=True, kw_only=True):
     served_models: list[str] = []  # every model the witness saw answer, sorted
 
 
+class JudgeRecorded(_Event, tag="judge.recorded", frozen=True, kw_only=True):
+    """A judge run's ledger (``DIR/judge/NNN/``), announced once closed in a study ledger
+    segment of its own: the study ledger, closed before any judge, binds it this way, so
+    a judge directory removed afterwards is seen (`caisson verify DIR`)."""
+
+    run_dir: str  # the judge directory, relative to the study directory ("judge/003")
+    run_id: str  # its ledger's run id
+    ledger_records: int  # records covered by its final seal
+    ledger_head: str  # hex chain head at that seal
+
+
+class BackfillRecorded(_Event, tag="backfill.recorded", frozen=True, kw_only=True):
+    """A backfill ledger segment (``DIR/backfill/NNN/``), announced once closed in a study
+    ledger segment of its own, as `JudgeRecorded` announces a judge run."""
+
+    run_dir: str  # the backfill segment, relative to the study directory ("backfill/001")
+    run_id: str  # its ledger's run id
+    ledger_records: int  # records covered by its final seal
+    ledger_head: str  # hex chain head at that seal
+
+
 class HostDrained(_Event, tag="host.drained", frozen=True, kw_only=True):
     """A host of a ray study gets no further sessions (its own ``host_stalled`` cells in a row)."""
 
@@ -830,6 +857,8 @@ Event = Union[
     JudgeAlarm,
     JudgeEnded,
     HostDrained,
+    JudgeRecorded,
+    BackfillRecorded,
 ]
 """The one tagged union of every event kind."""
 

@@ -38,7 +38,7 @@ def test_asyncio_is_confined_to_the_docker_adapter():
 
 def test_ledger_public_surface_is_pinned():
     assert sorted(ledger.__all__) == sorted([
-        "BLOBS_DIR", "BlobStore", "CREDENTIAL_PATTERNS", "SECRET_HEADERS", "SECRET_QUERY_PARAMS", "Redactor",
+        "BLOBS_DIR", "BlobMismatchError", "BlobStore", "CREDENTIAL_PATTERNS", "SECRET_HEADERS", "SECRET_QUERY_PARAMS", "Redactor",
         "derive_fingerprint_key", "is_credential", "keyed_fingerprint", "looks_secret", "redact_argv", "redact_env", "redact_exec", "CaissonError", "FORMAT_VERSION", "Header", "KeyFileError", "LEDGER_FILE",
         "LedgerChecker", "LedgerError", "LedgerWriter", "NotALedgerError", "Record", "Seal", "SigningKey",
         "Submission", "VerifyKey", "VerifyReport", "WriterClosedError", "fingerprint", "fingerprint_secret", "follow_records",

@@ -62,4 +62,8 @@ def _run_study(args: argparse.Namespace, key) -> int:
                                            "; the study is running or stopped (caisson study run --resume)"))
     for problem in report.problems:
         print(f"  {problem}")
+    for note in report.notes:
+        print(f"  note: {note}")
+    if report.head:  # kept elsewhere, it tells this state from a rollback to an earlier one
+        print(f"  study head {report.head}")
     return report.exit_code

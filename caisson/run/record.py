@@ -30,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -48,11 +49,11 @@ from caisson.chamber.sandbox import Sandbox, build_sandbox
 from caisson.run.plan import WEAKENABLE, RecordOptions, RunPlan, plan_run
 from caisson.scenario import Scenario, load_scenario, scenario_digest
 from collectors.strace import DENIED_SYSCALLS
-from ledger import BlobStore, LedgerWriter
+from ledger import BlobStore, LedgerWriter, redact_argv
 from ledger.events import RunStarted
 
 __all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA", "WEAKENABLE",
-           "syscall_witness_facts"]
+           "recorded_command", "syscall_witness_facts"]
 
 CHAMBER_GRACE_S = 15.0
 """Seconds past the wall deadline after which the chamber kills itself, recorder or not
@@ -81,6 +82,20 @@ def _host_facts(engine_info: dict) -> dict:
     except (ValueError, OSError):
         pass
     return facts
+
+
+def recorded_command(command: Sequence[str], key: bytes, patterns: Sequence[str] = ()) -> list[str]:
+    """The command as ``run.started.command`` records it: `ledger.redact_argv` with the
+    key and credential patterns the syscall witnesses redact every exec's argv with (so
+    the command and its first ``process.exec`` carry the same fingerprints), as many
+    elements as ``command``.
+
+    Args:
+        command: the argv run in the chamber.
+        key: the run's fingerprint key (`caisson.home.fingerprint_key`).
+        patterns: the scenario's ``credential_patterns``.
+    """
+    return redact_argv(command, key=key, patterns=tuple(patterns))
 
 
 def _prepare_run_dir(out: Path | None, run_id: str) -> Path:
@@ -145,7 +160,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             run_dir.mkdir(parents=True, exist_ok=True)
             writer = LedgerWriter(run_dir / "ledger", run_id=run_id, key=key, blobs=BlobStore(run_dir / "blobs"),
                                   flush_records=1024, flush_interval_s=0.5)
-            chamber_env = _chamber_env(plan, scenario, fingerprint_key(key))
+            fp_key = fingerprint_key(key)
+            chamber_env = _chamber_env(plan, scenario, fp_key)
             limits = scenario.limits
             # The witness fails the denied calls visibly; with no tracer the kernel does.
             seccomp = None if plan.weakened.seccomp else seccomp_profile(
@@ -153,7 +169,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             manifest = RunStarted(
                 run_id=run_id,
                 caisson_version=__version__,
-                command=list(plan.command),
+                command=recorded_command(plan.command, fp_key, scenario.credential_patterns),
                 repo=str(Path(options.repo).resolve()) if options.repo else None,
                 commit=sandbox.commit if sandbox else None,
                 scenario=str(options.scenario) if options.scenario else None,
@@ -192,7 +208,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             session = Session(engine=engine, writer=writer, spec=spec, manifest=manifest, sandbox=sandbox,
                               sandbox_dir=scratch / "sandbox", scenario=scenario, scenario_bytes=scenario_bytes,
                               run_dir=run_dir, scratch=scratch, witnesses=witnesses, monitor=plan.monitor,
-                              fingerprint_key=fingerprint_key(key), network=plan.weakened.network,
+                              fingerprint_key=fp_key, network=plan.weakened.network,
                               transcript=transcript, labels=owner, reaped=reaped, config_home=scratch / "home")
             return await run_session(session)
         finally:

@@ -22,7 +22,9 @@ The rules:
 - **Nothing is replaced**: a new figure for a run (a parser fix) goes into a new segment
   and supersedes the older record in the report; the older segment stays as it was, so
   every earlier state is kept, as a backup would keep it, and verifies. A segment is
-  written under a hidden name and renamed once closed, so a crash leaves no half segment.
+  written under a hidden name and renamed once closed, so a crash leaves no half segment;
+  then it is announced in the study ledger (``backfill.recorded``,
+  `caisson.study.studyledger.announce`), so removing the last segment fails verify.
 - `verify_backfill` (run by `caisson verify DIR`) checks every segment against the trusted
   key, the chain of segments, that each record names a run the study ledger binds at the
   same head, and that each blob is a session file that run collected.
@@ -40,10 +42,11 @@ from caisson import __version__
 from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
 from caisson.errors import UsageError
 from caisson.report import FIRST_PARTY, CellTokens, TokenFigure, backfill_figure, cell_tokens
-from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
+from caisson.study.studyledger import announce, enrolled_keys, read_study, run_trust, sealed_state, segments
 from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, locate
 from ledger import read_records, verify_and_read, verify_ledger
-from ledger.events import AgentSessionFile, BackfillStarted, BaselineMeasured, CellEnded, StudyPlanned, TokenBackfilled
+from ledger.events import (AgentSessionFile, BackfillRecorded, BackfillStarted, BaselineMeasured, CellEnded,
+                           StudyPlanned, TokenBackfilled)
 
 __all__ = ["BACKFILL_DIR", "BackfillChange", "BackfillResult", "Target", "backfill_segments", "backfill_study",
            "derive", "read_backfill", "targets", "verify_backfill"]
@@ -262,6 +265,7 @@ def _write_segment(study_dir: Path, key: SigningKey, events: list[TokenBackfille
         for event in events:
             writer.append(event, source=SOURCE, wall_ns=time.time_ns(), mono_ns=time.monotonic_ns())
     partial.rename(seg)
+    announce(study_dir, key, seg, BackfillRecorded, run_id=f"study-{run_id}")  # so its removal is seen
     return seg
 
 

@@ -19,6 +19,9 @@ In order (docs/studies.md, "The judge"):
 4. Once the proxy is stopped, one ``judge.alarm`` ``model_substituted`` per (requested,
    served) pair the witness saw differ (`caisson.detectors.model.same_model`), then
    ``judge.ended`` and the final seal. Every alarm is printed as well.
+5. The closed judge ledger is announced in a study ledger segment of its own
+   (``judge.recorded``, `caisson.study.studyledger.announce`), so that removing it
+   afterwards fails `caisson verify DIR`.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from caisson.study.judging import (
     request_body,
 )
 from caisson.study.studyfile import parse_study
-from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
+from caisson.study.studyledger import announce, enrolled_keys, read_study, run_trust, sealed_state, segments
 from caisson.study.verify import JUDGE_DIR, judge_dirs, verify_study
 from ledger import BlobStore, LedgerWriter, Record, SigningKey, Submission, locate, verify_and_read
 from ledger.events import (
@@ -63,6 +66,7 @@ from ledger.events import (
     HttpExchange,
     JudgeAlarm,
     JudgeEnded,
+    JudgeRecorded,
     JudgeStarted,
     JudgeVerdict,
     LlmCall,
@@ -339,26 +343,30 @@ def run_judge(study_dir: Path, key: SigningKey, spec: JudgeSpec, *, say: Callabl
     run_id = f"judge-{new_run_id()}"
     blobs = BlobStore(judge_dir / "blobs")
     counts = dict.fromkeys(("pass", "fail", "unparseable", "error", "disagreements"), 0)
-    with LedgerWriter(judge_dir / "ledger", run_id=run_id, key=key, blobs=blobs) as writer:
-        _append(writer, JudgeStarted(study=planned.study, study_run_id=last.run_id or "", study_head=last.head,
-                                     endpoint=spec.endpoint, api=spec.api, requested_model=spec.model,
-                                     prompt=PROMPT, cells=len(items)))
-        say(f"judging {len(items)} scored cells of {planned.study} with {spec.model} at {spec.endpoint}"
-            f" ({spec.api}), through the proxy witness, into {judge_dir}")
-        tap = trio.run(_session, writer, blobs, items, spec, fingerprint_key(key), say, timeout_s, counts)
-        pairs: dict[tuple[str, str], list[int]] = {}
-        for seq, call in tap.calls.values():
-            if call.requested_model and call.served_model and not same_model(call.requested_model,
-                                                                              call.served_model):
-                pairs.setdefault((call.requested_model, call.served_model), []).append(seq)
-        for (requested, served), seqs in sorted(pairs.items()):
-            message = f"asked for {requested}, served by {served} ({len(seqs)} call(s))"
-            _append(writer, JudgeAlarm(alarm="model_substituted", message=message, evidence=seqs))
-            say(f"SUBSTITUTED  the judge was {message}")
-        served_models = sorted({c.served_model for _, c in tap.calls.values() if c.served_model})
-        _append(writer, JudgeEnded(judged=len(items), passed=counts["pass"], failed=counts["fail"],
-                                   unparseable=counts["unparseable"], errors=counts["error"],
-                                   disagreements=counts["disagreements"], served_models=served_models))
+    try:
+        with LedgerWriter(judge_dir / "ledger", run_id=run_id, key=key, blobs=blobs) as writer:
+            _append(writer, JudgeStarted(study=planned.study, study_run_id=last.run_id or "", study_head=last.head,
+                                         endpoint=spec.endpoint, api=spec.api, requested_model=spec.model,
+                                         prompt=PROMPT, cells=len(items)))
+            say(f"judging {len(items)} scored cells of {planned.study} with {spec.model} at {spec.endpoint}"
+                f" ({spec.api}), through the proxy witness, into {judge_dir}")
+            tap = trio.run(_session, writer, blobs, items, spec, fingerprint_key(key), say, timeout_s, counts)
+            pairs: dict[tuple[str, str], list[int]] = {}
+            for seq, call in tap.calls.values():
+                if call.requested_model and call.served_model and not same_model(call.requested_model,
+                                                                                  call.served_model):
+                    pairs.setdefault((call.requested_model, call.served_model), []).append(seq)
+            for (requested, served), seqs in sorted(pairs.items()):
+                message = f"asked for {requested}, served by {served} ({len(seqs)} call(s))"
+                _append(writer, JudgeAlarm(alarm="model_substituted", message=message, evidence=seqs))
+                say(f"SUBSTITUTED  the judge was {message}")
+            served_models = sorted({c.served_model for _, c in tap.calls.values() if c.served_model})
+            _append(writer, JudgeEnded(judged=len(items), passed=counts["pass"], failed=counts["fail"],
+                                       unparseable=counts["unparseable"], errors=counts["error"],
+                                       disagreements=counts["disagreements"], served_models=served_models))
+    finally:  # closed, even by an error: announced in the study ledger, so its removal is seen
+        if (judge_dir / "ledger").is_file() and sealed_state(judge_dir, key.verify_key).status == "ok":
+            announce(study_dir, key, judge_dir, JudgeRecorded, run_id=f"study-{new_run_id()}")
     return JudgeResult(judge_dir=str(judge_dir), run_id=run_id, judged=len(items), passed=counts["pass"],
                        failed=counts["fail"], unparseable=counts["unparseable"], errors=counts["error"],
                        disagreements=counts["disagreements"], served_models=tuple(served_models),

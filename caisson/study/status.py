@@ -9,7 +9,8 @@ from collections.abc import Iterable
 import msgspec
 
 from ledger import Record
-from ledger.events import CellEnded, CellStarted, HostDrained, StudyAborted, StudyEnded, StudyPlanned, StudyResumed
+from ledger.events import (BackfillRecorded, CellEnded, CellStarted, HostDrained, JudgeRecorded, StudyAborted,
+                           StudyEnded, StudyPlanned, StudyResumed)
 
 __all__ = ["HostCounts", "StudyStatus", "study_status", "status_lines"]
 
@@ -37,7 +38,7 @@ class StudyStatus(msgspec.Struct, kw_only=True):
     infra_failures: int = 0
     current: str | None = None  # the cell being run (started, not ended; the latest started of several)
     running: int = 0  # cells started and not ended (ray: several at once)
-    segments: int = 1  # 1 + how often the study was resumed
+    segments: int = 1  # 1 + how often the study was resumed (segments announcing a judge or backfill left out)
     started_ns: int | None = None  # wall clock of study.planned
     last_ns: int | None = None  # wall clock of the last event
     mean_attempt_ns: int | None = None
@@ -87,6 +88,8 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
                 infra_attempts[event.cell_id] = infra_attempts.get(event.cell_id, 0) + 1
                 if infra_attempts[event.cell_id] > retries:
                     settled.setdefault(event.cell_id, "void")
+        elif isinstance(event, (JudgeRecorded, BackfillRecorded)):
+            status.segments -= 1  # its segment's study.resumed announced it: not a resume
         elif isinstance(event, HostDrained):
             status.hosts.setdefault(event.host, HostCounts()).drained = True
         elif isinstance(event, StudyAborted):

@@ -32,6 +32,7 @@ import msgspec
 from caisson.agents import ADAPTERS
 from caisson.errors import ScenarioError
 from caisson.scenario import Scenario, load_scenario, read_toml
+from ledger import redact_argv
 
 __all__ = ["AbortRules", "Endpoint", "JudgeTable", "Order", "Price", "Study", "StudyAgent", "load_study", "parse_study",
            "ELICITATION", "PROVIDERS"]
@@ -189,6 +190,10 @@ def _where(text: str, field: str) -> str:
     return ""
 
 
+_PROBE_KEY = b"caisson study file credential probe"
+"""Any key serves: `redact_argv` changes an argv exactly when it recognises a secret in it."""
+
+
 def _error(message: str, path: str, field: str, text: str) -> ScenarioError:
     return ScenarioError(_where(text, field) + message, path=path, field=field)
 
@@ -266,7 +271,8 @@ def load_study(path: str | Path) -> tuple[Study, Scenario, bytes]:
 
     Raises:
         ScenarioError: the study or its scenario cannot be read or is invalid; questions
-            or arms it names are not in the scenario; the scenario has no arm.
+            or arms it names are not in the scenario; the scenario has no arm; a command
+            agent's command holds a credential (`ledger.redact_argv` recognises one).
     """
     name = str(path)
     try:
@@ -292,6 +298,15 @@ def load_study(path: str | Path) -> tuple[Study, Scenario, bytes]:
             raise _error(f"arm {arm!r} is not in {study.scenario}; its arms: {', '.join(arms)}",
                          name, f"$.arms[{i}]", text)
     for i, agent in enumerate(study.agents):
+        if agent.command and redact_argv(agent.command, key=_PROBE_KEY, patterns=scenario.credential_patterns) \
+                != list(agent.command):
+            # The study file is sealed whole in the study ledger (blob role `study`): a secret
+            # in it would reach the ledger verbatim, where run.started.command only has its
+            # fingerprint (ledger.redact_argv). Refused, not rewritten: its sha256 is bound.
+            raise _error("the command holds a credential (a key-shaped token, a --*key*/--*token*= value, a URL"
+                         " password or a credential variable): the study file is sealed in the study ledger"
+                         " as written, so give the credential to the command through its environment",
+                         name, f"$.agents[{i}].command", text)
         if agent.endpoint is not None and agent.endpoint.script is not None:
             for qid in study.questions or ids:
                 script = resolve(path, agent.endpoint.script.replace("{question}", qid))

@@ -6,10 +6,17 @@ run id, record count and chain head at its last valid seal, so the segments veri
 one whole even though a crash left the previous one unclosed. Every study event is
 sealed (flushed and fsynced) as soon as it is written: ``cell.started`` is durable
 before its cell is dispatched.
+
+What comes after the study closed (a judge run, a backfill segment) is announced in a
+segment of its own (`announce`): ``study.resumed`` then one ``judge.recorded`` or
+``backfill.recorded`` binding that ledger's final head, and the final seal. Removing a
+judge directory or a backfill segment afterwards then leaves its announcement naming
+nothing, which `caisson verify DIR` reports.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -17,10 +24,10 @@ import msgspec
 
 from caisson.errors import UsageError
 from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, locate
-from ledger.events import StudyResumed
+from ledger.events import BackfillRecorded, JudgeRecorded, StudyResumed
 
-__all__ = ["SealedState", "StudyLedger", "segments", "sealed_state", "read_study", "STUDY_DIR", "SOURCE",
-           "enrolled_keys", "run_signer", "run_key", "run_trust"]
+__all__ = ["SealedState", "StudyLedger", "announce", "announced", "segments", "sealed_state", "read_study",
+           "STUDY_DIR", "SOURCE", "enrolled_keys", "run_signer", "run_key", "run_trust"]
 
 STUDY_DIR = "study"
 SOURCE = "study"
@@ -192,3 +199,60 @@ class StudyLedger:
     def close(self) -> None:
         """Write the final seal."""
         self.writer.close()
+
+
+def announce(study_dir: Path, key: SigningKey, ledger_dir: Path, kind: type[JudgeRecorded] | type[BackfillRecorded],
+             *, run_id: str) -> Path:
+    """Announce a closed judge ledger or backfill segment in a new study ledger segment.
+
+    The segment (``DIR/study/NNN/``) holds ``study.resumed`` (the previous segment's last
+    seal, as a resumed study's does) and one ``kind`` event naming ``ledger_dir``'s run
+    id and final seal, then its own final seal. It is written under a hidden name and
+    renamed once closed, so a crash leaves no half segment (nothing is announced then).
+
+    Args:
+        study_dir: the study directory.
+        key: the operator's signing key (the study ledger's).
+        ledger_dir: the closed judge directory or backfill segment, inside ``study_dir``.
+        kind: `JudgeRecorded` or `BackfillRecorded`.
+        run_id: the new segment's ledger run id.
+
+    Returns:
+        The new segment's directory.
+
+    Raises:
+        UsageError: the study ledger's last segment is not closed and intact, or
+            ``ledger_dir`` is not a closed ledger signed by ``key``.
+    """
+    study_dir = Path(study_dir)
+    existing = segments(study_dir)
+    if not existing:
+        raise UsageError(f"{study_dir}: no study ledger to announce {ledger_dir} in")
+    previous = sealed_state(existing[-1], key.verify_key)
+    if previous.status != "ok":
+        raise UsageError(f"{existing[-1]}: the study ledger is {previous.status} ({previous.reason or 'not closed'});"
+                         f" {ledger_dir} cannot be announced in it")
+    state = sealed_state(ledger_dir, key.verify_key)
+    if state.status != "ok":
+        raise UsageError(f"{ledger_dir}: {state.status} ({state.reason or 'not closed'}); only a closed ledger"
+                         " is announced")
+    seg = study_dir / STUDY_DIR / f"{len(existing):03d}"
+    partial = seg.with_name(f".{seg.name}.partial")  # not a segment until closed and renamed
+    if partial.exists():
+        shutil.rmtree(partial)  # an announcement that crashed before its segment was closed
+    partial.mkdir()
+    with LedgerWriter(partial / "ledger", run_id=run_id, key=key, blobs=BlobStore(partial / "blobs"),
+                      flush_records=1 << 20, flush_interval_s=float("inf")) as writer:
+        for event in (StudyResumed(previous_run_id=previous.run_id or "", previous_records=previous.records,
+                                   previous_head=previous.head, previous_final=previous.final),
+                      kind(run_dir=str(Path(ledger_dir).relative_to(study_dir)), run_id=state.run_id or "",
+                           ledger_records=state.records, ledger_head=state.head)):
+            writer.append(event, source=SOURCE, wall_ns=time.time_ns(), mono_ns=time.monotonic_ns())
+    partial.rename(seg)
+    return seg
+
+
+def announced(records: list[Record]) -> dict[str, JudgeRecorded | BackfillRecorded]:
+    """The judge runs and backfill segments a study ledger announces: relative directory ->
+    its latest announcement (`announce`)."""
+    return {r.event.run_dir: r.event for r in records if isinstance(r.event, (JudgeRecorded, BackfillRecorded))}

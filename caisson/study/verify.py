@@ -16,11 +16,20 @@ Checks, in order, stopping at nothing (every problem is listed):
    each backfilled figure naming a run the study ledger binds at the same head and session
    files that run collected.
 5. every judge ledger under ``DIR/judge/`` (``caisson study judge``) verifies against the
-   trusted key, names in ``judge.started`` the study ledger's final chain head (it judged
-   this study, closed as it is), and judges only counting runs the study ledger bound. A
-   judge ledger left unclosed (a crashed judge run) is not a problem: the report reads the
-   last closed one. The study ledger does not bind its judges (they come after it closed),
-   so a judge directory removed altogether is not seen: the report then says no judge ran.
+   trusted key, names in ``judge.started`` a final chain head of the study ledger as it
+   is (that of the last segment the study run itself wrote, or of any announcement
+   segment after it: it judged this study, closed as it is), and judges only counting runs the study ledger
+   bound. A judge ledger left unclosed (a crashed judge run) is not a problem: the report
+   reads the last closed one.
+6. every judge run and backfill segment the study ledger announces (``judge.recorded``,
+   ``backfill.recorded``, each in a segment of its own written once that ledger closed,
+   `caisson.study.studyledger.announce`) is where it says, with the announced run id,
+   record count and chain head: a judge directory or backfill segment removed afterwards
+   fails. One the study ledger does not announce (written before schema 12, or by a run
+   stopped between closing it and announcing it) is a note, not a problem: its removal
+   could not have been seen. Removing an announcement's study segment together with what
+   it announces rolls the directory back to an earlier state that verifies; only a study
+   head kept outside the directory (``head``, printed by `caisson verify`) tells them apart.
 
 Which key a run must verify against: the study ledger's trusted key, unless
 ``study.planned`` enrolled host keys (``--executor ray``): then exactly those, the one the
@@ -36,13 +45,15 @@ from pathlib import Path
 
 import msgspec
 
-from caisson.study.backfill import verify_backfill
-from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
+from caisson.study.backfill import backfill_segments, verify_backfill
+from caisson.study.studyledger import announced, enrolled_keys, read_study, run_trust, sealed_state, segments
 from ledger import LedgerChecker, LedgerError, VerifyKey, locate, read_records, verify_ledger
 from ledger.events import (
+    BackfillRecorded,
     BaselineMeasured,
     CellEnded,
     CellStarted,
+    JudgeRecorded,
     JudgeStarted,
     JudgeVerdict,
     StudyPlanned,
@@ -62,7 +73,9 @@ class StudyVerifyReport(msgspec.Struct, kw_only=True):
     status: str = "ok"  # ok | tampered | unclosed
     segments: int = 0
     runs_checked: int = 0  # baselines and cell attempts whose ledgers were checked
+    head: str = ""  # hex chain head of the study ledger's last seal: keep it to tell a rollback
     problems: list[str] = []
+    notes: list[str] = []  # what verifies but cannot be proven (a judge or backfill segment not announced)
 
     @property
     def exit_code(self) -> int:
@@ -100,6 +113,7 @@ def _segments_ok(study_dir: Path, trusted: VerifyKey, report: StudyVerifyReport)
                                    f" records, but {segs[i - 1]} is {prev.run_id} sealed at {prev.records}")
     if states and not states[-1].final:
         report.status = "unclosed"
+    report.head = states[-1].head if states else ""
     return not report.problems
 
 
@@ -152,10 +166,35 @@ def judge_dirs(study_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
 
 
+def _closed_heads(study_dir: Path, trusted: VerifyKey) -> list[str]:
+    """The final heads of the study as it is: the last segment that is not an announcement
+    (`caisson.study.studyledger.announce`) and every announcement segment after it."""
+    heads: list[str] = []
+    for seg in segments(study_dir):
+        kinds = {type(e) for e in _segment_events(seg, trusted)}
+        if not kinds & {JudgeRecorded, BackfillRecorded}:
+            heads = []
+        heads.append(sealed_state(seg, trusted).head)
+    return heads
+
+
+def _check_announced(study_dir: Path, trusted: VerifyKey, records: list, report: StudyVerifyReport) -> None:
+    """Step 6 of the module docstring."""
+    listed = announced(records)
+    for rel, e in listed.items():
+        what = "judge run" if isinstance(e, JudgeRecorded) else "backfill segment"
+        _check_run(study_dir, rel, e.run_id, e.ledger_records, e.ledger_head, True, trusted, f"announced {what}",
+                   report)
+    for path in (*judge_dirs(study_dir), *backfill_segments(study_dir)):
+        rel = str(path.relative_to(study_dir))
+        if rel not in listed and (path / "ledger").is_file():
+            report.notes.append(f"{rel}: not announced by the study ledger (written before schema 12, or its run"
+                                " stopped before announcing it): its removal could not have been seen")
+
+
 def _check_judges(study_dir: Path, trusted: VerifyKey, counting: dict[str, str], report: StudyVerifyReport) -> None:
     """Step 5 of the module docstring; ``counting``: cell id -> its counting run id."""
-    segs = segments(study_dir)
-    head = sealed_state(segs[-1], trusted).head if segs else ""
+    heads = _closed_heads(study_dir, trusted)
     for judge in judge_dirs(study_dir):
         rel = str(judge.relative_to(study_dir))
         try:
@@ -171,9 +210,10 @@ def _check_judges(study_dir: Path, trusted: VerifyKey, counting: dict[str, str],
         started = next((e for e in events if isinstance(e, JudgeStarted)), None)
         if started is None:
             report.problems.append(f"judge {rel}: no judge.started")
-        elif started.study_head != head:
+        elif started.study_head not in heads:
             report.problems.append(f"judge {rel}: judged study head {started.study_head[:16]}, the study ledger's"
-                                   f" final head is {head[:16]} (another study, or another state of it)")
+                                   f" final head is {heads[-1][:16] if heads else '(none)'} (another study, or"
+                                   " another state of it)")
         for e in events:
             if isinstance(e, JudgeVerdict) and counting.get(e.cell_id) != e.run_id:
                 report.problems.append(f"judge {rel}: judged run {e.run_id} as cell {e.cell_id}, whose counting"
@@ -195,7 +235,8 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
     bound: dict[str, tuple[str, str]] = {}  # run dir -> (run id, head): what a backfilled figure may name
     counting: dict[str, str] = {}
     enrolled: dict[bytes, VerifyKey] = {}
-    for record in read_study(study_dir, trusted):
+    study_records = read_study(study_dir, trusted)
+    for record in study_records:
         e = record.event
         if isinstance(e, StudyPlanned):
             enrolled = enrolled_keys(e.host_keys)
@@ -227,6 +268,7 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
     if not report.problems:  # the runs are as bound: now what the backfill ledger says of them
         report.problems += verify_backfill(study_dir, trusted, bound, enrolled)
     _check_judges(study_dir, trusted, counting, report)
+    _check_announced(study_dir, trusted, study_records, report)
     if report.problems:
         report.status = "tampered"
     return report

@@ -11,12 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from caisson.cli import main
-from caisson.home import ensure_operator_key
-from ledger import read_records, verify_ledger
-from ledger.events import BlobStored, RunEnded, RunStarted, SandboxBuilt
+from caisson.home import ensure_operator_key, fingerprint_key
+from ledger import read_records, redact_argv, verify_ledger
+from ledger.events import BlobStored, ProcessExec, RunEnded, RunStarted, SandboxBuilt
 from tests.helpers import commit_all, git
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,6 +176,30 @@ def test_passed_credentials_are_recorded_as_fingerprints(chamber_image, tmp_path
     started = records_of(run_dir)[0].event
     assert started.env["PROVIDER_API_KEY"].startswith("fp:")
     assert b"sk-live-123456" not in (run_dir / "ledger").read_bytes()
+
+
+def test_a_secret_on_the_command_line_is_fingerprinted_in_run_started_as_in_its_exec(chamber_image, tmp_path):
+    """``run.started.command`` is redacted as the syscall witness redacts the exec of the
+    same argv: same key, same fingerprints, as many elements; the secret is nowhere."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('name = "argv"\ncredential_patterns = ["MY_CORP_*"]\n')
+    secrets_ = ("sk-abcdefghijklmnopqrstuvwx", "hunter2-url-password", "corp-credential-value")
+    command = ["sh", "-c", "exit 0", "probe", f"--api-key={secrets_[0]}",
+               f"https://user:{secrets_[1]}@example.invalid/", f"MY_CORP_LOGIN={secrets_[2]}"]
+    run_dir = tmp_path / "run"
+    assert main(["record", "--scenario", str(scenario), "--syscall-witness", "strace", "--out", str(run_dir),
+                 "--", *command]) == 0
+    records = records_of(run_dir)
+    started = records[0].event
+    key = fingerprint_key(ensure_operator_key())
+    assert isinstance(started, RunStarted)
+    assert started.command == redact_argv(command, key=key, patterns=("MY_CORP_*",))
+    assert len(started.command) == len(command) and started.command[:4] == command[:4]
+    assert all(s not in " ".join(started.command) for s in secrets_)
+    execs = [r.event for r in records if isinstance(r.event, ProcessExec) and r.event.argv[:3] == command[:3]]
+    assert execs and execs[0].argv == started.command
+    everything = b"".join(msgspec.json.encode(r.event) for r in records)
+    assert all(s.encode() not in everything for s in secrets_)
 
 
 def test_timeout_exit_124_and_the_ledger_is_sealed(chamber_image, tmp_path):

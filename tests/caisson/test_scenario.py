@@ -146,6 +146,16 @@ def test_answer_file_must_be_relative(tmp_path: Path, bad: str) -> None:
     assert e.value.field == "$.answer_file"
 
 
+@pytest.mark.parametrize("name, value", [("OPENAI_API_KEY", "anything"), ("MODEL_ENDPOINT", "sk-ant-0123456789abcdef"),
+                                         ("UPSTREAM", "https://user:hunter2@proxy.example/")])
+def test_a_credential_in_env_is_refused_by_its_name_or_its_value(tmp_path: Path, name: str, value: str) -> None:
+    """The scenario file is kept with every run (a blob): a secret in it would reach the
+    ledger verbatim, where ``run.started.env`` has only its fingerprint."""
+    with pytest.raises(ScenarioError, match="looks like a credential") as e:
+        load_scenario(write(tmp_path, f'name = "x"\n[env]\n{name} = "{value}"\n'))
+    assert e.value.field == f"$.env.{name}"
+
+
 def test_toml_syntax_error_names_line(tmp_path: Path) -> None:
     p = write(tmp_path, 'name = "x"\ndescription = "ok"\nleak_terms = [\n"a" "b"]\n')
     with pytest.raises(ScenarioError) as e:

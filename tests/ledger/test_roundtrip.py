@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import threading
 import time
@@ -12,7 +13,8 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import BlobStore, LedgerError, LedgerWriter, Submission, read_records, run_writer, verify_ledger
+from ledger import (BlobMismatchError, BlobStore, LedgerError, LedgerWriter, Submission, read_records, run_writer,
+                    verify_ledger)
 from ledger.events import EVENT_KINDS, FileOpen, Note, decode_event
 from tests.ledger.conftest import KEY, records, write_ledger
 
@@ -71,6 +73,27 @@ def test_blobs_are_stored_by_hash_and_checked(tmp_path):
     assert report.status == "tampered" and report.bad_seq == 0 and "blob" in report.reason
     (run / "blobs" / digest[:2] / digest).unlink()
     assert "missing" in verify_ledger(run, KEY.verify_key).reason
+
+
+def test_get_returns_the_bound_bytes_or_raises_naming_the_blob_and_its_path(tmp_path):
+    """A reader that skipped verify never gets altered bytes: `get` hashes what it read."""
+    store = BlobStore(tmp_path / "blobs")
+    digest = store.put(b"the answer\n")
+    assert store.get(digest) == b"the answer\n"
+    path = store.path_for(digest)
+    path.write_bytes(b"another answer\n")
+    with pytest.raises(BlobMismatchError) as info:
+        store.get(digest)
+    assert isinstance(info.value, LedgerError)
+    assert info.value.path == str(path) and info.value.sha256 == digest
+    assert info.value.actual == hashlib.sha256(b"another answer\n").hexdigest()
+    assert digest in str(info.value) and str(path) in str(info.value)
+    path.write_bytes(b"")  # truncated to nothing is altered too
+    with pytest.raises(BlobMismatchError):
+        store.get(digest)
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        store.get(digest)
 
 
 def test_flush_by_time_seals_pending_records(tmp_path):

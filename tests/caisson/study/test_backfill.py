@@ -7,6 +7,7 @@ the report ranks and prints the backfilled source."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -14,16 +15,17 @@ import pytest
 
 from caisson.agents import sessionfiles
 from caisson.cli import main
+from caisson.errors import UsageError
 from caisson.home import ensure_operator_key
 from caisson.report import build_report, render_text
 from caisson.study.backfill import BACKFILL_DIR, backfill_study, read_backfill
 from caisson.study.report import load_study_report
-from caisson.study.studyledger import StudyLedger, sealed_state
+from caisson.study.studyledger import StudyLedger, read_study, sealed_state
 from caisson.study.verify import verify_study
 from ledger import BlobStore, LedgerWriter
-from ledger.events import (AgentSessionFile, AgentUsage, BaselineMeasured, BlobStored, CellEnded, CellStarted,
-                           HttpExchange, LlmCall, LlmUsage, RunEnded, RunStarted, StudyEnded, StudyPlanned,
-                           TokenBackfilled)
+from ledger.events import (AgentSessionFile, AgentUsage, BackfillRecorded, BaselineMeasured, BlobStored, CellEnded,
+                           CellStarted, HttpExchange, LlmCall, LlmUsage, RunEnded, RunStarted, StudyEnded,
+                           StudyPlanned, StudyResumed, TokenBackfilled)
 
 GOLDEN = Path(__file__).parents[1] / "test_sessionfiles"
 CLAUDE = (GOLDEN / "claude_session.jsonl").read_bytes()  # 5956 in + 52 out = 6008
@@ -98,7 +100,9 @@ def test_backfill_fills_proxy_only_figures_once_and_never_a_first_party_one(stud
         f"wrote 2 figure(s) to {study / BACKFILL_DIR / '000'}",
     ]  # cell live (first-party 4000) is not even listed: never touched
     after = _digest(study)
-    assert {k: v for k, v in after.items() if not k.startswith(BACKFILL_DIR)} == before  # nothing else written
+    announcement = "study/001/"  # the study ledger segment announcing backfill/000
+    assert {k: v for k, v in after.items() if not k.startswith((BACKFILL_DIR, announcement))} == before
+    assert [type(r.event) for r in read_study(study, key.verify_key)][-2:] == [StudyResumed, BackfillRecorded]
     assert verify_study(study, key.verify_key).status == "ok"
     latest = read_backfill(study, key.verify_key)
     assert sorted((e.target, e.cell_id, e.previous_total, e.normalized.total_tokens) for e in latest.values()) == [
@@ -141,8 +145,10 @@ def test_verify_catches_a_tampered_or_unbound_backfill(study, tmp_path):
     report = verify_study(study, key.verify_key)
     assert report.status == "tampered" and "backfill" in report.problems[0]
     assert load_study_report(study, key.verify_key)[1] is None
-    # A correctly signed record that names a run at a head the study does not bind.
+    # A correctly signed record that names a run at a head the study does not bind (the
+    # segment and its announcement gone first: a state as old as the study's, that verifies).
     (study / BACKFILL_DIR / "000").rename(tmp_path / "gone")
+    (study / "study" / "001").rename(tmp_path / "gone-announcement")
     backfill_study(study, key)
     [event] = [e for e in read_backfill(study, key.verify_key).values() if e.target == "cell"]
     forged = study / BACKFILL_DIR / "001"
@@ -159,6 +165,39 @@ def test_verify_catches_a_tampered_or_unbound_backfill(study, tmp_path):
     assert report.status == "tampered"
     assert any("is not bound by the study ledger" in p for p in report.problems), report.problems
     assert isinstance(event, TokenBackfilled)
+
+
+def test_the_last_backfill_segment_removed_is_seen(study, tmp_path, monkeypatch):
+    """Each segment is announced in the study ledger once closed: removing the last one
+    (the report would silently read the one before) fails verify, naming it."""
+    key = ensure_operator_key()
+    backfill_study(study, key)
+    monkeypatch.setattr(sessionfiles.ClaudeSessionParser, "PARSER", "claude-code.session@2")
+    assert backfill_study(study, key).segment == study / BACKFILL_DIR / "001"
+    announced_ = [r.event for r in read_study(study, key.verify_key) if isinstance(r.event, BackfillRecorded)]
+    assert [(e.run_dir, e.ledger_head) for e in announced_] == [
+        (f"{BACKFILL_DIR}/{n}", sealed_state(study / BACKFILL_DIR / n, key.verify_key).head) for n in ("000", "001")]
+    assert verify_study(study, key.verify_key).status == "ok"
+    (study / BACKFILL_DIR / "001").rename(tmp_path / "gone")
+    report = verify_study(study, key.verify_key)
+    assert report.status == "tampered"
+    assert report.problems == [f"announced backfill segment {BACKFILL_DIR}/001: dropped (no ledger where the study"
+                               " ledger says it is)"]
+    assert main(["verify", str(study)]) == 1
+    with pytest.raises(UsageError, match="does not verify"):
+        backfill_study(study, key)
+
+
+def test_a_backfill_segment_the_study_ledger_does_not_announce_is_a_note(study, tmp_path):
+    """A study directory from before schema 12 (no announcement): it verifies, and verify
+    says what it cannot prove."""
+    key = ensure_operator_key()
+    backfill_study(study, key)
+    shutil.rmtree(study / "study" / "001")  # the announcement: as a study written before it existed
+    report = verify_study(study, key.verify_key)
+    assert (report.status, report.problems) == ("ok", [])
+    assert report.notes == [f"{BACKFILL_DIR}/000: not announced by the study ledger (written before schema 12, or"
+                            " its run stopped before announcing it): its removal could not have been seen"]
 
 
 def test_a_recorded_claude_code_run_collects_its_session_file_and_backfill_fills_its_proxy_only_cell(

@@ -17,14 +17,14 @@ from caisson.home import ensure_operator_key
 from caisson.model import scripted_model
 from caisson.probes.cells import CellSpec, write_cell
 from caisson.report import build_report, render_text
-from caisson.study import sealed_state, verify_study
+from caisson.study import sealed_state, study_status, verify_study
 from caisson.study.judge import resolve_judge, run_judge
 from caisson.study.report import load_study_report
-from caisson.study.studyledger import StudyLedger
+from caisson.study.studyledger import StudyLedger, read_study, segments
 from caisson.study.verify import judge_dirs
 from ledger import read_records
-from ledger.events import (CellEnded, CellStarted, JudgeAlarm, JudgeStarted, JudgeVerdict, LlmCall, StudyEnded,
-                           StudyPlanned)
+from ledger.events import (CellEnded, CellStarted, JudgeAlarm, JudgeRecorded, JudgeStarted, JudgeVerdict, LlmCall,
+                           StudyEnded, StudyPlanned)
 
 STUDY = b'''name = "judged"
 scenario = "scenario.toml"
@@ -153,6 +153,34 @@ def test_a_judge_served_by_another_model_is_announced(study, tmp_path, capsys):
     item = next(i for i in build_report(data).checklist if i.name == "judge_model")
     assert (item.status, item.cells) == ("FAIL", ["judge-2"])
     assert main(["verify", str(study)]) == 0
+
+
+def test_the_last_judge_removed_is_seen_its_announcement_removed_is_a_note(study, tmp_path):
+    """Each judge run is announced in a study ledger segment of its own once closed: removing
+    the last judge directory (the report would silently read the one before) fails verify."""
+    key = ensure_operator_key()
+    result, _, _ = _judge(study, _script(tmp_path / "judge.toml"))
+    last = Path(result.judge_dir)
+    records = read_study(study, key.verify_key)
+    assert records[-1].event == JudgeRecorded(run_dir=f"judge/{last.name}", run_id=result.run_id,
+                                              ledger_records=sealed_state(last, key.verify_key).records,
+                                              ledger_head=sealed_state(last, key.verify_key).head)
+    assert study_status(records).segments == 1  # announcements are not resumes
+    assert verify_study(study, key.verify_key).status == "ok"  # every judge names a closed head of the study
+    gone = tmp_path / "judge-gone"
+    shutil.copytree(study, gone)
+    shutil.rmtree(gone / "judge" / last.name)
+    report = verify_study(gone, key.verify_key)
+    assert report.status == "tampered" and report.problems == [
+        f"announced judge run judge/{last.name}: dropped (no ledger where the study ledger says it is)"]
+    # A judge without its announcement (a study judged before schema 12): verifies, with a note.
+    legacy = tmp_path / "legacy"
+    shutil.copytree(study, legacy)
+    shutil.rmtree(segments(legacy)[-1])
+    report = verify_study(legacy, key.verify_key)
+    assert (report.status, report.problems) == ("ok", [])
+    assert report.notes == [f"judge/{last.name}: not announced by the study ledger (written before schema 12, or its"
+                            " run stopped before announcing it): its removal could not have been seen"]
 
 
 def test_the_judge_comes_from_the_sealed_study_file_unless_given(study):

@@ -90,6 +90,13 @@ BAD = [
     ("negative price", GOOD + '[prices.gpt-5]\ninput_usd_per_mtok = -1\noutput_usd_per_mtok = 1\n',
      "$.prices[...].input_usd_per_mtok", "line 16, column 1"),
     ("abort zero", GOOD + "[abort]\nhost_stalled_in_a_row = 0\n", "$.abort.host_stalled_in_a_row", ">= 1"),
+    # The study file is sealed whole in the study ledger: a credential on a command line
+    # would reach it verbatim (run.started.command keeps only its fingerprint).
+    ("key on a command line", GOOD.replace('command = ["true"]', 'command = ["probe", "--api-key=abc123"]'),
+     "$.agents[2].command", "credential"),
+    ("key-shaped token in a command", GOOD.replace('command = ["true"]',
+                                                   'command = ["sh", "-c", "x sk-ant-0123456789abcdefghij"]'),
+     "$.agents[2].command", "environment"),
 ]
 
 

@@ -10,9 +10,9 @@ import pytest
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key
 from caisson.study import read_study, sealed_state, verify_study
-from caisson.study.studyledger import StudyLedger
+from caisson.study.studyledger import StudyLedger, announce
 from ledger import BlobStore, LedgerWriter
-from ledger.events import StudyEnded, StudyPlanned, StudyResumed
+from ledger.events import JudgeRecorded, JudgeStarted, StudyEnded, StudyPlanned, StudyResumed
 
 
 def _crashed_segment(out: Path, key) -> None:
@@ -71,3 +71,30 @@ def test_a_continuation_without_study_resumed_fails(tmp_path):
 def test_read_study_refuses_a_directory_without_a_study(tmp_path):
     with pytest.raises(UsageError, match="no study ledger"):
         read_study(tmp_path)
+
+
+def test_announce_binds_a_closed_ledger_in_a_segment_of_its_own_and_only_on_a_closed_study(tmp_path):
+    key = ensure_operator_key()
+    _crashed_segment(tmp_path, key)
+    judge = tmp_path / "judge" / "000"
+    with pytest.raises(UsageError, match="is unclosed"):  # the study is running or crashed
+        announce(tmp_path, key, judge, JudgeRecorded, run_id="study-x")
+    ledger = StudyLedger(tmp_path, key, run_id="study-b", resume=True)
+    ledger.append(StudyEnded(cells=0))
+    ledger.close()
+    judge.mkdir(parents=True)
+    with LedgerWriter(judge / "ledger", run_id="judge-a", key=key) as writer:
+        writer.append(JudgeStarted(study="s", study_run_id="study-b", endpoint="http://127.0.0.1:1", api="anthropic",
+                                   study_head=sealed_state(tmp_path / "study" / "001", key.verify_key).head,
+                                   requested_model="m", prompt="judge-prompt@1"), source="judge")
+    (tmp_path / "study" / ".002.partial").mkdir()  # an announcement a crash cut short: not a segment
+    seg = announce(tmp_path, key, judge, JudgeRecorded, run_id="study-c")
+    assert seg == tmp_path / "study" / "002" and not (tmp_path / "study" / ".002.partial").exists()
+    state = sealed_state(judge, key.verify_key)
+    events = [r.event for r in read_study(tmp_path, key.verify_key)]
+    assert events[-1] == JudgeRecorded(run_dir="judge/000", run_id="judge-a", ledger_records=state.records,
+                                       ledger_head=state.head)
+    assert isinstance(events[-2], StudyResumed) and events[-2].previous_run_id == "study-b"
+    report = verify_study(tmp_path, key.verify_key)
+    assert (report.status, report.segments, report.problems, report.notes) == ("ok", 3, [], [])
+    assert report.head == sealed_state(seg, key.verify_key).head
