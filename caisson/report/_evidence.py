@@ -14,6 +14,7 @@ detectors' per-configuration memos, which every worker builds for itself.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from collections.abc import Sequence
@@ -121,6 +122,8 @@ def read_cells(runs: Sequence[tuple[Path, VerifyKey]],
     if min(jobs, len(chunks)) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [read_cell(run_dir, trusted, detectors) for run_dir, trusted in runs]
     _work = (runs, detectors)
+    frozen = gc.get_freeze_count()
+    gc.freeze()  # the workers' collections leave the inherited heap alone: no copy-on-write of it
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)),
                                  mp_context=multiprocessing.get_context("fork")) as pool:
@@ -131,6 +134,8 @@ def read_cells(runs: Sequence[tuple[Path, VerifyKey]],
             return out
     finally:
         _work = None
+        if not frozen:  # a caller's own frozen objects stay frozen
+            gc.unfreeze()
 
 
 _CHUNK_DECODER = msgspec.msgpack.Decoder(list[CellEvidence | None])
