@@ -85,3 +85,12 @@ def test_the_runs_read_in_parallel_give_the_serial_report(small_study):  # noqa:
     _, data = load_study_report(small_study, trusted_key(None), detectors=bumped, jobs=2)
     ran = [c for c in data.cells if c.status not in ("refused", "not_run")]
     assert ran and all(c.status == "void" and c.void_reason == "host_stalled" for c in ran)
+
+
+def test_cli_jobs_reads_the_same_report_and_refuses_zero(small_study, tmp_path):  # noqa: F811
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert _cli(str(small_study), "--format", "json", "--jobs", "1", "--out", str(one)).returncode == 0
+    assert _cli(str(small_study), "--format", "json", "--jobs", "2", "--out", str(two)).returncode == 0
+    assert one.read_bytes() == two.read_bytes()
+    bad = _cli(str(small_study), "--jobs", "0")
+    assert bad.returncode == 2 and "--jobs: at least 1" in bad.stderr
