@@ -52,13 +52,16 @@ class _Routes:
         streams: list[list[Record]] = [[] for _ in self.wanted]
         appends = [stream.append for stream in streams]
         known = self.targets
+        # event class -> the appends of its streams, for this call (a class seen before costs one lookup)
+        sinks = {kind: tuple(appends[i] for i in targets) for kind, targets in known.items()}
         for record in records:
             kind = type(record.event)
-            targets = known.get(kind)
-            if targets is None:
+            to = sinks.get(kind)
+            if to is None:
                 targets = known[kind] = tuple(i for i, kinds in enumerate(self.wanted) if issubclass(kind, kinds))
-            for i in targets:
-                appends[i](record)
+                to = sinks[kind] = tuple(appends[i] for i in targets)
+            for append in to:
+                append(record)
         return streams
 
 
