@@ -11,8 +11,9 @@
 - ``caisson study status DIR``: the same counts as the live display, from the study
   ledger (also while it runs). Exit 0 ended; 1 aborted; 3 running or crashed.
 - ``caisson study report DIR [--format text|markdown|html|json] [--out FILE]
-  [--allow-untrusted] [--key PUBKEY]``: the study verified, every counting cell replayed
-  with the current detectors, the report (caisson/report/). Exit 0 written; 1 the study
+  [--allow-untrusted] [--key PUBKEY] [--jobs N]``: the study verified, every counting cell
+  replayed with the current detectors (in N processes, one per core by default), the report
+  (caisson/report/). Exit 0 written; 1 the study
   does not verify (tampered: nothing is reported); 2 usage.
 - ``caisson study backfill DIR``: first-party token figures read offline from the session
   files the runs collected, for counting cells and baselines whose live figure is missing
@@ -72,6 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--allow-untrusted", action="store_true",
                         help="make winner claims despite a checklist FAIL, each labelled UNTRUSTED")
     report.add_argument("--key", metavar="PUBKEY", help="trust this public key (default: the operator key)")
+    report.add_argument("--jobs", type=_jobs, metavar="N",
+                        help="processes that read the cells' ledgers (default: one per core; 1: this one only)")
     report.set_defaults(func=run_report)
     backfill = verbs.add_parser(
         "backfill", help="fill missing or proxy-only token figures from the agents' own session files",
@@ -202,12 +205,23 @@ def run_status(args: argparse.Namespace) -> int:
     return {"ended": 0, "aborted": 1}.get(status.state, 3)
 
 
+def _jobs(text: str) -> int:
+    """``--jobs``: a whole number of processes, at least 1."""
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, got {jobs}")
+    return jobs
+
+
 def run_report(args: argparse.Namespace) -> int:
     from caisson.home import trusted_key
     from caisson.report import build_report, render_html, render_json, render_markdown, render_text
     from caisson.study.report import load_study_report
 
-    verified, data = load_study_report(args.dir, trusted_key(args.key))
+    verified, data = load_study_report(args.dir, trusted_key(args.key), jobs=args.jobs)
     if data is None:
         print(f"TAMPERED {args.dir}: the study does not verify; nothing is reported", file=sys.stderr)
         for problem in verified.problems:

@@ -19,7 +19,7 @@ from caisson.detectors._base import (
     reads,
     reads_of,
 )
-from caisson.detectors._runner import one_pass, route
+from caisson.detectors._runner import Routed, one_pass, route, route_for
 from caisson.detectors.containment import (
     AGENT_CONFIG,
     DENIED_SYSCALL,
@@ -59,6 +59,8 @@ __all__ = [
     "reads",
     "reads_of",
     "route",
+    "route_for",
+    "Routed",
     "run_detectors",
 ]
 

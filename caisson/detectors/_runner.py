@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from caisson.detectors._base import Detector, DetectorConfig, Finding, reads_of
 from ledger import Record
 
-__all__ = ["one_pass", "route"]
+__all__ = ["Routed", "one_pass", "route", "route_for"]
 
 
 def route(records: Iterable[Record], wanted: Sequence[tuple[type, ...]]) -> list[list[Record]]:
@@ -52,13 +52,16 @@ class _Routes:
         streams: list[list[Record]] = [[] for _ in self.wanted]
         appends = [stream.append for stream in streams]
         known = self.targets
+        # event class -> the appends of its streams, for this call (a class seen before costs one lookup)
+        sinks = {kind: tuple(appends[i] for i in targets) for kind, targets in known.items()}
         for record in records:
             kind = type(record.event)
-            targets = known.get(kind)
-            if targets is None:
+            to = sinks.get(kind)
+            if to is None:
                 targets = known[kind] = tuple(i for i, kinds in enumerate(self.wanted) if issubclass(kind, kinds))
-            for i in targets:
-                appends[i](record)
+                to = sinks[kind] = tuple(appends[i] for i in targets)
+            for append in to:
+                append(record)
         return streams
 
 
@@ -67,13 +70,67 @@ def _routes(wanted: tuple[tuple[type, ...], ...]) -> _Routes:
     return _Routes(wanted)
 
 
+_Plan = tuple[list[tuple[Detector, int | None]], tuple[int, ...], _Routes]
+
+
 @functools.lru_cache(maxsize=16)
-def _plan(detectors: tuple[tuple[str, Detector], ...]) -> tuple[list[tuple[Detector, int | None]], _Routes]:
-    """Each detector with the index of its stream (None: every record), and the routes."""
+def _plan(detectors: tuple[tuple[str, Detector], ...], extra: tuple[tuple[type, ...], ...] = ()) -> _Plan:
+    """Each detector with the index of its stream (None: every record), the index of each
+    of the caller's ``extra`` streams, and the routes (one stream per distinct tuple)."""
     declared = [(detect, reads_of(detect)) for _, detect in detectors]
-    wanted = tuple(dict.fromkeys(kinds for _, kinds in declared if kinds is not None))
+    wanted = tuple(dict.fromkeys([*(kinds for _, kinds in declared if kinds is not None), *extra]))
     index = {kinds: i for i, kinds in enumerate(wanted)}
-    return [(detect, None if kinds is None else index[kinds]) for detect, kinds in declared], _Routes(wanted)
+    plan = [(detect, None if kinds is None else index[kinds]) for detect, kinds in declared]
+    return plan, tuple(index[kinds] for kinds in extra), _Routes(wanted)
+
+
+class Routed:
+    """A run's records split once for a set of detectors, and for the caller's own kinds.
+
+    Attributes:
+        streams: one list per tuple of kinds the caller asked for (`route_for`'s
+            ``extra``), in ledger order, as `route` would give them.
+    """
+
+    def __init__(self, records: Sequence[Record], plan: _Plan):
+        self._records = records
+        self._plan, extra, routes = plan
+        self._split = routes.split(records)
+        self.streams = [self._split[i] for i in extra]
+
+    def detect(self, config: DetectorConfig) -> list[Finding]:
+        """Run the detectors, each over its own stream; findings in registry order (each
+        detector's in its own order): the same as each detector alone over every record."""
+        findings: list[Finding] = []
+        for detect, stream in self._plan:
+            findings.extend(detect(self._records if stream is None else self._split[stream], config))
+        return findings
+
+
+def route_for(records: Iterable[Record], detectors: Iterable[tuple[str, Detector]],
+              extra: Sequence[tuple[type, ...]] = ()) -> Routed:
+    """Walk a run's records once, into the streams of ``detectors`` and those of ``extra``.
+
+    For a caller that needs a few event types itself before it can run the detectors (the
+    events the detector configuration comes from): one walk of the records, not two.
+
+    Args:
+        records: the run's records, in ledger order.
+        detectors: (name@version, detector) pairs.
+        extra: tuples of event classes, as `route`'s ``wanted``.
+
+    Returns:
+        The split records: `Routed.streams` for ``extra``, `Routed.detect` for the findings.
+    """
+    if not isinstance(records, Sequence):
+        records = list(records)
+    detectors = tuple(detectors)
+    extra = tuple(tuple(kinds) for kinds in extra)
+    try:
+        plan = _plan(detectors, extra)
+    except TypeError:  # an unhashable entry (a list for a pair): planned for this call only
+        plan = _plan.__wrapped__(detectors, extra)
+    return Routed(records, plan)
 
 
 def one_pass(records: Iterable[Record], config: DetectorConfig,
@@ -89,15 +146,4 @@ def one_pass(records: Iterable[Record], config: DetectorConfig,
         The findings, in registry order (each detector's in its own order): the same as
         running each detector alone over every record.
     """
-    if not isinstance(records, Sequence):
-        records = list(records)
-    detectors = tuple(detectors)
-    try:
-        plan, routes = _plan(detectors)
-    except TypeError:  # an unhashable entry (a list for a pair): planned for this call only
-        plan, routes = _plan.__wrapped__(detectors)
-    streams = routes.split(records)
-    findings: list[Finding] = []
-    for detect, stream in plan:
-        findings.extend(detect(records if stream is None else streams[stream], config))
-    return findings
+    return route_for(records, detectors).detect(config)

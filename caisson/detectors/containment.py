@@ -123,13 +123,21 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     for record in records:
         event = record.event
         if isinstance(event, FileOpen):  # most records are opens: one test for them
-            # (path, written?): a symlink cannot hide where it led
-            paths = ((event.path, None),) if not event.real_path else ((event.path, None), (event.real_path, None))
+            cwd = cwds.get(event.pid)
+            if not event.real_path:
+                place = places.get((event.path, cwd))
+                if place is not None and (place.quiet or place.quiet_read and not (
+                        event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags)):
+                    continue  # most opens: a path placed before, where this open cannot be a finding
+                paths: tuple[tuple[str, bool | None], ...] = ((event.path, None),)
+            else:  # (path, written?): a symlink cannot hide where it led
+                paths = ((event.path, None), (event.real_path, None))
         elif isinstance(event, ProcessExec):
             if event.cwd:
                 cwds[event.pid] = event.cwd
             continue
         elif isinstance(event, FileChange):
+            cwd = cwds.get(event.pid)
             paths = ((event.path, True),)
             # a symlink's target is its text, not a file touched; a hard link's target is only
             # read (the new name is the write)
@@ -137,7 +145,6 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
                 paths += ((event.target, not event.syscall.startswith("link")),)
         else:
             continue
-        cwd = cwds.get(event.pid)
         for raw, write in paths:
             place = places.get((raw, cwd))
             if place is None:

@@ -19,7 +19,7 @@ from typing import Literal
 
 import msgspec
 
-from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, route, run_detectors
+from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, route_for
 from caisson.detectors.tool_audit import tool_audit_status
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
@@ -123,7 +123,8 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
             return None
 
     records, rederived = rederive(records, blob)
-    [manifest] = route(records, (_MANIFEST,))
+    routed = route_for(records, detectors, (_MANIFEST,))  # one walk: the manifest and the detectors' streams
+    [manifest] = routed.streams
     started = next((r.event for r in manifest if isinstance(r.event, RunStarted)), None)
     scenario_bytes = _blob(blobs, manifest, "scenario")
     scenario: Scenario | None = None
@@ -134,7 +135,7 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
             parse_scenario(scenario_bytes, f"{run_dir}:scenario")  # raises, naming the run
             raise
     config = config_from_records(manifest, scenario)
-    findings = run_detectors(records, config, detectors)
+    findings = routed.detect(config)
     if started is not None and started.weakened:
         findings.append(Finding(detector=WEAKENED, kind="weakened_control", effect=VOID, evidence=[0],
                                 message=f"controls weakened on purpose: {', '.join(started.weakened)}"))

@@ -1,7 +1,8 @@
 """Study reports: per-agent tables, comparable tokens, the winner gate, the trust checklist.
 
 Everything here is computed from sealed evidence: `cell_tokens` from a cell's ledger
-records, `read_cell` from a cell's run directory (one read: replay and tokens),
+records, `read_cell` from a cell's run directory (one read: replay and tokens; `read_cells`
+for many, in parallel processes),
 `build_report` from a `StudyReportInput` (cells, baselines, refusals, prices, the judge's
 summary), and the renderers turn a `Report` into text, markdown, JSON or one
 self-contained HTML file. See docs/architecture.md ("report").
@@ -9,7 +10,7 @@ self-contained HTML file. See docs/architecture.md ("report").
 
 from caisson.report._aggregate import ArmSummary, PassK, Rate, SchemaTax, cell_cost, content_tokens
 from caisson.report._checklist import FAIL, PASS, WARN, CheckItem
-from caisson.report._evidence import CellEvidence, read_cell, report_cell
+from caisson.report._evidence import CellEvidence, read_cell, read_cells, report_cell
 from caisson.report._gate import ALPHA, BOOTSTRAP_FROM, EQUIVALENCE, SEED_RATIO, Comparison
 from caisson.report._html import render_html
 from caisson.report._inputs import (
@@ -80,6 +81,7 @@ __all__ = [
     "check_input",
     "content_tokens",
     "read_cell",
+    "read_cells",
     "render_html",
     "render_json",
     "render_markdown",

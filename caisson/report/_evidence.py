@@ -4,11 +4,21 @@ The ledger is verified and read once (`ledger.verify_and_read`); the records go 
 the current detectors and the checklist grading (`caisson.replay.replay_records`) and
 through `cell_tokens`. Nothing is written: a report recomputes findings with the
 detector versions it runs, whatever ``findings.json`` says.
+
+`read_cells` reads many cells, each exactly as `read_cell` does, spread over worker
+processes (forked from the caller, one per core; the evidence comes back as msgpack): a
+cell's evidence depends on its own run directory only, so the cells of a study are read
+independently and returned in the order asked. Nothing is shared between cells but the
+detectors' per-configuration memos, which every worker builds for itself.
 """
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
+import os
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import msgspec
@@ -20,7 +30,7 @@ from caisson.report._tokens import TOKEN_EVENTS, CellTokens, cell_tokens
 from ledger import LedgerError, VerifyKey, verify_and_read
 from ledger.events import SandboxBuilt
 
-__all__ = ["CellEvidence", "read_cell", "report_cell"]
+__all__ = ["CellEvidence", "read_cell", "read_cells", "report_cell"]
 
 _EVIDENCE = ((SandboxBuilt,), TOKEN_EVENTS)
 """What a cell's evidence reads besides its replay: whether the sandbox was built, and the
@@ -63,6 +73,86 @@ def read_cell(run_dir: Path, trusted: VerifyKey,
         return CellEvidence(replay=replay, tokens=CellTokens(null_reason=f"ledger {replay.verified}"))
     built, counted = route(records, _EVIDENCE)
     return CellEvidence(replay=replay, tokens=cell_tokens(counted), sandbox_built=bool(built))
+
+
+PARALLEL_FROM = 64
+"""Fewer cells than this are read in the calling process: forking workers would cost more."""
+_CHUNK = 16  # cells a worker reads per task at most: small enough to share the cells out evenly
+
+_work: tuple[Sequence[tuple[Path, VerifyKey]], Sequence[tuple[str, Detector]]] | None = None
+"""In a worker: the cells to read and the detectors, inherited from the parent at the fork."""
+
+
+def default_jobs() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
+def read_cells(runs: Sequence[tuple[Path, VerifyKey]],
+               detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS, *,
+               jobs: int | None = None) -> list[CellEvidence]:
+    """`read_cell` of every run, in parallel worker processes; results in the order given.
+
+    Each cell is read as `read_cell` reads it, in a process forked from this one (so the
+    keys and detectors are inherited, never pickled); the evidence comes back as msgpack.
+    With one job, one run, or no ``fork`` start method, the runs are read here, one after
+    the other. A cell whose reading raises in a worker is read again here, so the caller
+    gets the error `read_cell` raises, with its own class.
+
+    Args:
+        runs: (run directory, the key its seals must verify against) per cell.
+        detectors: (name@version, detector) pairs; the current registry by default.
+        jobs: worker processes; None: `default_jobs` (one per core this process may use)
+            from `PARALLEL_FROM` runs, else 1.
+
+    Returns:
+        One `CellEvidence` per run, in the order of ``runs``.
+
+    Raises:
+        CaissonError: a run keeps a scenario that no longer parses (the first such run).
+    """
+    global _work
+    if jobs is None:
+        jobs = default_jobs() if len(runs) >= PARALLEL_FROM else 1
+    size = max(1, min(_CHUNK, len(runs) // (4 * max(jobs, 1))))  # at least four tasks a worker
+    chunks = [range(i, min(i + size, len(runs))) for i in range(0, len(runs), size)]
+    if min(jobs, len(chunks)) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [read_cell(run_dir, trusted, detectors) for run_dir, trusted in runs]
+    _work = (runs, detectors)
+    frozen = gc.get_freeze_count()
+    gc.freeze()  # the workers' collections leave the inherited heap alone: no copy-on-write of it
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)),
+                                 mp_context=multiprocessing.get_context("fork")) as pool:
+            out: list[CellEvidence] = []
+            for chunk, read in zip(chunks, pool.map(_read_chunk, chunks)):
+                for i, evidence in zip(chunk, _CHUNK_DECODER.decode(read)):
+                    out.append(evidence if evidence is not None else read_cell(runs[i][0], runs[i][1], detectors))
+            return out
+    finally:
+        _work = None
+        if not frozen:  # a caller's own frozen objects stay frozen
+            gc.unfreeze()
+
+
+_CHUNK_DECODER = msgspec.msgpack.Decoder(list[CellEvidence | None])
+
+
+def _read_chunk(chunk: range) -> bytes:
+    """In a worker: the evidence of each cell of ``chunk``, None where reading raised, as
+    msgpack (a tenth of pickle's cost for these Structs, decoded to equal values)."""
+    assert _work is not None, "read_cells' worker runs in a process forked by read_cells"
+    runs, detectors = _work
+    out: list[CellEvidence | None] = []
+    for i in chunk:
+        try:
+            out.append(read_cell(runs[i][0], runs[i][1], detectors))
+        except Exception:  # noqa: BLE001 - read again by the parent, which raises it with its own class
+            out.append(None)
+    return msgspec.msgpack.encode(out)
 
 
 def report_cell(evidence: CellEvidence, *, cell_id: str, arm: str, agent: str, model: str, question_id: str,

@@ -8,7 +8,8 @@ are mapped onto the report's types as `caisson.report._inputs`' docstring descri
   refusals, prices, the order seed;
 - ``baseline.measured``: one `ReportBaseline`, its floor recomputed by `read_cell` of the
   baseline run directory (the same rank as a cell's), never taken from the event;
-- ``cell.ended`` with ``counting``: `read_cell` of that attempt's run directory, once,
+- ``cell.ended`` with ``counting``: `read_cell` of that attempt's run directory, once
+  (all runs through `read_cells`, in parallel processes),
   then `report_cell`; a planned cell with no counting attempt stays ``not_run``, a
   refused combination's cells are ``refused``;
 - the last judge ledger under ``DIR/judge/`` that verifies closed (``caisson study judge``):
@@ -46,7 +47,7 @@ from caisson.report import (
     ReportCell,
     StudyReportInput,
     backfill_figure,
-    read_cell,
+    read_cells,
     report_cell,
     with_backfill,
 )
@@ -119,13 +120,15 @@ def _judge(study_dir: Path, trusted: VerifyKey, cells: Sequence[ReportCell]) -> 
 
 def load_study_report(study_dir: Path, trusted: VerifyKey, *,
                       detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS,
-                      ) -> tuple[StudyVerifyReport, StudyReportInput | None]:
+                      jobs: int | None = None) -> tuple[StudyVerifyReport, StudyReportInput | None]:
     """Verify a study directory and read it into a `StudyReportInput`.
 
     Args:
         study_dir: the study directory (``DIR`` of ``caisson study run --out DIR``).
         trusted: the key the study ledger and every run's seals must verify against.
         detectors: (name@version, detector) pairs replay runs; the current registry by default.
+        jobs: processes that read the runs (`caisson.report.read_cells`); None: one per
+            core this process may use; 1: read here, one after the other.
 
     Returns:
         The verification report and the input; the input is None when the study is
@@ -158,22 +161,33 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     # is refused there, with its evidence: its cells never ran, and are refused, not "not run".
     measured_refused = {(e.arm, e.agent, _model(e.model)): e for e in events
                         if isinstance(e, BaselineMeasured) and e.status == "refused"}
-    cells: list[ReportCell] = []
+    # what each planned cell is (refused, not run, or a run to read); every run's evidence
+    # is read first, in parallel (`read_cells`), then mapped in plan order
+    plan: list[tuple[dict, tuple[str, str, str], CellEnded | None]] = []
+    runs: list[tuple[Path, VerifyKey]] = []
     for c in planned.cells:
         key = (c["arm"], c["agent"], _model(c.get("model")))
+        ended = counting.get(c["cell_id"])
+        if (key in refused and key not in combos) or key in measured_refused:
+            ended = None  # refused: its cells are not read
+        elif ended is not None and ended.run_id is not None:
+            runs.append((study_dir / ended.run_dir, run_trust(study_dir / ended.run_dir, trusted, enrolled)))
+        plan.append((c, key, ended))
+    baseline_events = [e for e in events if isinstance(e, BaselineMeasured) and e.run_dir and e.run_id is not None]
+    runs += [(study_dir / e.run_dir, run_trust(study_dir / e.run_dir, trusted, enrolled)) for e in baseline_events]
+    read = iter(read_cells(runs, detectors, jobs=jobs))
+    cells: list[ReportCell] = []
+    for c, key, ended in plan:
         combo = combos.get(key) or refused.get(key) or {}
         place = dict(cell_id=c["cell_id"], arm=key[0], agent=key[1], model=key[2], question_id=c["question_id"],
                      question_kind=kinds.get(c["question_id"], "locate"), repetition=int(c["repetition"]),
                      gating=combo.get("gating", "ungated"), elicitation=_elicitation(combo))
-        ended = counting.get(c["cell_id"])
         if (key in refused and key not in combos) or key in measured_refused:
             cells.append(ReportCell(status="refused", **place))
         elif ended is None or ended.run_id is None:
             cells.append(ReportCell(status="not_run", **place))
         else:
-            run_dir = study_dir / ended.run_dir
-            evidence = _backfilled(read_cell(run_dir, run_trust(run_dir, trusted, enrolled), detectors), ended.run_id,
-                                   ended.ledger_head, backfill)
+            evidence = _backfilled(next(read), ended.run_id, ended.ledger_head, backfill)
             cells.append(report_cell(evidence, **place))
     for r in planned.refusals:  # a refusal's cells are not in the run order: still planned
         key = (r["arm"], r["agent"], _model(r.get("model")))
@@ -183,12 +197,8 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
                                         model=key[2], question_id="-", status="refused",
                                         gating=r.get("gating", "ungated"), elicitation="-"))
     baselines: list[ReportBaseline] = []
-    for e in events:
-        if not isinstance(e, BaselineMeasured) or not e.run_dir or e.run_id is None:
-            continue
-        run_dir = study_dir / e.run_dir
-        evidence = _backfilled(read_cell(run_dir, run_trust(run_dir, trusted, enrolled), detectors), e.run_id,
-                               e.ledger_head, backfill)
+    for e in baseline_events:
+        evidence = _backfilled(next(read), e.run_id, e.ledger_head, backfill)
         tools = tuple(e.tools_discovered) or None
         denied = tuple(t for t in e.tools_requested if t in set(e.deny))
         isolation = "unavailable" if tools is None else ("failed" if denied or e.status == "abort" else "passed")

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson.detectors import DEFAULT_DETECTORS, DetectorConfig, Finding, reads, reads_of, run_detectors
-from caisson.detectors._runner import route
+from caisson.detectors import route, route_for
 from ledger import Record
 from ledger.events import (
     AgentConfigFound, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
@@ -214,3 +214,26 @@ def test_the_path_memos_answer_for_their_own_configuration_and_past_their_bound(
             assert any("(the live repository)" in m for m in messages) == (config is ARM)
             assert any("(answer_key)" in m for m in messages) == (config is ARM)
             assert any("(excluded)" in m for m in messages) == (config is NO_ARM)
+
+
+# the caller's own streams of route_for: the replay's manifest, a detector's own tuple, a
+# type no detector reads, a base class
+EXTRA = [(RunStarted, SandboxBuilt, BlobStored), (FileOpen, ProcessExec), (Note,), (WitnessStarted, WitnessStopped)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, len(POOL) - 1), max_size=60), st.sampled_from([ARM, NO_ARM]))
+def test_route_for_gives_the_streams_of_route_and_the_findings_of_run_detectors(picks, config):
+    records = records_of(picks)
+    routed = route_for(records, DEFAULT_DETECTORS, EXTRA)
+    assert routed.streams == route(records, EXTRA)
+    assert routed.detect(config) == run_detectors(records, config) == alone(records, config)
+    assert route_for(records, DEFAULT_DETECTORS).streams == []
+
+
+def test_route_for_on_the_known_bad_runs():
+    for config in (ARM, NO_ARM):
+        for run in KNOWN_BAD:
+            records = records_of(run)
+            routed = route_for(records, [list(pair) for pair in DEFAULT_DETECTORS], EXTRA)  # unhashable pairs
+            assert routed.streams == route(records, EXTRA) and routed.detect(config) == alone(records, config)

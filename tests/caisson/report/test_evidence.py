@@ -5,12 +5,15 @@ from __future__ import annotations
 import hashlib
 
 import msgspec
+import pytest
 
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Finding
 from caisson.home import ensure_operator_key
 from caisson.probes.cells import CellSpec, write_cell
-from caisson.report import TokenFigure, build_report, read_cell, render_json, report_cell
-from ledger.events import AgentAnswer
+from caisson.errors import ScenarioError
+from caisson.report import TokenFigure, build_report, read_cell, read_cells, render_json, report_cell
+from ledger import SigningKey
+from ledger.events import AgentAnswer, RunStarted
 from tests.caisson.report.study import study
 
 PLACE = dict(arm="read-only", agent="claude-code", model="m1", question_id="q-context", question_kind="locate",
@@ -88,3 +91,60 @@ def test_a_changed_detector_changes_the_report_and_never_the_ledger(tmp_path):
     assert [r.void_by_reason for r in before.agents[0].rows] == [{}]
     assert [hashlib.sha256((r / "ledger").read_bytes()).hexdigest() for r in runs] == digests
     assert not any((r / "findings.json").exists() for r in runs)  # the report writes nothing beside the runs
+
+
+def _varied_runs(root, key):
+    """Cells of every kind read_cell tells apart: clean, ambiguous, proxy-only, citing the
+    key, wrong, tampered, signed by another key, and no run at all."""
+    specs = [CellSpec(run_id="clean"), CellSpec(run_id="two", sessions=("s-a", "s-b"), first_party=False),
+             CellSpec(run_id="proxy", first_party=False, turns=5),
+             CellSpec(run_id="cite", answer="Per benchmark/questions.toml, `Context` is in src/click/core.py."),
+             CellSpec(run_id="wrong", answer="I could not find it.", strace_events=400, seed=3),
+             CellSpec(run_id="bad"), CellSpec(run_id="other-key")]
+    runs = [(write_cell(root / s.run_id, s, key), key.verify_key) for s in specs]
+    data = bytearray((root / "bad" / "ledger").read_bytes())
+    data[len(data) // 2] ^= 1
+    (root / "bad" / "ledger").write_bytes(bytes(data))
+    runs[-1] = (runs[-1][0], SigningKey.generate().verify_key)
+    return runs + [(root / "absent", key.verify_key)]
+
+
+def test_read_cells_in_workers_is_read_cell_of_each_in_order(tmp_path):
+    key = ensure_operator_key()
+    runs = _varied_runs(tmp_path, key)
+    serial = [read_cell(run_dir, trusted) for run_dir, trusted in runs]
+    assert len({(e.replay.verified, e.replay.score, e.tokens.null_reason, e.tokens.token_ambiguous,
+                 e.tokens.figure.source if e.tokens.figure else None) for e in serial}) >= 6  # varied
+    assert read_cells(runs, jobs=2) == serial
+    assert read_cells(runs[::-1], jobs=3) == serial[::-1]
+    assert read_cells(runs, jobs=1) == serial
+
+
+def test_read_cells_in_workers_runs_the_detectors_it_is_given(tmp_path):
+    key = ensure_operator_key()
+    runs = [(write_cell(tmp_path / f"r{i}", CellSpec(run_id=f"r{i}", seed=i), key), key.verify_key) for i in range(6)]
+
+    def answer_check(records, config):  # a local function: the workers inherit it, nothing is pickled
+        for r in records:
+            if isinstance(r.event, AgentAnswer) and "core.py" in r.event.text:
+                yield Finding(detector="answers.check@2", kind="answer_check", effect=VOID, evidence=[r.seq],
+                              message="v2 rule")
+
+    bumped = (*DEFAULT_DETECTORS, ("answers.check@2", answer_check))
+    read = read_cells(runs, bumped, jobs=2)
+    assert read == [read_cell(r, k, bumped) for r, k in runs]
+    assert all(e.replay.status == "void" and e.replay.detectors[-2] == "answers.check@2" for e in read)
+    assert all(e.replay.status == "clean" for e in read_cells(runs, jobs=2))
+
+
+def test_an_error_reading_a_cell_in_a_worker_reaches_the_caller_with_its_class(tmp_path):
+    key = ensure_operator_key()
+    runs = [(write_cell(tmp_path / f"r{i}", CellSpec(run_id=f"r{i}", seed=i), key), key.verify_key) for i in range(6)]
+
+    def refuse_r4(records, config):  # ScenarioError's keyword-only fields do not survive pickling
+        if any(isinstance(r.event, RunStarted) and r.event.run_id == "r4" for r in records):
+            raise ScenarioError("no longer parses", path="r4:scenario", field="$.questions")
+        yield from ()
+
+    with pytest.raises(ScenarioError, match=r"r4:scenario: \$\.questions: no longer parses"):
+        read_cells(runs, (*DEFAULT_DETECTORS, ("refuse@1", refuse_r4)), jobs=2)

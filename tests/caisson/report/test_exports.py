@@ -11,7 +11,7 @@ def test_report_public_surface_is_pinned():
         "SESSION_HEADERS", "WARN", "AgentSection", "ArmSummary", "CellEvidence", "CellRow", "CellTokens",
         "CheckItem", "Comparison", "Disagreement", "JudgeSummary", "PassK", "Price", "Rate", "Refusal", "Report",
         "ReportBaseline", "ReportCell", "ReportInputError", "SchemaTax", "Spread", "StudyReportInput",
-        "TokenFigure", "build_report", "cell_cost", "cell_tokens", "check_input", "content_tokens", "read_cell",
+        "TokenFigure", "build_report", "cell_cost", "cell_tokens", "check_input", "content_tokens", "read_cell", "read_cells",
         "render_html", "render_json", "render_markdown", "render_text", "report_cell",
         "backfill_figure", "with_backfill",
     ])

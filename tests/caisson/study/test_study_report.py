@@ -70,3 +70,27 @@ def test_changed_detector_version_changes_report_not_ledger(small_study):  # noq
     assert ran and all(c.status == "void" and c.void_reason == "host_stalled" for c in ran)
     assert render_json(build_report(data)) != render_json(build_report(data2))
     assert _digest(small_study) == before  # the ledgers, blobs and derived files untouched
+
+
+def test_the_runs_read_in_parallel_give_the_serial_report(small_study):  # noqa: F811
+    _, serial = load_study_report(small_study, trusted_key(None), jobs=1)
+    _, parallel = load_study_report(small_study, trusted_key(None), jobs=2)
+    assert parallel == serial and render_json(build_report(parallel)) == render_json(build_report(serial))
+
+    def stricter(records, config):  # a changed detector reaches the workers
+        yield Finding(detector="host.stalled@2", kind="host_stalled", effect=VOID, message="stricter")
+
+    bumped = [(("host.stalled@2", stricter) if name.startswith("host.stalled@") else (name, det))
+              for name, det in DEFAULT_DETECTORS]
+    _, data = load_study_report(small_study, trusted_key(None), detectors=bumped, jobs=2)
+    ran = [c for c in data.cells if c.status not in ("refused", "not_run")]
+    assert ran and all(c.status == "void" and c.void_reason == "host_stalled" for c in ran)
+
+
+def test_cli_jobs_reads_the_same_report_and_refuses_zero(small_study, tmp_path):  # noqa: F811
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert _cli(str(small_study), "--format", "json", "--jobs", "1", "--out", str(one)).returncode == 0
+    assert _cli(str(small_study), "--format", "json", "--jobs", "2", "--out", str(two)).returncode == 0
+    assert one.read_bytes() == two.read_bytes()
+    bad = _cli(str(small_study), "--jobs", "0")
+    assert bad.returncode == 2 and "--jobs: at least 1" in bad.stderr
