@@ -49,8 +49,8 @@ from caisson.replay import replay_runs
 from caisson.run.record import new_run_id
 from caisson.agents import adapter as get_adapter
 from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
-from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario
-from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor, SessionJob
+from caisson.study._dispatch import BASELINE_QUESTION, Session, SessionJob, derived_scenario
+from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor
 from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
 from caisson.probes.gating import request_tools
 from caisson.study.preflight import assess_baseline, check_grader

@@ -17,7 +17,8 @@ from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.probes import make_probe_repo
 from caisson.study import read_study, run_study, verify_study
-from caisson.study.executor import SessionResult, make_executor, run_session_here
+from caisson.study._dispatch import SessionResult, run_session_here
+from caisson.study.executor import make_executor
 from caisson.study.status import study_status
 from caisson.study.studyledger import run_signer, sealed_state
 from caisson.errors import UsageError
