@@ -151,7 +151,6 @@ class _Runner:
             self.commit = self._resolve_commit(self.commit or "HEAD")
             seed = self.study.order.seed if self.study.order.seed is not None else secrets.randbits(32)
             plan = plan_study(self.study, self.scenario, seed=seed)
-            self.host_keys = self.executor.host_keys()
         if not self.resume:  # the grader check: a false key or a lax checklist stops here, before a ledger
             key_file = resolve(self.study_path, self.study.answer_key) if self.study.answer_key else None
             self.grader = check_grader(self.scenario, plan.questions, key_file)
@@ -161,6 +160,8 @@ class _Runner:
                 if not os.environ.get(credential):
                     raise UsageError(f"agent {combo.agent}: its endpoint is {combo.endpoint['provider']}, but"
                                      f" {credential} is not set in the environment")
+        if not self.resume:  # last before the ledger: the hosts (ray) join while the driver plans and checks
+            self.host_keys = self.executor.host_keys()
         self.executor.enroll(self.host_keys)
         self.ledger = StudyLedger(self.out, self.key, run_id=f"study-{new_run_id()}", resume=self.resume)
         return plan, previous
