@@ -10,6 +10,11 @@ probe) and hands back its run directory in the study directory (docs/studies.md,
 - ``ray`` (`caisson.study._ray`, imported only when chosen): each session is a Ray task on a
   host holding a ``caisson_slot``; the host records and signs with its own key, the run
   comes back content-addressed and is verified on arrival.
+
+What a session is given and gives back (`SessionJob`, `SessionResult`) and the recording
+itself (`run_session_here`) live with the recorder call, in `caisson.study._dispatch`:
+this module imports no recorder, so a ray study connects to its cluster first and its
+hosts start their workers while the driver imports it (docs/studies.md, "Executors").
 """
 
 from __future__ import annotations
