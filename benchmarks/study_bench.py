@@ -13,6 +13,16 @@ With ``--executor ray``: the same study run with ``--executor ray --address`` ag
 one-host Ray cluster started here once (one ``caisson_slot``, token authentication; its
 start is not timed: a fleet outlives its studies) versus the local executor, alternately.
 Last line: ``ray_overhead_ratio=R ray_s=S local_s=T`` (target: R <= 1.25).
+
+What the ray figure holds, and where it is harder than a fleet: the gap is almost all a
+fixed cost per study (importing Ray and connecting; the host's worker process for this
+study starting and importing caisson's recorder; docs/studies.md, "Executors"), about
+1 s against cells of about 0.4 s here, where a real study's cells take minutes. The
+driver overlaps its own imports and planning with the host's start-up, which needs a
+free core: here the host is this machine, its Ray daemons and worker share its cores with
+the driver (and, on a shared machine, with everyone else's jobs), whereas a fleet's hosts
+start their workers on their own. Measure it on a quiet machine; ``--cells 24`` shows
+the fixed cost amortised.
 """
 
 from __future__ import annotations

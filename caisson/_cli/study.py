@@ -139,9 +139,8 @@ def run_plan(args: argparse.Namespace) -> int:
 def run_run(args: argparse.Namespace) -> int:
     import os
 
-    from caisson.study import load_study, plan_study, run_study
+    from caisson.study import load_study, plan_study
     from caisson.study.executor import make_executor
-    from caisson.study.progress import Progress
 
     study, scenario, _ = load_study(args.study)  # a bad file fails here, before DIR is touched
     if not args.resume:
@@ -151,7 +150,12 @@ def run_run(args: argparse.Namespace) -> int:
     slots = args.slots_per_host
     if args.executor == "ray" and slots is None and args.address is None:  # what keeps cells from starving
         slots = max(1, int((os.cpu_count() or 1) // scenario.limits.cpus))
+    # ray: connected, every host's join task under way (its worker starting, importing caisson),
+    # before this process imports the runner, so that the two overlap
     executor = make_executor(args.executor, address=args.address, slots_per_host=slots, enroll_keys=args.enroll_key)
+    from caisson.study import run_study
+    from caisson.study.progress import Progress
+
     progress = Progress(args.out)
     hosts_shown = args.executor == "local"
 

@@ -6,46 +6,53 @@ directory with its own signed study ledger, `verify_study` checks that directory
 whole, and `study_status` folds the study ledger into what `caisson study status` shows.
 `make_executor` picks where sessions run (``local``, or ``ray``: Ray is imported only then).
 docs/studies.md describes the directory, the study ledger's events and the executors.
+
+The names below are imported on first use (PEP 562): importing one submodule (a Ray host
+importing `caisson.study._ray` for its first session) does not import them all (the
+runner, replay, the report and numpy).
 """
 
-from caisson.study.executor import Executor, LocalExecutor, SessionJob, SessionResult, make_executor
-from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, cell_id, plan_study
-from caisson.study.preflight import BaselineFacts, GraderCheck, assess_baseline, check_grader
-from caisson.study.runner import StudyResult, run_study
-from caisson.study.status import StudyStatus, status_lines, study_status
-from caisson.study.studyfile import Study, StudyAgent, load_study, parse_study
-from caisson.study.studyledger import SealedState, read_study, sealed_state
-from caisson.study.verify import StudyVerifyReport, is_study_dir, verify_study
+from __future__ import annotations
 
-__all__ = [
-    "BaselineFacts",
-    "Cell",
-    "Combo",
-    "Executor",
-    "GraderCheck",
-    "LocalExecutor",
-    "Refusal",
-    "SealedState",
-    "SessionJob",
-    "SessionResult",
-    "Study",
-    "StudyAgent",
-    "StudyPlan",
-    "StudyResult",
-    "StudyStatus",
-    "StudyVerifyReport",
-    "assess_baseline",
-    "cell_id",
-    "check_grader",
-    "is_study_dir",
-    "load_study",
-    "make_executor",
-    "parse_study",
-    "plan_study",
-    "read_study",
-    "run_study",
-    "sealed_state",
-    "status_lines",
-    "study_status",
-    "verify_study",
-]
+import importlib
+from typing import TYPE_CHECKING
+
+_WHERE = {
+    "_dispatch": ("SessionJob", "SessionResult"),
+    "executor": ("Executor", "LocalExecutor", "make_executor"),
+    "plan": ("Cell", "Combo", "Refusal", "StudyPlan", "cell_id", "plan_study"),
+    "preflight": ("BaselineFacts", "GraderCheck", "assess_baseline", "check_grader"),
+    "runner": ("StudyResult", "run_study"),
+    "status": ("StudyStatus", "status_lines", "study_status"),
+    "studyfile": ("Study", "StudyAgent", "load_study", "parse_study"),
+    "studyledger": ("SealedState", "read_study", "sealed_state"),
+    "verify": ("StudyVerifyReport", "is_study_dir", "verify_study"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+
+if TYPE_CHECKING:
+    from caisson.study._dispatch import SessionJob, SessionResult
+    from caisson.study.executor import Executor, LocalExecutor, make_executor
+    from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, cell_id, plan_study
+    from caisson.study.preflight import BaselineFacts, GraderCheck, assess_baseline, check_grader
+    from caisson.study.runner import StudyResult, run_study
+    from caisson.study.status import StudyStatus, status_lines, study_status
+    from caisson.study.studyfile import Study, StudyAgent, load_study, parse_study
+    from caisson.study.studyledger import SealedState, read_study, sealed_state
+    from caisson.study.verify import StudyVerifyReport, is_study_dir, verify_study
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'caisson.study' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"caisson.study.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+__all__ = sorted(_MODULE_OF)

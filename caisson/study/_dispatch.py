@@ -1,8 +1,12 @@
-"""One session of a study (a cell's attempt or a baseline probe): its record options, the
-model endpoint it talks to, and the one call to `caisson.run.record`.
+"""One session of a study (a cell's attempt or a baseline probe): what it needs
+(`SessionJob`), its record options, the model endpoint it talks to, the one call to
+`caisson.run.record`, and how it went (`SessionResult`).
 
 `dispatch` is the only place a study calls the recorder, so the plan stage
-(`caisson.run.plan`) can take its place in one spot.
+(`caisson.run.plan`) can take its place in one spot. `run_session_here` records a job in
+this process, wherever the executor (`caisson.study.executor`) placed it: the local
+executor's process, a Ray host's worker. This module imports the recorder; the executor
+interface does not, so that a ray study connects to its cluster before it imports it.
 """
 
 from __future__ import annotations
@@ -15,14 +19,15 @@ from pathlib import Path
 
 import msgspec
 
-from caisson.errors import UsageError
+from caisson.errors import CaissonError, ChamberError, UsageError
 from caisson.model import scripted_model
 from caisson.run import RecordOptions, RunOutcome, default_witnesses, record
 from caisson.scenario import Egress, Scenario
 from caisson.study.plan import Combo
 from caisson.study.studyfile import PROVIDERS
 
-__all__ = ["BASELINE_QUESTION", "SCRIPTED_KEY", "Session", "dispatch", "derived_scenario", "session_options"]
+__all__ = ["BASELINE_QUESTION", "SCRIPTED_KEY", "Session", "SessionJob", "SessionResult", "dispatch", "derived_scenario",
+           "run_session_here", "session_options"]
 
 BASELINE_QUESTION = "caisson-baseline"
 """The id of the baseline probe's question, added to the baseline scenario."""
@@ -47,6 +52,36 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     scenario: Path  # the (derived) scenario file it records with
     baseline: bool = False
     model_script: str | None = None  # the scripted model's TOML for this session (the gating probe)
+
+
+class SessionJob(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one session needs, wherever it is recorded (paths are the driver's)."""
+
+    combo: Combo  # the combination, its scripted endpoint's path made absolute
+    session: Session
+    scenario: Scenario  # the study's scenario (its egress)
+    repo: Path  # the live repository; under ray it must exist at the same path on every host
+    commit: str
+    command: list[str]
+    timeout_s: float | None
+    study_dir: Path
+    weaken: list[str] = []
+    discovered: list[str] = []
+
+
+class SessionResult(msgspec.Struct, kw_only=True):
+    """How one session went, as the executor saw it.
+
+    ``outcome`` None with ``error``: an infra failure before or around the recording (the
+    chamber failed, the host was lost, the run arrived altered); ``refused``: the recorder
+    refused the session (containment, a bad input): not retried, the study stops.
+    """
+
+    outcome: RunOutcome | None = None
+    error: str = ""
+    refused: str = ""
+    host: str = ""  # where it ran: "" local; "host name/node id" under ray
+    arrival: str = ""  # why the run directory that came back is not what the host sent ("": it is)
 
 
 def derived_scenario(scenario_file: Path, combo: Combo, target: Path, *, baseline_prompt: str | None = None) -> Path:
@@ -134,3 +169,17 @@ def dispatch(options: RecordOptions, *, around: Callable[[Path], contextlib.Abst
     """
     with around(options.out) if around is not None else contextlib.nullcontext():
         return record(options, witnesses=default_witnesses(weaken=options.weaken))
+
+
+def run_session_here(job: SessionJob, around: Callable[[Path], contextlib.AbstractContextManager] | None = None
+                     ) -> SessionResult:
+    """Record one session in this process (the local executor; a ray host's task)."""
+    with session_options(job.combo, job.session, scenario=job.scenario, repo=job.repo, commit=job.commit,
+                         command=list(job.command), timeout_s=job.timeout_s, study_dir=job.study_dir,
+                         weaken=list(job.weaken), discovered=job.discovered) as options:
+        try:
+            return SessionResult(outcome=dispatch(options, around=around))
+        except ChamberError as exc:
+            return SessionResult(error=f"the chamber failed: {exc}")
+        except CaissonError as exc:  # refused before anything ran (containment, a bad input)
+            return SessionResult(refused=str(exc))

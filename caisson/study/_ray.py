@@ -41,13 +41,21 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from caisson.errors import UsageError
-from caisson.study.executor import AllHostsDrained, SessionJob, SessionResult, run_session_here
+from caisson.study.executor import AllHostsDrained
+
+if TYPE_CHECKING:
+    from caisson.study._dispatch import SessionJob, SessionResult
+
+# The recorder (`caisson.study._dispatch`: SessionJob, SessionResult, run_session_here) is
+# imported where it is used, not here: the driver connects to the cluster and sends every
+# host its join task first, and imports it while the hosts' workers start (docs/studies.md).
 
 __all__ = ["RayExecutor", "SLOT"]
 
@@ -63,9 +71,13 @@ def _host_label() -> str:
 @ray.remote(num_cpus=0, max_retries=0)
 def _join_host() -> tuple[str, bytes, int, str]:
     """On one host, at the start of a study: reap orphaned chambers; (label, raw public key,
-    chambers reaped, the tag of the chamber recipe its checkout builds)."""
+    chambers reaped, the tag of the chamber recipe its checkout builds).
+
+    It runs in the worker process that records this study's first session here: the
+    recorder is imported now, while the driver plans, not by that session."""
     import trio
 
+    import caisson.study._dispatch  # noqa: F401  (the warm-up: the recorder's modules)
     from caisson.chamber import open_engine
     from caisson.chamber.image import image_tag
     from caisson.chamber.reap import reap
@@ -92,6 +104,7 @@ def _host_session(job: SessionJob, files: dict[str, bytes], have: frozenset[str]
     """Record one session on this host; the run directory as a manifest and missing blobs."""
     from caisson.chamber.reap import RECORDER_FILE, SCRATCH_PREFIX, recorder_identity, recorder_labels
     from caisson.home import ensure_operator_key
+    from caisson.study._dispatch import SessionResult, run_session_here
 
     host = _host_label()
     key = ensure_operator_key().verify_key.raw
@@ -171,7 +184,16 @@ class RayExecutor:
             if address is None:
                 ray.init(resources={SLOT: slots_per_host or 1}, include_dashboard=False, log_to_driver=False)
             else:
-                ray.init(address=address, log_to_driver=False)
+                # this driver sends the cluster no task events (unless set): flushing them made every
+                # study's ray.shutdown wait about 0.25 s; the hosts' workers still report theirs
+                quiet = "RAY_task_events_report_interval_ms" not in os.environ
+                if quiet:
+                    os.environ["RAY_task_events_report_interval_ms"] = "0"  # read once, by ray.init
+                try:
+                    ray.init(address=address, log_to_driver=False)
+                finally:
+                    if quiet:
+                        del os.environ["RAY_task_events_report_interval_ms"]
             self._owned = True
         self._enroll_files = [Path(p) for p in enroll_keys]
         self._in_transit = in_transit
@@ -249,6 +271,8 @@ class RayExecutor:
         Raises:
             AllHostsDrained: every host holding a slot is drained.
         """
+        from caisson.study._dispatch import SessionResult
+
         files = {"scenario": Path(job.session.scenario).read_bytes()}
         script = job.combo.endpoint.get("script")
         if script and not job.session.baseline and job.session.model_script is None:
@@ -275,6 +299,8 @@ class RayExecutor:
         return self._arrive(job, reply)
 
     def _arrive(self, job: SessionJob, reply: dict) -> SessionResult:
+        from caisson.study._dispatch import SessionResult
+
         host, run_dir = reply["host"], Path(job.session.run_dir)
         if self._in_transit is not None:
             self._in_transit(reply)

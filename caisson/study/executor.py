@@ -10,6 +10,11 @@ probe) and hands back its run directory in the study directory (docs/studies.md,
 - ``ray`` (`caisson.study._ray`, imported only when chosen): each session is a Ray task on a
   host holding a ``caisson_slot``; the host records and signs with its own key, the run
   comes back content-addressed and is verified on arrival.
+
+What a session is given and gives back (`SessionJob`, `SessionResult`) and the recording
+itself (`run_session_here`) live with the recorder call, in `caisson.study._dispatch`:
+this module imports no recorder, so a ray study connects to its cluster first and its
+hosts start their workers while the driver imports it (docs/studies.md, "Executors").
 """
 
 from __future__ import annotations
@@ -17,50 +22,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import msgspec
+from caisson.errors import CaissonError
 
-from caisson.errors import CaissonError, ChamberError
-from caisson.run import RunOutcome
-from caisson.scenario import Scenario
-from caisson.study._dispatch import Session, dispatch, session_options
-from caisson.study.plan import Combo
+if TYPE_CHECKING:
+    from caisson.study._dispatch import SessionJob, SessionResult
 
-__all__ = ["EXECUTORS", "AllHostsDrained", "Executor", "LocalExecutor", "SessionJob", "SessionResult",
-           "make_executor", "run_session_here"]
+__all__ = ["EXECUTORS", "AllHostsDrained", "Executor", "LocalExecutor", "make_executor"]
 
 EXECUTORS = ("local", "ray")
-
-
-class SessionJob(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything one session needs, wherever it is recorded (paths are the driver's)."""
-
-    combo: Combo  # the combination, its scripted endpoint's path made absolute
-    session: Session
-    scenario: Scenario  # the study's scenario (its egress)
-    repo: Path  # the live repository; under ray it must exist at the same path on every host
-    commit: str
-    command: list[str]
-    timeout_s: float | None
-    study_dir: Path
-    weaken: list[str] = []
-    discovered: list[str] = []
-
-
-class SessionResult(msgspec.Struct, kw_only=True):
-    """How one session went, as the executor saw it.
-
-    ``outcome`` None with ``error``: an infra failure before or around the recording (the
-    chamber failed, the host was lost, the run arrived altered); ``refused``: the recorder
-    refused the session (containment, a bad input): not retried, the study stops.
-    """
-
-    outcome: RunOutcome | None = None
-    error: str = ""
-    refused: str = ""
-    host: str = ""  # where it ran: "" local; "host name/node id" under ray
-    arrival: str = ""  # why the run directory that came back is not what the host sent ("": it is)
 
 
 class AllHostsDrained(CaissonError):
@@ -92,20 +63,6 @@ class Executor(Protocol):
         """Release what the executor holds (a Ray connection)."""
 
 
-def run_session_here(job: SessionJob, around: Callable[[Path], contextlib.AbstractContextManager] | None = None
-                     ) -> SessionResult:
-    """Record one session in this process (the local executor; a ray host's task)."""
-    with session_options(job.combo, job.session, scenario=job.scenario, repo=job.repo, commit=job.commit,
-                         command=list(job.command), timeout_s=job.timeout_s, study_dir=job.study_dir,
-                         weaken=list(job.weaken), discovered=job.discovered) as options:
-        try:
-            return SessionResult(outcome=dispatch(options, around=around))
-        except ChamberError as exc:
-            return SessionResult(error=f"the chamber failed: {exc}")
-        except CaissonError as exc:  # refused before anything ran (containment, a bad input)
-            return SessionResult(refused=str(exc))
-
-
 class LocalExecutor:
     """Today's executor: every session recorded here, one at a time, signed with the operator key."""
 
@@ -118,6 +75,8 @@ class LocalExecutor:
         return []
 
     def run(self, job: SessionJob, around=None) -> SessionResult:
+        from caisson.study._dispatch import run_session_here
+
         return run_session_here(job, around)
 
     def enroll(self, host_keys: list[dict[str, str]]) -> None:

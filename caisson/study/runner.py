@@ -49,8 +49,8 @@ from caisson.replay import replay_runs
 from caisson.run.record import new_run_id
 from caisson.agents import adapter as get_adapter
 from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
-from caisson.study._dispatch import BASELINE_QUESTION, Session, derived_scenario
-from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor, SessionJob
+from caisson.study._dispatch import BASELINE_QUESTION, Session, SessionJob, derived_scenario
+from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor
 from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
 from caisson.probes.gating import request_tools
 from caisson.study.preflight import assess_baseline, check_grader
@@ -151,7 +151,6 @@ class _Runner:
             self.commit = self._resolve_commit(self.commit or "HEAD")
             seed = self.study.order.seed if self.study.order.seed is not None else secrets.randbits(32)
             plan = plan_study(self.study, self.scenario, seed=seed)
-            self.host_keys = self.executor.host_keys()
         if not self.resume:  # the grader check: a false key or a lax checklist stops here, before a ledger
             key_file = resolve(self.study_path, self.study.answer_key) if self.study.answer_key else None
             self.grader = check_grader(self.scenario, plan.questions, key_file)
@@ -161,6 +160,8 @@ class _Runner:
                 if not os.environ.get(credential):
                     raise UsageError(f"agent {combo.agent}: its endpoint is {combo.endpoint['provider']}, but"
                                      f" {credential} is not set in the environment")
+        if not self.resume:  # last before the ledger: the hosts (ray) join while the driver plans and checks
+            self.host_keys = self.executor.host_keys()
         self.executor.enroll(self.host_keys)
         self.ledger = StudyLedger(self.out, self.key, run_id=f"study-{new_run_id()}", resume=self.resume)
         return plan, previous

@@ -9,6 +9,9 @@ host, a host drained instead of the study aborted, status per host) in seconds.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,8 @@ from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.probes import make_probe_repo
 from caisson.study import read_study, run_study, verify_study
-from caisson.study.executor import SessionResult, make_executor, run_session_here
+from caisson.study._dispatch import SessionResult, run_session_here
+from caisson.study.executor import make_executor
 from caisson.study.status import study_status
 from caisson.study.studyledger import run_signer, sealed_state
 from caisson.errors import UsageError
@@ -105,3 +109,21 @@ def test_local_executor_takes_no_ray_options():
         make_executor("local", address="10.0.0.1:6379", slots_per_host=None, enroll_keys=[])
     with pytest.raises(UsageError, match="--executor nope"):
         make_executor("nope")
+
+
+def test_a_ray_study_can_connect_before_it_imports_the_recorder():
+    """`caisson study run --executor ray` makes its executor (connects, sends the join tasks)
+    before it imports the runner, so that the host's start-up overlaps the driver's imports
+    (docs/studies.md, "Executors"): `caisson.study`, its executor interface and the ray
+    executor's module import neither the recorder nor the runner."""
+    code = ("import sys\n"
+            "from caisson.study import load_study, plan_study\n"
+            "from caisson.study.executor import make_executor\n"
+            "import caisson.study._ray\n"
+            "heavy = ('caisson.run', 'caisson.study._dispatch', 'caisson.study.runner', 'caisson.replay', 'numpy')\n"
+            "print(sorted(m for m in heavy if m in sys.modules))\n")
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
