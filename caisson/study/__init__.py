@@ -31,15 +31,15 @@ _WHERE = {
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 if TYPE_CHECKING:
-    from caisson.study._dispatch import SessionJob, SessionResult
-    from caisson.study.executor import Executor, LocalExecutor, make_executor
-    from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, cell_id, plan_study
-    from caisson.study.preflight import BaselineFacts, GraderCheck, assess_baseline, check_grader
-    from caisson.study.runner import StudyResult, run_study
-    from caisson.study.status import StudyStatus, status_lines, study_status
-    from caisson.study.studyfile import Study, StudyAgent, load_study, parse_study
-    from caisson.study.studyledger import SealedState, read_study, sealed_state
-    from caisson.study.verify import StudyVerifyReport, is_study_dir, verify_study
+    from caisson.study._dispatch import SessionJob, SessionResult  # noqa: F401 (named in __all__)
+    from caisson.study.executor import Executor, LocalExecutor, make_executor  # noqa: F401 (named in __all__)
+    from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, cell_id, plan_study  # noqa: F401 (named in __all__)
+    from caisson.study.preflight import BaselineFacts, GraderCheck, assess_baseline, check_grader  # noqa: F401 (named in __all__)
+    from caisson.study.runner import StudyResult, run_study  # noqa: F401 (named in __all__)
+    from caisson.study.status import StudyStatus, status_lines, study_status  # noqa: F401 (named in __all__)
+    from caisson.study.studyfile import Study, StudyAgent, load_study, parse_study  # noqa: F401 (named in __all__)
+    from caisson.study.studyledger import SealedState, read_study, sealed_state  # noqa: F401 (named in __all__)
+    from caisson.study.verify import StudyVerifyReport, is_study_dir, verify_study  # noqa: F401 (named in __all__)
 
 
 def __getattr__(name: str):
