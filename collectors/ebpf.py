@@ -656,7 +656,7 @@ def _widen_pipe(stream) -> None:
     """Ask for a `PIPE_BYTES` pipe (fcntl(2) ``F_SETPIPE_SZ``); the default stays if refused."""
     try:
         fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    except OSError:  # a kernel or ceiling that refuses: smaller batches, nothing lost
+    except OSError:  # refused: bpftrace may wait on a full pipe, and what the kernel then drops is a gap
         pass
 
 
