@@ -57,6 +57,8 @@ once by the task and recorded in ``witness.started``), so replay builds identica
 from __future__ import annotations
 
 import errno as _errno
+import fcntl
+import functools
 import posixpath
 import re
 import signal as _signal
@@ -85,6 +87,14 @@ BPFTRACE_PROGRAM = Path(__file__).with_name("ebpf.bt")
 STRING_LIMIT = 200
 """``BPFTRACE_STRLEN``: bytes bpftrace reserves per string, the NUL included (0.17's maximum)."""
 AT_FDCWD = -100
+BATCH_S = 0.02
+"""Default wait between reads of bpftrace's output once it has attached, seconds (`run_ebpf_witness`)."""
+READ_BYTES = 1 << 20
+"""Most bytes taken from bpftrace's output by one read."""
+PIPE_BYTES = 1 << 20
+"""Capacity asked for bpftrace's stdout pipe (``F_SETPIPE_SZ``; Linux's default is 64 KiB and
+its unprivileged ceiling ``/proc/sys/fs/pipe-max-size``, 1 MiB by default): 50 ms of a flood of
+200-byte lines at 100,000 a second."""
 
 _OPEN_FLAGS = (  # include/uapi/asm-generic/fcntl.h (x86_64, arm64 share these values)
     (0o100, "O_CREAT"), (0o200, "O_EXCL"), (0o400, "O_NOCTTY"), (0o1000, "O_TRUNC"), (0o2000, "O_APPEND"),
@@ -105,6 +115,7 @@ _RECORD = re.compile(r"^(?:[BERFQUKO] \d|[SAVT] \d+ |[SAVTZ] \d+$)")
 _LOST = re.compile(r"^Lost (\d+) events$")
 
 
+@functools.lru_cache(maxsize=1024)
 def open_flags(flags: int) -> str:
     """``open(2)`` flags as strace spells them, e.g. ``O_RDONLY|O_CLOEXEC`` (unknown bits in hex)."""
     names = [("O_RDONLY", "O_WRONLY", "O_RDWR", "O_ACCMODE")[flags & 3]]
@@ -281,8 +292,8 @@ class EbpfParser:
 
     def _line(self, text: str) -> None:
         self.lines += 1
-        lost = _LOST.match(text)
-        record = lost is None and _RECORD.match(text) is not None
+        record = _RECORD.match(text) is not None
+        lost = None if record else _LOST.match(text)
         if not record and lost is None and self._text is not None:  # a newline inside the previous string
             values = self._text.values
             values[-1] = self._cut(values[-1] + "\n" + text)
@@ -426,7 +437,8 @@ class EbpfParser:
             self._fds[child] = dict(self._fds.get(parent, {}))
 
     def _cut(self, value: str) -> str:
-        if len(value.encode("utf-8", "surrogateescape")) >= self._limit - 1 and not value.endswith("..."):
+        size = len(value) if value.isascii() else len(value.encode("utf-8", "surrogateescape"))
+        if size >= self._limit - 1 and not value.endswith("..."):
             self.truncated += 1
             return value + "..."
         return value
@@ -526,6 +538,8 @@ def _signame(sig: int) -> str:
 
 def _clean(path: str) -> str:
     """Drop ``.`` parts and repeated slashes; keep ``..`` (a symlink can make it lie)."""
+    if path.startswith("/") and "//" not in path and "/./" not in path and not path.endswith(("/", "/.")):
+        return path  # already clean: most paths, at no cost
     lead = "/" if path.startswith("/") else ""
     parts = [p for p in path.split("/") if p not in ("", ".")]
     return lead + "/".join(parts) if parts or lead else "."
@@ -541,6 +555,7 @@ class EbpfWitnessError(CaissonError):
 
 async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, argv: list[str],
                            env: dict[str, str], parser: EbpfParser, stop: trio.Event, detail: dict | None = None,
+                           batch_s: float = BATCH_S,
                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Run bpftrace, feed its output to ``parser`` and send the events, until ``stop``.
 
@@ -559,6 +574,10 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
         parser: a fresh `EbpfParser`, made with the run's fingerprint key.
         stop: set when the chamber has ended.
         detail: added to ``witness.started``.
+        batch_s: seconds to wait after each read once attached, so that the next read takes
+            many lines at once (bpftrace writes one line per ``write``; reading each as it
+            comes woke this task and its ledger once per syscall of the chamber). bpftrace
+            never waits on us meanwhile: the pipe is widened to `PIPE_BYTES`.
         task_status: started once bpftrace has attached and ``witness.started`` is sent.
 
     Raises:
@@ -571,12 +590,15 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_read_stderr, proc, errors, stderr_read)
                 nursery.start_soon(_stop_at_end, proc, stop, root_exited)
-                async for data in proc.stdout:
+                _widen_pipe(proc.stdout)
+                while data := await proc.stdout.receive_some(READ_BYTES):
                     parser.feed(data)
                     if parser.attached and not w.has_started:
                         await w.started({"argv": argv, "pidns_inum": parser.pidns_inum, **(detail or {})})
                         task_status.started()
                     await _pump(w, parser, root_exited)
+                    if parser.attached:  # let lines gather in the pipe: one wake-up for many
+                        await trio.sleep(batch_s)
                 await proc.wait()
                 with trio.move_on_after(1):  # its last words, before they are quoted
                     await stderr_read.wait()
@@ -608,10 +630,10 @@ async def _end(w: Witnessing, proc: trio.Process, parser: EbpfParser, stop: trio
 
 
 async def _pump(w: Witnessing, parser: EbpfParser, root_exited: trio.Event) -> None:
+    items = []
     while (item := parser.next_event()) is not NEED_DATA:
-        if parser.root_exited:
-            root_exited.set()
-        await w.send(item.event, wall_ns=item.wall_ns)
+        items.append((item.event, item.wall_ns))
+    await w.send_many(items)
     if parser.root_exited:
         root_exited.set()
 
@@ -628,6 +650,14 @@ async def _stop_at_end(proc: trio.Process, stop: trio.Event, root_exited: trio.E
     with trio.move_on_after(2):
         await root_exited.wait()
     proc.send_signal(_signal.SIGINT)
+
+
+def _widen_pipe(stream) -> None:
+    """Ask for a `PIPE_BYTES` pipe (fcntl(2) ``F_SETPIPE_SZ``); the default stays if refused."""
+    try:
+        fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:  # refused: bpftrace may wait on a full pipe, and what the kernel then drops is a gap
+        pass
 
 
 def _tail(errors: bytearray) -> str:

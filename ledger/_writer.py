@@ -574,6 +574,12 @@ async def run_writer(
                 except trio.EndOfChannel:
                     break
                 writer.append(item.event, source=item.source, wall_ns=item.wall_ns, mono_ns=item.mono_ns)
+                while True:  # what else is queued, without a scheduler turn per event
+                    try:
+                        item = receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    writer.append(item.event, source=item.source, wall_ns=item.wall_ns, mono_ns=item.mono_ns)
                 continue
             writer.flush_if_due()
     writer.flush()

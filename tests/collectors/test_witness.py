@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from collectors._witness import WitnessFailed, witness_life
+from collectors._witness import WitnessFailed, Witnessing, witness_life
 from ledger import Submission
 from ledger.events import Note, WitnessGap, WitnessStarted, WitnessStopped
 
@@ -148,3 +148,46 @@ def test_stopped_is_sent_once():
 
     got = trio.run(lambda: _run(body, cancel_after_s=0.05))
     assert [type(s.event) for s in got] == [WitnessStarted, WitnessStopped]
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts the scheduler turns of tasks by name."""
+
+    def __init__(self, name: str):
+        self.name, self.steps = name, 0
+
+    def before_task_step(self, task) -> None:
+        self.steps += task.name.endswith(self.name)
+
+
+def test_send_many_sends_in_order_in_one_turn_and_waits_only_when_full():
+    async def body(w):
+        await w.started({})
+        await w.send_many([(Note(text=str(i)), 100 + i if i % 2 else None) for i in range(5)])
+        await w.stopped()
+
+    got = trio.run(lambda: _run(body))
+    notes = [item for item in got if isinstance(item.event, Note)]
+    assert [(n.event.text, n.wall_ns) for n in notes] == [("0", 1_001), ("1", 101), ("2", 1_003), ("3", 103),
+                                                           ("4", 1_005)]
+    assert [n.mono_ns for n in notes] == [5_001, 5_002, 5_003, 5_004, 5_005]
+    assert got[-1].event == WitnessStopped(witness="w", lines=0, events=5, parse_failures=0, bytes=0)
+
+    async def sender(capacity: int) -> list[str]:
+        send, receive = trio.open_memory_channel[Submission](capacity)
+        texts: list[str] = []
+
+        async def drain() -> None:
+            async for item in receive:
+                texts.append(item.event.text)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain)
+            async with send:
+                await Witnessing(send, "w", **_clocks()).send_many([(Note(text=str(i)), None) for i in range(200)])
+        return texts
+
+    steps = _Steps("sender")
+    assert trio.run(sender, 1000, instruments=[steps]) == [str(i) for i in range(200)]
+    assert steps.steps < 10  # one turn per event (`send`) would be over 200
+    assert trio.run(sender, 3) == [str(i) for i in range(200)]  # a full channel: waits, loses nothing

@@ -282,3 +282,31 @@ def test_reading_from_a_start_seq_still_checks_the_frames_before_it(tmp_path):
     ledger.write_bytes(bytes(data))
     with pytest.raises(LedgerError):
         list(read_records(tmp_path / "run", start=9))
+
+
+def test_the_writer_task_appends_what_is_queued_without_a_turn_per_event(tmp_path):
+    """A witness that sends a burst (hundreds of events read at once) costs the writer task a
+    few scheduler turns, not one per event; every event is appended, in order."""
+    run = tmp_path / "run"
+    run.mkdir()
+    writer = LedgerWriter(run / "ledger", run_id="r", key=KEY, flush_records=64, flush_interval_s=0.05)
+
+    class Steps(trio.abc.Instrument):
+        steps = 0
+
+        def before_task_step(self, task) -> None:
+            self.steps += task.name.endswith("run_writer")
+
+    async def main() -> None:
+        send, receive = trio.open_memory_channel(1000)
+        for i in range(500):
+            send.send_nowait(Submission(source="w", event=Note(text=str(i))))
+        send.close()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_writer, writer, receive)
+
+    steps = Steps()
+    trio.run(main, instruments=[steps])
+    writer.close()
+    assert [r.event.text for r in read_records(run)] == [str(i) for i in range(500)]
+    assert steps.steps < 20, steps.steps  # one turn per event would be over 500
