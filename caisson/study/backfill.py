@@ -42,7 +42,8 @@ from caisson import __version__
 from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
 from caisson.errors import UsageError
 from caisson.report import FIRST_PARTY, CellTokens, TokenFigure, backfill_figure, cell_tokens
-from caisson.study.studyledger import announce, enrolled_keys, read_study, run_trust, sealed_state, segments
+from caisson.study.studyledger import (announce, enrolled_keys, read_study, run_trust, sealed_state, segments,
+                                      study_lock)
 from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, locate
 from ledger import read_records, verify_and_read, verify_ledger
 from ledger.events import (AgentSessionFile, BackfillRecorded, BackfillStarted, BaselineMeasured, CellEnded,
@@ -200,11 +201,17 @@ def backfill_study(study_dir: Path, key: SigningKey) -> BackfillResult:
 
     Raises:
         UsageError: ``study_dir`` is not a study directory, does not verify, or is not
-            closed (a study still running or crashed: resume it first).
+            closed (a study still running or crashed: resume it first); another process
+            writes it (`caisson.study.studyledger.study_lock`).
     """
+    study_dir = Path(study_dir)
+    with study_lock(study_dir, "backfill"):  # one writer of the study at a time (segment numbers)
+        return _backfill_study(study_dir, key)
+
+
+def _backfill_study(study_dir: Path, key: SigningKey) -> BackfillResult:
     from caisson.study.verify import verify_study
 
-    study_dir = Path(study_dir)
     trusted = key.verify_key
     verified = verify_study(study_dir, trusted)
     if verified.status != "ok":

@@ -57,7 +57,8 @@ from caisson.study.judging import (
     request_body,
 )
 from caisson.study.studyfile import parse_study
-from caisson.study.studyledger import announce, enrolled_keys, read_study, run_trust, sealed_state, segments
+from caisson.study.studyledger import (announce, enrolled_keys, read_study, run_trust, sealed_state, segments,
+                                      study_lock)
 from caisson.study.verify import JUDGE_DIR, judge_dirs, verify_study
 from ledger import BlobStore, LedgerWriter, Record, SigningKey, Submission, locate, verify_and_read
 from ledger.events import (
@@ -327,10 +328,17 @@ def run_judge(study_dir: Path, key: SigningKey, spec: JudgeSpec, *, say: Callabl
         The counts the judge ledger's ``judge.ended`` holds.
 
     Raises:
-        UsageError: the study does not verify closed; no key for a remote judge.
+        UsageError: the study does not verify closed; another process writes it
+            (`caisson.study.studyledger.study_lock`); no key for a remote judge.
         collectors.proxy.ProxyStartError: mitmdump did not start.
     """
     study_dir = Path(study_dir)
+    with study_lock(study_dir, "judge"):  # one writer of the study at a time (segment numbers)
+        return _run_judge(study_dir, key, spec, say=say, timeout_s=timeout_s)
+
+
+def _run_judge(study_dir: Path, key: SigningKey, spec: JudgeSpec, *, say: Callable[[str], None],
+               timeout_s: float) -> JudgeResult:
     verified = verify_study(study_dir, key.verify_key)
     if verified.status != "ok":
         why = "; ".join(verified.problems) or "it is not closed (running or crashed)"

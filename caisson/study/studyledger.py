@@ -12,12 +12,20 @@ segment of its own (`announce`): ``study.resumed`` then one ``judge.recorded`` o
 ``backfill.recorded`` binding that ledger's final head, and the final seal. Removing a
 judge directory or a backfill segment afterwards then leaves its announcement naming
 nothing, which `caisson verify DIR` reports.
+
+One process writes a study at a time: a study run or resume (`StudyLedger`), a judge run
+or a backfill holds `study_lock` on ``DIR/study/`` while it writes, so two of them never
+take the same segment number; the second is refused at once, naming the directory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -27,7 +35,7 @@ from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, 
 from ledger.events import BackfillRecorded, JudgeRecorded, StudyResumed
 
 __all__ = ["SealedState", "StudyLedger", "announce", "announced", "segments", "sealed_state", "read_study",
-           "STUDY_DIR", "SOURCE", "enrolled_keys", "run_signer", "run_key", "run_trust"]
+           "STUDY_DIR", "SOURCE", "enrolled_keys", "run_signer", "run_key", "run_trust", "lock_study", "study_lock"]
 
 STUDY_DIR = "study"
 SOURCE = "study"
@@ -149,6 +157,48 @@ def read_study(study_dir: Path, trusted: VerifyKey | None = None) -> list[Record
     return out
 
 
+def lock_study(study_dir: Path, what: str, *, create: bool = False) -> int:
+    """Take the study directory's writer lock: an exclusive ``flock(2)`` on ``DIR/study/``
+    (created if missing with ``create``: a new study), held until the returned descriptor is closed (or the process
+    ends, a crash included: nothing is left to clean up).
+
+    Args:
+        study_dir: the study directory (``DIR``).
+        what: what is about to write (``study run``, ``judge``, ``backfill``), for the error.
+        create: make ``DIR/study/`` (and ``DIR``) when missing.
+
+    Returns:
+        The locked directory's file descriptor; close it to release the lock.
+
+    Raises:
+        UsageError: no ``DIR/study/`` (without ``create``: not a study directory), or another
+            process holds the lock (a study running or resuming, a judge or a backfill).
+    """
+    root = Path(study_dir) / STUDY_DIR
+    if create:
+        root.mkdir(parents=True, exist_ok=True)
+    elif not root.is_dir():
+        raise UsageError(f"{study_dir}: no study ledger ({STUDY_DIR}/000/ledger); is it a study directory?")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(f"{study_dir}: another caisson process is writing this study (a study run or resume, a"
+                         f" judge or a backfill); {what} refused: try again once it has ended") from None
+    return fd
+
+
+@contextlib.contextmanager
+def study_lock(study_dir: Path, what: str) -> Iterator[None]:
+    """`lock_study` (of an existing study) for the duration of a ``with`` block."""
+    fd = lock_study(study_dir, what)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
 class StudyLedger:
     """The writer of one segment of a study ledger; every event is sealed at once.
 
@@ -159,12 +209,21 @@ class StudyLedger:
         resume: continue a study: a new segment naming the last one's sealed state.
 
     Raises:
-        UsageError: a new study over a directory that already has a study ledger, or a
-            continuation whose previous segment does not verify (tampered).
+        UsageError: a new study over a directory that already has a study ledger, a
+            continuation whose previous segment does not verify (tampered), or another
+            process writing the study (`lock_study`, held until `close`).
     """
 
     def __init__(self, study_dir: Path, key: SigningKey, *, run_id: str, resume: bool = False):
         self.study_dir = Path(study_dir)
+        self._lock = lock_study(self.study_dir, "study --resume" if resume else "study run", create=True)
+        try:
+            self._open(key, run_id=run_id, resume=resume)
+        except BaseException:
+            os.close(self._lock)
+            raise
+
+    def _open(self, key: SigningKey, *, run_id: str, resume: bool) -> None:
         existing = segments(self.study_dir)
         if existing and not resume:
             raise UsageError(f"{self.study_dir}: a study already ran here; pass --resume to continue it,"
@@ -197,8 +256,13 @@ class StudyLedger:
         return seq
 
     def close(self) -> None:
-        """Write the final seal."""
-        self.writer.close()
+        """Write the final seal and release the study's writer lock."""
+        try:
+            self.writer.close()
+        finally:
+            if self._lock >= 0:
+                os.close(self._lock)
+                self._lock = -1
 
 
 def announce(study_dir: Path, key: SigningKey, ledger_dir: Path, kind: type[JudgeRecorded] | type[BackfillRecorded],
@@ -209,6 +273,7 @@ def announce(study_dir: Path, key: SigningKey, ledger_dir: Path, kind: type[Judg
     seal, as a resumed study's does) and one ``kind`` event naming ``ledger_dir``'s run
     id and final seal, then its own final seal. It is written under a hidden name and
     renamed once closed, so a crash leaves no half segment (nothing is announced then).
+    The caller holds `study_lock` (a judge run, a backfill).
 
     Args:
         study_dir: the study directory.

@@ -98,3 +98,37 @@ def test_announce_binds_a_closed_ledger_in_a_segment_of_its_own_and_only_on_a_cl
     report = verify_study(tmp_path, key.verify_key)
     assert (report.status, report.segments, report.problems, report.notes) == ("ok", 3, [], [])
     assert report.head == sealed_state(seg, key.verify_key).head
+
+
+def test_one_writer_at_a_time_the_second_is_refused_naming_the_directory(tmp_path):
+    """A study run, a resume, a judge and a backfill each take the study's writer lock: two
+    of them at once would take the same segment number (an announcement's half-written
+    segment removed by the other); the second is refused before it writes anything."""
+    from caisson.study.backfill import backfill_study
+    from caisson.study.judge import JudgeSpec, run_judge
+
+    key = ensure_operator_key()
+    first = StudyLedger(tmp_path, key, run_id="study-a")
+    first.append(StudyPlanned(study="s", study_sha256="0"))
+    before = sorted(p.name for p in (tmp_path / "study").iterdir())
+    with pytest.raises(UsageError, match=f"{tmp_path}: another caisson process is writing this study"):
+        StudyLedger(tmp_path, key, run_id="study-b", resume=True)
+    with pytest.raises(UsageError, match="backfill refused"):
+        backfill_study(tmp_path, key)
+    spec = JudgeSpec(endpoint="http://127.0.0.1:9", model="m", api="anthropic", credential="K")
+    with pytest.raises(UsageError, match="judge refused"):
+        run_judge(tmp_path, key, spec, say=lambda _: None)
+    assert sorted(p.name for p in (tmp_path / "study").iterdir()) == before == ["000"]
+    first.append(StudyEnded(cells=0))
+    first.close()  # the lock goes with the final seal
+    second = StudyLedger(tmp_path, key, run_id="study-b", resume=True)
+    second.close()
+    assert verify_study(tmp_path, key.verify_key).segments == 2
+
+
+def test_a_writer_of_no_study_directory_creates_nothing(tmp_path):
+    from caisson.study.backfill import backfill_study
+
+    with pytest.raises(UsageError, match="is it a study directory"):
+        backfill_study(tmp_path, ensure_operator_key())
+    assert list(tmp_path.iterdir()) == []
