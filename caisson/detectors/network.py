@@ -97,7 +97,7 @@ def unexplained_flow(records: Iterable[Record], config: DetectorConfig) -> Itera
     - **unanswered** (nothing came back, or only a reset: the host's firewall refusing):
       shown. The chamber's network (internal, the host's side firewalled) drops or refuses
       such packets unless a control was weakened (which ``controls.weakened`` voids).
-    - a flow without per-direction counts (a ledger before schema 8): shown, as then,
+    - a flow without per-direction counts (a ledger before schema 10): shown, as then,
       since a flow summing both directions cannot say whether anything answered.
 
     A connect that succeeded around the witnesses is also voided by `bypass_attempt`.
@@ -124,7 +124,7 @@ def unexplained_flow(records: Iterable[Record], config: DetectorConfig) -> Itera
             continue
         host = " (the host's side of the chamber network)" if flow.dst in gateways or flow.src in gateways else ""
         where = f"{flow.proto} {flow.src}:{flow.sport} -> {flow.dst}:{flow.dport}"
-        if flow.initiator_packets is None or flow.responder_packets is None:  # counted before schema 8
+        if flow.initiator_packets is None or flow.responder_packets is None:  # counted before schema 10
             yield Finding(detector=UNEXPLAINED_FLOW, kind="unexplained_flow", effect=INFO, evidence=[seq],
                           message=f"{where}, {flow.packets} packet(s), {flow.bytes} bytes: no witness accounts"
                           f" for it; whether anything answered was not counted{host}")
