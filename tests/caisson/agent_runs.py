@@ -5,6 +5,7 @@ tests/caisson/conftest.py record each such run once per test session (per xdist 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -28,39 +29,47 @@ def make_repo(tmp_path: Path) -> Path:
     return repo
 
 
-def scenario(tmp_path: Path, address: str) -> Path:
-    """Claude Code's scenario (arms shell and no-write), its provider at ``address``."""
-    path = tmp_path / "agents.toml"
-    path.write_text(f'''
-name = "agents"
-pass_credentials = ["ANTHROPIC_API_KEY"]
+def where_answer_scenario(path: Path, *, name: str, credential: str, provider_host: str, address: str,
+                          model: str, arms: dict[str, tuple[list[str], list[str]]], hint: str = "grep",
+                          max_turns: int | None = 5, wall_seconds: int | None = None) -> Path:
+    """Write a scenario at ``path`` with the one question the scripted models answer
+    (where ``answer`` is defined; the prompt ends "Use <hint>."), the provider host
+    ``provider_host`` routed to ``address`` and ``credential`` passed to the agent.
 
+    Args:
+        arms: arm name -> (grant, withhold), in order.
+        max_turns, wall_seconds: the agent's and the run's limits (None: not set).
+
+    Returns:
+        ``path``.
+    """
+    arm_lines = "".join(f'[[arms]]\nname = "{arm}"\ngrant = {json.dumps(grant)}\n'
+                        + (f"withhold = {json.dumps(withhold)}\n" if withhold else "")
+                        for arm, (grant, withhold) in arms.items())  # a JSON list of strings is a TOML array
+    path.write_text(f'''
+name = "{name}"
+pass_credentials = ["{credential}"]
 [[questions]]
 id = "where-answer"
-prompt = "In which file and line is the function `answer` defined? Use grep."
+prompt = "In which file and line is the function `answer` defined? Use {hint}."
 required = [{{ subject = "answer", pattern = "src/app.py" }}]
-
-[[arms]]
-name = "shell"
-grant = ["Bash"]
-
-[[arms]]
-name = "no-write"
-grant = ["Bash"]
-withhold = ["Write"]
-
-[egress]
-allow_hosts = ["api.anthropic.com"]
-upstream = {{ "api.anthropic.com" = "http://{address}" }}
-
+{arm_lines}[egress]
+allow_hosts = ["{provider_host}"]
+upstream = {{ "{provider_host}" = "http://{address}" }}
 [agent]
-model = "claude-sonnet-4-5"
-max_turns = 5
-
-[limits]
-wall_seconds = 120
+model = "{model}"
+{f"max_turns = {max_turns}" if max_turns is not None else ""}
+{f"[limits]{chr(10)}wall_seconds = {wall_seconds}" if wall_seconds is not None else ""}
 ''')
     return path
+
+
+def scenario(tmp_path: Path, address: str) -> Path:
+    """Claude Code's scenario (arms shell and no-write), its provider at ``address``."""
+    return where_answer_scenario(tmp_path / "agents.toml", name="agents", credential="ANTHROPIC_API_KEY",
+                                 provider_host="api.anthropic.com", address=address, model="claude-sonnet-4-5",
+                                 arms={"shell": (["Bash"], []), "no-write": (["Bash"], ["Write"])},
+                                 wall_seconds=120)
 
 
 def run(tmp_path, repo, address, *extra) -> tuple[Path, list]:
@@ -85,24 +94,9 @@ def run(tmp_path, repo, address, *extra) -> tuple[Path, list]:
 def codex_scenario(tmp_path: Path, address: str) -> Path:
     """Codex's scenario (one arm, no-shell, which an ungated agent cannot run), its provider
     at ``address``."""
-    path = tmp_path / "codex.toml"
-    path.write_text(f'''
-name = "codex"
-pass_credentials = ["OPENAI_API_KEY"]
-[[questions]]
-id = "where-answer"
-prompt = "In which file and line is the function `answer` defined? Use grep."
-required = [{{ subject = "answer", pattern = "src/app.py" }}]
-[[arms]]
-name = "no-shell"
-grant = ["read_file"]
-[egress]
-allow_hosts = ["api.openai.com"]
-upstream = {{ "api.openai.com" = "http://{address}" }}
-[agent]
-model = "gpt-5"
-''')
-    return path
+    return where_answer_scenario(tmp_path / "codex.toml", name="codex", credential="OPENAI_API_KEY",
+                                 provider_host="api.openai.com", address=address, model="gpt-5",
+                                 arms={"no-shell": (["read_file"], [])}, max_turns=None)
 
 
 def record_codex(scenario_path: Path, repo: Path, out: Path, *extra: str) -> int:

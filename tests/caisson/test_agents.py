@@ -16,7 +16,7 @@ from ledger import BlobStore, read_records
 from ledger.events import (
     AgentAnswer, AgentSessionFile, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, FileOpen, LlmCall, ProcessExec,
 )
-from tests.caisson.agent_runs import KEY, SCRIPTS, make_repo, record_codex, run, scenario
+from tests.caisson.agent_runs import KEY, SCRIPTS, make_repo, record_codex, run, scenario, where_answer_scenario
 
 
 @pytest.fixture
@@ -141,25 +141,9 @@ def test_codex_runs_a_scripted_task_ungated_and_its_usage_is_kept_as_reported(co
 @pytest.mark.parametrize("model_server", ["mini_grep.toml"], indirect=True)
 def test_mini_swe_agent_runs_a_scripted_task_ungated_from_its_trajectory_file(agent_image, model_server, repo,
                                                                                tmp_path):
-    path = tmp_path / "mini.toml"
-    path.write_text(f'''
-name = "mini"
-pass_credentials = ["OPENAI_API_KEY"]
-[[questions]]
-id = "where-answer"
-prompt = "In which file and line is the function `answer` defined? Use grep."
-required = [{{ subject = "answer", pattern = "src/app.py" }}]
-[[arms]]
-name = "no-write"
-grant = ["bash"]
-withhold = ["Write"]
-[egress]
-allow_hosts = ["api.openai.com"]
-upstream = {{ "api.openai.com" = "http://{model_server}" }}
-[agent]
-model = "gpt-5"
-max_turns = 5
-''')
+    path = where_answer_scenario(tmp_path / "mini.toml", name="mini", credential="OPENAI_API_KEY",
+                                 provider_host="api.openai.com", address=model_server, model="gpt-5",
+                                 arms={"no-write": (["bash"], ["Write"])})
     os.environ["OPENAI_API_KEY"] = "sk-openai-scripted-test-0000"
     try:
         assert main(["record", "--scenario", str(path), "--repo", str(repo), "--question", "where-answer",

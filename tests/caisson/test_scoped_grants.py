@@ -14,6 +14,7 @@ from caisson.model._process import scripted_model
 from caisson.replay import replay_runs
 from ledger import read_records
 from ledger.events import AgentToolResult, ProcessExec, RunStarted
+from tests.caisson.agent_runs import where_answer_scenario
 from tests.helpers import commit_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,31 +40,9 @@ def repo(tmp_path) -> Path:
 
 
 def record(tmp_path: Path, repo: Path, address: str) -> Path:
-    scenario = tmp_path / "scoped.toml"
-    scenario.write_text(f'''
-name = "scoped"
-pass_credentials = ["ANTHROPIC_API_KEY"]
-
-[[questions]]
-id = "where-answer"
-prompt = "In which file and line is the function `answer` defined? Use git log."
-required = [{{ subject = "answer", pattern = "src/app.py" }}]
-
-[[arms]]
-name = "git-log"
-grant = ["Bash(git log:*)"]
-
-[egress]
-allow_hosts = ["api.anthropic.com"]
-upstream = {{ "api.anthropic.com" = "http://{address}" }}
-
-[agent]
-model = "claude-sonnet-4-5"
-max_turns = 5
-
-[limits]
-wall_seconds = 120
-''')
+    scenario = where_answer_scenario(tmp_path / "scoped.toml", name="scoped", credential="ANTHROPIC_API_KEY",
+                                     provider_host="api.anthropic.com", address=address, model="claude-sonnet-4-5",
+                                     arms={"git-log": (["Bash(git log:*)"], [])}, hint="git log", wall_seconds=120)
     run_dir = tmp_path / "run"
     os.environ["ANTHROPIC_API_KEY"] = KEY
     try:
