@@ -10,7 +10,7 @@ self-contained HTML file. See docs/architecture.md ("report").
 
 from caisson.report._aggregate import ArmSummary, PassK, Rate, SchemaTax, cell_cost, content_tokens
 from caisson.report._checklist import FAIL, PASS, WARN, CheckItem
-from caisson.report._evidence import CellEvidence, read_cell, read_cells, report_cell
+from caisson.report._evidence import CellEvidence, read_cell, read_cells, report_cell, share_out
 from caisson.report._gate import ALPHA, BOOTSTRAP_FROM, EQUIVALENCE, SEED_RATIO, Comparison
 from caisson.report._html import render_html
 from caisson.report._inputs import (
@@ -82,6 +82,7 @@ __all__ = [
     "content_tokens",
     "read_cell",
     "read_cells",
+    "share_out",
     "render_html",
     "render_json",
     "render_markdown",

@@ -12,7 +12,7 @@ def test_report_public_surface_is_pinned():
         "CheckItem", "Comparison", "Disagreement", "JudgeSummary", "PassK", "Price", "Rate", "Refusal", "Report",
         "ReportBaseline", "ReportCell", "ReportInputError", "SchemaTax", "Spread", "StudyReportInput",
         "TokenFigure", "build_report", "cell_cost", "cell_tokens", "check_input", "content_tokens", "read_cell", "read_cells",
-        "render_html", "render_json", "render_markdown", "render_text", "report_cell",
+        "render_html", "render_json", "render_markdown", "render_text", "report_cell", "share_out",
         "backfill_figure", "with_backfill",
     ])
     for name in caisson.report.__all__:
