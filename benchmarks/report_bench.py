@@ -45,9 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from caisson.home import ensure_operator_key  # noqa: E402
 from caisson.probes.cells import CellSpec, write_cell  # noqa: E402
-from caisson.detectors import config_from_records, run_detectors  # noqa: E402
+from caisson.detectors import config_from_records, route, run_detectors  # noqa: E402
 from caisson.replay import replay_records  # noqa: E402
 from caisson.report import (  # noqa: E402
+    TOKEN_EVENTS,
     CellEvidence,
     ReportBaseline,
     StudyReportInput,
@@ -153,7 +154,8 @@ def breakdown(planned, trusted) -> dict[str, float]:
         t1 = time.perf_counter()
         replay = replay_records(run_dir, report, records)
         t2 = time.perf_counter()
-        tokens = cell_tokens(records)
+        [counted] = route(records, [TOKEN_EVENTS])  # as read_cell chooses the figure: the token events only
+        tokens = cell_tokens(counted)
         t3 = time.perf_counter()
         run_detectors(records, config_from_records(records))
         t4 = time.perf_counter()
