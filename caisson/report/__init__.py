@@ -29,6 +29,7 @@ from caisson.report._report import AgentSection, CellRow, Report, build_report
 from caisson.report._stats import Spread
 from caisson.report._tokens import (
     BACKFILL,
+    TOKEN_EVENTS,
     FIRST_PARTY,
     PROXY,
     RANKS,
@@ -52,6 +53,7 @@ __all__ = [
     "RANKS",
     "SEED_RATIO",
     "SESSION_HEADERS",
+    "TOKEN_EVENTS",
     "WARN",
     "AgentSection",
     "ArmSummary",
