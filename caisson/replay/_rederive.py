@@ -23,6 +23,8 @@ What is rebuilt, and what is kept as written live (with the reason, in `Rederive
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import compress, repeat
+from operator import attrgetter, eq
 from typing import Any
 
 import msgspec
@@ -36,6 +38,7 @@ from ledger.events import AgentToolResult, AgentUsage, BlobStored, HttpExchange,
 __all__ = ["Rederived", "rederive"]
 
 TRANSCRIPT_SOURCE = "transcript"
+_EVENT, _SOURCE = attrgetter("event"), attrgetter("source")
 _READ: dict[type, bool] = {}  # event class -> whether rederive reads it (a blob, an exchange, a call)
 FIGURES = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
            "reasoning_tokens")
@@ -91,6 +94,39 @@ def _adapter(records: Sequence[Record]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _scan(records: Sequence[Record]) -> tuple[dict[str, str], Record | None, list[int], bool]:
+    """One scan of a run's records for the rebuild: each blob's role by sha256, the first
+    ``stdout`` blob record, the indexes of the records the rebuild reads or replaces
+    (``http.exchange`` and ``llm.call`` not from the transcript, and every transcript
+    record), in order, and whether any transcript record was written live.
+
+    The classes and sources of all records are read at C speed (map, compress); only the
+    few records of the classes the rebuild reads are looked at one by one.
+    """
+    kinds = list(map(type, map(_EVENT, records)))
+    present = set(kinds)
+    for kind in present.difference(_READ):  # learnt once per class: isinstance's misses on Structs are slow
+        _READ[kind] = issubclass(kind, (BlobStored, HttpExchange, LlmCall))
+    wanted = frozenset(kind for kind in present if _READ[kind])
+    read = list(compress(range(len(kinds)), map(wanted.__contains__, kinds))) if wanted else []
+    transcribed = list(compress(range(len(kinds)), map(eq, map(_SOURCE, records), repeat(TRANSCRIPT_SOURCE))))
+    roles: dict[str, str] = {}
+    stdout_record: Record | None = None
+    marks: list[int] = []
+    for i in read:
+        record = records[i]
+        event = record.event
+        if isinstance(event, BlobStored):
+            roles[event.sha256] = event.role
+            if stdout_record is None and event.role == "stdout":
+                stdout_record = record
+        elif record.source != TRANSCRIPT_SOURCE:
+            marks.append(i)
+    if transcribed:
+        marks = sorted(marks + transcribed)
+    return roles, stdout_record, marks, bool(transcribed)
+
+
 def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> tuple[list[Record], Rederived]:
     """Rebuild a run's derived LLM and agent events from its blobs (pure but for ``blob``).
 
@@ -101,28 +137,7 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
     Returns:
         The records with rebuilt events in place of the live ones, and what was done.
     """
-    # one scan: the blobs' roles, the stdout blob, and the records the rebuild reads or replaces
-    roles: dict[str, str] = {}
-    stdout_record: Record | None = None
-    marks: list[int] = []  # indexes of http.exchange, llm.call and transcript records
-    live_source = False  # a transcript record was written live
-    for i, record in enumerate(records):
-        event = record.event
-        if record.source == TRANSCRIPT_SOURCE:
-            marks.append(i)
-            live_source = True
-        kind = type(event)
-        read = _READ.get(kind)
-        if read is None:  # learnt once per class: isinstance's misses on Structs are slow
-            read = _READ[kind] = issubclass(kind, (BlobStored, HttpExchange, LlmCall))
-        if not read:
-            continue
-        if isinstance(event, BlobStored):
-            roles[event.sha256] = event.role
-            if stdout_record is None and event.role == "stdout":
-                stdout_record = record
-        elif record.source != TRANSCRIPT_SOURCE:
-            marks.append(i)
+    roles, stdout_record, marks, live_source = _scan(records)
     out = Rederived(versions={"llm": USAGE_RULES_VERSION})
 
     def body(sha: str | None) -> tuple[bytes, str] | None:

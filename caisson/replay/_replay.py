@@ -25,7 +25,7 @@ from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
 from caisson.replay._rederive import Rederived, rederive
 from caisson.replay.scoring import Grade, grade
-from ledger import BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
+from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted, SandboxBuilt
 
 __all__ = ["FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "replay_runs"]
@@ -114,7 +114,7 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
         detail = report.reason or f"not closed: {report.unsealed} records after the last seal"
         return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
                          status="unverified", detectors=names)
-    _, blobs = locate(run_dir)
+    blobs = BlobStore(Path(report.path).parent / BLOBS_DIR)  # beside the ledger verified, as `locate` puts it
 
     def blob(sha256: str) -> bytes | None:
         try:

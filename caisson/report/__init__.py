@@ -10,7 +10,7 @@ self-contained HTML file. See docs/architecture.md ("report").
 
 from caisson.report._aggregate import ArmSummary, PassK, Rate, SchemaTax, cell_cost, content_tokens
 from caisson.report._checklist import FAIL, PASS, WARN, CheckItem
-from caisson.report._evidence import CellEvidence, read_cell, read_cells, report_cell
+from caisson.report._evidence import CellEvidence, read_cell, read_cells, report_cell, share_out
 from caisson.report._gate import ALPHA, BOOTSTRAP_FROM, EQUIVALENCE, SEED_RATIO, Comparison
 from caisson.report._html import render_html
 from caisson.report._inputs import (
@@ -29,6 +29,7 @@ from caisson.report._report import AgentSection, CellRow, Report, build_report
 from caisson.report._stats import Spread
 from caisson.report._tokens import (
     BACKFILL,
+    TOKEN_EVENTS,
     FIRST_PARTY,
     PROXY,
     RANKS,
@@ -52,6 +53,7 @@ __all__ = [
     "RANKS",
     "SEED_RATIO",
     "SESSION_HEADERS",
+    "TOKEN_EVENTS",
     "WARN",
     "AgentSection",
     "ArmSummary",
@@ -82,6 +84,7 @@ __all__ = [
     "content_tokens",
     "read_cell",
     "read_cells",
+    "share_out",
     "render_html",
     "render_json",
     "render_markdown",

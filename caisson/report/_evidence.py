@@ -30,7 +30,7 @@ from caisson.report._tokens import TOKEN_EVENTS, CellTokens, cell_tokens
 from ledger import LedgerError, VerifyKey, verify_and_read
 from ledger.events import SandboxBuilt
 
-__all__ = ["CellEvidence", "read_cell", "read_cells", "report_cell"]
+__all__ = ["CellEvidence", "read_cell", "read_cells", "report_cell", "share_out"]
 
 _EVIDENCE = ((SandboxBuilt,), TOKEN_EVENTS)
 """What a cell's evidence reads besides its replay: whether the sandbox was built, and the
@@ -91,6 +91,17 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def share_out(count: int, jobs: int) -> list[range]:
+    """The tasks ``count`` runs are shared out in to ``jobs`` workers: consecutive ranges of
+    at most `_CHUNK` runs, at least four a worker where there are enough runs.
+
+    Returns:
+        Ranges of run indexes, in order, covering ``range(count)``.
+    """
+    size = max(1, min(_CHUNK, count // (4 * max(jobs, 1))))
+    return [range(i, min(i + size, count)) for i in range(0, count, size)]
+
+
 def read_cells(runs: Sequence[tuple[Path, VerifyKey]],
                detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS, *,
                jobs: int | None = None) -> list[CellEvidence]:
@@ -117,8 +128,7 @@ def read_cells(runs: Sequence[tuple[Path, VerifyKey]],
     global _work
     if jobs is None:
         jobs = default_jobs() if len(runs) >= PARALLEL_FROM else 1
-    size = max(1, min(_CHUNK, len(runs) // (4 * max(jobs, 1))))  # at least four tasks a worker
-    chunks = [range(i, min(i + size, len(runs))) for i in range(0, len(runs), size)]
+    chunks = share_out(len(runs), jobs)
     if min(jobs, len(chunks)) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [read_cell(run_dir, trusted, detectors) for run_dir, trusted in runs]
     _work = (runs, detectors)

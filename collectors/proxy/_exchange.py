@@ -128,6 +128,11 @@ class ExchangeAssembler:
     Args:
         fingerprint: secret value -> keyed fingerprint (``"fp:..."``).
         max_body_bytes: body bytes kept per direction of one exchange.
+        calls_only: put out only the ``llm.call`` of each finished exchange, for a caller
+            that re-derives calls from kept bodies (`rederive_llm_call`): no blobs, no
+            ``http.exchange``, no ``witness.raw`` lines of its problems, so no redaction or
+            hashing of the bodies. The calls are those of the full assembly (the same
+            builder, fed the same bytes, told the same decoding problems).
 
     Attributes:
         hello: the addon's ``hello`` frame, once received.
@@ -138,9 +143,11 @@ class ExchangeAssembler:
         redactor: the `Redactor`, with its count of replaced secrets.
     """
 
-    def __init__(self, fingerprint: Callable[[str], str], *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+    def __init__(self, fingerprint: Callable[[str], str], *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 calls_only: bool = False):
         self.redactor = Redactor(fingerprint)
         self.max_body_bytes = max_body_bytes
+        self.calls_only = calls_only
         self.hello: Hello | None = None
         self.exchanges = 0
         self.llm_calls = 0
@@ -262,6 +269,12 @@ class ExchangeAssembler:
     def _finish(self, ex: _Exchange, wall_ns: int, mono_ns: int | None, *, error: str | None = None,
                 denied: str | None = None, status: int | None = None) -> None:
         self._open.pop(ex.request.id, None)
+        if self.calls_only:
+            ex.request_body.decoder.finish()  # what `_Body.result` does before the call is built
+            if ex.response_body is not None:
+                ex.response_body.decoder.finish()
+            self._call(ex, wall_ns, mono_ns, error=error, denied=denied)
+            return
         req, resp = ex.request, ex.response
         red = self.redactor
         path = red.path(req.path)  # headers and path first: their secrets are then scrubbed from bodies
@@ -287,14 +300,22 @@ class ExchangeAssembler:
             problems.append(f"request body: {req_problem}")
         if resp_problem:
             problems.append(f"response body: {resp_problem}")
-        if ex.builder is not None and denied is None:
-            body = ex.response_body
-            if body is not None and body.decoder.problem and not body.decoder.over_cap and not ex.told_undecodable:
-                ex.builder.response_undecodable(body.decoder.problem, b"")  # e.g. the encoded stream ended early
-            call = ex.builder.finish(cut=error is not None)
-            self._out.append(Output(call, wall_ns, mono_ns))
-            self.llm_calls += 1
-            problems.extend(f"llm: {p}" for p in ex.builder.problems)
+        if self._call(ex, wall_ns, mono_ns, error=error, denied=denied):
+            problems.extend(f"llm: {p}" for p in ex.builder.problems)  # type: ignore[union-attr]
         where = f"{req.id} {req.method} {req.host}{path}"
         for problem in problems:
             self._raw(f"{where}: {red.scrub(problem.encode()).decode('utf-8', 'replace')}", wall_ns, mono_ns)
+
+    def _call(self, ex: _Exchange, wall_ns: int, mono_ns: int | None, *, error: str | None,
+              denied: str | None) -> bool:
+        """Put out the ``llm.call`` of a finished model-API exchange that was not denied (its
+        bodies' decoders finished); returns whether there was one."""
+        if ex.builder is None or denied is not None:
+            return False
+        body = ex.response_body
+        if body is not None and body.decoder.problem and not body.decoder.over_cap and not ex.told_undecodable:
+            ex.builder.response_undecodable(body.decoder.problem, b"")  # e.g. the encoded stream ended early
+        call = ex.builder.finish(cut=error is not None)
+        self._out.append(Output(call, wall_ns, mono_ns))
+        self.llm_calls += 1
+        return True

@@ -59,7 +59,8 @@ def rederive_llm_call(exchange: HttpExchange, request: Body | None, response: Bo
             return None, f"the {name} body blob is missing"
         if body is not None and ".truncated" in body[1]:
             return None, f"the {name} body blob holds only the body's start (over the cap)"
-    assembler = ExchangeAssembler(lambda secret: secret)  # headers and bodies were redacted when recorded
+    # headers and bodies were redacted when recorded; only the call is wanted
+    assembler = ExchangeAssembler(lambda secret: secret, calls_only=True)
     for frame in _frames(exchange, request, response):
         assembler.feed(frame)
     while (out := assembler.next_output()) is not NEED_DATA:

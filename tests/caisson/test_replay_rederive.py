@@ -180,3 +180,66 @@ def test_replay_reads_a_transcript_with_the_agent_version_the_run_recorded(tmp_p
                                  "seq 2 stdout agent.usage: output_tokens 30 -> 20"]
     assert unknown.changed[0] == "seq 2 stdout agent.usage: input_tokens 9500 -> null"
     assert unknown.usage[0].usage_missing_reason.startswith("2 turns and the meaning of turn.completed.usage")
+
+
+def _scan_record_by_record(records):
+    """The reference for `caisson.replay._rederive._scan` (the loop it replaced): each record
+    looked at in turn."""
+    roles, stdout_record, marks, live_source = {}, None, [], False
+    for i, record in enumerate(records):
+        event = record.event
+        if record.source == "transcript":
+            marks.append(i)
+            live_source = True
+        if not isinstance(event, (BlobStored, HttpExchange, LlmCall)):
+            continue
+        if isinstance(event, BlobStored):
+            roles[event.sha256] = event.role
+            if stdout_record is None and event.role == "stdout":
+                stdout_record = record
+        elif record.source != "transcript":
+            marks.append(i)
+    return roles, stdout_record, marks, live_source
+
+
+_SCAN_POOL = [
+    ("recorder", RunStarted(run_id="r", caisson_version="0", agent={"name": "claude-code"})),
+    ("recorder", BlobStored(sha256="a" * 64, size_bytes=1, role="scenario")),
+    ("recorder", BlobStored(sha256="b" * 64, size_bytes=1, role="stdout")),
+    ("recorder", BlobStored(sha256="c" * 64, size_bytes=1, role="stdout")),
+    ("transcript", BlobStored(sha256="d" * 64, size_bytes=1, role="odd")),
+    ("proxy", HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages")),
+    ("transcript", HttpExchange(method="GET", scheme="https", host="x", port=443, path="/")),
+    ("proxy", LlmCall(provider="anthropic", endpoint="messages")),
+    ("transcript", LlmCall(provider="anthropic", endpoint="messages")),
+    ("transcript", AgentToolCall(agent="claude-code", call_id="t1", tool="Bash")),
+    ("transcript", AgentUsage(agent="claude-code", token_source="result.usage")),
+    ("agent", AgentUsage(agent="claude-code", token_source="result.usage")),
+    ("recorder", RunEnded(exit_code=0)),
+]
+
+
+def test_the_scan_at_c_speed_equals_the_scan_record_by_record(tmp_path):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from caisson.probes.cells import CellSpec, write_cell
+    from caisson.replay._rederive import _scan
+    from ledger import Record, SigningKey, verify_and_read
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.integers(0, len(_SCAN_POOL) - 1), max_size=40))
+    def generated(picks):
+        records = [Record(seq=i, wall_ns=i, mono_ns=i, source=_SCAN_POOL[p][0], event=_SCAN_POOL[p][1])
+                   for i, p in enumerate(picks)]
+        assert _scan(records) == _scan_record_by_record(records)
+        assert _scan(tuple(records)) == _scan_record_by_record(records)
+
+    generated()
+    key = SigningKey.generate()
+    for n, spec in enumerate([CellSpec(run_id="a", strace_events=200), CellSpec(run_id="b", turns=0, strace_events=0)]):
+        _, records = verify_and_read(write_cell(tmp_path / str(n), spec, key), key.verify_key)
+        assert _scan(records) == _scan_record_by_record(records)
+    run = record_old_run(tmp_path / "old")
+    _, records = verify_and_read(run, ensure_operator_key().verify_key)
+    assert _scan(records) == _scan_record_by_record(records) and _scan(records)[2]

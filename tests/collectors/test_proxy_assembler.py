@@ -290,3 +290,44 @@ def test_addon_allow_list_and_upstream_spec():
     assert parse_upstream("a=1.2.3.4:80, B=http://[::1]:9") == {"a": (None, "1.2.3.4", 80), "b": ("http", "::1", 9)}
     with pytest.raises(ValueError):
         parse_upstream("a=1.2.3.4")
+
+
+# --- calls_only: the llm.call of the full assembly, and nothing else ----------------------
+
+
+def _calls(outputs: list[Output]) -> list[Output]:
+    return [o for o in outputs if isinstance(o.event, LlmCall)]
+
+
+def _cases():
+    gz = gzip.compress(SSE)
+    cut_gzip = exchange_frames(body=gz[: len(gz) // 2], encoding="gzip")  # the encoded stream ends early
+    lying = exchange_frames(body=SSE, encoding="gzip")  # a label that lies: read raw
+    garbage = exchange_frames(body=b"\x1f\x8b garbage", encoding="gzip")
+    error = exchange_frames()[:-3] + [ProxyError(id="f1", message="peer closed connection", **T)]
+    denied = [exchange_frames("d1")[0], Denied(id="d1", reason="not in the allow list", **T)]
+    no_response = exchange_frames("n1")[:2] + [ResponseEnd(id="n1", ts_ns=3, mono_ns=4)]
+    not_a_model = [Request(id="w", method="GET", scheme="https", host="example.com", port=443, path="/", headers=[],
+                           **T), RequestBody(id="w", body=b"", **T), ResponseEnd(id="w", **T)]
+    yield from ([*exchange_frames(body=b, encoding=e)] for b, e in ((SSE, None), (gz, "gzip"),
+                                                                     (brotli.compress(SSE), "br"),
+                                                                     (zstandard.compress(SSE), "zstd")))
+    yield from (cut_gzip, lying, garbage, error, denied, no_response, not_a_model)
+    yield exchange_frames("a") + exchange_frames("b", body=gz, encoding="gzip")  # two in one stream
+
+
+@pytest.mark.parametrize("max_body_bytes", [None, 64])  # 64: every body over the cap
+def test_calls_only_gives_the_calls_of_the_full_assembly(max_body_bytes):
+    size = {} if max_body_bytes is None else {"max_body_bytes": max_body_bytes}
+    for frames in _cases():
+        full = assemble(frames, ExchangeAssembler(FP, **size))
+        only = assemble(frames, ExchangeAssembler(FP, calls_only=True, **size))
+        assert only == _calls(full)
+    assert _calls(assemble(exchange_frames(), ExchangeAssembler(FP, calls_only=True)))  # not vacuous
+    closed = ExchangeAssembler(FP, calls_only=True)
+    assemble(exchange_frames("c")[:4], closed)
+    closed.close(5_000)
+    reference = ExchangeAssembler(FP)
+    assemble(exchange_frames("c")[:4], reference)
+    reference.close(5_000)
+    assert assemble([], closed) == _calls(assemble([], reference)) != []

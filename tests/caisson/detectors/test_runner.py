@@ -237,3 +237,42 @@ def test_route_for_on_the_known_bad_runs():
             records = records_of(run)
             routed = route_for(records, [list(pair) for pair in DEFAULT_DETECTORS], EXTRA)  # unhashable pairs
             assert routed.streams == route(records, EXTRA) and routed.detect(config) == alone(records, config)
+
+
+def _route_record_by_record(records, wanted):
+    """The reference `route` replaced by the run-at-a-time split: each record, one by one,
+    into every stream whose tuple holds its event's class or a base of it."""
+    streams = [[] for _ in wanted]
+    for record in records:
+        for stream, kinds in zip(streams, wanted):
+            if isinstance(record.event, tuple(kinds)):
+                stream.append(record)
+    return streams
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, len(POOL) - 1), max_size=60))
+def test_route_by_runs_equals_routing_record_by_record(picks):
+    # repeats make runs of one class, as a strace stream of opens does
+    records = records_of([p for p in picks for _ in range(1 + p % 3)])
+    wanted = [*EXTRA, (FileOpen,), (LlmCall, AgentUsage, HttpExchange), (SandboxBuilt,)]
+    for each in (records, tuple(records), iter(records)):
+        assert route(each, wanted) == _route_record_by_record(records, wanted)
+    assert route([], wanted) == [[] for _ in wanted]
+
+
+def test_route_by_runs_on_synthetic_cells(tmp_path):
+    from caisson.probes.cells import CellSpec, write_cell
+    from ledger import SigningKey, verify_and_read
+
+    key = SigningKey.generate()
+    wanted = [*EXTRA, (FileOpen,), (LlmCall, AgentUsage, HttpExchange)]
+    for n, spec in enumerate([CellSpec(run_id="a", strace_events=300, seed=3),
+                              CellSpec(run_id="b", turns=1, strace_events=0, first_party=False),
+                              CellSpec(run_id="c", agent="codex", sessions=("s1", "s2"), strace_events=50, seed=9)]):
+        report, records = verify_and_read(write_cell(tmp_path / str(n), spec, key), key.verify_key)
+        assert report.status == "ok"
+        streams = route(records, wanted)
+        assert streams == _route_record_by_record(records, wanted)
+        assert len(streams[4]) >= spec.strace_events // 2  # the file opens: runs of many records
+        assert route_for(records, DEFAULT_DETECTORS, EXTRA).streams == streams[: len(EXTRA)]
