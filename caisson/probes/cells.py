@@ -3,13 +3,15 @@
 A cell ledger as `caisson record` writes one for an agent on the scripted model: the
 manifest (question, agent, arm), the scenario and answer as blobs, the sandbox, a
 strace-like stream (`caisson.probes.synthetic.strace_like`), the proxy's
-``http.exchange`` and ``llm.call`` per model turn with the agent's session header, and
+``http.exchange`` (its bodies kept as blobs, so replay re-derives the call) and
+``llm.call`` per model turn with the agent's session header, and
 the agent's first-party ``agent.usage``. Deterministic in its arguments; wall times are
 passed in, never read from a clock.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import msgspec
@@ -17,6 +19,7 @@ import msgspec
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson.chamber.envpin import INJECTION_SWITCHES
 from caisson.probes.synthetic import strace_like
+from collectors.proxy import rederive_llm_call
 from ledger import BlobStore, LedgerWriter, SigningKey
 from ledger.events import (
     AgentAnswer,
@@ -24,7 +27,6 @@ from ledger.events import (
     BlobStored,
     ExcludedPath,
     HttpExchange,
-    LlmCall,
     LlmUsage,
     ProcessExec,
     RunEnded,
@@ -84,6 +86,26 @@ class CellSpec(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 7
 
 
+def _exchange(spec: CellSpec, turn: int, headers: list[tuple[str, str]]
+              ) -> tuple[HttpExchange, tuple[tuple[bytes, str], tuple[bytes, str]]]:
+    """One model turn as the proxy keeps it: the Messages API request and response bodies
+    (Anthropic's shape: https://docs.anthropic.com/en/api/messages) and the exchange naming
+    their blobs, so replay re-derives the same ``llm.call`` from them."""
+    request = msgspec.json.encode({
+        "model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": False,
+        "messages": [{"role": "user", "content": f"turn {turn}: where is Context defined?"}]})
+    response = msgspec.json.encode({
+        "id": f"msg_{spec.seed:08x}{turn:04x}", "type": "message", "role": "assistant",
+        "model": "claude-sonnet-4-5", "content": [{"type": "text", "text": f"turn {turn}"}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": spec.tokens_in, "output_tokens": spec.tokens_out}})
+    exchange = HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
+                            status=200, request_headers=headers, response_headers=[("content-type", "application/json")],
+                            request_bytes=len(request), response_bytes=len(response),
+                            request_body_sha256=hashlib.sha256(request).hexdigest(),
+                            response_body_sha256=hashlib.sha256(response).hexdigest())
+    return exchange, ((request, "http.request_body"), (response, "http.response_body"))
+
+
 def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int = 1_767_225_600_000_000_000) -> Path:
     """Write one synthetic cell's ledger and blobs into ``run_dir`` (created).
 
@@ -127,14 +149,15 @@ def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int 
             headers = [("content-type", "application/json")]
             if session is not None:
                 headers.append(("X-Claude-Code-Session-Id", session))
-            w.append(HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443,
-                                  path="/v1/messages", status=200, request_headers=headers), source="proxy", **at())
-            usage = {"input_tokens": spec.tokens_in, "output_tokens": spec.tokens_out}
-            w.append(LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
-                             served_model="claude-sonnet-4-5", usage=usage,
-                             normalized=LlmUsage(input_tokens=spec.tokens_in, output_tokens=spec.tokens_out,
-                                                 total_tokens=spec.tokens_in + spec.tokens_out, rule="anthropic")),
-                     source="proxy", **at())
+            exchange, bodies = _exchange(spec, turn, headers)
+            for data, role in bodies:
+                w.append(BlobStored(sha256=blobs.put(data), size_bytes=len(data), role=role,
+                                    media_type="application/json"), source="proxy", **at())
+            call, why = rederive_llm_call(exchange, *bodies)  # the proxy's own assembly, as live
+            if call is None:
+                raise AssertionError(f"synthetic exchange gives no llm.call: {why}")
+            w.append(exchange, source="proxy", **at())
+            w.append(call, source="proxy", **at())
         w.append(AgentAnswer(agent=spec.agent, text=spec.answer), source="agent", **at())
         if spec.first_party:
             n_in, n_out = spec.turns * spec.tokens_in, spec.turns * spec.tokens_out

@@ -243,3 +243,27 @@ def test_the_scan_at_c_speed_equals_the_scan_record_by_record(tmp_path):
     run = record_old_run(tmp_path / "old")
     _, records = verify_and_read(run, ensure_operator_key().verify_key)
     assert _scan(records) == _scan_record_by_record(records) and _scan(records)[2]
+
+
+def test_a_synthetic_cell_keeps_the_bodies_its_model_calls_rederive_from(tmp_path):
+    """The benchmarks' and tests' synthetic cells are shaped like a proxy's: each exchange's
+    bodies are blobs, so replay rebuilds the same calls and the token cross-check agrees
+    (before, the rebuilt calls had no usage and every cell was token_ambiguous)."""
+    from caisson.probes.cells import CellSpec, write_cell
+    from caisson.replay import replay_records
+    from caisson.replay._rederive import rederive
+    from ledger import verify_and_read
+    from ledger.events import LlmCall
+
+    key = ensure_operator_key()
+    spec = CellSpec(run_id="r1", agent="claude-code", arm="a", answer="x", turns=3, sessions=["s1"],
+                    first_party=True, tokens_in=100, tokens_out=10)
+    run_dir = write_cell(tmp_path / "cell", spec, key)
+    report, records = verify_and_read(run_dir, key.verify_key)
+    blobs = BlobStore(run_dir / "blobs")
+    rebuilt, _ = rederive(records, lambda sha: blobs.get(sha))
+    live = [r.event for r in records if isinstance(r.event, LlmCall)]
+    assert [r.event for r in rebuilt if isinstance(r.event, LlmCall)] == live
+    assert [(c.normalized.input_tokens, c.normalized.output_tokens) for c in live] == [(100, 10)] * 3
+    findings = replay_records(run_dir, report, records).findings
+    assert not [f for f in findings if f.kind == "token_ambiguous"], findings
