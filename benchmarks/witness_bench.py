@@ -14,6 +14,11 @@ Each cell runs with no witness and with each witness, the order alternated in ev
 all in one run. The time is the workload's own wall time, measured inside the chamber
 (``date +%s%N`` before and after, printed on stdout), so the chamber's start-up and the
 witness's attach time are excluded: the ratio is what the witness costs the agent's work.
+Beside it, the workload's CPU time (user + system of its processes, the shell's ``times``):
+a BPF program runs in the traced task's context, so its cost is in there, and CPU time is
+less shaken than wall time by other work on a shared machine. The eBPF witness runs the
+backend `caisson.run.ebpf.EbpfWitness` picks (the libbpf loader when built); ``--ebpf-backend``
+forces one, and the output names it.
 Output: one line per workload and witness with the medians and their ratio, then one line
 per witness with its worst workload, and last ``witness_overhead_ratio=R witness=W
 workload=X`` for the first witness named (target: R <= 1.5).
@@ -52,8 +57,10 @@ WORKLOADS: dict[str, tuple[str, str]] = {
     "forkexec": ("for i in $(seq 300); do /bin/true; done; for i in $(seq 100); do sh -c 'echo x | wc -c' > /dev/null; done",
                  "for i in $(seq 30); do /bin/true; done; for i in $(seq 10); do sh -c 'echo x | wc -c' > /dev/null; done"),
 }
-_TIMED = "s=$(date +%s%N); {work}; e=$(date +%s%N); echo BENCH_NS=$((e - s))"
+_TIMED = "s=$(date +%s%N); {work}; e=$(date +%s%N); echo BENCH_NS=$((e - s)); times"
 _BENCH_NS = re.compile(rb"BENCH_NS=(\d+)")
+_CHILDREN_CPU = re.compile(rb"(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$")  # times' last line: children's user, system
+EBPF_BACKEND: str | None = None
 
 
 def make_witness(name: str):
@@ -63,12 +70,12 @@ def make_witness(name: str):
     if name == "ebpf":
         from caisson.run.ebpf import EbpfWitness
 
-        return EbpfWitness()
+        return EbpfWitness(backend=EBPF_BACKEND)
     raise SystemExit(f"unknown witness {name!r}: strace or ebpf")
 
 
-def one(work: Path, name: str, script: str, witness: str | None) -> float:
-    """Run ``script`` once in the chamber; its own wall time in seconds.
+def one(work: Path, name: str, script: str, witness: str | None) -> tuple[float, float]:
+    """Run ``script`` once in the chamber; its own (wall time, CPU time) in seconds.
 
     Raises:
         SystemExit: the run failed, the workload printed no time, or a witness had a gap
@@ -83,10 +90,11 @@ def one(work: Path, name: str, script: str, witness: str | None) -> float:
     if end.status != "completed" or end.exit_code != 0 or gaps:
         raise SystemExit(f"{name}: {end.status} exit {end.exit_code} {end.reason} gaps={gaps} ({outcome.run_dir})")
     stdout = next(e for e in events if isinstance(e, BlobStored) and e.role == "stdout")
-    m = _BENCH_NS.search(BlobStore(run_dir / "blobs").get(stdout.sha256))
-    if m is None:
-        raise SystemExit(f"{name}: the workload printed no BENCH_NS ({run_dir})")
-    return int(m[1]) / 1e9
+    out = BlobStore(run_dir / "blobs").get(stdout.sha256)
+    m, cpu = _BENCH_NS.search(out), _CHILDREN_CPU.search(out)
+    if m is None or cpu is None:
+        raise SystemExit(f"{name}: the workload printed no BENCH_NS or times ({run_dir})")
+    return int(m[1]) / 1e9, int(cpu[1]) * 60 + float(cpu[2]) + int(cpu[3]) * 60 + float(cpu[4])
 
 
 def main() -> int:
@@ -96,13 +104,21 @@ def main() -> int:
                     help="witness to measure (repeatable; default strace); the first one names the last line")
     ap.add_argument("--workload", action="append", choices=sorted(WORKLOADS), help="default: all")
     ap.add_argument("--quick", action="store_true", help="small workloads, one pair: a smoke test")
+    ap.add_argument("--ebpf-backend", choices=["libbpf", "bpftrace"],
+                    help="the eBPF witness's backend (default: libbpf when its loader is built)")
     args = ap.parse_args()
+    global EBPF_BACKEND
+    EBPF_BACKEND = args.ebpf_backend
+    if "ebpf" in (args.witness or []):
+        from collectors.ebpf import ebpf_program
+
+        print(f"ebpf backend: {ebpf_program(EBPF_BACKEND).backend}")
     witnesses = args.witness or ["strace"]
     names = args.workload or list(WORKLOADS)
     pairs = 1 if args.quick else args.pairs
     build_image("chamber")
     work = Path(tempfile.mkdtemp(prefix="caisson-witness-bench-"))
-    times: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     try:
         one(work, "warmup", "true", None)
         for i in range(pairs):
@@ -121,12 +137,15 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     worst: dict[str, tuple[float, str]] = {}
     for wl in names:
-        base = statistics.median(times[(wl, "none")])
+        base = statistics.median(t for t, _ in times[(wl, "none")])
+        base_cpu = statistics.median(c for _, c in times[(wl, "none")])
         for w in witnesses:
-            m = statistics.median(times[(wl, w)])
+            m = statistics.median(t for t, _ in times[(wl, w)])
+            cpu = statistics.median(c for _, c in times[(wl, w)])
             ratio = m / base
             print(f"{wl:9s} {w:6s}: median {m * 1e3:8.0f} ms against {base * 1e3:8.0f} ms with no witness"
-                  f" ({ratio:.2f}x, {pairs} pairs)")
+                  f" ({ratio:.2f}x, {pairs} pairs); CPU {cpu * 1e3:8.0f} ms against {base_cpu * 1e3:8.0f} ms"
+                  f" ({cpu / base_cpu if base_cpu else float('nan'):.2f}x)")
             if ratio > worst.get(w, (0.0, ""))[0]:
                 worst[w] = (ratio, wl)
     for w in witnesses:
