@@ -114,7 +114,7 @@ def test_reads_of_an_excluded_file_by_openat_io_uring_and_exec_are_each_seen(ebp
 
 def test_a_flood_that_overflows_the_buffer_voids_the_cell_with_a_gap(ebpf, tmp_path):
     flood = "python3 -c \"import os\nfor _ in range(200000): os.close(os.open('src/app.py', os.O_RDONLY))\""
-    run_dir, events = _record(tmp_path, flood, EbpfWitness(backend=BACKEND, perf_rb_pages=1, ring_bytes=4096))
+    run_dir, events = _record(tmp_path, flood, EbpfWitness(backend=BACKEND, perf_rb_pages=1, ring_bytes=1 << 16))
     gaps = [e for e in events if isinstance(e, WitnessGap)]
     assert gaps and gaps[0].witness == "ebpf" and gaps[0].dropped > 0, gaps
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
