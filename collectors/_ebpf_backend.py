@@ -63,20 +63,26 @@ def ebpf_program(backend: str | None = None, *, loader: Path = LOADER) -> EbpfPr
 
     Raises:
         ValueError: an unknown backend, or ``libbpf`` asked for and not built.
-        OSError: the loader could not be run to read its object.
+        OSError: ``libbpf`` asked for and the loader would not write its object (a broken
+            build); with ``backend`` None that is bpftrace, and ``why`` says so.
     """
     if backend not in (None, *BACKENDS):
         raise ValueError(f"eBPF backend {backend!r}: libbpf or bpftrace")
     built = loader.is_file() and os.access(loader, os.X_OK)
     if backend == "libbpf" and not built:
         raise ValueError(f"the libbpf loader is not built ({loader}): run scripts/setup.sh")
-    if backend == "bpftrace" or not built:
-        why = "asked for" if backend == "bpftrace" else f"the libbpf loader is not built ({loader}; scripts/setup.sh)"
-        return EbpfProgram("bpftrace", BPFTRACE_PROGRAM,
-                           hashlib.sha256(BPFTRACE_PROGRAM.read_bytes()).hexdigest(), why)
-    st = loader.stat()
-    return EbpfProgram("libbpf", loader, _object_digest(str(loader), st.st_mtime_ns, st.st_size),
-                       "asked for" if backend else "the libbpf loader is built")
+    why = "asked for" if backend == "bpftrace" else f"the libbpf loader is not built ({loader}; scripts/setup.sh)"
+    if built and backend != "bpftrace":
+        st = loader.stat()
+        try:
+            digest = _object_digest(str(loader), st.st_mtime_ns, st.st_size)
+        except (OSError, subprocess.SubprocessError) as exc:
+            if backend == "libbpf":
+                raise OSError(str(exc)) from exc
+            why = f"the libbpf loader does not run ({exc}; scripts/setup.sh builds it again)"
+        else:
+            return EbpfProgram("libbpf", loader, digest, "asked for" if backend else "the libbpf loader is built")
+    return EbpfProgram("bpftrace", BPFTRACE_PROGRAM, hashlib.sha256(BPFTRACE_PROGRAM.read_bytes()).hexdigest(), why)
 
 
 @functools.lru_cache(maxsize=8)

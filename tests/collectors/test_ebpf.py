@@ -340,6 +340,13 @@ def test_the_backend_is_libbpf_when_its_loader_is_built_else_bpftrace(tmp_path):
     assert (built.backend, built.path) == ("libbpf", missing)
     assert built.sha256 == hashlib.sha256(b"\x7fELF object").hexdigest()
     assert ebpf_program("bpftrace", loader=missing).backend == "bpftrace"
+    broken = tmp_path / "broken"  # built, but it does not run: bpftrace, and why; never a crash
+    broken.write_text("#!/bin/sh\nexit 1\n")
+    broken.chmod(0o755)
+    fallback = ebpf_program(loader=broken)
+    assert fallback.backend == "bpftrace" and "does not run" in fallback.why
+    with pytest.raises(OSError):
+        ebpf_program("libbpf", loader=broken)
 
 
 def test_the_tracer_and_its_child_before_exec_are_left_out_and_only_the_first_tracer():
