@@ -60,21 +60,22 @@ WORKLOADS: dict[str, tuple[str, str]] = {
 _TIMED = "s=$(date +%s%N); {work}; e=$(date +%s%N); echo BENCH_NS=$((e - s)); times"
 _BENCH_NS = re.compile(rb"BENCH_NS=(\d+)")
 _CHILDREN_CPU = re.compile(rb"(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$")  # times' last line: children's user, system
-EBPF_BACKEND: str | None = None
 
 
-def make_witness(name: str):
-    """A fresh witness object by name (a witness holds per-run state)."""
+def make_witness(name: str, ebpf_backend: str | None = None):
+    """A fresh witness object by name (a witness holds per-run state); ``ebpf_backend``:
+    the eBPF witness's (None: libbpf when its loader is built)."""
     if name == "strace":
         return StraceWitness()
     if name == "ebpf":
         from caisson.run.ebpf import EbpfWitness
 
-        return EbpfWitness(backend=EBPF_BACKEND)
+        return EbpfWitness(backend=ebpf_backend)
     raise SystemExit(f"unknown witness {name!r}: strace or ebpf")
 
 
-def one(work: Path, name: str, script: str, witness: str | None) -> tuple[float, float]:
+def one(work: Path, name: str, script: str, witness: str | None, ebpf_backend: str | None = None
+        ) -> tuple[float, float]:
     """Run ``script`` once in the chamber; its own (wall time, CPU time) in seconds.
 
     Raises:
@@ -83,7 +84,7 @@ def one(work: Path, name: str, script: str, witness: str | None) -> tuple[float,
     """
     run_dir = work / name
     outcome = record(RecordOptions(command=["sh", "-c", _TIMED.format(work=script)], repo=ROOT, out=run_dir,
-                                   timeout_s=600), witnesses=[make_witness(witness)] if witness else [])
+                                   timeout_s=600), witnesses=[make_witness(witness, ebpf_backend)] if witness else [])
     events = [r.event for r in read_records(run_dir)]
     end = next(e for e in reversed(events) if isinstance(e, RunEnded))
     gaps = [e for e in events if isinstance(e, WitnessGap)]
@@ -107,12 +108,10 @@ def main() -> int:
     ap.add_argument("--ebpf-backend", choices=["libbpf", "bpftrace"],
                     help="the eBPF witness's backend (default: libbpf when its loader is built)")
     args = ap.parse_args()
-    global EBPF_BACKEND
-    EBPF_BACKEND = args.ebpf_backend
     if "ebpf" in (args.witness or []):
         from collectors.ebpf import ebpf_program
 
-        print(f"ebpf backend: {ebpf_program(EBPF_BACKEND).backend}")
+        print(f"ebpf backend: {ebpf_program(args.ebpf_backend).backend}")
     witnesses = args.witness or ["strace"]
     names = args.workload or list(WORKLOADS)
     pairs = 1 if args.quick else args.pairs
@@ -128,10 +127,10 @@ def main() -> int:
                 for w in order if i % 2 == 0 else order[::-1]:
                     label = w or "none"
                     try:
-                        t = one(work, f"{wl}-{label}-{i}", script, w)
+                        t = one(work, f"{wl}-{label}-{i}", script, w, args.ebpf_backend)
                     except SystemExit as exc:  # e.g. a chamber killed from outside: retried once, said
                         print(f"retrying once: {exc}", file=sys.stderr)
-                        t = one(work, f"{wl}-{label}-{i}-retry", script, w)
+                        t = one(work, f"{wl}-{label}-{i}-retry", script, w, args.ebpf_backend)
                     times.setdefault((wl, label), []).append(t)
     finally:
         shutil.rmtree(work, ignore_errors=True)
