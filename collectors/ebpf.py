@@ -1,9 +1,13 @@
-"""The eBPF syscall witness: bpftrace on the host, its output parsed sans-IO into events.
+"""The eBPF syscall witness: a BPF program run from the host, its output parsed sans-IO into events.
 
-`BPFTRACE_PROGRAM` (``collectors/ebpf.bt``) attaches to syscall, scheduler and io_uring
-tracepoints from the host, outside the chamber's reach, and prints one line per fact
-about the tasks of one PID namespace (the chamber's, and any nested in it). `EbpfParser`
-turns those lines into the same events as the strace witness (`collectors.strace`):
+Two backends (`collectors._ebpf_backend`) run the same probes and print the same lines:
+the libbpf loader ``collectors/bpf/build/caisson-ebpf`` (``collectors/bpf/witness.bpf.c``,
+one BPF ring buffer read in batches; built by ``scripts/setup.sh``) and, where it is not
+built, bpftrace with `BPFTRACE_PROGRAM` (``collectors/ebpf.bt``). Either attaches to
+syscall, scheduler and io_uring tracepoints from the host, outside the chamber's reach,
+and prints one line per fact about the tasks of one PID namespace (the chamber's, and any
+nested in it). `EbpfParser` turns those lines into the same events as the strace witness
+(`collectors.strace`):
 
 - ``execve``/``execveat`` -> `ProcessExec` (argv, environment, ppid in the chamber);
 - ``open``/``openat``/``openat2``/``creat`` and io_uring's ``IORING_OP_OPENAT[2]`` ->
@@ -13,7 +17,8 @@ turns those lines into the same events as the strace witness (`collectors.strace
 - ``connect`` -> `NetConnect` (AF_INET, AF_INET6, AF_UNIX);
 - a process's last thread exiting -> `ProcessExit`;
 - ``chdir``/``fchdir``/fork: state only (cwd, inherited by children);
-- bpftrace's ``Lost N events`` -> `WitnessGap` (the kernel's buffer was full: the cell is void);
+- ``Lost N events`` (bpftrace's perf buffer, or the loader's count of records its ring
+  buffer or entry map had no room for) -> `WitnessGap` (the cell is void);
 - any other line -> `WitnessRaw` (``parse_failures``), never dropped.
 
 Line grammar (space separated; a string is the rest of its line)::
@@ -36,11 +41,16 @@ an ``S`` line just before the ``O``); unlinkat: dirfd, flags; connect: family, p
 Pids: ``tgid``/``tid`` are the host's; ``nspid`` is the process's pid in the chamber.
 An exec, fchdir or connect can return on another CPU than it entered, and bpftrace prints
 each CPU's buffer in turn: its ``R`` may come before its ``E``; the two are paired in
-either order and the event comes out once both and the ``Z`` are in.
+either order and the event comes out once both and the ``Z`` are in. (The libbpf loader's
+ring buffer is one stream in the order the records were reserved; the pairing in either
+order is kept for bpftrace.)
 
-Limits, stated: bpftrace 0.17 copies at most ``BPFTRACE_STRLEN`` - 1 bytes of a string
-(`STRING_LIMIT`): a string that long is marked cut with a ``...`` suffix (``truncated``).
-bpftrace prints strings raw, so a newline inside one continues on the next line: a line
+Limits, stated: either backend copies at most `STRING_LIMIT` - 1 = 199 bytes of a string
+(bpftrace 0.17 with ``BPFTRACE_STRLEN`` = 200; the loader's ``STRLEN`` in
+``collectors/bpf/witness.h``, a 200-byte field whose last byte is the NUL), 64 argv and 128
+environment strings per exec (more: a ``T`` line): a string of 199 bytes or more is taken
+as cut and marked with a ``...`` suffix (``truncated``).
+Both print strings raw, so a newline inside one continues on the next line: a line
 that is no record, right after a string line, is joined to that string. Relative paths are
 resolved against the cwd tracked from chdir/fchdir and inherited from the parent (the
 chamber's workdir at its start); a path through a dirfd whose open was not seen stays
@@ -49,7 +59,7 @@ out of order (a child's exec before its parent's fork line): a process takes its
 cwd at whichever of the two comes first, and ``wall_ns`` is not monotonic across events.
 Paths of opens and changes are read when the call returns (the kernel has faulted them
 in by then); exec's path and argv when it enters (its memory is gone after a successful
-exec), so a string bpftrace could not read is empty, never guessed.
+exec), so a string the program could not read is empty, never guessed.
 Times: ``wall_ns`` = the line's monotonic ns + ``clock_offset_ns`` (wall - monotonic, taken
 once by the task and recorded in ``witness.started``), so replay builds identical events.
 """
@@ -70,6 +80,8 @@ from typing import NamedTuple
 
 import trio
 
+from collectors._ebpf_backend import (BPFTRACE_PROGRAM, LOADER, EbpfProgram, ebpf_program,
+                                      loader_command)
 from collectors._lines import take_lines
 from collectors._strace_parser import NEED_DATA, UNFINISHED, Stamped, _NeedData
 from collectors._witness import Witnessing, witness_life
@@ -77,15 +89,15 @@ from ledger import CaissonError, Submission, redact_exec
 from ledger.events import (FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, WitnessGap, WitnessRaw,
                            WitnessStopped)
 
-__all__ = ["BPFTRACE_PROGRAM", "NEED_DATA", "STRING_LIMIT", "WITNESS", "EbpfParser", "EbpfWitnessError",
-           "ParserClosedError", "bpftrace_command", "open_flags", "run_ebpf_witness"]
+__all__ = ["BPFTRACE_PROGRAM", "LOADER", "NEED_DATA", "STRING_LIMIT", "WITNESS", "EbpfParser", "EbpfProgram",
+           "EbpfWitnessError", "ParserClosedError", "bpftrace_command", "ebpf_program", "loader_command", "open_flags",
+           "run_ebpf_witness"]
 
 WITNESS = "ebpf"
 """The ``witness`` name of the events this parser makes and of its ledger source."""
-BPFTRACE_PROGRAM = Path(__file__).with_name("ebpf.bt")
-"""The bpftrace program of the witness (a data file beside this module)."""
 STRING_LIMIT = 200
-"""``BPFTRACE_STRLEN``: bytes bpftrace reserves per string, the NUL included (0.17's maximum)."""
+"""Bytes reserved per string, the NUL included: ``BPFTRACE_STRLEN`` (0.17's maximum) and the
+libbpf program's ``STRLEN`` (``collectors/bpf/witness.h``); at most 199 bytes are copied."""
 AT_FDCWD = -100
 BATCH_S = 0.02
 """Default wait between reads of bpftrace's output once it has attached, seconds (`run_ebpf_witness`)."""
@@ -180,13 +192,13 @@ class _Text(NamedTuple):
 
 
 class EbpfParser:
-    """Turns the bytes bpftrace prints into ledger events; sans-IO.
+    """Turns the lines the witness's program prints (either backend) into ledger events; sans-IO.
 
     Feed bytes with `feed`, take events with `next_event` until it returns `NEED_DATA`,
     and `close` at end of input (a last line without newline, calls never returned).
 
     Attributes:
-        attached: the program's ``B`` line was seen (bpftrace attached every probe).
+        attached: the program's ``B`` line was seen (every probe is attached).
         last_ns: wall ns of the last stamped line (None before any).
         pidns_inum: the namespace the program watches, from its ``B`` line (None before).
         lines, events, parse_failures, bytes: as `collectors.strace.StraceParser`.
@@ -199,7 +211,7 @@ class EbpfParser:
     def __init__(self, *, clock_offset_ns: int = 0, root_cwd: str | None = None, root_host_pid: int | None = None,
                  fingerprint_key: bytes | None = None, credential_patterns: Sequence[str] = (),
                  skip_tracer: str | None = None, string_limit: int = STRING_LIMIT, max_line_bytes: int = 1 << 16):
-        """Make a parser for one bpftrace run.
+        """Make a parser for one run of the witness's program.
 
         Args:
             clock_offset_ns: wall minus monotonic clock, ns, added to every line's stamp.
@@ -246,7 +258,7 @@ class EbpfParser:
         self.lost = self.truncated = self.unmapped = 0
 
     def feed(self, data: bytes) -> None:
-        """Add bytes of bpftrace's output; any split point is fine.
+        """Add bytes of the program's output; any split point is fine.
 
         Raises:
             ParserClosedError: after `close`.
@@ -303,7 +315,7 @@ class EbpfParser:
         if lost is not None:
             self.lost += int(lost[1])
             self._emit(self.last_ns, WitnessGap(
-                witness=WITNESS, reason=f"the kernel dropped {lost[1]} events: bpftrace's perf buffer was full",
+                witness=WITNESS, reason=f"the kernel dropped {lost[1]} events: the witness's buffer was full",
                 missing="syscalls of the chamber", since_ns=self.last_ns, dropped=int(lost[1])))
         elif not record:
             if text.strip() and not text.startswith("Attaching "):
@@ -546,7 +558,8 @@ def _clean(path: str) -> str:
 
 
 class EbpfWitnessError(CaissonError):
-    """Raised when bpftrace exits before it has attached its probes (``stderr``: its last words)."""
+    """Raised when the witness's program (the loader or bpftrace) exits before it has attached
+    its probes (``stderr``: its last words)."""
 
     def __init__(self, message: str, stderr: str = ""):
         super().__init__(message)
@@ -557,31 +570,32 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
                            env: dict[str, str], parser: EbpfParser, stop: trio.Event, detail: dict | None = None,
                            batch_s: float = BATCH_S,
                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run bpftrace, feed its output to ``parser`` and send the events, until ``stop``.
+    """Run the witness's program (the libbpf loader or bpftrace: ``argv[0]``), feed its output
+    to ``parser`` and send the events, until ``stop``; "it" below.
 
-    Sends ``witness.started`` and signals ``task_status.started()`` once bpftrace has
+    Sends ``witness.started`` and signals ``task_status.started()`` once it has
     attached every probe (its BEGIN line), so the caller can let the chamber's command
     start only then; then the parser's events exactly as it made them (environments
     redacted, the skipped process left out). When ``stop`` is set, waits up to 2 s for
     the exit of the chamber's init (``parser.root_exited``) to be read, then stops
-    bpftrace with SIGINT and drains its output. Then ``witness.gap`` if bpftrace was
+    it with SIGINT and drains its output. Then ``witness.gap`` if it was
     killed before it drained (cancelled) or exited before ``stop``; ``witness.stopped``
     with the parser's counts; last words as `collectors._witness.witness_life` says.
 
     Args:
         send_channel: the ledger channel clone of this witness (closed on return).
-        argv, env: from `bpftrace_command` (env is the whole environment of bpftrace).
+        argv, env: from `loader_command` or `bpftrace_command` (env is the program's whole environment).
         parser: a fresh `EbpfParser`, made with the run's fingerprint key.
         stop: set when the chamber has ended.
         detail: added to ``witness.started``.
         batch_s: seconds to wait after each read once attached, so that the next read takes
             many lines at once (bpftrace writes one line per ``write``; reading each as it
-            comes woke this task and its ledger once per syscall of the chamber). bpftrace
+            comes woke this task and its ledger once per syscall of the chamber). The program
             never waits on us meanwhile: the pipe is widened to `PIPE_BYTES`.
-        task_status: started once bpftrace has attached and ``witness.started`` is sent.
+        task_status: started once the program has attached and ``witness.started`` is sent.
 
     Raises:
-        EbpfWitnessError: bpftrace exited before it attached (the caller must not start the command).
+        EbpfWitnessError: the program exited before it attached (the caller must not start the command).
     """
     proc = await trio.lowlevel.open_process(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     errors, root_exited, stderr_read = bytearray(), trio.Event(), trio.Event()
@@ -607,25 +621,25 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
             with trio.CancelScope(shield=True), trio.move_on_after(2):
                 await _end(w, proc, parser, stop, errors, root_exited)
         if not w.has_started:
-            raise EbpfWitnessError(f"bpftrace exited ({proc.returncode}) before attaching: {_tail(errors)}",
+            raise EbpfWitnessError(f"{_name(argv)} exited ({proc.returncode}) before attaching: {_tail(errors)}",
                                    _tail(errors))
         await w.stopped()
 
 
 async def _end(w: Witnessing, proc: trio.Process, parser: EbpfParser, stop: trio.Event, errors: bytearray,
                root_exited: trio.Event) -> None:
-    """Kill bpftrace if it still runs, send what the parser holds, then the gap if any."""
-    killed = proc.returncode is None  # cancelled before bpftrace drained and exited
+    """Kill the program if it still runs, send what the parser holds, then the gap if any."""
+    killed = proc.returncode is None  # cancelled before the program drained and exited
     if killed:
         proc.kill()
     parser.close()
     await _pump(w, parser, root_exited)
     w.lines, w.parse_failures, w.bytes = parser.lines, parser.parse_failures, parser.bytes
     if w.has_started and killed:
-        await w.gap("bpftrace was killed before it had drained its buffers",
+        await w.gap(f"{_name(proc.args)} was killed before it had drained its buffers",
                     missing="syscalls not yet printed", since_ns=parser.last_ns)
     elif w.has_started and not stop.is_set():
-        await w.gap(f"bpftrace exited before the chamber ended: {_tail(errors)}",
+        await w.gap(f"{_name(proc.args)} exited before the chamber ended: {_tail(errors)}",
                     missing="syscalls after its last line", since_ns=parser.last_ns)
 
 
@@ -639,7 +653,7 @@ async def _pump(w: Witnessing, parser: EbpfParser, root_exited: trio.Event) -> N
 
 
 async def _read_stderr(proc: trio.Process, errors: bytearray, done: trio.Event) -> None:
-    """Keep bpftrace's words (16 KiB of each chunk at most), to quote them in a gap."""
+    """Keep the program's words (16 KiB of each chunk at most), to quote them in a gap."""
     async for chunk in proc.stderr:
         errors.extend(chunk[: 1 << 14])
     done.set()
@@ -656,7 +670,7 @@ def _widen_pipe(stream) -> None:
     """Ask for a `PIPE_BYTES` pipe (fcntl(2) ``F_SETPIPE_SZ``); the default stays if refused."""
     try:
         fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    except OSError:  # refused: bpftrace may wait on a full pipe, and what the kernel then drops is a gap
+    except OSError:  # refused: the program may wait on a full pipe, and what the kernel then drops is a gap
         pass
 
 
@@ -664,3 +678,8 @@ def _tail(errors: bytearray) -> str:
     lines = [ln for ln in errors.decode("utf-8", "replace").splitlines()
              if ln.strip() and "RLIMIT_MEMLOCK" not in ln]  # 0.17 warns of it even when BPF needs none
     return " | ".join(lines[-5:]) or "(nothing on stderr)"
+
+
+def _name(argv) -> str:
+    """The program's name for messages: ``bpftrace`` or ``caisson-ebpf``."""
+    return Path(str(argv[0])).name if argv else "the eBPF witness"

@@ -178,7 +178,8 @@ class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
     # action (trace: the tracer refuses them, visibly; errno: the kernel does, EPERM).
     seccomp: dict[str, Any] = {}
     # Which syscall witness ran and why: ran (strace | ebpf | both | none, from the witnesses
-    # started) and why (the flag that chose it, or the problem that made eBPF fall back to strace).
+    # started) and why (the flag that chose it, or the problem that made eBPF fall back to strace);
+    # with eBPF, ebpf_backend (libbpf | bpftrace) and ebpf_program_sha256 (of what it loaded).
     syscall_witness: dict[str, str] = {}
 
 

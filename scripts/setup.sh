@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(docker.io strace tcpdump debootstrap git ca-certificates python3-venv iptables dnsutils curl)
-# The eBPF syscall witness (caisson record --syscall-witness ebpf) runs bpftrace on the host.
-PACKAGES+=(bpftrace)
+# The eBPF syscall witness (caisson record --syscall-witness ebpf) runs on the host: its libbpf
+# loader (collectors/bpf/, built below with clang, llvm's llvm-strip, bpftool and libbpf-dev),
+# or bpftrace where that did not build.
+PACKAGES+=(bpftrace clang llvm libbpf-dev bpftool)
 # The ledger's native modules (ledger/_chainc.c, the chain loop, and ledger/_appendc.c, the
 # writer's append) build with a C compiler and OpenSSL's headers; without them caisson
 # still installs, with their slower pure-Python twins.
@@ -37,6 +39,18 @@ fi
 # bpftrace attaches to tracepoints through tracefs; some kernels boot without it mounted.
 if [ "$(id -u)" -eq 0 ] && [ -d /sys/kernel/tracing ] && [ ! -d /sys/kernel/tracing/events ]; then
     mount -t tracefs nodev /sys/kernel/tracing || echo "setup: could not mount tracefs: the eBPF witness will fall back to strace" >&2
+fi
+
+# The eBPF witness's libbpf backend: a CO-RE program and its loader, with vmlinux.h made from
+# this kernel's BTF (scripts/build_ebpf.sh), into collectors/bpf/build/ (gitignored). Built
+# again when a source is newer than the loader; without it caisson runs bpftrace (slower) and
+# says so once. A failed build leaves no loader, so the next setup tries again.
+loader=collectors/bpf/build/caisson-ebpf
+if [ ! -x "$loader" ] || [ -n "$(find collectors/bpf scripts/build_ebpf.sh -maxdepth 1 -type f -newer "$loader" 2>/dev/null)" ]; then
+    echo "setup: building the eBPF witness's libbpf loader"
+    if ! scripts/build_ebpf.sh; then
+        echo "setup: warning: the eBPF witness's libbpf loader did not build; the eBPF witness will run bpftrace" >&2
+    fi
 fi
 
 if [ ! -x .venv/bin/python ]; then

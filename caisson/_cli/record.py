@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--agent", metavar="NAME", help="run a real agent (claude-code, ...) on the question")
     p.add_argument("--arm", metavar="NAME", help="the scenario arm: the agent's granted and denied tools")
     p.add_argument("--syscall-witness", metavar="strace|ebpf|both",
-                   help="syscall witness: strace, ebpf (bpftrace on the host; strace where it cannot run), or both;"
+                   help="syscall witness: strace, ebpf (a BPF program on the host: the libbpf loader, else bpftrace;"
+                        " strace where it cannot run), or both;"
                         " default: the fastest one `caisson selftest` showed complete on this machine, else strace")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
@@ -68,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"caisson record: the eBPF witness cannot run here ({problem}): using strace", file=sys.stderr)
             options.syscall_witness = "strace"
             options.syscall_witness_why = f"--syscall-witness {args.syscall_witness}: fell back to strace: {problem}"
+    if options.syscall_witness != "strace":
+        from caisson.run.ebpf import backend_notice
+
+        if (notice := backend_notice()) is not None:  # said once; run.started names the backend
+            print(notice, file=sys.stderr)
     outcome = record(options, witnesses=default_witnesses(weaken=options.weaken, syscall=options.syscall_witness))
     detail = f"exit {outcome.command_exit}" if outcome.status == "completed" else outcome.reason
     print(f"{outcome.run_dir}")

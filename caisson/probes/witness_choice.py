@@ -3,11 +3,12 @@
 `caisson selftest --syscall-witness W` that runs W's whole matrix keeps its outcome in the
 caisson home (`outcome_path`): complete (no failure) or not, and the identity of what it
 ran on (`machine_identity`: the machine id, the kernel's release and build, bpftrace's
-version, the Docker engine's version, the sha256 of the eBPF program), signed with the
+version, the Docker engine's version, the eBPF witness's backend and the sha256 of the
+program it loads: the BPF object of the libbpf loader, or the bpftrace program), signed with the
 operator key. When `caisson record` is given no ``--syscall-witness``,
 `choose_syscall_witness` takes the first of `FASTEST_FIRST` that such an outcome shows
 complete on this same identity, and strace otherwise: eBPF not runnable here, no selftest
-outcome, an outcome for another kernel, engine, bpftrace or program, an incomplete one, or
+outcome, an outcome for another kernel, engine, bpftrace, backend or program, an incomplete one, or
 one not signed by the operator key. The choice and its reason go to ``run.started``
 (``syscall_witness.why``); a fall-back is also said once on stderr by the CLI. strace is
 never skipped for want of a selftest: nothing runs unwitnessed.
@@ -15,7 +16,6 @@ never skipped for want of a selftest: nothing runs unwitnessed.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import time
@@ -25,7 +25,7 @@ import msgspec
 
 from caisson import home
 from caisson.run import ebpf as ebpf_run
-from collectors.ebpf import BPFTRACE_PROGRAM
+from collectors.ebpf import ebpf_program
 from ledger import KeyFileError
 
 __all__ = ["FASTEST_FIRST", "Choice", "Outcome", "choose_syscall_witness", "keep_outcome", "machine_identity",
@@ -82,7 +82,7 @@ def _run(argv: list[str]) -> str:
 
 
 def machine_identity() -> dict[str, str]:
-    """What a selftest outcome holds for: ``{machine, kernel, bpftrace, engine, program}``.
+    """What a selftest outcome holds for: ``{machine, kernel, bpftrace, engine, ebpf_backend, program}``.
 
     ``unknown`` stands for what could not be read (no bpftrace, no engine); it is compared
     like any other value. Runs ``bpftrace --version`` and ``docker version`` (tens of ms).
@@ -95,7 +95,16 @@ def machine_identity() -> dict[str, str]:
     return {"machine": machine or "unknown", "kernel": f"{uname.release} {uname.version}",
             "bpftrace": _run(["bpftrace", "--version"]),
             "engine": _run(["docker", "version", "--format", "{{.Server.Version}}"]),
-            "program": hashlib.sha256(BPFTRACE_PROGRAM.read_bytes()).hexdigest()}
+            **_program()}
+
+
+def _program() -> dict[str, str]:
+    """The eBPF witness's backend and the sha256 of the program it would load here."""
+    try:
+        program = ebpf_program()
+    except OSError:  # the loader is built but will not run
+        return {"ebpf_backend": "unknown", "program": "unknown"}
+    return {"ebpf_backend": program.backend, "program": program.sha256}
 
 
 def keep_outcome(syscall: str, failures: list[str], *, identity: dict[str, str] | None = None,

@@ -1,15 +1,17 @@
-"""The eBPF syscall witness in the chamber: bpftrace on the host, attached before the command.
+"""The eBPF syscall witness in the chamber: a BPF program on the host, attached before the command.
 
-bpftrace (`collectors.ebpf`) runs on the host, where the agent can neither see nor signal
-it, and watches the chamber's PID namespace. So that no instruction of the command runs
+The witness's program (`collectors.ebpf`: the libbpf loader when ``scripts/setup.sh`` has
+built it, else bpftrace) runs on the host, where the agent can neither see nor signal it,
+and watches the chamber's PID namespace. So that no instruction of the command runs
 unwitnessed, the chamber's command is wrapped (in bash) to wait for a go signal: it reads one line
 from a FIFO bind-mounted read-only at `GO_PATH`, and execs the command only when the line
-is ``go``. The witness writes ``go`` once bpftrace has printed its BEGIN line (every probe
-attached); if bpftrace cannot attach, it writes ``abort`` and the command never runs (the
+is ``go``. The witness writes ``go`` once the program has printed its ``B`` line (every probe
+attached); if it cannot attach, it writes ``abort`` and the command never runs (the
 chamber exits with `ABORT_EXIT`, and the failure is a ``witness.gap``).
 
-`ebpf_problem` says why this host cannot run the witness (no bpftrace, not root, no BTF,
-no tracefs): `caisson record --syscall-witness ebpf` then says so once and uses strace.
+`ebpf_problem` says why this host cannot run the witness (neither the loader nor bpftrace,
+not root, no BTF, no tracefs): `caisson record --syscall-witness ebpf` then says so once
+and uses strace. `backend_notice` says, once, when it runs bpftrace for want of the loader.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ import msgspec
 
 from caisson._paths import SANDBOX_PATH
 from caisson.chamber import ContainerSpec
-from collectors.ebpf import EbpfParser, bpftrace_command, run_ebpf_witness
+from collectors.ebpf import LOADER, EbpfParser, bpftrace_command, ebpf_program, loader_command, run_ebpf_witness
 
-__all__ = ["ABORT_EXIT", "EbpfWitness", "GO_PATH", "ebpf_problem"]
+__all__ = ["ABORT_EXIT", "EbpfWitness", "GO_PATH", "backend_notice", "ebpf_problem"]
 
 GO_DIR = "/caisson/ebpf"
 GO_PATH = f"{GO_DIR}/go"
@@ -46,14 +48,15 @@ _TRACEFS = Path("/sys/kernel/tracing")
 def ebpf_problem() -> str | None:
     """Why the eBPF witness cannot run on this host, or None when it can.
 
-    Checks what bpftrace needs: the binary, root, the kernel's BTF (for ``curtask``'s
-    types), and tracefs with the syscall and io_uring tracepoints. It does not load a
-    program (that costs seconds); a load failure at run time is a ``witness.gap``.
+    Checks what the program needs: the libbpf loader built or bpftrace installed, root,
+    the kernel's BTF (the program's types), and tracefs with the syscall and io_uring
+    tracepoints. It does not load a program (bpftrace takes seconds); a load failure at run
+    time is a ``witness.gap``.
     """
-    if shutil.which("bpftrace") is None:
-        return "bpftrace is not installed (apt-get install bpftrace)"
+    if not os.access(LOADER, os.X_OK) and shutil.which("bpftrace") is None:
+        return "neither the libbpf loader (scripts/setup.sh) nor bpftrace is installed (apt-get install bpftrace)"
     if os.geteuid() != 0:
-        return "bpftrace needs root"
+        return "the eBPF witness needs root"
     if not Path("/sys/kernel/btf/vmlinux").exists():
         return "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
     events = _TRACEFS / "events"
@@ -65,6 +68,14 @@ def ebpf_problem() -> str | None:
     return None
 
 
+def backend_notice() -> str | None:
+    """A line to say once when the witness will run bpftrace for want of the libbpf loader, or None."""
+    program = ebpf_program()
+    if program.backend == "libbpf":
+        return None
+    return f"caisson record: the eBPF witness runs bpftrace (slower): {program.why}"
+
+
 def _pid_namespace(host_pid: int) -> tuple[int, int]:
     """(inode number, level below the host's) of a process's PID namespace."""
     inum = os.stat(f"/proc/{host_pid}/ns/pid").st_ino
@@ -74,11 +85,15 @@ def _pid_namespace(host_pid: int) -> tuple[int, int]:
 
 
 class EbpfWitness:
-    """bpftrace on the host, scoped to the chamber's PID namespace; see the module docstring.
+    """The eBPF witness's program on the host, scoped to the chamber's PID namespace; see
+    the module docstring.
 
     Args:
-        perf_rb_pages: pages per CPU of bpftrace's perf buffer (tests shrink it to force
-            lost events, which must void the cell).
+        backend: ``libbpf`` or ``bpftrace``; None: libbpf when its loader is built, else
+            bpftrace (`collectors.ebpf.ebpf_program`).
+        ring_bytes: bytes of the libbpf loader's ring buffer (a power of 2 of at least
+            4096; tests shrink it to force lost events, which must void the cell).
+        perf_rb_pages: pages per CPU of bpftrace's perf buffer (likewise).
         beside_strace: the strace witness runs too; it is then the chamber's init, and its
             own calls (opening its output FIFO, its start-up probes) are not the command's:
             they are left out, and ``witness.started`` says so.
@@ -87,7 +102,10 @@ class EbpfWitness:
     name = "ebpf"
     needs_network = False
 
-    def __init__(self, *, perf_rb_pages: int = 1024, beside_strace: bool = False):
+    def __init__(self, *, backend: str | None = None, ring_bytes: int | None = None, perf_rb_pages: int = 1024,
+                 beside_strace: bool = False):
+        self.program = ebpf_program(backend)
+        self.ring_bytes = ring_bytes
         self.perf_rb_pages = perf_rb_pages
         self.beside_strace = beside_strace
         self._go_fd: int | None = None
@@ -104,11 +122,15 @@ class EbpfWitness:
         return msgspec.structs.replace(spec, cmd=["/bin/bash", "-c", _WAIT, "caisson-wait", *spec.cmd],
                                        binds=[*spec.binds, (str(gdir), GO_DIR, True)])
 
-    async def start(self, ctx) -> None:
-        """Start bpftrace on the chamber's namespace; the command goes once it has attached.
+    def facts(self) -> dict[str, str]:
+        """For ``run.started.syscall_witness``: the backend and the sha256 of the program it loads."""
+        return {"ebpf_backend": self.program.backend, "ebpf_program_sha256": self.program.sha256}
 
-        Returns at once: the other witnesses start while bpftrace compiles and attaches
-        (seconds), and the command waits on its go FIFO meanwhile.
+    async def start(self, ctx) -> None:
+        """Start the program on the chamber's namespace; the command goes once it has attached.
+
+        Returns at once: the other witnesses start while it loads and attaches (bpftrace
+        compiles for seconds), and the command waits on its go FIFO meanwhile.
         """
         ctx.nursery.start_soon(self._attach, ctx)
         ctx.nursery.start_soon(self._close_at_stop, ctx)
@@ -117,20 +139,25 @@ class EbpfWitness:
         """Run the witness task; write ``go`` once it has attached, ``abort`` if it cannot.
 
         Raises:
-            Exception: bpftrace could not attach (`EbpfWitnessError`, or the engine's pid
+            Exception: the program could not attach (`EbpfWitnessError`, or the engine's pid
                 was gone): the command never runs; the session records a ``witness.gap``.
         """
         ok = False
         try:
             inum, level = _pid_namespace(ctx.started.host_pid)
-            argv, extra = bpftrace_command(inum, level, ctx.started.host_pid, perf_rb_pages=self.perf_rb_pages)
-            offset = time.time_ns() - time.monotonic_ns()  # bpftrace's nsecs is CLOCK_MONOTONIC
+            if self.program.backend == "libbpf":
+                ring = {} if self.ring_bytes is None else {"ring_bytes": self.ring_bytes}
+                argv, extra = loader_command(inum, level, ctx.started.host_pid, loader=self.program.path, **ring), {}
+            else:
+                argv, extra = bpftrace_command(inum, level, ctx.started.host_pid, program=self.program.path,
+                                               perf_rb_pages=self.perf_rb_pages)
+            offset = time.time_ns() - time.monotonic_ns()  # the program's stamps are CLOCK_MONOTONIC
             parser = EbpfParser(clock_offset_ns=offset, root_cwd=SANDBOX_PATH, root_host_pid=ctx.started.host_pid,
                                 fingerprint_key=self._key, credential_patterns=self._patterns,
                                 skip_tracer="strace" if self.beside_strace else None)
             await ctx.nursery.start(functools.partial(
                 run_ebpf_witness, ctx.send, argv=argv, env={**os.environ, **extra}, parser=parser, stop=ctx.stop,
-                detail={"env": extra, "clock_offset_ns": offset, "pidns_level": level,
+                detail={"env": extra, "clock_offset_ns": offset, "pidns_level": level, **self.facts(),
                         "skipped": "the strace tracer's own calls" if self.beside_strace else None}))
             ok = True
         finally:

@@ -66,7 +66,8 @@ WEAKENABLE: dict[Control, str] = {
     "network": "the chamber network gets a route out and the host's side is not firewalled",
     "deny_list": "the agent is handed the arm's withheld tools as allowed, and no deny list",
     "agent_config": "the sandbox keeps the files the agent reads as its configuration (settings, hooks, MCP)",
-    "ebpf_buffer": "the eBPF witness's perf buffer is one page per CPU, so a flood of syscalls overflows it",
+    "ebpf_buffer": "the eBPF witness's buffer is cut (the libbpf loader's ring to 64 KiB, bpftrace's perf buffer"
+                   " to a page per CPU), so a flood of syscalls overflows it",
     "strace_openat": "the strace witness leaves openat out of its filter, so it silently misses file opens",
     "seccomp": "the chamber gets the engine's default seccomp profile, not caisson's (io_uring and the rest allowed"
                " as the installed engine allows them)",

@@ -186,7 +186,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 agent=plan.agent_facts(),
                 arm=plan.arm_facts(),
                 seccomp=seccomp.manifest() if seccomp else {},
-                syscall_witness=syscall_witness_facts([w.name for w in witnesses], options.syscall_witness_why),
+                syscall_witness=syscall_witness_facts([w.name for w in witnesses], options.syscall_witness_why,
+                                                      _witness_facts(witnesses)),
             )
             spec = ContainerSpec(
                 image=tag,
@@ -287,9 +288,21 @@ def _adapter_transcript(name: str | None):
     return adapter(name).transcript
 
 
-def syscall_witness_facts(witnesses: list[str], why: str) -> dict[str, str]:
+def syscall_witness_facts(witnesses: list[str], why: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """``run.started.syscall_witness``: which syscall witness runs, from the witnesses
     started (``strace``, ``ebpf``, ``both`` or ``none``), and ``why`` (the choice's reason;
-    empty: the caller gave none, e.g. a library call with its own witnesses)."""
+    empty: the caller gave none, e.g. a library call with its own witnesses); then
+    ``extra``, the witnesses' own facts (the eBPF witness's ``ebpf_backend``, libbpf or
+    bpftrace, and ``ebpf_program_sha256``, the digest of the program it loads)."""
     ran = [name for name in ("strace", "ebpf") if name in witnesses]
-    return {"ran": "both" if len(ran) == 2 else ran[0] if ran else "none", "why": why or "chosen by the caller"}
+    return {"ran": "both" if len(ran) == 2 else ran[0] if ran else "none", "why": why or "chosen by the caller",
+            **(extra or {})}
+
+
+def _witness_facts(witnesses: list) -> dict[str, str]:
+    """The facts of the witnesses that have some (``facts()``), merged."""
+    out: dict[str, str] = {}
+    for w in witnesses:
+        if callable(facts := getattr(w, "facts", None)):
+            out.update(facts())
+    return out

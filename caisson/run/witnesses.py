@@ -283,6 +283,7 @@ def default_witnesses(*, weaken: list[str] | tuple[str, ...] = (), syscall: str 
     if syscall in ("ebpf", "both"):
         from caisson.run.ebpf import EbpfWitness
 
-        syscall_witnesses.append(EbpfWitness(beside_strace=syscall == "both",
-                                             perf_rb_pages=1 if "ebpf_buffer" in weaken else 1024))
+        small = "ebpf_buffer" in weaken  # a flood of syscalls overflows it; the command's exec still fits
+        syscall_witnesses.append(EbpfWitness(beside_strace=syscall == "both", perf_rb_pages=1 if small else 1024,
+                                             ring_bytes=1 << 16 if small else None))
     return [PcapWitness(), DnsWitness(), ProxyWitness(), *syscall_witnesses, ProcfsWitness()]

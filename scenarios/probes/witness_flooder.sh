@@ -2,8 +2,9 @@
 # witness_flooder: a known-bad probe that floods the syscall witness with 20000 opens in a
 # tight loop, hoping some are dropped unseen. Under intact controls the eBPF witness's
 # buffer holds such a burst (a flood many times larger does overflow it, and is then a
-# gap, never a silent loss); with its perf buffer cut to one page per CPU, the kernel
-# drops events, bpftrace reports "Lost N events", and the witness gap must void the run.
+# gap, never a silent loss); with its buffer cut (the libbpf loader's ring buffer to
+# 64 KiB, or bpftrace's perf buffer to a page per CPU), the kernel drops events, the
+# witness reports "Lost N events", and the witness gap must void the run.
 set -u
 python3 -c "
 import os

@@ -1,8 +1,10 @@
 """The eBPF witness in a real chamber: reads of an excluded file by openat, io_uring and
 exec of a reader are each seen and void the cell; lost events void it with a gap.
 
-Needs root, bpftrace, the kernel's BTF and tracefs, and a Docker engine: locally a missing
-one skips, with ``CI=true`` it fails (tests/caisson/conftest.py).
+Needs root, the libbpf loader (scripts/setup.sh) or bpftrace, the kernel's BTF and tracefs,
+and a Docker engine: locally a missing one skips, with ``CI=true`` it fails
+(tests/caisson/conftest.py). The witness runs the backend `EbpfWitness` picks (libbpf when
+built); ``CAISSON_TEST_EBPF_BACKEND=bpftrace`` runs these on bpftrace instead.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from caisson.run import ebpf as ebpf_module
 from caisson.run.ebpf import EbpfWitness, ebpf_problem
 from caisson.run.witnesses import StraceWitness, default_witnesses
 from caisson.run.record import RecordOptions, record, syscall_witness_facts
+from collectors.ebpf import ebpf_program
 from ledger import BlobStore, read_records
 from ledger.events import BlobStored, FileOpen, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
 from tests.caisson.conftest import require
 
 HERE = Path(__file__).with_suffix("")
+BACKEND = os.environ.get("CAISSON_TEST_EBPF_BACKEND") or None
 KEY = "benchmark/questions.toml"
 
 PROBE = f"""
@@ -72,10 +76,16 @@ def _record(tmp_path: Path, command: str, witness: EbpfWitness, name: str = "run
 def test_reads_of_an_excluded_file_by_openat_io_uring_and_exec_are_each_seen(ebpf, tmp_path):
     # caisson's own seccomp profile refuses io_uring in every chamber (the strace witness cannot
     # see through it); with the engine's default the call runs, and the eBPF witness sees it.
-    run_dir, events = _record(tmp_path, PROBE, EbpfWitness(), weaken=("seccomp",))
+    run_dir, events = _record(tmp_path, PROBE, EbpfWitness(backend=BACKEND), weaken=("seccomp",))
     end = next(e for e in events if isinstance(e, RunEnded))
     assert end.exit_code == 0, end
-    assert next(e for e in events if isinstance(e, RunStarted)).witnesses == ["ebpf"]
+    run_started = next(e for e in events if isinstance(e, RunStarted))
+    assert run_started.witnesses == ["ebpf"]
+    program = ebpf_program(BACKEND)  # the backend and the digest of what it loaded, in both records
+    assert (run_started.syscall_witness["ebpf_backend"], run_started.syscall_witness["ebpf_program_sha256"]) == (
+        program.backend, program.sha256)
+    [ws] = [e for e in events if isinstance(e, WitnessStarted) and e.witness == "ebpf"]
+    assert (ws.detail["ebpf_backend"], ws.detail["ebpf_program_sha256"]) == (program.backend, program.sha256)
     started = [i for i, e in enumerate(events) if isinstance(e, WitnessStarted) and e.witness == "ebpf"]
     execs = [i for i, e in enumerate(events) if isinstance(e, ProcessExec)]
     assert started and execs and started[0] < execs[0]  # attached before the command's first exec
@@ -104,7 +114,7 @@ def test_reads_of_an_excluded_file_by_openat_io_uring_and_exec_are_each_seen(ebp
 
 def test_a_flood_that_overflows_the_buffer_voids_the_cell_with_a_gap(ebpf, tmp_path):
     flood = "python3 -c \"import os\nfor _ in range(200000): os.close(os.open('src/app.py', os.O_RDONLY))\""
-    run_dir, events = _record(tmp_path, flood, EbpfWitness(perf_rb_pages=1))
+    run_dir, events = _record(tmp_path, flood, EbpfWitness(backend=BACKEND, perf_rb_pages=1, ring_bytes=1 << 16))
     gaps = [e for e in events if isinstance(e, WitnessGap)]
     assert gaps and gaps[0].witness == "ebpf" and gaps[0].dropped > 0, gaps
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
@@ -143,6 +153,7 @@ def test_where_ebpf_cannot_run_record_says_so_once_and_uses_strace(recorded, mon
 
 def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
     monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: None)
+    monkeypatch.setattr(ebpf_module, "backend_notice", lambda: None)  # the loader is built
     for choice, want in (("strace", {"strace"}), ("ebpf", {"ebpf"}), ("both", {"strace", "ebpf"})):
         with pytest.raises(_Recorded):
             main(["record", "--syscall-witness", choice, "--", "true"])
@@ -153,6 +164,22 @@ def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
     assert isinstance(default_witnesses()[3], StraceWitness)
     with pytest.raises(ValueError):
         default_witnesses(syscall="ptrace")
+
+
+def test_without_the_libbpf_loader_record_says_once_that_it_runs_bpftrace(recorded, monkeypatch, capsys, tmp_path):
+    from collectors import _ebpf_backend
+
+    monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: None)
+    real = _ebpf_backend.ebpf_program
+    monkeypatch.setattr(ebpf_module, "ebpf_program", lambda *a, **kw: real(*a, loader=tmp_path / "none", **kw))
+    with pytest.raises(_Recorded):
+        main(["record", "--syscall-witness", "ebpf", "--", "true"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the eBPF witness runs bpftrace (slower): the libbpf loader is not built" in err
+    assert "ebpf" in recorded["witnesses"]
+    with pytest.raises(_Recorded):
+        main(["record", "--syscall-witness", "strace", "--", "true"])
+    assert capsys.readouterr().err == ""  # strace alone: no word about eBPF
 
 
 IDENTITY = {"machine": "m1", "kernel": "6.1.0-test #1", "bpftrace": "bpftrace v0.17.0", "engine": "24.0.7",
@@ -226,8 +253,9 @@ def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebp
     record(RecordOptions(command=["sh", "-c", "cat src/app.py > /dev/null"], repo=_probe_repo(tmp_path / "repo"),
                          out=run_dir, timeout_s=90), witnesses=witnesses)
     records = list(read_records(run_dir))
-    assert next(r.event for r in records if isinstance(r.event, RunStarted)).syscall_witness == {
-        "ran": "both", "why": "chosen by the caller"}
+    facts = next(r.event for r in records if isinstance(r.event, RunStarted)).syscall_witness
+    assert (facts["ran"], facts["why"], facts["ebpf_backend"]) == ("both", "chosen by the caller",
+                                                                   ebpf_program().backend)
     seen = {(r.source, e.path) for r in records if isinstance(e := r.event, FileOpen) and e.result is not None}
     assert {("strace", "/work/sandbox/src/app.py"), ("ebpf", "/work/sandbox/src/app.py")} <= seen
     execs = {(r.source, tuple(r.event.argv)) for r in records if isinstance(r.event, ProcessExec) and r.event.result == 0}
@@ -248,9 +276,10 @@ def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebp
 
 def test_when_bpftrace_cannot_attach_the_command_never_runs_and_the_cell_is_void(ebpf, tmp_path, monkeypatch):
     real = ebpf_module.bpftrace_command
-    monkeypatch.setattr(ebpf_module, "bpftrace_command",
-                        lambda *a, **kw: (["sh", "-c", "echo 'ERROR: no such tracepoint' >&2; exit 1"], real(*a, **kw)[1]))
-    run_dir, events = _record(tmp_path, "touch ran", EbpfWitness())
+    fail = ["sh", "-c", "echo 'ERROR: no such tracepoint' >&2; exit 1"]
+    monkeypatch.setattr(ebpf_module, "bpftrace_command", lambda *a, **kw: (fail, real(*a, **kw)[1]))
+    monkeypatch.setattr(ebpf_module, "loader_command", lambda *a, **kw: fail)
+    run_dir, events = _record(tmp_path, "touch ran", EbpfWitness(backend=BACKEND))
     end = next(e for e in events if isinstance(e, RunEnded))
     assert end.exit_code == ebpf_module.ABORT_EXIT
     stderr = next(e for e in events if isinstance(e, BlobStored) and e.role == "stderr")

@@ -1,9 +1,14 @@
-"""The eBPF witness's parser, on real bpftrace output (test_ebpf/probe.out) and on each line form.
+"""The eBPF witness's parser, on real output of both backends and on each line form.
 
 probe.out is collectors/ebpf.bt's output for test_ebpf/probe.sh in the chamber image,
 recorded from the host with ``bpftrace -B line collectors/ebpf.bt INUM 1 INIT_PID`` (the
 command's first line waits for a go FIFO written once bpftrace had attached).
 probe.events.jsonl is what the parser made of it, reviewed by hand: the exact expectation.
+probe.libbpf.out is the libbpf loader's output for the same probe, recorded the same way
+(``collectors/bpf/build/caisson-ebpf INUM 1 INIT_PID``, container user ``agent``, network
+none, ``API_TOKEN``, ``PATH=/usr/bin:/bin`` and ``HOME`` set); probe.libbpf.events.jsonl
+is the parser's reading of it, which a test pins equal to probe.events.jsonl but for pids,
+times and the container's hostname.
 Re-recording changes pids and times: regenerate the events and review them again.
 """
 
@@ -22,6 +27,8 @@ from collectors.ebpf import (
     EbpfParser,
     ParserClosedError,
     bpftrace_command,
+    ebpf_program,
+    loader_command,
     open_flags,
 )
 from collectors.strace import UNFINISHED
@@ -82,6 +89,42 @@ def test_golden_with_trailing_junk_keeps_every_event_and_the_junk():
     assert got[:len(EXPECTED) - 1] == EXPECTED[:-1] and got[-1] == EXPECTED[-1]
     assert [e for _, e in got[len(EXPECTED) - 1:-1]] == [
         WitnessRaw(witness="ebpf", line="R garbage"), WitnessRaw(witness="ebpf", line="\x00\\xffnot a record")]
+
+
+LIBBPF = (GOLDEN / "probe.libbpf.out").read_bytes()
+LIBBPF_INIT = 19113  # host pid of the chamber's init in probe.libbpf.out
+LIBBPF_EXPECTED = [(s.wall_ns, s.event) for s in (msgspec.json.decode(line, type=_Stamped) for line in
+                                                   (GOLDEN / "probe.libbpf.events.jsonl").read_bytes().splitlines())]
+
+
+@settings(max_examples=10, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=len(LIBBPF)), max_size=20))
+def test_libbpf_golden_whole_byte_at_a_time_and_at_any_split(cuts):
+    assert parse([LIBBPF], root_host_pid=LIBBPF_INIT) == LIBBPF_EXPECTED
+    points = [0, *sorted(cuts), len(LIBBPF)]
+    assert parse([LIBBPF[a:b] for a, b in zip(points, points[1:])], root_host_pid=LIBBPF_INIT) == LIBBPF_EXPECTED
+
+
+def test_libbpf_golden_byte_at_a_time():
+    assert parse([LIBBPF[i:i + 1] for i in range(len(LIBBPF))], root_host_pid=LIBBPF_INIT) == LIBBPF_EXPECTED
+
+
+def _same_facts(event) -> dict:
+    """An event without what differs between two recordings: pids, the container's hostname,
+    the stamps of a raw line."""
+    d = msgspec.to_builtins(event)
+    for k in ("host_pid", "pid", "ppid"):
+        d.pop(k, None)
+    d.get("env", {}).pop("HOSTNAME", None)
+    if "line" in d:
+        d["line"] = " ".join(d["line"].split()[4:])
+    return d
+
+
+def test_the_libbpf_loader_and_bpftrace_print_the_same_facts_of_the_probe():
+    assert [_same_facts(e) for _, e in LIBBPF_EXPECTED] == [_same_facts(e) for _, e in EXPECTED]
+    assert LIBBPF_EXPECTED[-1][1] == WitnessRaw(witness="ebpf", line="R 34692381713225 19113 19113 ? openat 3")
+    assert len(LIBBPF_EXPECTED) == 327
 
 
 def test_golden_facts():
@@ -157,16 +200,16 @@ def test_attached_and_root_exit_are_reported():
 def test_lost_events_are_a_gap_with_the_count():
     got = events("B 5 1 1 7\nQ 1000 8 8 2 0\nLost 12 events\nLost 3 events\n", clock_offset_ns=100)
     assert got[1:] == [
-        WitnessGap(witness="ebpf", reason="the kernel dropped 12 events: bpftrace's perf buffer was full",
+        WitnessGap(witness="ebpf", reason="the kernel dropped 12 events: the witness's buffer was full",
                    missing="syscalls of the chamber", since_ns=1100, dropped=12),
-        WitnessGap(witness="ebpf", reason="the kernel dropped 3 events: bpftrace's perf buffer was full",
+        WitnessGap(witness="ebpf", reason="the kernel dropped 3 events: the witness's buffer was full",
                    missing="syscalls of the chamber", since_ns=1100, dropped=3)]
 
 
 def test_a_lost_line_right_after_a_path_is_a_gap_not_part_of_the_path():
     got = events("O 7 5 5 2 tracepoint:syscalls:sys_exit_openat -100 0 3 /a\nLost 4 events\n")
     assert got == [FileOpen(pid=2, host_pid=5, syscall="openat", path="/a", flags="O_RDONLY", result=3),
-                   WitnessGap(witness="ebpf", reason="the kernel dropped 4 events: bpftrace's perf buffer was full",
+                   WitnessGap(witness="ebpf", reason="the kernel dropped 4 events: the witness's buffer was full",
                               missing="syscalls of the chamber", since_ns=OFFSET + 7, dropped=4)]
 
 
@@ -265,6 +308,45 @@ def test_bpftrace_command():
         bpftrace_command(4026532181, 1, 4242, perf_rb_pages=3)
     with pytest.raises(ValueError):
         bpftrace_command(0, 1, 4242)
+
+
+def test_loader_command():
+    argv = loader_command(4026532181, 2, 4242, loader=Path("/x/caisson-ebpf"), ring_bytes=4096)
+    assert argv == ["/x/caisson-ebpf", "--ring-bytes", "4096", "--wake-bytes", str(1 << 20), "--poll-ms", "50",
+                    "4026532181", "2", "4242"]
+    for bad in ({"ring_bytes": 6144}, {"ring_bytes": 2048}, {"poll_ms": 0}):
+        with pytest.raises(ValueError):
+            loader_command(4026532181, 1, 4242, **bad)
+    for ns in ((0, 1, 4242), (4026532181, 32, 4242), (4026532181, 1, 0)):
+        with pytest.raises(ValueError):
+            loader_command(*ns)
+
+
+def test_the_backend_is_libbpf_when_its_loader_is_built_else_bpftrace(tmp_path):
+    import hashlib
+
+    missing = tmp_path / "caisson-ebpf"
+    program = ebpf_program(loader=missing)  # not built: bpftrace, and why
+    assert program.backend == "bpftrace" and "not built" in program.why
+    assert program.sha256 == hashlib.sha256(program.path.read_bytes()).hexdigest()
+    with pytest.raises(ValueError):
+        ebpf_program("libbpf", loader=missing)
+    with pytest.raises(ValueError):
+        ebpf_program("ptrace", loader=missing)
+    # A "loader" that writes its embedded object: the digest is of that object, not of the loader.
+    missing.write_text("#!/bin/sh\n[ \"$1\" = --object ] && printf '\\177ELF object'\n")
+    missing.chmod(0o755)
+    built = ebpf_program(loader=missing)
+    assert (built.backend, built.path) == ("libbpf", missing)
+    assert built.sha256 == hashlib.sha256(b"\x7fELF object").hexdigest()
+    assert ebpf_program("bpftrace", loader=missing).backend == "bpftrace"
+    broken = tmp_path / "broken"  # built, but it does not run: bpftrace, and why; never a crash
+    broken.write_text("#!/bin/sh\nexit 1\n")
+    broken.chmod(0o755)
+    fallback = ebpf_program(loader=broken)
+    assert fallback.backend == "bpftrace" and "does not run" in fallback.why
+    with pytest.raises(OSError):
+        ebpf_program("libbpf", loader=broken)
 
 
 def test_the_tracer_and_its_child_before_exec_are_left_out_and_only_the_first_tracer():

@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * caisson-ebpf: loads witness.bpf.c (embedded by bpftool's skeleton), scoped to one PID
+ * namespace, and prints its ring buffer's records as the lines collectors/ebpf.py parses
+ * (the grammar at the top of that module), exactly as collectors/ebpf.bt does for bpftrace.
+ *
+ * Usage: caisson-ebpf [--ring-bytes N] [--wake-bytes N] [--poll-ms N] INUM LEVEL INIT_PID
+ *        caisson-ebpf --object    (writes the embedded BPF object to stdout, for its digest)
+ *
+ *   INUM, LEVEL, INIT_PID: the chamber's PID namespace (inode number, level, host pid of
+ *     its init), as bpftrace's $1 $2 $3.
+ *   --ring-bytes: the ring buffer's size (a power of 2, a multiple of the page size;
+ *     default 16 MiB). A smaller one loses records sooner (tests force "Lost N events").
+ *   --wake-bytes: pending bytes at which a record wakes this loader (default 1 MiB).
+ *   --poll-ms: longest wait between two reads of the ring (default 50 ms).
+ *
+ * Output goes through a 1 MiB stdio buffer, flushed once per read of the ring. The "B"
+ * line is printed (and flushed) once every probe is attached. Records the kernel could not
+ * reserve are counted by the program per CPU; after each read of the ring a rise of their
+ * sum is printed as "Lost N events". SIGINT or SIGTERM: read what is left, flush, exit 0.
+ * Exit 1: bad arguments, or the program could not be loaded or attached (why on stderr).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/types.h>
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __s32 s32;
+typedef __u64 u64;
+typedef __s64 s64;
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "witness.h"
+#include "witness.skel.h"
+
+static const char *const SYSCALLS[SYS_COUNT] = {
+	[SYS_EXECVE] = "execve", [SYS_EXECVEAT] = "execveat", [SYS_OPENAT] = "openat",
+	[SYS_OPENAT2] = "openat2", [SYS_OPEN] = "open", [SYS_CREAT] = "creat", [SYS_UNLINK] = "unlink",
+	[SYS_RMDIR] = "rmdir", [SYS_MKDIR] = "mkdir", [SYS_CHDIR] = "chdir", [SYS_UNLINKAT] = "unlinkat",
+	[SYS_MKDIRAT] = "mkdirat", [SYS_RENAME] = "rename", [SYS_RENAMEAT] = "renameat",
+	[SYS_RENAMEAT2] = "renameat2", [SYS_SYMLINK] = "symlink", [SYS_LINK] = "link",
+	[SYS_SYMLINKAT] = "symlinkat", [SYS_LINKAT] = "linkat", [SYS_CHMOD] = "chmod",
+	[SYS_FCHMODAT] = "fchmodat", [SYS_TRUNCATE] = "truncate", [SYS_FCHDIR] = "fchdir",
+	[SYS_CONNECT] = "connect",
+};
+
+static volatile sig_atomic_t stopping;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stopping = 1;
+}
+
+static const char *syscall_name(unsigned sys)
+{
+	return sys < SYS_COUNT && SYSCALLS[sys] ? SYSCALLS[sys] : "unknown";
+}
+
+/* The record's string, NUL-terminated whatever the kernel left in it. */
+static const char *str(const struct rec *r)
+{
+	return memchr(r->s, 0, STRLEN) ? r->s : "";
+}
+
+static void connect_address(const struct rec *r)
+{
+	char text[INET6_ADDRSTRLEN] = "";
+
+	if (r->i0 == AF_INET || r->i0 == AF_INET6) {
+		inet_ntop(r->i0, r->s, text, sizeof(text));
+		printf("S %d %s\n", r->tid, text);
+	} else if (r->i0 == AF_UNIX) {
+		printf("S %d %s\n", r->tid, str(r));
+	}
+}
+
+static int print_record(void *ctx, void *data, size_t size)
+{
+	const struct rec *r = data;
+	const char *name;
+
+	(void)ctx;
+	if (size < sizeof(*r))
+		return 0;
+	name = syscall_name(r->sys);
+	switch (r->kind) {
+	case K_EXEC:
+		printf("E %llu %d %d %d tracepoint:syscalls:sys_enter_%s %d %d\n", r->ts, r->tgid, r->tid, r->nspid,
+		       name, r->i0, r->i1);
+		printf("S %d %s\n", r->tid, str(r));
+		break;
+	case K_ARG:
+	case K_ENV:
+	case K_FIRST:
+		printf("%c %d %s\n", r->kind, r->tid, str(r));
+		break;
+	case K_SEAL:
+		if (r->flags & CUT_ARGV)
+			printf("T %d argv\n", r->tid);
+		if (r->flags & CUT_ENV)
+			printf("T %d env\n", r->tid);
+		printf("Z %d\n", r->tid);
+		break;
+	case K_CONNECT:
+		printf("E %llu %d %d %d tracepoint:syscalls:sys_enter_connect %d %d\n", r->ts, r->tgid, r->tid,
+		       r->nspid, r->i0, r->i1);
+		connect_address(r);
+		printf("Z %d\n", r->tid);
+		break;
+	case K_FCHDIR:
+		printf("E %llu %d %d %d tracepoint:syscalls:sys_enter_fchdir %d 0\nZ %d\n", r->ts, r->tgid, r->tid,
+		       r->nspid, r->i0, r->tid);
+		break;
+	case K_DONE:
+		printf("O %llu %d %d %d tracepoint:syscalls:sys_exit_%s %d %d %lld %s\n", r->ts, r->tgid, r->tid,
+		       r->nspid, name, r->i0, r->i1, r->ret, str(r));
+		break;
+	case K_RET:
+		printf("R %llu %d %d %d tracepoint:syscalls:sys_exit_%s %lld\n", r->ts, r->tgid, r->tid, r->nspid,
+		       name, r->ret);
+		break;
+	case K_FORK:
+		printf("F %llu %d %d %d %lld\n", r->ts, r->tgid, r->tid, r->nspid, r->ret);
+		break;
+	case K_EXIT:
+		printf("Q %llu %d %d %d %lld\n", r->ts, r->tgid, r->tid, r->nspid, r->ret);
+		break;
+	case K_URING:
+		if (r->flags & HAS_PATH)
+			printf("U %llu %d %d %d %lld %llu %d %d %s\n", r->ts, r->tgid, r->tid, r->nspid, r->ret, r->req,
+			       r->i0, r->i1, str(r));
+		else
+			printf("U %llu %d %d %d %lld %llu 0 0\n", r->ts, r->tgid, r->tid, r->nspid, r->ret, r->req);
+		break;
+	case K_URING_DONE:
+		printf("K %llu %d %d %llu %d\n", r->ts, r->tgid, r->tid, r->req, r->i0);
+		break;
+	default:
+		printf("? unknown record kind %d\n", r->kind);
+	}
+	return 0;
+}
+
+/* Print "Lost N events" when the per-CPU count of unreserved records has risen. */
+static void report_lost(const struct bpf_map *map, int ncpu, u64 *printed)
+{
+	u64 vals[ncpu > 0 ? ncpu : 1];
+	u32 zero = 0;
+	u64 sum = 0;
+
+	if (bpf_map__lookup_elem(map, &zero, sizeof(zero), vals, sizeof(vals), 0))
+		return;
+	for (int i = 0; i < ncpu; i++)
+		sum += vals[i];
+	if (sum > *printed) {
+		printf("Lost %llu events\n", (unsigned long long)(sum - *printed));
+		*printed = sum;
+	}
+}
+
+static int dump_object(void)
+{
+	size_t size = 0;
+	const void *elf = witness_bpf__elf_bytes(&size);
+
+	return fwrite(elf, 1, size, stdout) == size && fflush(stdout) == 0 ? 0 : 1;
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: caisson-ebpf [--ring-bytes N] [--wake-bytes N] [--poll-ms N] INUM LEVEL INIT_PID\n"
+			"       caisson-ebpf --object\n");
+	return 1;
+}
+
+static int silent(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	return level == LIBBPF_WARN ? vfprintf(stderr, fmt, args) : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static char out[1 << 20];
+	unsigned long long ring_bytes = 1ULL << 24, wake_bytes = 1ULL << 20;
+	long poll_ms = 50;
+	int i = 1;
+
+	for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+		if (strcmp(argv[i], "--object") == 0)
+			return dump_object();
+		if (i + 1 >= argc)
+			return usage();
+		if (strcmp(argv[i], "--ring-bytes") == 0)
+			ring_bytes = strtoull(argv[++i], NULL, 10);
+		else if (strcmp(argv[i], "--wake-bytes") == 0)
+			wake_bytes = strtoull(argv[++i], NULL, 10);
+		else if (strcmp(argv[i], "--poll-ms") == 0)
+			poll_ms = strtol(argv[++i], NULL, 10);
+		else
+			return usage();
+	}
+	if (argc - i != 3)
+		return usage();
+	unsigned long inum = strtoul(argv[i], NULL, 10);
+	long level = strtol(argv[i + 1], NULL, 10), init = strtol(argv[i + 2], NULL, 10);
+	long page = sysconf(_SC_PAGESIZE);
+	if (!inum || level < 1 || level > 31 || init < 1 || poll_ms < 1 || ring_bytes < (unsigned long long)page ||
+	    ring_bytes & (ring_bytes - 1) || ring_bytes > (1ULL << 30)) {
+		fprintf(stderr, "caisson-ebpf: bad arguments (INUM >= 1, 1 <= LEVEL <= 31, INIT_PID >= 1,"
+				" --ring-bytes a power of 2 from the page size to 1 GiB, --poll-ms >= 1)\n");
+		return 1;
+	}
+	setvbuf(stdout, out, _IOFBF, sizeof(out));
+	libbpf_set_print(silent);
+
+	struct witness_bpf *skel = witness_bpf__open();
+	if (!skel) {
+		fprintf(stderr, "caisson-ebpf: cannot open the BPF object: %s\n", strerror(errno));
+		return 1;
+	}
+	skel->rodata->ns_inum = inum;
+	skel->rodata->ns_level = level;
+	skel->rodata->init_tgid = init;
+	skel->rodata->wake_bytes = wake_bytes;
+	int err = bpf_map__set_max_entries(skel->maps.rb, ring_bytes);
+	if (!err)
+		err = witness_bpf__load(skel);
+	if (err) {
+		fprintf(stderr, "caisson-ebpf: cannot load the BPF program: %s\n", strerror(-err));
+		return 1;
+	}
+	err = witness_bpf__attach(skel);
+	if (err) {
+		fprintf(stderr, "caisson-ebpf: cannot attach the BPF program: %s\n", strerror(-err));
+		return 1;
+	}
+	struct ring_buffer *ring = ring_buffer__new(bpf_map__fd(skel->maps.rb), print_record, NULL, NULL);
+	if (!ring) {
+		fprintf(stderr, "caisson-ebpf: cannot read the ring buffer: %s\n", strerror(errno));
+		return 1;
+	}
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);  /* bpf_ktime_get_ns's clock */
+	printf("B %llu %lu %ld %ld\n", (unsigned long long)now.tv_sec * 1000000000ULL + now.tv_nsec, inum, level, init);
+	fflush(stdout);
+
+	int ncpu = libbpf_num_possible_cpus();
+	u64 lost = 0;
+	while (!stopping) {
+		/* a record wakes us only once wake_bytes are pending: read the rest on the timeout */
+		err = ring_buffer__poll(ring, poll_ms);
+		if (err >= 0 || err == -EINTR)
+			err = ring_buffer__consume(ring);
+		if (err < 0 && err != -EINTR) {
+			fprintf(stderr, "caisson-ebpf: reading the ring buffer failed: %s\n", strerror(-err));
+			break;
+		}
+		report_lost(skel->maps.lost, ncpu, &lost);
+		if (fflush(stdout))
+			return 1;  /* our reader is gone */
+	}
+	ring_buffer__consume(ring);
+	report_lost(skel->maps.lost, ncpu, &lost);
+	fflush(stdout);
+	ring_buffer__free(ring);
+	witness_bpf__destroy(skel);
+	return err < 0 && err != -EINTR ? 1 : 0;
+}

@@ -1,0 +1,517 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * caisson's eBPF syscall witness, the kernel side (CO-RE, libbpf >= 1.0; tracepoints and
+ * BTF only, no kprobes). It does what collectors/ebpf.bt does for bpftrace, and its loader
+ * (loader.c) prints the same lines, so collectors/ebpf.py parses either.
+ *
+ * Scope (set by the loader before load, read-only here):
+ *   ns_inum: inode number of the chamber's PID namespace;
+ *   ns_level: that namespace's level (1 for a container of the host);
+ *   init_tgid: host pid of its init (the kernel reuses a freed namespace's inode number).
+ * A task is in the chamber when its PID namespace at level ns_level is that namespace,
+ * so a process that unshares a nested PID namespace is still witnessed.
+ *
+ * Records go to one BPF ring buffer, in reserve order. A submit wakes the loader only
+ * when wake_bytes are pending (BPF_RB_NO_WAKEUP otherwise; the loader also polls on a
+ * short timeout): a wake-up per record costs the traced program an interrupt inside its
+ * syscall. A record that finds the ring full (or a call whose entry finds its map full)
+ * is counted in `lost`, which the loader prints as "Lost N events".
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "witness.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile u32 ns_inum = 0;
+const volatile u32 ns_level = 1;
+const volatile s32 init_tgid = 0;
+const volatile u64 wake_bytes = 1 << 20;
+
+#define AT_FDCWD -100
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24);  /* the loader may resize it before load */
+} rb SEC(".maps");
+
+/* An open or change between its entry and its return (bpftrace's @t, @o, @p1, @p2). */
+struct entry {
+	u64 ts;
+	u64 p1, p2;  /* user addresses of its names (p2: 0 for one-name calls) */
+	s32 i0, i1;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);  /* tid */
+	__type(value, struct entry);
+} entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u64);  /* io_uring request address */
+	__type(value, u8);
+} urings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} lost SEC(".maps");
+
+static __always_inline void count_lost(void)
+{
+	u32 zero = 0;
+	u64 *n = bpf_map_lookup_elem(&lost, &zero);
+
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
+static __always_inline struct rec *reserve(u8 kind)
+{
+	struct rec *r = bpf_ringbuf_reserve(&rb, sizeof(*r), 0);
+
+	if (!r) {
+		count_lost();
+		return NULL;
+	}
+	r->kind = kind;
+	r->sys = r->flags = r->pad = 0;
+	r->i0 = r->i1 = r->nspid = 0;
+	r->ret = 0;
+	r->req = 0;
+	r->s[0] = 0;
+	return r;
+}
+
+static __always_inline void submit(struct rec *r)
+{
+	u64 pending = bpf_ringbuf_query(&rb, BPF_RB_AVAIL_DATA);
+
+	bpf_ringbuf_submit(r, pending >= wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+/* The pid of `p`'s process in the chamber's namespace (upid at ns_level). */
+static __always_inline struct upid upid_at(struct pid *p)
+{
+	struct upid up = {};
+
+	bpf_core_read(&up, sizeof(up), &p->numbers[ns_level & 31]);
+	return up;
+}
+
+static __always_inline bool in_chamber(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct pid *p = t->thread_pid;
+
+	if (!p || p->level < ns_level)
+		return false;
+	struct upid up = upid_at(p);
+	if (BPF_CORE_READ(up.ns, ns.inum) != ns_inum)
+		return false;
+	return BPF_CORE_READ(up.ns, child_reaper, tgid) == init_tgid;
+}
+
+static __always_inline s32 nspid_of_current(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	return upid_at(t->group_leader->thread_pid).nr;
+}
+
+static __always_inline void ids(struct rec *r)
+{
+	u64 pt = bpf_get_current_pid_tgid();
+
+	r->tgid = pt >> 32;
+	r->tid = (u32)pt;
+	r->nspid = nspid_of_current();
+}
+
+/* --- exec: its path, argv and environment at entry (gone after a successful exec) --- */
+
+struct strings_ctx {
+	const char *const *list;  /* user argv or envp */
+	u32 tid;
+	u8 kind;
+	u32 n;                     /* strings seen */
+};
+
+static long one_string(u64 i, struct strings_ctx *c)
+{
+	const char *s = NULL;
+
+	if (bpf_probe_read_user(&s, sizeof(s), &c->list[i]) || !s)
+		return 1;
+	c->n = i + 1;
+	struct rec *r = reserve(c->kind);
+	if (!r)
+		return 0;
+	r->tid = c->tid;
+	if (bpf_probe_read_user_str(r->s, STRLEN, s) < 0)
+		r->s[0] = 0;
+	submit(r);
+	return 0;
+}
+
+/* Print a list's strings; true when it holds more than `max`. */
+static __always_inline bool strings(const char *const *list, u32 tid, u8 kind, u32 max)
+{
+	struct strings_ctx c = { .list = list, .tid = tid, .kind = kind, .n = 0 };
+	const char *more = NULL;
+
+	if (!list)
+		return false;
+	bpf_loop(max, one_string, &c, 0);
+	return c.n == max && !bpf_probe_read_user(&more, sizeof(more), &list[max]) && more;
+}
+
+static __always_inline int on_exec(u8 sys, const char *path, const char *const *argv, const char *const *envp)
+{
+	if (!in_chamber())
+		return 0;
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct task_struct *parent = t->real_parent;
+	struct rec *r = reserve(K_EXEC);
+	u32 tid;
+
+	if (!r)
+		return 0;
+	ids(r);
+	tid = r->tid;
+	r->ts = bpf_ktime_get_ns();
+	r->sys = sys;
+	/* the parent's pid in the chamber; 0 when it is outside (the engine's shim) */
+	r->i0 = BPF_CORE_READ(parent, thread_pid, level) >= ns_level ?
+		upid_at(BPF_CORE_READ(parent, group_leader, thread_pid)).nr : 0;
+	r->i1 = BPF_CORE_READ(parent, tgid);
+	if (bpf_probe_read_user_str(r->s, STRLEN, path) < 0)
+		r->s[0] = 0;
+	submit(r);
+	u8 cut = strings(argv, tid, K_ARG, ARGV_MAX) ? CUT_ARGV : 0;
+	cut |= strings(envp, tid, K_ENV, ENV_MAX) ? CUT_ENV : 0;
+	r = reserve(K_SEAL);
+	if (!r)
+		return 0;
+	r->tid = tid;
+	r->flags = cut;
+	submit(r);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_execve")
+int enter_execve(struct trace_event_raw_sys_enter *ctx)
+{
+	return on_exec(SYS_EXECVE, (const char *)ctx->args[0], (const char *const *)ctx->args[1],
+		       (const char *const *)ctx->args[2]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_execveat")
+int enter_execveat(struct trace_event_raw_sys_enter *ctx)
+{
+	return on_exec(SYS_EXECVEAT, (const char *)ctx->args[1], (const char *const *)ctx->args[2],
+		       (const char *const *)ctx->args[3]);
+}
+
+/* --- opens and changes: entry keeps the time, two integers and the name pointers; the
+ * names are read on return, when the kernel has faulted them in (a fresh binary's
+ * .rodata may not be at entry). --- */
+
+static __always_inline int on_enter(u64 p1, u64 p2, s32 i0, s32 i1)
+{
+	if (!in_chamber())
+		return 0;
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct entry e = { .ts = bpf_ktime_get_ns(), .p1 = p1, .p2 = p2, .i0 = i0, .i1 = i1 };
+
+	if (bpf_map_update_elem(&entries, &tid, &e, BPF_ANY))
+		count_lost();  /* the map is full: this call will not be printed */
+	return 0;
+}
+
+static __always_inline void ret_line(u8 sys, s64 ret)
+{
+	struct rec *r = reserve(K_RET);
+
+	if (!r)
+		return;
+	ids(r);
+	r->ts = bpf_ktime_get_ns();
+	r->sys = sys;
+	r->ret = ret;
+	submit(r);
+}
+
+static __always_inline int on_return(u8 sys, s64 ret)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct entry *e = bpf_map_lookup_elem(&entries, &tid);
+	struct rec *r;
+
+	if (!e) {  /* entered before the probes were attached, or outside the chamber */
+		if (in_chamber())
+			ret_line(sys, ret);
+		return 0;
+	}
+	if (e->p2) {  /* rename, link, symlink: the first name on its own line */
+		r = reserve(K_FIRST);
+		if (r) {
+			r->tid = tid;
+			if (bpf_probe_read_user_str(r->s, STRLEN, (const char *)e->p1) < 0)
+				r->s[0] = 0;
+			submit(r);
+		}
+	}
+	r = reserve(K_DONE);
+	if (r) {
+		ids(r);
+		r->ts = e->ts;
+		r->sys = sys;
+		r->i0 = e->i0;
+		r->i1 = e->i1;
+		r->ret = ret;
+		if (bpf_probe_read_user_str(r->s, STRLEN, (const char *)(e->p2 ? e->p2 : e->p1)) < 0)
+			r->s[0] = 0;
+		submit(r);
+	}
+	bpf_map_delete_elem(&entries, &tid);
+	return 0;
+}
+
+#define ARG(i) (ctx->args[i])
+#define ENTER(name, p1, p2, i0, i1) \
+	SEC("tracepoint/syscalls/sys_enter_" #name) \
+	int enter_##name(struct trace_event_raw_sys_enter *ctx) { return on_enter(p1, p2, i0, i1); }
+#define EXIT(name, sys) \
+	SEC("tracepoint/syscalls/sys_exit_" #name) \
+	int exit_##name(struct trace_event_raw_sys_exit *ctx) { return on_return(sys, ctx->ret); }
+
+ENTER(openat, ARG(1), 0, (s32)ARG(0), (s32)ARG(2))
+ENTER(open, ARG(0), 0, AT_FDCWD, (s32)ARG(1))
+ENTER(creat, ARG(0), 0, AT_FDCWD, 0101 | 01000)  /* creat(2) is open(2) with O_CREAT|O_WRONLY|O_TRUNC */
+ENTER(unlink, ARG(0), 0, AT_FDCWD, 0)
+ENTER(rmdir, ARG(0), 0, AT_FDCWD, 0)
+ENTER(mkdir, ARG(0), 0, AT_FDCWD, 0)
+ENTER(chdir, ARG(0), 0, AT_FDCWD, 0)
+ENTER(unlinkat, ARG(1), 0, (s32)ARG(0), (s32)ARG(2))
+ENTER(mkdirat, ARG(1), 0, (s32)ARG(0), 0)
+ENTER(rename, ARG(0), ARG(1), AT_FDCWD, AT_FDCWD)
+ENTER(renameat, ARG(1), ARG(3), (s32)ARG(0), (s32)ARG(2))
+ENTER(renameat2, ARG(1), ARG(3), (s32)ARG(0), (s32)ARG(2))
+ENTER(symlink, ARG(0), ARG(1), AT_FDCWD, AT_FDCWD)
+ENTER(link, ARG(0), ARG(1), AT_FDCWD, AT_FDCWD)
+ENTER(symlinkat, ARG(0), ARG(2), AT_FDCWD, (s32)ARG(1))
+ENTER(linkat, ARG(1), ARG(3), (s32)ARG(0), (s32)ARG(2))
+ENTER(chmod, ARG(0), 0, AT_FDCWD, 0)
+ENTER(fchmodat, ARG(1), 0, (s32)ARG(0), 0)
+ENTER(truncate, ARG(0), 0, AT_FDCWD, 0)
+
+/* openat2's flags are in its user struct open_how (a u64; cut to 32 bits as bpftrace's) */
+SEC("tracepoint/syscalls/sys_enter_openat2")
+int enter_openat2(struct trace_event_raw_sys_enter *ctx)
+{
+	u64 flags = 0;
+
+	if (!in_chamber())
+		return 0;
+	bpf_probe_read_user(&flags, sizeof(flags), (void *)ARG(2));
+	return on_enter(ARG(1), 0, (s32)ARG(0), (s32)flags);
+}
+
+EXIT(openat, SYS_OPENAT)
+EXIT(openat2, SYS_OPENAT2)
+EXIT(open, SYS_OPEN)
+EXIT(creat, SYS_CREAT)
+EXIT(unlink, SYS_UNLINK)
+EXIT(rmdir, SYS_RMDIR)
+EXIT(mkdir, SYS_MKDIR)
+EXIT(chdir, SYS_CHDIR)
+EXIT(unlinkat, SYS_UNLINKAT)
+EXIT(mkdirat, SYS_MKDIRAT)
+EXIT(rename, SYS_RENAME)
+EXIT(renameat, SYS_RENAMEAT)
+EXIT(renameat2, SYS_RENAMEAT2)
+EXIT(symlink, SYS_SYMLINK)
+EXIT(link, SYS_LINK)
+EXIT(symlinkat, SYS_SYMLINKAT)
+EXIT(linkat, SYS_LINKAT)
+EXIT(chmod, SYS_CHMOD)
+EXIT(fchmodat, SYS_FCHMODAT)
+EXIT(truncate, SYS_TRUNCATE)
+
+/* --- fchdir, connect: entry lines; their return is an R line --- */
+
+SEC("tracepoint/syscalls/sys_enter_fchdir")
+int enter_fchdir(struct trace_event_raw_sys_enter *ctx)
+{
+	if (!in_chamber())
+		return 0;
+	struct rec *r = reserve(K_FCHDIR);
+
+	if (!r)
+		return 0;
+	ids(r);
+	r->ts = bpf_ktime_get_ns();
+	r->sys = SYS_FCHDIR;
+	r->i0 = (s32)ARG(0);
+	submit(r);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_connect")
+int enter_connect(struct trace_event_raw_sys_enter *ctx)
+{
+	if (!in_chamber())
+		return 0;
+	const u8 *sa = (const u8 *)ARG(1);
+	u16 family = 0, port = 0;
+	struct rec *r = reserve(K_CONNECT);
+
+	if (!r)
+		return 0;
+	ids(r);
+	r->ts = bpf_ktime_get_ns();
+	r->sys = SYS_CONNECT;
+	bpf_probe_read_user(&family, sizeof(family), sa);
+	r->i0 = family;
+	if (family == 2) {  /* AF_INET: sin_port, sin_addr */
+		bpf_probe_read_user(&port, sizeof(port), sa + 2);
+		bpf_probe_read_user(r->s, 4, sa + 4);
+	} else if (family == 10) {  /* AF_INET6: sin6_port, sin6_addr */
+		bpf_probe_read_user(&port, sizeof(port), sa + 2);
+		bpf_probe_read_user(r->s, 16, sa + 8);
+	} else if (family == 1) {  /* AF_UNIX: the path; an abstract name (leading NUL) as @name */
+		u8 first = 0;
+
+		bpf_probe_read_user(&first, 1, sa + 2);
+		if (first == 0) {
+			r->s[0] = '@';
+			if (bpf_probe_read_user_str(r->s + 1, STRLEN - 1, sa + 3) < 0)
+				r->s[1] = 0;
+		} else if (bpf_probe_read_user_str(r->s, STRLEN, sa + 2) < 0) {
+			r->s[0] = 0;
+		}
+	}
+	r->i1 = __builtin_bswap16(port);
+	submit(r);
+	return 0;
+}
+
+static __always_inline int on_ret_line(u8 sys, s64 ret)
+{
+	if (in_chamber())
+		ret_line(sys, ret);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_execve")
+int exit_execve(struct trace_event_raw_sys_exit *ctx) { return on_ret_line(SYS_EXECVE, ctx->ret); }
+SEC("tracepoint/syscalls/sys_exit_execveat")
+int exit_execveat(struct trace_event_raw_sys_exit *ctx) { return on_ret_line(SYS_EXECVEAT, ctx->ret); }
+SEC("tracepoint/syscalls/sys_exit_fchdir")
+int exit_fchdir(struct trace_event_raw_sys_exit *ctx) { return on_ret_line(SYS_FCHDIR, ctx->ret); }
+SEC("tracepoint/syscalls/sys_exit_connect")
+int exit_connect(struct trace_event_raw_sys_exit *ctx) { return on_ret_line(SYS_CONNECT, ctx->ret); }
+
+/* --- processes --- */
+
+SEC("tracepoint/sched/sched_process_fork")
+int on_fork(struct trace_event_raw_sched_process_fork *ctx)
+{
+	if (!in_chamber())
+		return 0;
+	struct rec *r = reserve(K_FORK);
+
+	if (!r)
+		return 0;
+	ids(r);
+	r->ts = bpf_ktime_get_ns();
+	r->ret = ctx->child_pid;
+	submit(r);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int on_exit(struct trace_event_raw_sched_process_exit *ctx)
+{
+	if (!ctx->group_dead || !in_chamber())
+		return 0;
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct rec *r = reserve(K_EXIT);
+
+	if (!r)
+		return 0;
+	ids(r);
+	r->ts = bpf_ktime_get_ns();
+	r->ret = t->exit_code;
+	submit(r);
+	return 0;
+}
+
+/* --- io_uring: an open submitted through the ring is prepared (its path copied in) before
+ * this tracepoint fires; 18 is IORING_OP_OPENAT, 28 IORING_OP_OPENAT2
+ * (include/uapi/linux/io_uring.h). The request starts with its command data, an io_open. --- */
+
+SEC("tracepoint/io_uring/io_uring_submit_req")
+int on_uring_submit(struct trace_event_raw_io_uring_submit_req *ctx)
+{
+	u8 op = ctx->opcode;
+	bool open = op == 18 || op == 28;
+
+	if (!(open || op == 16 || (op >= 35 && op <= 39) || op == 21) || !in_chamber())
+		return 0;
+	struct rec *r = reserve(K_URING);
+
+	if (!r)
+		return 0;
+	ids(r);
+	r->ts = bpf_ktime_get_ns();
+	r->ret = op;
+	u64 req = (u64)ctx->req;
+
+	r->req = req;
+	if (open) {
+		struct io_open *o = (struct io_open *)ctx->req;
+		const char *name = BPF_CORE_READ(o, filename, name);
+		u8 one = 1;
+
+		r->flags = HAS_PATH;
+		r->i0 = BPF_CORE_READ(o, dfd);
+		r->i1 = (s32)BPF_CORE_READ(o, how.flags);
+		if (bpf_probe_read_kernel_str(r->s, STRLEN, name) < 0)
+			r->s[0] = 0;
+		if (bpf_map_update_elem(&urings, &req, &one, BPF_ANY))
+			count_lost();  /* its completion will not be printed */
+	}
+	submit(r);
+	return 0;
+}
+
+SEC("tracepoint/io_uring/io_uring_complete")
+int on_uring_complete(struct trace_event_raw_io_uring_complete *ctx)
+{
+	u64 req = (u64)ctx->req;
+
+	if (!bpf_map_lookup_elem(&urings, &req))
+		return 0;
+	bpf_map_delete_elem(&urings, &req);
+	struct rec *r = reserve(K_URING_DONE);
+
+	if (!r)
+		return 0;
+	u64 pt = bpf_get_current_pid_tgid();
+	r->tgid = pt >> 32;
+	r->tid = (u32)pt;
+	r->ts = bpf_ktime_get_ns();
+	r->req = req;
+	r->i0 = ctx->res;
+	submit(r);
+	return 0;
+}

@@ -1,0 +1,57 @@
+/*
+ * The record the eBPF witness's kernel program (witness.bpf.c) writes into its BPF ring
+ * buffer and its loader (loader.c) prints as lines of collectors/ebpf.py's grammar.
+ * Shared by both sides; plain C types only (the BPF side includes vmlinux.h first).
+ */
+#ifndef CAISSON_WITNESS_H
+#define CAISSON_WITNESS_H
+
+/* Bytes kept per string, its NUL included: at most STRLEN - 1 bytes of a string are
+ * copied, as bpftrace 0.17 does with BPFTRACE_STRLEN=200 (collectors.ebpf.STRING_LIMIT). */
+#define STRLEN 200
+#define ARGV_MAX 64  /* argv strings kept per exec; more: a "T <tid> argv" line */
+#define ENV_MAX 128  /* environment strings kept per exec; more: "T <tid> env" */
+
+/* Record kinds (struct rec.kind): the line each one prints. */
+enum {
+	K_EXEC = 'E',     /* E line of an exec + S line of its path (s) */
+	K_ARG = 'A',      /* A line: one argv string */
+	K_ENV = 'V',      /* V line: one environment string */
+	K_SEAL = 'Z',     /* T lines (flags: CUT_*) and the Z line: the exec's strings are complete */
+	K_CONNECT = 'C',  /* E line of a connect, its S line (address, by family) and Z */
+	K_FCHDIR = 'D',   /* E line of an fchdir and Z */
+	K_FIRST = 'S',    /* S line: a rename's or link's first name, just before its O */
+	K_DONE = 'O',     /* O line: an open or change returned (ts: its entry) */
+	K_RET = 'R',      /* R line: a call returned */
+	K_FORK = 'F',
+	K_EXIT = 'Q',
+	K_URING = 'U',    /* U line of an io_uring submission (flags: HAS_PATH) */
+	K_URING_DONE = 'K',
+};
+#define CUT_ARGV 1
+#define CUT_ENV 2
+#define HAS_PATH 4
+
+/* Syscalls (struct rec.sys): index into the loader's table of tracepoint names. */
+enum {
+	SYS_EXECVE, SYS_EXECVEAT, SYS_OPENAT, SYS_OPENAT2, SYS_OPEN, SYS_CREAT, SYS_UNLINK, SYS_RMDIR,
+	SYS_MKDIR, SYS_CHDIR, SYS_UNLINKAT, SYS_MKDIRAT, SYS_RENAME, SYS_RENAMEAT, SYS_RENAMEAT2,
+	SYS_SYMLINK, SYS_LINK, SYS_SYMLINKAT, SYS_LINKAT, SYS_CHMOD, SYS_FCHMODAT, SYS_TRUNCATE,
+	SYS_FCHDIR, SYS_CONNECT, SYS_COUNT
+};
+
+struct rec {
+	unsigned char kind;   /* K_* */
+	unsigned char sys;    /* SYS_* */
+	unsigned char flags;  /* CUT_*, HAS_PATH */
+	unsigned char pad;
+	int tgid, tid;        /* the host's */
+	int nspid;            /* the process's pid in the chamber's namespace */
+	int i0, i1;           /* as the grammar's i0/i1 (U: dfd and flags; K: res in i0) */
+	long long ret;        /* return value; F: child tid; Q: exit code; U: opcode */
+	unsigned long long ts;   /* CLOCK_MONOTONIC ns */
+	unsigned long long req;  /* U, K: the io_uring request's address */
+	char s[STRLEN];       /* the string; C: the raw address (AF_INET, AF_INET6) */
+};
+
+#endif
