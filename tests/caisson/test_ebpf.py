@@ -49,6 +49,9 @@ cat CLAUDE.md > /dev/null
 def ebpf(chamber_image) -> None:
     require(ebpf_problem())
     require(None if shutil.which("gcc") else "gcc is not installed (the io_uring probe is built with it)")
+    if BACKEND is None:  # the default backend is the one under test: a failed build must not pass on bpftrace
+        program = ebpf_program()
+        require(None if program.backend == "libbpf" else f"the eBPF witness would run bpftrace: {program.why}")
 
 
 def _probe_repo(tmp_path: Path) -> Path:
