@@ -173,7 +173,7 @@ def test_arrival_rebuilds_only_what_the_manifest_names_with_those_bytes(ray_clus
 
 
 def test_a_host_without_the_repository_or_its_commit_fails_the_session_as_infra(ray_cluster, tmp_path):
-    from caisson.study._ray import _missing_commit
+    from caisson.study._rayhost import _missing_commit
 
     repo = make_probe_repo(tmp_path)
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
