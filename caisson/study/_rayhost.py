@@ -57,13 +57,14 @@ def service_name(node_id: str) -> str:
     return f"caisson-host-{node_id}"
 
 
-def code_stamp() -> str:
-    """sha256 hex over the path, size and mtime (ns) of every ``.py`` and ``.so`` file of
-    the installed caisson, collectors and ledger packages (about 2 ms): it changes when the
-    host's checkout does."""
+def code_stamp(roots: list[Path] | None = None) -> str:
+    """sha256 hex over the path, size and mtime (ns) of every ``.py`` and ``.so`` file under
+    ``roots`` (default: the installed caisson, collectors and ledger packages; about 2 ms):
+    it changes when the host's checkout does."""
+    if roots is None:
+        roots = [Path(__import__(name).__file__).parent for name in _PACKAGES]
     digest = hashlib.sha256()
-    for name in _PACKAGES:
-        root = Path(__import__(name).__file__).parent
+    for root in roots:
         for path in sorted(root.rglob("*")):
             if path.suffix in (".py", ".so"):
                 st = path.stat()

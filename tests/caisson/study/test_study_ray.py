@@ -112,6 +112,55 @@ def test_two_nodes_give_the_cells_statuses_and_report_of_the_local_executor(ray_
                                " not enroll"]
 
 
+def _service_process() -> tuple[int, bool]:
+    """In a host's service: (its pid, whether it has the recorder imported)."""
+    import os
+    import sys
+
+    return os.getpid(), "caisson.run" in sys.modules
+
+
+def test_each_host_keeps_one_service_that_outlives_the_study(ray_cluster, tmp_path):
+    """A study finds (or starts) one detached caisson service per host, which holds the host's
+    slots and has the recorder imported; the next study is served by the same processes: it
+    waits for no worker to start and no recorder to import (docs/studies.md, "Executors")."""
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_name
+
+    _, nodes, _ = ray_cluster
+    repo = make_probe_repo(tmp_path)
+    study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP ", ""), questions=ONE_QUESTION)
+
+    def services() -> dict[str, tuple[int, bool]]:
+        return {n.node_id: ray.get(ray.get_actor(service_name(n.node_id), namespace=NAMESPACE)
+                                   .__ray_call__.remote(lambda self: _service_process())) for n in nodes}
+
+    assert run_study(study, tmp_path / "a", repo=repo, executor=_executor()).state == "ended"
+    first = services()
+    assert len({pid for pid, _ in first.values()}) == 2 and all(imported for _, imported in first.values())
+    assert ray.available_resources().get("caisson_slot", 0) == 0  # each service holds its host's slot
+    assert run_study(study, tmp_path / "b", repo=repo, executor=_executor()).state == "ended"
+    assert services() == first
+    hosts = {e.host.rsplit("/", 1)[1] for out in ("a", "b") for e in _ended(tmp_path / out)}
+    assert hosts <= {n.node_id[:12] for n in nodes}
+
+
+def test_a_service_older_than_its_hosts_code_is_told_by_its_stamp(tmp_path):
+    from caisson.study._rayhost import code_stamp
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "notes.txt").write_text("a")
+    stamp = code_stamp([tmp_path / "pkg"])
+    assert code_stamp([tmp_path / "pkg"]) == stamp
+    (tmp_path / "pkg" / "notes.txt").write_text("b")  # not code
+    assert code_stamp([tmp_path / "pkg"]) == stamp
+    (tmp_path / "pkg" / "mod.py").write_text("x = 22\n")  # a checkout that changed
+    assert code_stamp([tmp_path / "pkg"]) != stamp
+    assert len(code_stamp()) == 64  # the installed packages
+
+
 def test_a_cell_altered_in_transit_fails_verification_on_arrival(ray_cluster, tmp_path):
     import hashlib
 
