@@ -150,8 +150,13 @@ class RayExecutor:
         service = start_service(node_id, slots)
         return _Host(node_id=node_id, service=service, slots=slots), service.join.remote()
 
-    def _settle(self, host: _Host, ref: ray.ObjectRef, reaped: list[int]) -> _Host | None:
-        """A join's reply: the host, joined (a stale service replaced first); None if it is lost."""
+    def _settle(self, host: _Host, ref: ray.ObjectRef, reaped: list[int], *, strict: bool) -> _Host | None:
+        """A join's reply: the host, joined (a stale service replaced first); None if it is
+        lost, or (not ``strict``) failed to join.
+
+        Raises:
+            UsageError: ``strict``, and the host failed to join (its Docker engine down, say).
+        """
         try:
             label, key, n, tag, current = ray.get(ref)
             if not current:  # the host's caisson changed since its service started: a new one
@@ -165,7 +170,14 @@ class RayExecutor:
                     time.sleep(0.1)
                 host, ref = self._join(host.node_id, host.slots)
                 label, key, n, tag, current = ray.get(ref)
-        except ray.exceptions.RayError:
+                if not current:  # changing under our feet: not this study's host
+                    return None
+        except ray.exceptions.RayTaskError as exc:
+            if strict:
+                first = (str(exc).strip().splitlines() or [""])[-1][:300]
+                raise UsageError(f"the host of Ray node {host.node_id[:12]} failed to join: {first}") from None
+            return None
+        except ray.exceptions.RayError:  # its node or service lost
             return None
         reaped.append(n)
         return msgspec.structs.replace(host, label=label, key=key, tag=tag)
@@ -185,7 +197,7 @@ class RayExecutor:
             self._ours = image_tag("chamber")
             joined, reaped = [], []
             for host, ref in self._joining.values():
-                host = self._settle(host, ref, reaped)
+                host = self._settle(host, ref, reaped, strict=True)
                 if host is not None:
                     joined.append(host)
             other = [f"{h.label} ({h.tag})" for h in joined if h.tag != self._ours]
@@ -242,7 +254,7 @@ class RayExecutor:
             ready, _ = ray.wait([ref], timeout=0)
             if ready or node_id not in alive:
                 del self._joining[node_id]
-                host = self._settle(host, ref, []) if ready else None
+                host = self._settle(host, ref, [], strict=False) if ready else None
                 if host is not None and host.tag == self._ours:  # else: another checkout's host, never used
                     self._hosts[node_id] = host
         for node_id, slots in alive.items():
@@ -293,11 +305,15 @@ class RayExecutor:
                 with self._lock:
                     have = frozenset(sha for sha, path in self._index.items() if path.is_file())
                 reply = ray.get(host.service.session.remote(job, files, have))
+            except ray.exceptions.RayTaskError as exc:  # the service raised: a bug of caisson's, on this host
+                last = (str(exc).strip().splitlines() or [""])[-1][:300]
+                return SessionResult(error=f"the session failed on {host.label}: {last}", host=host.label)
             except ray.exceptions.RayError as exc:
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
                 if isinstance(exc, ray.exceptions.RayActorError):
                     host.lost = True  # its service (or node) died: a new one joins before it records again
-                return SessionResult(error=f"the session was lost on {host.label} ({type(exc).__name__}): {first}")
+                return SessionResult(error=f"the session was lost on {host.label} ({type(exc).__name__}): {first}",
+                                     host=host.label)
             finally:
                 with self._free:
                     host.busy -= 1
