@@ -255,7 +255,7 @@ class RayExecutor:
             if ready or node_id not in alive:
                 del self._joining[node_id]
                 host = self._settle(host, ref, [], strict=False) if ready else None
-                if host is not None and host.tag == self._ours:  # else: another checkout's host, never used
+                if host is not None:  # one of another checkout's recipes is kept, never used
                     self._hosts[node_id] = host
         for node_id, slots in alive.items():
             known = self._hosts.get(node_id)
@@ -267,23 +267,23 @@ class RayExecutor:
         """A host with a free slot of this study (waits for one), its slot taken.
 
         Raises:
-            AllHostsDrained: every host holding a slot is drained or has a key the study did
-                not enroll.
+            AllHostsDrained: every host holding a slot is drained, has a key the study did
+                not enroll, or builds its chamber from other recipes (it joined later).
         """
         self.joined  # noqa: B018  (the hosts of the start, joined: a resumed study asks no keys)
         with self._free:
             while True:
                 self._refresh()
-                usable = [h for h in self._hosts.values()
-                          if not h.lost and h.label not in self._drained and h.key in self._enrolled]
+                usable = [h for h in self._hosts.values() if not h.lost and h.label not in self._drained
+                          and h.key in self._enrolled and h.tag == self._ours]
                 free = [h for h in usable if h.busy < h.slots]
                 if free:
                     host = max(free, key=lambda h: h.slots - h.busy)
                     host.busy += 1
                     return host
                 if not usable and any(not h.lost for h in self._hosts.values()):
-                    raise AllHostsDrained("every host of the Ray cluster holding a caisson_slot is drained or has"
-                                          " a key this study did not enroll")
+                    raise AllHostsDrained("every host of the Ray cluster holding a caisson_slot is drained, has"
+                                          " a key this study did not enroll or another checkout's recipes")
                 # every host busy, or none left (lost): wait for a slot, or for a host to join
                 self._free.wait(REFRESH_S)
 

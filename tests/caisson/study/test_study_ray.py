@@ -146,6 +146,35 @@ def test_each_host_keeps_one_service_that_outlives_the_study(ray_cluster, tmp_pa
     assert hosts <= {n.node_id[:12] for n in nodes}
 
 
+def test_sessions_go_only_to_enrolled_undrained_hosts_with_a_free_slot(ray_cluster):
+    from caisson.study.executor import AllHostsDrained
+
+    executor = _executor()
+    keys = executor.host_keys()
+    (a, key_a), (b, _) = sorted((k["host"], k["public_key"]) for k in keys)
+    executor.enroll([{"host": a, "public_key": key_a}])  # b's key not enrolled: b takes nothing
+    first = executor._take()
+    assert first.label == a and first.busy == 1
+    taken = []
+    waiter = threading.Thread(target=lambda: taken.append(executor._take()))
+    waiter.start()
+    waiter.join(timeout=1.0)
+    assert waiter.is_alive() and not taken  # a's one slot is busy: the next session waits for it
+    with executor._free:
+        first.busy -= 1
+        executor._free.notify_all()
+    waiter.join(timeout=10)
+    assert [h.label for h in taken] == [a]
+    executor.enroll(keys)
+    executor.drain(a)
+    with executor._free:
+        taken[0].busy -= 1
+    assert executor._take().label == b
+    executor.drain(b)
+    with pytest.raises(AllHostsDrained):
+        executor._take()
+
+
 def test_a_service_older_than_its_hosts_code_is_told_by_its_stamp(tmp_path):
     from caisson.study._rayhost import code_stamp
 
