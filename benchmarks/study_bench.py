@@ -20,8 +20,8 @@ Ray, connecting, finding the host's service and having it join (reap), each sess
 round trip and arrival check, disconnecting.
 
 What the ray figure holds, and where it is harder than a fleet: the gap is almost all a
-fixed cost per study (importing Ray, about 0.4 s; connecting and disconnecting, 0.1 to
-0.3 s), against cells of about 0.4 s here, where a real study's cells take minutes. Here
+fixed cost per study (importing Ray, about 0.4 s; connecting and disconnecting, 0.05 to
+0.35 s), against cells of about 0.4 s here, where a real study's cells take minutes. Here
 the host is this machine: its Ray daemons and its service share its cores with the
 driver (and, on a shared machine, with everyone else's jobs). Measure it on a quiet
 machine; ``--cells 24`` shows the fixed cost amortised.
@@ -111,7 +111,9 @@ def bench_ray(args, work: Path, cli: list[str], study: Path, repo: Path) -> int:
             rays.append(timed([*cli, "study", "run", str(study), "--out", str(work / f"ray{r}"), "--repo", str(repo),
                                "--executor", "ray", "--address", address]))
     finally:
-        os.killpg(head.pid, signal.SIGTERM)  # the head and every process it started (its own session)
+        # the head and its daemons (its own session); Ray's workers, the host's caisson service among
+        # them, lead their own process groups and exit when their raylet does
+        os.killpg(head.pid, signal.SIGTERM)
         try:
             head.wait(timeout=20)
         except subprocess.TimeoutExpired:
