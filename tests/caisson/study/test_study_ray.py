@@ -175,6 +175,29 @@ def test_sessions_go_only_to_enrolled_undrained_hosts_with_a_free_slot(ray_clust
         executor._take()
 
 
+def _pretend_stale(service) -> None:
+    service._stamp = "the stamp of an older checkout"
+
+
+def test_a_service_older_than_its_hosts_checkout_is_replaced_before_it_records(ray_cluster):
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_name
+
+    _, nodes, _ = ray_cluster
+    _executor().joined  # noqa: B018  (every host has its service)
+    services = {n.node_id: ray.get_actor(service_name(n.node_id), namespace=NAMESPACE) for n in nodes}
+    before = {node: ray.get(s.__ray_call__.remote(lambda self: _service_process()))[0] for node, s in services.items()}
+    stale = nodes[0].node_id
+    ray.get(services[stale].__ray_call__.remote(_pretend_stale))
+    joined = _executor().joined
+    assert len(joined) == 2 and all(key for _, key, _, _ in joined)  # the stale one reported no key: replaced
+    after = {n.node_id: ray.get(ray.get_actor(service_name(n.node_id), namespace=NAMESPACE)
+                                .__ray_call__.remote(lambda self: _service_process()))[0] for n in nodes}
+    assert after[stale] != before[stale]
+    assert after[nodes[1].node_id] == before[nodes[1].node_id]
+
+
 def test_a_service_older_than_its_hosts_code_is_told_by_its_stamp(tmp_path):
     from caisson.study._rayhost import code_stamp
 
