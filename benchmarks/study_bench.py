@@ -10,19 +10,21 @@ chamber image. Last line: ``study_overhead_ratio=R study_s=S records_s=T`` where
 median wall time of `caisson study run` over the median of the N records (target: R <= 1.10).
 
 With ``--executor ray``: the same study run with ``--executor ray --address`` against a
-one-host Ray cluster started here once (one ``caisson_slot``, token authentication; its
-start is not timed: a fleet outlives its studies) versus the local executor, alternately.
-Last line: ``ray_overhead_ratio=R ray_s=S local_s=T`` (target: R <= 1.25).
+one-host Ray cluster started here once (one ``caisson_slot``, token authentication),
+versus the local executor, alternately. Last line:
+``ray_overhead_ratio=R ray_s=S local_s=T`` (target: R <= 1.25). What outlives studies
+in a fleet is not timed: the cluster's start (``ray start``) and the first (warm-up)
+study, which starts the host's caisson service (a detached Ray actor that later studies
+reuse, docs/studies.md, "Executors"). Every timed study pays its own costs: importing
+Ray, connecting, finding the host's service and having it join (reap), each session's
+round trip and arrival check, disconnecting.
 
 What the ray figure holds, and where it is harder than a fleet: the gap is almost all a
-fixed cost per study (importing Ray and connecting; the host's worker process for this
-study starting and importing caisson's recorder; docs/studies.md, "Executors"), about
-1 s against cells of about 0.4 s here, where a real study's cells take minutes. The
-driver overlaps its own imports and planning with the host's start-up, which needs a
-free core: here the host is this machine, its Ray daemons and worker share its cores with
-the driver (and, on a shared machine, with everyone else's jobs), whereas a fleet's hosts
-start their workers on their own. Measure it on a quiet machine; ``--cells 24`` shows
-the fixed cost amortised.
+fixed cost per study (importing Ray, about 0.4 s; connecting and disconnecting, 0.05 to
+0.35 s), against cells of about 0.4 s here, where a real study's cells take minutes. Here
+the host is this machine: its Ray daemons and its service share its cores with the
+driver (and, on a shared machine, with everyone else's jobs). Measure it on a quiet
+machine; ``--cells 24`` shows the fixed cost amortised.
 """
 
 from __future__ import annotations
@@ -109,7 +111,9 @@ def bench_ray(args, work: Path, cli: list[str], study: Path, repo: Path) -> int:
             rays.append(timed([*cli, "study", "run", str(study), "--out", str(work / f"ray{r}"), "--repo", str(repo),
                                "--executor", "ray", "--address", address]))
     finally:
-        os.killpg(head.pid, signal.SIGTERM)  # the head and every process it started (its own session)
+        # the head and its daemons (its own session); Ray's workers, the host's caisson service among
+        # them, lead their own process groups and exit when their raylet does
+        os.killpg(head.pid, signal.SIGTERM)
         try:
             head.wait(timeout=20)
         except subprocess.TimeoutExpired:

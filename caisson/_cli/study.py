@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--infra-retries", type=int, default=1, metavar="N",
                      help="new attempts after an infra failure, per cell (default 1)")
     run.add_argument("--executor", choices=("local", "ray"), default="local",
-                     help="where sessions run: here, one at a time (default), or as Ray tasks on Docker hosts")
+                     help="where sessions run: here, one at a time (default), or on the Docker hosts of a Ray cluster")
     run.add_argument("--address", metavar="ADDR", help="ray: the cluster to join (default: start one here)")
     run.add_argument("--slots-per-host", type=int, metavar="K",
                      help="ray without --address: the sessions at once here (default: cores / the cell CPU quota)")
@@ -150,7 +150,7 @@ def run_run(args: argparse.Namespace) -> int:
     slots = args.slots_per_host
     if args.executor == "ray" and slots is None and args.address is None:  # what keeps cells from starving
         slots = max(1, int((os.cpu_count() or 1) // scenario.limits.cpus))
-    # ray: connected, every host's join task under way (its worker starting, importing caisson),
+    # ray: connected, every host's service asked to join (reaping; started if the host has none),
     # before this process imports the runner, so that the two overlap
     executor = make_executor(args.executor, address=args.address, slots_per_host=slots, enroll_keys=args.enroll_key)
     from caisson.study import run_study

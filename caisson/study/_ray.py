@@ -1,42 +1,45 @@
-"""The ``ray`` executor: each session of a study is a Ray task on a Docker host.
+"""The ``ray`` executor: each session of a study is recorded on a Docker host of a Ray cluster.
 
 Imported only for ``caisson study run --executor ray``: ``caisson`` never touches Ray
 otherwise. The protocol (docs/studies.md, "Executors"):
 
-- A host joins with ``ray start --address ... --resources '{"caisson_slot": K}'``. At the
-  start of a study the driver runs one join task on every host holding a slot (pinned to
-  it): the host reaps orphaned chambers (`caisson.chamber.reap`, the labels of `caisson
-  gc`) and reports its label, its public key (its caisson home's operator key) and the tag
-  of its chamber recipe, which must be the driver's (the same recipes; the image digests
-  themselves differ between hosts, builds are not reproducible, and each run records its own).
-- A session is a task needing one ``caisson_slot``, ``max_retries=0``: caisson owns
-  retries. The task records into a scratch directory on its host, signs with the host's key,
-  and returns the run directory content-addressed: a manifest (path, sha256, size) of
-  every file and the bytes of only those blobs whose sha256 the driver said it already has
-  not (``have``). The driver rebuilds the run directory from the reply and its own copies,
-  checking every file's sha256 against the manifest; the runner then verifies the run
-  against the enrolled key before ``cell.ended`` binds it.
-- A task that fails (its node lost, its worker killed, the object gone) is an infra
-  failure of that attempt, which the runner retries within ``--infra-retries``.
-- A drained host (`drain`), or one whose key the study did not enroll (a host that joined
-  after the start, with keys gathered at the start), takes no session: a task placed on it
-  returns at once, records nothing, and is placed again.
+- A host joins with ``ray start --address ... --resources '{"caisson_slot": K}'``. Each
+  host holding slots runs one caisson service (`caisson.study._rayhost.HostService`): a
+  detached Ray actor pinned to it, holding its K slots, recording at most K sessions at
+  once. The first study that finds a host without one starts it; it outlives the study,
+  so the next study neither waits for a worker process per host nor for it to import the
+  recorder. At the start of a study the driver finds (or starts) every host's service and
+  asks it to join: the host reaps orphaned chambers (`caisson.chamber.reap`) and reports
+  its label, its public key (its caisson home's operator key), the tag of its chamber
+  recipe, which must be the driver's (the same recipes; the image digests themselves
+  differ between hosts, builds are not reproducible, and each run records its own), and
+  whether the service still runs the host's installed caisson (else it is replaced).
+- A session goes to the enrolled, undrained host with the most free slots of this study's
+  (a host whose key the study did not enroll, or a drained one, gets none; a host that
+  joins the cluster later joins the study when it is next looked for, at most every
+  `REFRESH_S`). Ray retries nothing: caisson owns retries. The service records into a
+  scratch directory on its host, signs with the host's key, and returns the run directory
+  content-addressed: a manifest (path, sha256, size) of every file and the bytes of only
+  those blobs whose sha256 the driver said it already has not (``have``). The driver
+  rebuilds the run directory from the reply and its own copies, checking every file's
+  sha256 against the manifest; the runner then verifies the run against the enrolled key
+  before ``cell.ended`` binds it.
+- A session that fails in Ray (its node lost, the service's process killed, the reply
+  gone) is an infra failure of that attempt, which the runner retries within
+  ``--infra-retries``, on another host: a host whose service died takes no session until
+  a new service has joined.
 - Token authentication: with ``--address``, ``RAY_AUTH_MODE`` is ``token`` (set when
   unset; ``disabled`` is refused), so the driver presents the cluster's token
   (``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``) and fails without one; the nodes are
-  started with ``RAY_AUTH_MODE=token`` so the cluster demands it (README).
+  started with ``RAY_AUTH_MODE=token`` so the cluster demands it (README). A service is an
+  actor of that cluster: reached only through it, with its token.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -45,111 +48,39 @@ from typing import TYPE_CHECKING
 
 import msgspec
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from caisson.errors import UsageError
+from caisson.study._rayhost import NAMESPACE, SLOT, service_name, start_service
 from caisson.study.executor import AllHostsDrained
 
 if TYPE_CHECKING:
     from caisson.study._dispatch import SessionJob, SessionResult
 
 # The recorder (`caisson.study._dispatch`: SessionJob, SessionResult, run_session_here) is
-# imported where it is used, not here: the driver connects to the cluster and sends every
-# host its join task first, and imports it while the hosts' workers start (docs/studies.md).
+# imported where it is used, not here: the driver connects to the cluster and asks every
+# host's service to join first, and imports it while the hosts reap (docs/studies.md).
 
-__all__ = ["RayExecutor", "SLOT"]
+__all__ = ["REFRESH_S", "SLOT", "RayExecutor"]
 
-SLOT = "caisson_slot"
-"""The Ray custom resource a Docker host offers, one per session it may record at once."""
-
-
-def _host_label() -> str:
-    """This host as the study ledger names it: ``<host name>/<first 12 hex of its Ray node id>``."""
-    return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
+REFRESH_S = 2.0
+"""Seconds between two looks at the cluster's nodes (hosts lost, hosts joined)."""
 
 
-@ray.remote(num_cpus=0, max_retries=0)
-def _join_host() -> tuple[str, bytes, int, str]:
-    """On one host, at the start of a study: reap orphaned chambers; (label, raw public key,
-    chambers reaped, the tag of the chamber recipe its checkout builds).
+class _Host(msgspec.Struct, kw_only=True):
+    """One host of this study, as the driver tracks it."""
 
-    It runs in the worker process that records this study's first session here: the
-    recorder is imported now, while the driver plans, not by that session."""
-    import trio
-
-    import caisson.study._dispatch  # noqa: F401  (the warm-up: the recorder's modules)
-    from caisson.chamber import open_engine
-    from caisson.chamber.image import image_tag
-    from caisson.chamber.reap import reap
-    from caisson.home import ensure_operator_key
-
-    async def _reap() -> int:
-        async with open_engine() as engine:
-            return sum(1 for r in await reap(engine) if r.removed)
-
-    return _host_label(), ensure_operator_key().verify_key.raw, trio.run(_reap), image_tag("chamber")
-
-
-def _missing_commit(repo: Path, commit: str) -> str:
-    """Why ``repo`` on this host cannot give ``commit`` ("" when it can)."""
-    if not repo.is_dir():
-        return f"the repository {repo} is not on this host"
-    proc = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
-    return "" if proc.returncode == 0 else f"the repository {repo} on this host does not hold commit {commit}"
-
-
-@ray.remote(num_cpus=0, max_retries=0)
-def _host_session(job: SessionJob, files: dict[str, bytes], have: frozenset[str], drained: frozenset[str],
-                  enrolled: frozenset[bytes]) -> dict:
-    """Record one session on this host; the run directory as a manifest and missing blobs."""
-    from caisson.chamber.reap import RECORDER_FILE, SCRATCH_PREFIX, recorder_identity, recorder_labels
-    from caisson.home import ensure_operator_key
-    from caisson.study._dispatch import SessionResult, run_session_here
-
-    host = _host_label()
-    key = ensure_operator_key().verify_key.raw
-    if host in drained or key not in enrolled:
-        return {"drained": True, "host": host, "enrolled": key in enrolled}
-    # a scratch directory like the recorder's own: labelled with this worker, so that when the
-    # worker dies mid-session (its node lost) the next record or `caisson gc` on this host reaps it
-    root = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}ray-"))
-    budget_s = 2 * (job.timeout_s or job.scenario.limits.wall_seconds)
-    (root / RECORDER_FILE).write_text(json.dumps(recorder_labels(recorder_identity(),
-                                                                 time.time_ns() + int(budget_s * 1e9))))
-    try:
-        run_dir = root / "s" / job.session.run_dir.name
-        run_dir.parent.mkdir(parents=True)
-        (root / "study" / "scenarios").mkdir(parents=True)  # a baseline writes its model script there
-        scenario = root / "scenario.toml"
-        scenario.write_bytes(files["scenario"])
-        combo = job.combo
-        if "model_script" in files:
-            (root / "model.toml").write_bytes(files["model_script"])
-            combo = msgspec.structs.replace(combo, endpoint={**combo.endpoint, "script": str(root / "model.toml")})
-        here = msgspec.structs.replace(job, combo=combo, study_dir=root / "study",
-                                       session=msgspec.structs.replace(job.session, run_dir=run_dir,
-                                                                       scenario=scenario))
-        missing = _missing_commit(Path(job.repo), job.commit)
-        if missing:  # this host's fault, not the session's: an infra failure, run again elsewhere
-            result = SessionResult(error=f"host {host}: {missing}")
-        else:
-            result = run_session_here(here)
-        manifest, blobs = [], {}
-        for path in sorted(p for p in run_dir.rglob("*") if p.is_file()) if run_dir.is_dir() else []:
-            data = path.read_bytes()
-            sha = hashlib.sha256(data).hexdigest()
-            manifest.append((str(path.relative_to(run_dir)), sha, len(data)))
-            if sha not in have:
-                blobs[sha] = data
-        return {"drained": False, "host": host, "public_key": key,
-                "outcome": result.outcome, "error": result.error, "refused": result.refused,
-                "manifest": manifest, "blobs": blobs}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    node_id: str
+    service: ray.actor.ActorHandle
+    slots: int
+    label: str = ""
+    key: bytes = b""
+    tag: str = ""
+    busy: int = 0  # this study's sessions on it now
+    lost: bool = False  # its service died (or its node): no session until a new one joins
 
 
 class RayExecutor:
-    """Sessions as Ray tasks on the hosts of a Ray cluster (see the module docstring).
+    """Sessions recorded by the caisson services of a Ray cluster's hosts (see the module docstring).
 
     Args:
         address: the cluster's head, ``host:port`` (as `ray.init` takes it); None:
@@ -198,23 +129,63 @@ class RayExecutor:
         self._enroll_files = [Path(p) for p in enroll_keys]
         self._in_transit = in_transit
         self._drained: set[str] = set()
-        self._refusing: set[str] = set()  # hosts whose key the study did not enroll
         self._enrolled: frozenset[bytes] = frozenset()
         self._index: dict[str, Path] = {}  # sha256 -> a file on the driver with those bytes
         self._lock = threading.Lock()
+        self._free = threading.Condition()  # guards the hosts; notified when a slot frees or hosts change
+        self._hosts: dict[str, _Host] = {}  # node id -> host, once joined
+        self._ours = ""  # the driver's chamber recipe tag, once the hosts joined
         if self.slots() < 1:
             self.close()
             raise UsageError(f"no host of the Ray cluster holds a {SLOT}: join one with ray start --address ..."
                              f" --resources '{{\"{SLOT}\": K}}'")
-        # every host joins (reaps, reports its key) while the driver plans; `joined` waits for them
-        self._joining = [_join_host.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-                                            ).remote() for n in self._slot_nodes()]
-        self._joined: list[tuple[str, bytes, int]] | None = None
+        # every host's service joins (reaps, reports its key) while the driver plans; `joined` waits
+        self._joining = {n["NodeID"]: self._join(n["NodeID"], int(n["Resources"][SLOT])) for n in self._slot_nodes()}
+        self._refreshed = time.monotonic()
+        self._joined: list[tuple[str, bytes, int, str]] | None = None
+
+    @staticmethod
+    def _join(node_id: str, slots: int) -> tuple[_Host, ray.ObjectRef]:
+        """Find or start the service of ``node_id`` and ask it to join: (host, its join reply)."""
+        service = start_service(node_id, slots)
+        return _Host(node_id=node_id, service=service, slots=slots), service.join.remote()
+
+    def _settle(self, host: _Host, ref: ray.ObjectRef, reaped: list[int], *, strict: bool) -> _Host | None:
+        """A join's reply: the host, joined (a stale service replaced first); None if it is
+        lost, or (not ``strict``) failed to join.
+
+        Raises:
+            UsageError: ``strict``, and the host failed to join (its Docker engine down, say).
+        """
+        try:
+            label, key, n, tag, current = ray.get(ref)
+            if not current:  # the host's caisson changed since its service started: a new one
+                ray.kill(host.service, no_restart=True)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    try:
+                        ray.get_actor(service_name(host.node_id), namespace=NAMESPACE)
+                    except ValueError:
+                        break
+                    time.sleep(0.1)
+                host, ref = self._join(host.node_id, host.slots)
+                label, key, n, tag, current = ray.get(ref)
+                if not current:  # changing under our feet: not this study's host
+                    return None
+        except ray.exceptions.RayTaskError as exc:
+            if strict:
+                first = (str(exc).strip().splitlines() or [""])[-1][:300]
+                raise UsageError(f"the host of Ray node {host.node_id[:12]} failed to join: {first}") from None
+            return None
+        except ray.exceptions.RayError:  # its node or service lost
+            return None
+        reaped.append(n)
+        return msgspec.structs.replace(host, label=label, key=key, tag=tag)
 
     @property
     def joined(self) -> list[tuple[str, bytes, int, str]]:
         """(host, raw public key, orphaned chambers reaped, chamber recipe tag) of every host
-        holding a slot at the start.
+        holding a slot at the start (lost ones aside).
 
         Raises:
             UsageError: a host builds its chamber from other recipes than this checkout's
@@ -223,13 +194,20 @@ class RayExecutor:
         if self._joined is None:
             from caisson.chamber.image import image_tag
 
-            joined = ray.get(self._joining)
-            ours = image_tag("chamber")
-            other = [f"{host} ({tag})" for host, _, _, tag in joined if tag != ours]
+            self._ours = image_tag("chamber")
+            joined, reaped = [], []
+            for host, ref in self._joining.values():
+                host = self._settle(host, ref, reaped, strict=True)
+                if host is not None:
+                    joined.append(host)
+            other = [f"{h.label} ({h.tag})" for h in joined if h.tag != self._ours]
             if other:
-                raise UsageError(f"hosts whose chamber recipe is not this checkout's ({ours}): {', '.join(other)};"
+                raise UsageError(f"hosts whose chamber recipe is not this checkout's ({self._ours}): {', '.join(other)};"
                                  " set them up from the same caisson checkout (make setup)")
-            self._joined = joined
+            with self._free:
+                self._hosts.update((h.node_id, h) for h in joined)
+            self._joining = {}
+            self._joined = [(h.label, h.key, n, h.tag) for h, n in zip(joined, reaped, strict=True)]
         return self._joined
 
     def _slot_nodes(self) -> list[dict]:
@@ -259,11 +237,55 @@ class RayExecutor:
 
     def drain(self, host: str) -> None:
         """Give ``host`` no further session."""
-        self._drained.add(host)
+        with self._free:
+            self._drained.add(host)
 
-    def _every_host_drained(self) -> bool:
-        out = {d.rsplit("/", 1)[-1] for d in self._drained | self._refusing}
-        return all(n["NodeID"][:12] in out for n in self._slot_nodes())
+    def _refresh(self) -> None:
+        """Look at the cluster (at most every `REFRESH_S`; the caller holds ``_free``): hosts
+        whose node is gone are lost; a node holding slots without a joined service joins."""
+        if time.monotonic() - self._refreshed < REFRESH_S:
+            return
+        self._refreshed = time.monotonic()
+        alive = {n["NodeID"]: int(n["Resources"][SLOT]) for n in self._slot_nodes()}
+        for node_id, host in self._hosts.items():
+            if node_id not in alive:
+                host.lost = True
+        for node_id, (host, ref) in list(self._joining.items()):
+            ready, _ = ray.wait([ref], timeout=0)
+            if ready or node_id not in alive:
+                del self._joining[node_id]
+                host = self._settle(host, ref, [], strict=False) if ready else None
+                if host is not None:  # one of another checkout's recipes is kept, never used
+                    self._hosts[node_id] = host
+        for node_id, slots in alive.items():
+            known = self._hosts.get(node_id)
+            if (known is None or known.lost) and node_id not in self._joining:
+                if known is None or known.busy == 0:  # a lost service's sessions settle first
+                    self._joining[node_id] = self._join(node_id, slots)
+
+    def _take(self) -> _Host:
+        """A host with a free slot of this study (waits for one), its slot taken.
+
+        Raises:
+            AllHostsDrained: every host holding a slot is drained, has a key the study did
+                not enroll, or builds its chamber from other recipes (it joined later).
+        """
+        self.joined  # noqa: B018  (the hosts of the start, joined: a resumed study asks no keys)
+        with self._free:
+            while True:
+                self._refresh()
+                usable = [h for h in self._hosts.values() if not h.lost and h.label not in self._drained
+                          and h.key in self._enrolled and h.tag == self._ours]
+                free = [h for h in usable if h.busy < h.slots]
+                if free:
+                    host = max(free, key=lambda h: h.slots - h.busy)
+                    host.busy += 1
+                    return host
+                if not usable and any(not h.lost for h in self._hosts.values()):
+                    raise AllHostsDrained("every host of the Ray cluster holding a caisson_slot is drained, has"
+                                          " a key this study did not enroll or another checkout's recipes")
+                # every host busy, or none left (lost): wait for a slot, or for a host to join
+                self._free.wait(REFRESH_S)
 
     def run(self, job: SessionJob, around=None) -> SessionResult:
         """Record ``job`` on a host; its run directory at ``job.session.run_dir`` when it arrived.
@@ -278,24 +300,24 @@ class RayExecutor:
         if script and not job.session.baseline and job.session.model_script is None:
             files["model_script"] = Path(script.replace("{question}", job.session.question_id)).read_bytes()
         with around(job.session.run_dir) if around is not None else contextlib.nullcontext():
-            while True:
+            host = self._take()
+            try:
                 with self._lock:
                     have = frozenset(sha for sha, path in self._index.items() if path.is_file())
-                ref = _host_session.options(resources={SLOT: 1}).remote(job, files, have, frozenset(self._drained),
-                                                                        self._enrolled)
-                try:
-                    reply = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    first = (str(exc).strip().splitlines() or [""])[0][:300]
-                    return SessionResult(error=f"the task was lost ({type(exc).__name__}): {first}")
-                if not reply["drained"]:
-                    break
-                if not reply["enrolled"]:
-                    self._refusing.add(reply["host"])
-                if self._every_host_drained():
-                    raise AllHostsDrained("every host of the Ray cluster holding a caisson_slot is drained or has"
-                                          " a key this study did not enroll")
-                time.sleep(0.5)
+                reply = ray.get(host.service.session.remote(job, files, have))
+            except ray.exceptions.RayTaskError as exc:  # the service raised: a bug of caisson's, on this host
+                last = (str(exc).strip().splitlines() or [""])[-1][:300]
+                return SessionResult(error=f"the session failed on {host.label}: {last}", host=host.label)
+            except ray.exceptions.RayError as exc:
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                if isinstance(exc, ray.exceptions.RayActorError):
+                    host.lost = True  # its service (or node) died: a new one joins before it records again
+                return SessionResult(error=f"the session was lost on {host.label} ({type(exc).__name__}): {first}",
+                                     host=host.label)
+            finally:
+                with self._free:
+                    host.busy -= 1
+                    self._free.notify_all()
         return self._arrive(job, reply)
 
     def _arrive(self, job: SessionJob, reply: dict) -> SessionResult:

@@ -7,9 +7,9 @@ probe) and hands back its run directory in the study directory (docs/studies.md,
 
 - ``local`` (the default): the session is recorded here, in this process, one at a time;
   its run is signed with the operator key, like the study ledger.
-- ``ray`` (`caisson.study._ray`, imported only when chosen): each session is a Ray task on a
-  host holding a ``caisson_slot``; the host records and signs with its own key, the run
-  comes back content-addressed and is verified on arrival.
+- ``ray`` (`caisson.study._ray`, imported only when chosen): each session is recorded by the
+  long-lived caisson service of a host holding ``caisson_slot``s, signed with the host's own
+  key; the run comes back content-addressed and is verified on arrival.
 
 What a session is given and gives back (`SessionJob`, `SessionResult`) and the recording
 itself (`run_session_here`) live with the recorder call, in `caisson.study._dispatch`:

@@ -112,6 +112,107 @@ def test_two_nodes_give_the_cells_statuses_and_report_of_the_local_executor(ray_
                                " not enroll"]
 
 
+def _service_process() -> tuple[int, bool]:
+    """In a host's service: (its pid, whether it has the recorder imported)."""
+    import os
+    import sys
+
+    return os.getpid(), "caisson.run" in sys.modules
+
+
+def test_each_host_keeps_one_service_that_outlives_the_study(ray_cluster, tmp_path):
+    """A study finds (or starts) one detached caisson service per host, which holds the host's
+    slots and has the recorder imported; the next study is served by the same processes: it
+    waits for no worker to start and no recorder to import (docs/studies.md, "Executors")."""
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_name
+
+    _, nodes, _ = ray_cluster
+    repo = make_probe_repo(tmp_path)
+    study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP ", ""), questions=ONE_QUESTION)
+
+    def services() -> dict[str, tuple[int, bool]]:
+        return {n.node_id: ray.get(ray.get_actor(service_name(n.node_id), namespace=NAMESPACE)
+                                   .__ray_call__.remote(lambda self: _service_process())) for n in nodes}
+
+    assert run_study(study, tmp_path / "a", repo=repo, executor=_executor()).state == "ended"
+    first = services()
+    assert len({pid for pid, _ in first.values()}) == 2 and all(imported for _, imported in first.values())
+    assert ray.available_resources().get("caisson_slot", 0) == 0  # each service holds its host's slot
+    assert run_study(study, tmp_path / "b", repo=repo, executor=_executor()).state == "ended"
+    assert services() == first
+    hosts = {e.host.rsplit("/", 1)[1] for out in ("a", "b") for e in _ended(tmp_path / out)}
+    assert hosts <= {n.node_id[:12] for n in nodes}
+
+
+def test_sessions_go_only_to_enrolled_undrained_hosts_with_a_free_slot(ray_cluster):
+    from caisson.study.executor import AllHostsDrained
+
+    executor = _executor()
+    keys = executor.host_keys()
+    (a, key_a), (b, _) = sorted((k["host"], k["public_key"]) for k in keys)
+    executor.enroll([{"host": a, "public_key": key_a}])  # b's key not enrolled: b takes nothing
+    first = executor._take()
+    assert first.label == a and first.busy == 1
+    taken = []
+    waiter = threading.Thread(target=lambda: taken.append(executor._take()))
+    waiter.start()
+    waiter.join(timeout=1.0)
+    assert waiter.is_alive() and not taken  # a's one slot is busy: the next session waits for it
+    with executor._free:
+        first.busy -= 1
+        executor._free.notify_all()
+    waiter.join(timeout=10)
+    assert [h.label for h in taken] == [a]
+    executor.enroll(keys)
+    executor.drain(a)
+    with executor._free:
+        taken[0].busy -= 1
+    assert executor._take().label == b
+    executor.drain(b)
+    with pytest.raises(AllHostsDrained):
+        executor._take()
+
+
+def _pretend_stale(service) -> None:
+    service._stamp = "the stamp of an older checkout"
+
+
+def test_a_service_older_than_its_hosts_checkout_is_replaced_before_it_records(ray_cluster):
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_name
+
+    _, nodes, _ = ray_cluster
+    _executor().joined  # noqa: B018  (every host has its service)
+    services = {n.node_id: ray.get_actor(service_name(n.node_id), namespace=NAMESPACE) for n in nodes}
+    before = {node: ray.get(s.__ray_call__.remote(lambda self: _service_process()))[0] for node, s in services.items()}
+    stale = nodes[0].node_id
+    ray.get(services[stale].__ray_call__.remote(_pretend_stale))
+    joined = _executor().joined
+    assert len(joined) == 2 and all(key for _, key, _, _ in joined)  # the stale one reported no key: replaced
+    after = {n.node_id: ray.get(ray.get_actor(service_name(n.node_id), namespace=NAMESPACE)
+                                .__ray_call__.remote(lambda self: _service_process()))[0] for n in nodes}
+    assert after[stale] != before[stale]
+    assert after[nodes[1].node_id] == before[nodes[1].node_id]
+
+
+def test_a_service_older_than_its_hosts_code_is_told_by_its_stamp(tmp_path):
+    from caisson.study._rayhost import code_stamp
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "notes.txt").write_text("a")
+    stamp = code_stamp([tmp_path / "pkg"])
+    assert code_stamp([tmp_path / "pkg"]) == stamp
+    (tmp_path / "pkg" / "notes.txt").write_text("b")  # not code
+    assert code_stamp([tmp_path / "pkg"]) == stamp
+    (tmp_path / "pkg" / "mod.py").write_text("x = 22\n")  # a checkout that changed
+    assert code_stamp([tmp_path / "pkg"]) != stamp
+    assert len(code_stamp()) == 64  # the installed packages
+
+
 def test_a_cell_altered_in_transit_fails_verification_on_arrival(ray_cluster, tmp_path):
     import hashlib
 
@@ -173,7 +274,7 @@ def test_arrival_rebuilds_only_what_the_manifest_names_with_those_bytes(ray_clus
 
 
 def test_a_host_without_the_repository_or_its_commit_fails_the_session_as_infra(ray_cluster, tmp_path):
-    from caisson.study._ray import _missing_commit
+    from caisson.study._rayhost import _missing_commit
 
     repo = make_probe_repo(tmp_path)
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
