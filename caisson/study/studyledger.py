@@ -14,7 +14,7 @@ judge directory or a backfill segment afterwards then leaves its announcement na
 nothing, which `caisson verify DIR` reports.
 
 One process writes a study at a time: a study run or resume (`StudyLedger`), a judge run
-or a backfill holds `study_lock` on ``DIR/study/`` while it writes, so two of them never
+or a backfill holds `study_lock` on ``DIR/study/.lock`` while it writes, so two of them never
 take the same segment number; the second is refused at once, naming the directory.
 """
 
@@ -35,7 +35,8 @@ from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, 
 from ledger.events import BackfillRecorded, JudgeRecorded, StudyResumed
 
 __all__ = ["SealedState", "StudyLedger", "announce", "announced", "segments", "sealed_state", "read_study",
-           "STUDY_DIR", "SOURCE", "enrolled_keys", "run_signer", "run_key", "run_trust", "lock_study", "study_lock"]
+           "STUDY_DIR", "SOURCE", "enrolled_keys", "run_signer", "run_key", "run_trust", "lock_study", "study_lock",
+           "LOCK_FILE"]
 
 STUDY_DIR = "study"
 SOURCE = "study"
@@ -157,35 +158,50 @@ def read_study(study_dir: Path, trusted: VerifyKey | None = None) -> list[Record
     return out
 
 
+LOCK_FILE = ".lock"
+"""The writer lock's file under ``DIR/study/`` (empty; not a segment: `segments` lists digits)."""
+
+
 def lock_study(study_dir: Path, what: str, *, create: bool = False) -> int:
-    """Take the study directory's writer lock: an exclusive ``flock(2)`` on ``DIR/study/``
-    (created if missing with ``create``: a new study), held until the returned descriptor is closed (or the process
+    """Take the study directory's writer lock: an exclusive ``flock(2)`` on
+    ``DIR/study/.lock`` (a regular file opened for writing, as NFS's emulation of flock by
+    POSIX locks needs), held until the returned descriptor is closed (or the process
     ends, a crash included: nothing is left to clean up).
 
     Args:
         study_dir: the study directory (``DIR``).
         what: what is about to write (``study run``, ``judge``, ``backfill``), for the error.
-        create: make ``DIR/study/`` (and ``DIR``) when missing.
+        create: make ``DIR/study/`` (and ``DIR``) when missing (a new study).
 
     Returns:
-        The locked directory's file descriptor; close it to release the lock.
+        The lock file's descriptor; close it to release the lock.
 
     Raises:
-        UsageError: no ``DIR/study/`` (without ``create``: not a study directory), or another
-            process holds the lock (a study running or resuming, a judge or a backfill).
+        UsageError: no ``DIR/study/`` (without ``create``: not a study directory); another
+            process holds the lock (a study running or resuming, a judge or a backfill); or
+            the filesystem refuses the lock (e.g. ENOLCK: no lock daemon), named.
     """
     root = Path(study_dir) / STUDY_DIR
     if create:
         root.mkdir(parents=True, exist_ok=True)
     elif not root.is_dir():
         raise UsageError(f"{study_dir}: no study ledger ({STUDY_DIR}/000/ledger); is it a study directory?")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    path = root / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot open the study's lock file: {exc.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise UsageError(f"{study_dir}: another caisson process is writing this study (a study run or resume, a"
                          f" judge or a backfill); {what} refused: try again once it has ended") from None
+    except OSError as exc:
+        os.close(fd)
+        raise UsageError(f"{path}: the filesystem refused the study's writer lock ({exc.strerror}); {what} needs"
+                         " it so that two writers never take one segment number: use a directory on a filesystem"
+                         " with flock(2)") from None
     return fd
 
 

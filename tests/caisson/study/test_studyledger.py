@@ -118,7 +118,7 @@ def test_one_writer_at_a_time_the_second_is_refused_naming_the_directory(tmp_pat
     spec = JudgeSpec(endpoint="http://127.0.0.1:9", model="m", api="anthropic", credential="K")
     with pytest.raises(UsageError, match="judge refused"):
         run_judge(tmp_path, key, spec, say=lambda _: None)
-    assert sorted(p.name for p in (tmp_path / "study").iterdir()) == before == ["000"]
+    assert sorted(p.name for p in (tmp_path / "study").iterdir()) == before == [".lock", "000"]
     first.append(StudyEnded(cells=0))
     first.close()  # the lock goes with the final seal
     second = StudyLedger(tmp_path, key, run_id="study-b", resume=True)
@@ -132,3 +132,19 @@ def test_a_writer_of_no_study_directory_creates_nothing(tmp_path):
     with pytest.raises(UsageError, match="is it a study directory"):
         backfill_study(tmp_path, ensure_operator_key())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_filesystem_that_refuses_the_lock_is_named(tmp_path, monkeypatch):
+    """NFS without a lock daemon (ENOLCK), a FUSE filesystem without flock (EOPNOTSUPP): a
+    clear error naming the lock file, never a traceback."""
+    import errno
+    import fcntl
+
+    from caisson.study import studyledger
+
+    def refuse(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    with pytest.raises(UsageError, match=r"study/\.lock: the filesystem refused the study's writer lock \(No locks"):
+        studyledger.lock_study(tmp_path, "study run", create=True)
