@@ -641,6 +641,9 @@ async def _end(w: Witnessing, proc: trio.Process, parser: EbpfParser, stop: trio
     elif w.has_started and not stop.is_set():
         await w.gap(f"{_name(proc.args)} exited before the chamber ended: {_tail(errors)}",
                     missing="syscalls after its last line", since_ns=parser.last_ns)
+    elif w.has_started and proc.returncode != 0:  # stopped, but it failed on the way out
+        await w.gap(f"{_name(proc.args)} failed when stopped (exit {proc.returncode}): {_tail(errors)}",
+                    missing="syscalls it could not print", since_ns=parser.last_ns)
 
 
 async def _pump(w: Witnessing, parser: EbpfParser, root_exited: trio.Event) -> None:

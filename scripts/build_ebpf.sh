@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 src=collectors/bpf
 out=$src/build
 BTF=${BTF:-/sys/kernel/btf/vmlinux}
+PATH="$PATH:/usr/sbin:/sbin"  # Debian installs bpftool in /usr/sbin, off a non-root user's PATH
 for tool in clang bpftool cc; do
     command -v "$tool" >/dev/null 2>&1 || { echo "build_ebpf: $tool is not installed" >&2; exit 1; }
 done

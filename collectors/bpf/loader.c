@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/types.h>
@@ -52,6 +53,7 @@ static const char *const SYSCALLS[SYS_COUNT] = {
 };
 
 static volatile sig_atomic_t stopping;
+static int lost_unknown;  /* the lost-records count could not be read once: exit 1 */
 
 static void on_signal(int sig)
 {
@@ -156,8 +158,12 @@ static void report_lost(const struct bpf_map *map, int ncpu, u64 *printed)
 	u32 zero = 0;
 	u64 sum = 0;
 
-	if (bpf_map__lookup_elem(map, &zero, sizeof(zero), vals, sizeof(vals), 0))
+	if (bpf_map__lookup_elem(map, &zero, sizeof(zero), vals, sizeof(vals), 0)) {
+		/* a count we cannot read is no count: exit non-zero at the end (a gap), never silence */
+		fprintf(stderr, "caisson-ebpf: cannot read the lost-records count: %s\n", strerror(errno));
+		lost_unknown = 1;
 		return;
+	}
 	for (int i = 0; i < ncpu; i++)
 		sum += vals[i];
 	if (sum > *printed) {
@@ -247,9 +253,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "caisson-ebpf: cannot read the ring buffer: %s\n", strerror(errno));
 		return 1;
 	}
-	struct sigaction sa = { .sa_handler = on_signal };
+	/* SA_RESTART: a stop signal while a write waits on a full pipe must not make glibc drop
+	 * the stdio buffer (EINTR); epoll_wait still returns EINTR, so the loop sees the stop. */
+	struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	/* a recorder killed outright (SIGKILL, the OOM killer) must not leave us attached to
+	 * every syscall of the host: its death stops us as SIGTERM would */
+	pid_t parent = getppid();
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent)
+		stopping = 1;
 
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);  /* bpf_ktime_get_ns's clock */
@@ -268,13 +281,19 @@ int main(int argc, char **argv)
 			break;
 		}
 		report_lost(skel->maps.lost, ncpu, &lost);
-		if (fflush(stdout))
-			return 1;  /* our reader is gone */
+		if (fflush(stdout) || ferror(stdout)) {
+			fprintf(stderr, "caisson-ebpf: writing records failed: %s\n", strerror(errno));
+			return 1;  /* our reader is gone, or records were dropped: the recorder makes it a gap */
+		}
 	}
+	/* detach first: a record reserved after the last read would be neither printed nor lost */
+	witness_bpf__detach(skel);
 	ring_buffer__consume(ring);
 	report_lost(skel->maps.lost, ncpu, &lost);
-	fflush(stdout);
+	int flushed = fflush(stdout) == 0 && !ferror(stdout);
+	if (!flushed)
+		fprintf(stderr, "caisson-ebpf: writing the last records failed: %s\n", strerror(errno));
 	ring_buffer__free(ring);
 	witness_bpf__destroy(skel);
-	return err < 0 && err != -EINTR ? 1 : 0;
+	return (err < 0 && err != -EINTR) || !flushed || lost_unknown ? 1 : 0;
 }

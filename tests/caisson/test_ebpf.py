@@ -302,3 +302,40 @@ def test_the_selftest_shows_the_cross_check_firing_on_a_strace_that_misses_opens
     cases = tuple(c for c in CASES if c.name in ("honest", "honest_grep/strace_openat"))
     result = run_selftest(cases=cases, syscall="both")
     assert result.fired == {"honest": [], "honest_grep/strace_openat": ["witness.disagreement@1"]}
+
+
+def test_the_loader_stops_when_its_recorder_is_killed_outright(tmp_path):
+    """A recorder killed by SIGKILL (the OOM killer, a killed Ray service) cannot stop its
+    loader, which would stay attached to every syscall of the host: the loader asks the
+    kernel for SIGTERM at its parent's death (PR_SET_PDEATHSIG) and exits."""
+    import signal
+    import sys
+    import time
+
+    from collectors._ebpf_backend import LOADER, loader_command
+
+    require(ebpf_problem())
+    require(None if LOADER.is_file() else f"the libbpf loader is not built ({LOADER})")
+    command = loader_command(os.stat("/proc/self/ns/pid").st_ino, 1, 1)
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen({command!r}, stdout=subprocess.PIPE)\n"
+        "line = p.stdout.readline()\n"  # B: attached
+        "print(p.pid, line.split()[0].decode(), flush=True)\n"
+        "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        pid, first = parent.stdout.readline().split()
+        assert first == "B"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}") and \
+                Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+            time.sleep(0.05)
+        alive = os.path.exists(f"/proc/{pid}") and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        if alive:
+            os.kill(int(pid), signal.SIGKILL)
+        assert not alive, "the loader outlived its killed recorder"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
