@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/types.h>
@@ -259,10 +258,10 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	/* a recorder killed outright (SIGKILL, the OOM killer) must not leave us attached to
-	 * every syscall of the host: its death stops us as SIGTERM would */
+	 * every syscall of the host: once we are reparented, we stop as on SIGTERM. Checked
+	 * every poll, not PR_SET_PDEATHSIG: that fires when the parent *thread* exits, and the
+	 * recorder starts us from a worker thread (trio's open_process) that exits when idle. */
 	pid_t parent = getppid();
-	if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent)
-		stopping = 1;
 
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);  /* bpf_ktime_get_ns's clock */
@@ -271,7 +270,7 @@ int main(int argc, char **argv)
 
 	int ncpu = libbpf_num_possible_cpus();
 	u64 lost = 0;
-	while (!stopping) {
+	while (!stopping && getppid() == parent) {
 		/* a record wakes us only once wake_bytes are pending: read the rest on the timeout */
 		err = ring_buffer__poll(ring, poll_ms);
 		if (err >= 0 || err == -EINTR)

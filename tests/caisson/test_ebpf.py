@@ -306,8 +306,9 @@ def test_the_selftest_shows_the_cross_check_firing_on_a_strace_that_misses_opens
 
 def test_the_loader_stops_when_its_recorder_is_killed_outright(tmp_path):
     """A recorder killed by SIGKILL (the OOM killer, a killed Ray service) cannot stop its
-    loader, which would stay attached to every syscall of the host: the loader asks the
-    kernel for SIGTERM at its parent's death (PR_SET_PDEATHSIG) and exits."""
+    loader, which would stay attached to every syscall of the host: the loader stops once
+    it is reparented. Its parent starts it from a thread that then exits, as trio's
+    open_process does (a PR_SET_PDEATHSIG loader would die with that thread)."""
     import signal
     import sys
     import time
@@ -318,14 +319,16 @@ def test_the_loader_stops_when_its_recorder_is_killed_outright(tmp_path):
     require(None if LOADER.is_file() else f"the libbpf loader is not built ({LOADER})")
     command = loader_command(os.stat("/proc/self/ns/pid").st_ino, 1, 1)
     parent = subprocess.Popen([sys.executable, "-c", (
-        "import subprocess, sys, time\n"
-        f"p = subprocess.Popen({command!r}, stdout=subprocess.PIPE)\n"
+        "import subprocess, sys, threading, time\n"
+        "box = []\n"
+        f"t = threading.Thread(target=lambda: box.append(subprocess.Popen({command!r}, stdout=subprocess.PIPE)))\n"
+        "t.start(); t.join(); p = box[0]\n"
         "line = p.stdout.readline()\n"  # B: attached
-        "print(p.pid, line.split()[0].decode(), flush=True)\n"
+        "time.sleep(1); print(p.pid, line.split()[0].decode(), p.poll(), flush=True)\n"
         "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
     try:
-        pid, first = parent.stdout.readline().split()
-        assert first == "B"
+        pid, first, exited = parent.stdout.readline().split()
+        assert (first, exited) == ("B", "None"), "the loader stopped when the thread that started it ended"
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 10
