@@ -19,7 +19,7 @@ done
 [ -r "$BTF" ] || { echo "build_ebpf: the kernel has no readable BTF ($BTF)" >&2; exit 1; }
 mkdir -p "$out"
 rm -f "$out/caisson-ebpf"
-tmp=$(mktemp -d)
+tmp=$(mktemp -d "$out/.build.XXXXXX")  # on the same filesystem: the last mv is atomic
 trap 'rm -rf "$tmp"' EXIT
 case "$(uname -m)" in
     x86_64) arch=x86 ;;

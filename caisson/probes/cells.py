@@ -114,6 +114,7 @@ def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int 
 
     Raises:
         FileExistsError: ``run_dir`` already holds a ledger.
+        ValueError: a model turn the proxy's assembly makes no ``llm.call`` of (a bug here).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     if (run_dir / "ledger").exists():
@@ -155,7 +156,7 @@ def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int 
                                     media_type="application/json"), source="proxy", **at())
             call, why = rederive_llm_call(exchange, *bodies)  # the proxy's own assembly, as live
             if call is None:
-                raise AssertionError(f"synthetic exchange gives no llm.call: {why}")
+                raise ValueError(f"cell {spec.run_id}, turn {turn}: the synthetic exchange gives no llm.call: {why}")
             w.append(exchange, source="proxy", **at())
             w.append(call, source="proxy", **at())
         w.append(AgentAnswer(agent=spec.agent, text=spec.answer), source="agent", **at())
@@ -168,6 +169,6 @@ def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int 
         answer = spec.answer.encode()
         w.append(BlobStored(sha256=blobs.put(answer), size_bytes=len(answer), role="answer"), source="recorder",
                  **at())
-        w.append(WitnessStopped(witness="proxy", events=2 * spec.turns), source="proxy", **at())
+        w.append(WitnessStopped(witness="proxy", events=4 * spec.turns), source="proxy", **at())
         w.append(RunEnded(exit_code=0, duration_ns=10**9), source="recorder", **at())
     return run_dir
