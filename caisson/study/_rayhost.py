@@ -10,11 +10,16 @@ caisson's recorder: it finds the service by name and calls it (docs/studies.md,
 
 - `HostService.join`: reap orphaned chambers (`caisson.chamber.reap`, the labels of
   `caisson gc`) and report the host's label, public key, chamber recipe tag, and whether
-  the caisson code this process imported is still what is installed (`code_stamp`): a
-  service older than its host's checkout is replaced, never used.
+  the caisson code this process imported is still what is installed (`code_stamp`). A
+  service older than its host's checkout retires: it admits no further session, finishes
+  those it records, and the driver kills it once it is idle (`HostService.retire`); a new
+  service of the next generation (`service_name`) serves the host meanwhile.
 - `HostService.session`: record one session in a scratch directory and return the run
-  directory content-addressed (a manifest and the blobs the driver lacks). At most
-  ``slots`` sessions record at once, whichever studies send them; the others wait here.
+  directory content-addressed (a manifest and the blobs the driver lacks). Admission never
+  waits: with all ``slots`` recording (whichever studies sent them) the reply is
+  ``{"full": True}`` and the driver places the session on another host, or later.
+- ``join`` and ``retire`` run in their own concurrency group (``control``), so that a
+  study's start never queues behind other studies' sessions.
 - Every `REAP_PERIOD_S` the service reaps orphans on its own, between studies too.
 
 Ray restarts nothing (``max_restarts=0``, ``max_task_retries=0``): a service whose node
@@ -52,9 +57,24 @@ REAP_PERIOD_S = 600.0
 _PACKAGES = ("caisson", "collectors", "ledger")
 
 
-def service_name(node_id: str) -> str:
-    """The name of the caisson service of the Ray node ``node_id`` (hex)."""
-    return f"caisson-host-{node_id}"
+def service_name(node_id: str, generation: int = 0) -> str:
+    """The name of the caisson service of the Ray node ``node_id`` (hex), ``generation``
+    counting its replacements (0: the first; the highest living one serves)."""
+    return f"caisson-host-{node_id}" + (f"-{generation}" if generation else "")
+
+
+def service_generations(node_id: str) -> list[int]:
+    """The generations of the living services of node ``node_id``, ascending."""
+    base = service_name(node_id)
+    found = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        name = actor["name"]
+        if actor["namespace"] != NAMESPACE or not (name == base or name.startswith(base + "-")):
+            continue
+        tail = name[len(base) + 1:]
+        if not tail or tail.isdigit():
+            found.append(int(tail or 0))
+    return sorted(found)
 
 
 def code_stamp(roots: list[Path] | None = None) -> str:
@@ -116,7 +136,10 @@ class HostService:
         import caisson.study._dispatch  # noqa: F401  (the recorder's modules, once per service)
 
         self._stamp = code_stamp()
-        self._slots = threading.BoundedSemaphore(max(1, slots))
+        self._slots = max(1, slots)
+        self._guard = threading.Lock()  # guards the two below
+        self._active = 0  # sessions recording now
+        self._retired = False  # older than the host's checkout: admits no session
         threading.Thread(target=self._reap_periodically, name="caisson-reap", daemon=True).start()
 
     def _reap_periodically(self) -> None:
@@ -127,14 +150,17 @@ class HostService:
             except Exception:  # noqa: BLE001  (an engine down for a while: the next round retries)
                 pass
 
+    @ray.method(concurrency_group="control")
     def join(self) -> tuple[str, bytes, int, str, bool]:
         """At the start of a study: reap orphans; (label, raw public key, chambers reaped,
-        chamber recipe tag, whether this service's code is still the host's)."""
+        chamber recipe tag, whether this service's code is still the host's). A service
+        whose code is not the host's any more retires (see `retire`)."""
         from caisson.chamber.image import image_tag
         from caisson.home import ensure_operator_key
 
         current = code_stamp() == self._stamp
         if not current:  # replaced by the driver: a stale service reaps nothing and records nothing
+            self.retire()
             return _host_label(), b"", 0, "", False
         return _host_label(), ensure_operator_key().verify_key.raw, _reap_here(), image_tag("chamber"), True
 
@@ -150,8 +176,24 @@ class HostService:
             ``host``, ``public_key``, ``outcome``, ``error``, ``refused``, ``manifest``
             ([(path, sha256 hex, bytes)]) and ``blobs`` ({sha256 hex: bytes}).
         """
-        with self._slots:
+        with self._guard:
+            if self._retired:
+                return {"full": True, "retired": True}
+            if self._active >= self._slots:
+                return {"full": True, "retired": False}
+            self._active += 1
+        try:
             return self._session(job, files, have)
+        finally:
+            with self._guard:
+                self._active -= 1
+
+    @ray.method(concurrency_group="control")
+    def retire(self) -> int:
+        """Admit no further session; the sessions still recording (0: it may be killed)."""
+        with self._guard:
+            self._retired = True
+            return self._active
 
     def _session(self, job: SessionJob, files: dict[str, bytes], have: frozenset[str]) -> dict:
         from caisson.chamber.reap import RECORDER_FILE, SCRATCH_PREFIX, recorder_identity, recorder_labels
@@ -197,18 +239,22 @@ class HostService:
             shutil.rmtree(root, ignore_errors=True)
 
 
-_HostActor = ray.remote(HostService)
+_HostActor = ray.remote(concurrency_groups={"control": 4})(HostService)
 
 
-def start_service(node_id: str, slots: int) -> ray.actor.ActorHandle:
-    """The caisson service of node ``node_id``: the running one, else one started there now
-    (detached, namespace ``caisson``, pinned to the node, holding its ``slots`` slots, no
-    restarts, no retries)."""
+def start_service(node_id: str, slots: int, generation: int | None = None) -> tuple[ray.actor.ActorHandle, int]:
+    """The caisson service of node ``node_id`` and its generation: that of ``generation``
+    (None: the newest living one, else the first), running or started there now (detached,
+    namespace ``caisson``, pinned to the node, recording at most ``slots`` sessions at once,
+    no restarts, no retries). It holds none of the node's ``caisson_slot`` resource: an
+    old service finishing its sessions and its replacement may live side by side."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    if generation is None:
+        generation = (service_generations(node_id) or [0])[-1]
     return _HostActor.options(
-        name=service_name(node_id), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+        name=service_name(node_id, generation), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-        num_cpus=0, resources={SLOT: slots}, max_restarts=0, max_task_retries=0,
-        max_concurrency=slots + 8,  # the sessions, those of other studies waiting, and joins
-    ).remote(slots)
+        num_cpus=0, max_restarts=0, max_task_retries=0,
+        max_concurrency=slots + 4,  # the sessions and the replies "full"; joins have their own group
+    ).remote(slots), generation
