@@ -283,6 +283,28 @@ def test_a_full_service_answers_at_once_and_joins_never_queue_behind_sessions(ra
         ray.get(sleepers)
 
 
+def test_sessions_refused_as_full_by_a_host_another_study_fills_go_to_the_free_one(ray_cluster, tmp_path):
+    """Another study holds node 0's one slot: this study's service answers "full" at once and
+    every cell is recorded on node 1, none waits on node 0 nor fails."""
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_generations, service_name
+
+    _, nodes, _ = ray_cluster
+    executor = _executor()
+    executor.joined  # noqa: B018
+    full = nodes[0].node_id
+    service = ray.get_actor(service_name(full, service_generations(full)[-1]), namespace=NAMESPACE)
+    ray.get(service.__ray_call__.remote(_set_active, 1))
+    try:
+        repo = make_probe_repo(tmp_path)
+        result = run_study(_grep_study(tmp_path), tmp_path / "out", repo=repo, executor=executor)
+    finally:
+        ray.get(service.__ray_call__.remote(_set_active, 0))
+    assert (result.state, result.counted, result.void) == ("ended", 2, 0)
+    assert {e.host.rsplit("/", 1)[1] for e in _ended(tmp_path / "out")} == {nodes[1].node_id[:12]}
+
+
 def test_a_host_that_answered_full_is_passed_over_for_a_while(ray_cluster):
     from caisson.study._ray import FULL_BACKOFF_S
 
