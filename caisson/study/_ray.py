@@ -369,6 +369,9 @@ class RayExecutor:
                     last = (str(exc).strip().splitlines() or [""])[-1][:300]
                     return SessionResult(error=f"the session failed on {host.label}: {last}", host=host.label)
                 except ray.exceptions.RayError as exc:
+                    if _retired_and_killed(host, exc):  # nothing ran there: place it again
+                        host.lost = True
+                        continue
                     first = (str(exc).strip().splitlines() or [""])[0][:300]
                     if isinstance(exc, ray.exceptions.RayActorError):
                         host.lost = True  # its service (or node) died: a new one joins before it records again
@@ -437,3 +440,11 @@ def _retire(node_id: str, generation: int) -> None:
             ray.kill(service, no_restart=True)
     except (ValueError, ray.exceptions.RayError):  # gone already, or not answering: a later join retries
         pass
+
+
+def _retired_and_killed(host: _Host, exc: ray.exceptions.RayError) -> bool:
+    """Whether ``exc`` says ``host``'s service was killed by ``ray.kill`` after another
+    study's join retired it (a newer generation lives): a retired service admits no session
+    and is killed only when idle, so the session sent to it never started."""
+    return (isinstance(exc, ray.exceptions.RayActorError) and "killed by `ray.kill`" in str(exc)
+            and any(g > host.generation for g in service_generations(host.node_id)))

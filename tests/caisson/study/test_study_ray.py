@@ -305,6 +305,27 @@ def test_sessions_refused_as_full_by_a_host_another_study_fills_go_to_the_free_o
     assert {e.host.rsplit("/", 1)[1] for e in _ended(tmp_path / "out")} == {nodes[1].node_id[:12]}
 
 
+def test_a_session_sent_to_a_service_another_study_retired_and_killed_is_placed_again(ray_cluster, tmp_path):
+    """A study holds its hosts' services from its start; another study's join retires a
+    stale one and kills it, idle: this study's next session there never ran, so it is placed
+    again (on the next generation), not counted as an infra-failed attempt."""
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_generations, service_name
+
+    _, nodes, _ = ray_cluster
+    executor = _executor()
+    executor.joined  # noqa: B018
+    for n in nodes:
+        gen = service_generations(n.node_id)[-1]
+        ray.get(ray.get_actor(service_name(n.node_id, gen), namespace=NAMESPACE).__ray_call__.remote(_pretend_stale))
+    assert len(_executor().joined) == 2  # the other study: both stale services retired and killed
+    repo = make_probe_repo(tmp_path)
+    result = run_study(_grep_study(tmp_path), tmp_path / "out", repo=repo, executor=executor)
+    assert (result.state, result.counted, result.void) == ("ended", 2, 0)
+    assert [e.attempt for e in _ended(tmp_path / "out")] == [1, 1]
+
+
 def test_a_host_that_answered_full_is_passed_over_for_a_while(ray_cluster):
     from caisson.study._ray import FULL_BACKOFF_S
 
