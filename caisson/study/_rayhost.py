@@ -12,8 +12,9 @@ caisson's recorder: it finds the service by name and calls it (docs/studies.md,
   `caisson gc`) and report the host's label, public key, chamber recipe tag, and whether
   the caisson code this process imported is still what is installed (`code_stamp`). A
   service older than its host's checkout retires: it admits no further session, finishes
-  those it records, and the driver kills it once it is idle (`HostService.retire`); a new
-  service of the next generation (`service_name`) serves the host meanwhile.
+  those it records; a new service of the next generation (`service_name`) serves the
+  host meanwhile, counts the sessions its predecessor still records against the host's
+  slots, and kills it once idle (a join that finds it idle kills it too).
 - `HostService.session`: record one session in a scratch directory and return the run
   directory content-addressed (a manifest and the blobs the driver lacks). Admission never
   waits: with all ``slots`` recording (whichever studies sent them) the reply is
@@ -46,7 +47,7 @@ import ray
 if TYPE_CHECKING:
     from caisson.study._dispatch import SessionJob
 
-__all__ = ["NAMESPACE", "REAP_PERIOD_S", "SLOT", "HostService", "code_stamp", "service_name", "start_service"]
+__all__ = ["NAMESPACE", "REAP_PERIOD_S", "WATCH_S", "SLOT", "HostService", "code_stamp", "service_name", "start_service"]
 
 SLOT = "caisson_slot"
 """The Ray custom resource a Docker host offers, one per session it may record at once."""
@@ -54,6 +55,8 @@ NAMESPACE = "caisson"
 """The Ray namespace of the hosts' services (detached actors live in one)."""
 REAP_PERIOD_S = 600.0
 """Seconds between a service's own reaps of orphaned chambers."""
+WATCH_S = 1.0
+"""Seconds between a new generation's looks at its retired predecessors' sessions."""
 _PACKAGES = ("caisson", "collectors", "ledger")
 
 
@@ -129,18 +132,50 @@ class HostService:
     It imports the recorder when it starts, so that no session waits for that import.
 
     Args:
-        slots: sessions recorded at once (the host's ``caisson_slot``s); more wait.
+        slots: sessions recorded at once on the host (the host's ``caisson_slot``s), its
+            retired predecessors' included; more are answered "full".
+        node_id: the Ray node it serves (hex).
+        generation: its generation (`service_name`): from 1 on, it watches its retired
+            predecessors, counts their sessions against its slots, and kills each once idle.
     """
 
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, node_id: str = "", generation: int = 0):
         import caisson.study._dispatch  # noqa: F401  (the recorder's modules, once per service)
 
         self._stamp = code_stamp()
         self._slots = max(1, slots)
-        self._guard = threading.Lock()  # guards the two below
+        self._guard = threading.Lock()  # guards the three below
         self._active = 0  # sessions recording now
+        self._borrowed = 0  # sessions its retired predecessors record now
         self._retired = False  # older than the host's checkout: admits no session
         threading.Thread(target=self._reap_periodically, name="caisson-reap", daemon=True).start()
+        if generation:
+            self._borrowed = self._slots  # until its predecessors are counted
+            threading.Thread(target=self._watch_predecessors, args=(node_id, generation),
+                             name="caisson-predecessors", daemon=True).start()
+
+    def _watch_predecessors(self, node_id: str, generation: int) -> None:
+        """Every `WATCH_S`: count the sessions of the living services of ``node_id`` older than
+        ``generation`` (retiring them) against this one's slots; kill each once idle; stop
+        when none is left."""
+        while True:
+            borrowed = 0
+            for old in [g for g in service_generations(node_id) if g < generation]:
+                try:
+                    service = ray.get_actor(service_name(node_id, old), namespace=NAMESPACE)
+                    active = ray.get(service.retire.remote(), timeout=10)
+                    if active == 0:
+                        ray.kill(service, no_restart=True)
+                    borrowed += active
+                except ValueError:  # gone meanwhile
+                    pass
+                except Exception:  # noqa: BLE001  (not answering: count it full, look again)
+                    borrowed += self._slots
+            with self._guard:
+                self._borrowed = borrowed
+            if not borrowed:
+                return
+            time.sleep(WATCH_S)
 
     def _reap_periodically(self) -> None:
         while True:
@@ -179,7 +214,7 @@ class HostService:
         with self._guard:
             if self._retired:
                 return {"full": True, "retired": True}
-            if self._active >= self._slots:
+            if self._active + self._borrowed >= self._slots:
                 return {"full": True, "retired": False}
             self._active += 1
         try:
@@ -257,4 +292,4 @@ def start_service(node_id: str, slots: int, generation: int | None = None) -> tu
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
         num_cpus=0, max_restarts=0, max_task_retries=0,
         max_concurrency=slots + 4,  # the sessions and the replies "full"; joins have their own group
-    ).remote(slots), generation
+    ).remote(slots, node_id, generation), generation

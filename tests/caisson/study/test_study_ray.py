@@ -251,9 +251,15 @@ def test_a_busy_stale_service_is_retired_not_killed_and_a_new_one_serves_beside_
     assert len(_executor().joined) == 2
     assert service_generations(node) == [gen, gen + 1]  # both live: the old one was busy
     assert ray.get(old.session.remote(None, {}, frozenset())) == {"full": True, "retired": True}
+    new = ray.get_actor(service_name(node, gen + 1), namespace=NAMESPACE)
+    # the host's one slot is the old one's session's: the new one answers full meanwhile
+    assert ray.get(new.session.remote(None, {}, frozenset())) == {"full": True, "retired": False}
     ray.get(old.__ray_call__.remote(_set_active, 0))  # its session ended
-    assert len(_executor().joined) == 2
-    assert service_generations(node) == [gen + 1]  # idle and retired: killed by the next join
+    deadline = time.monotonic() + 20
+    while service_generations(node) != [gen + 1] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert service_generations(node) == [gen + 1]  # idle and retired: killed by its successor
+    assert ray.get(new.__ray_call__.remote(lambda self: self._borrowed)) == 0
 
 
 def _sleep(service, seconds: float) -> None:
