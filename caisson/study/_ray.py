@@ -13,11 +13,15 @@ otherwise. The protocol (docs/studies.md, "Executors"):
   its label, its public key (its caisson home's operator key), the tag of its chamber
   recipe, which must be the driver's (the same recipes; the image digests themselves
   differ between hosts, builds are not reproducible, and each run records its own), and
-  whether the service still runs the host's installed caisson (else it is replaced).
+  whether the service still runs the host's installed caisson: else it retires (admits
+  nothing, finishes its sessions, killed once idle, never while it records) and a service
+  of the next generation serves the host beside it. A join is waited for at most
+  `JOIN_TIMEOUT_S`; it runs in the service's own concurrency group, never behind sessions.
 - A session goes to the enrolled, undrained host with the most free slots of this study's
-  (a host whose key the study did not enroll, or a drained one, gets none; a host that
-  joins the cluster later joins the study when it is next looked for, at most every
-  `REFRESH_S`). Ray retries nothing: caisson owns retries. The service records into a
+  (a service whose slots other studies' sessions hold answers "full" at once, and the
+  driver tries another host; a host whose key the study did not enroll, or a drained one,
+  gets none; a host that joins the cluster later joins the study when it is next looked
+  for, at most every `REFRESH_S`). Ray retries nothing: caisson owns retries. The service records into a
   scratch directory on its host, signs with the host's key, and returns the run directory
   content-addressed: a manifest (path, sha256, size) of every file and the bytes of only
   those blobs whose sha256 the driver said it already has not (``have``). The driver
@@ -179,7 +183,8 @@ class RayExecutor:
             label, key, n, tag, current = ray.get(ref, timeout=JOIN_TIMEOUT_S)
             if not current:  # the host's caisson changed since its service started: a new one beside it
                 old = host
-                host, ref = self._join(host.node_id, host.slots, old.generation + 1)
+                newest = max([old.generation + 1, *service_generations(old.node_id)])  # another study's, maybe
+                host, ref = self._join(host.node_id, host.slots, newest)
                 _retire(old.node_id, old.generation)
                 label, key, n, tag, current = ray.get(ref, timeout=JOIN_TIMEOUT_S)
                 if not current:  # changing under our feet: not this study's host
