@@ -154,16 +154,22 @@ class RayExecutor:
             raise UsageError(f"no host of the Ray cluster holds a {SLOT}: join one with ray start --address ..."
                              f" --resources '{{\"{SLOT}\": K}}'")
         # every host's service joins (reaps, reports its key) while the driver plans; `joined` waits
-        self._joining = {n["NodeID"]: self._join(n["NodeID"], int(n["Resources"][SLOT])) for n in self._slot_nodes()}
+        named = ray.util.list_named_actors(all_namespaces=True)
+        self._joining = {n["NodeID"]: self._join(n["NodeID"], int(n["Resources"][SLOT]), named=named)
+                         for n in self._slot_nodes()}
         self._refreshed = time.monotonic()
         self._joined: list[tuple[str, bytes, int, str]] | None = None
 
     @staticmethod
-    def _join(node_id: str, slots: int, generation: int | None = None) -> tuple[_Host, ray.ObjectRef]:
+    def _join(node_id: str, slots: int, generation: int | None = None,
+              named: list[dict] | None = None) -> tuple[_Host, ray.ObjectRef]:
         """Find or start the service of ``node_id`` (of ``generation``; None: the newest) and
         ask it to join: (host, its join reply). Older generations still living are retired,
-        and killed if idle."""
-        older = service_generations(node_id)[:-1] if generation is None else []
+        and killed if idle. ``named``: the cluster's named actors, when the caller has them."""
+        living = service_generations(node_id, named) if generation is None else []
+        if generation is None:
+            generation = living[-1] if living else 0
+        older = [g for g in living if g < generation]
         service, generation = start_service(node_id, slots, generation)
         for old in older:
             _retire(node_id, old)

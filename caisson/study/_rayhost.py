@@ -66,11 +66,12 @@ def service_name(node_id: str, generation: int = 0) -> str:
     return f"caisson-host-{node_id}" + (f"-{generation}" if generation else "")
 
 
-def service_generations(node_id: str) -> list[int]:
-    """The generations of the living services of node ``node_id``, ascending."""
+def service_generations(node_id: str, named: list[dict] | None = None) -> list[int]:
+    """The generations of the living services of node ``node_id``, ascending; ``named``: the
+    cluster's named actors (``ray.util.list_named_actors(all_namespaces=True)``), else asked."""
     base = service_name(node_id)
     found = []
-    for actor in ray.util.list_named_actors(all_namespaces=True):
+    for actor in ray.util.list_named_actors(all_namespaces=True) if named is None else named:
         name = actor["name"]
         if actor["namespace"] != NAMESPACE or not (name == base or name.startswith(base + "-")):
             continue
