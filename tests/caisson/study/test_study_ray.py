@@ -217,7 +217,10 @@ def test_a_resumed_studys_first_sessions_at_once_take_one_slot_each(ray_cluster)
     threads = [threading.Thread(target=take) for _ in range(4)]
     for t in threads:
         t.start()
-    time.sleep(3)
+    deadline = time.monotonic() + 30
+    while len(taken) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.5)  # the others stay waiting: each host's one slot is taken
     assert len(taken) == 2 and {h.label for h in taken} == {k["host"] for k in keys}  # one slot per host
     assert all(executor._hosts[h.node_id] is h and h.busy == 1 for h in taken)
     with executor._free:
