@@ -13,11 +13,15 @@ otherwise. The protocol (docs/studies.md, "Executors"):
   its label, its public key (its caisson home's operator key), the tag of its chamber
   recipe, which must be the driver's (the same recipes; the image digests themselves
   differ between hosts, builds are not reproducible, and each run records its own), and
-  whether the service still runs the host's installed caisson (else it is replaced).
+  whether the service still runs the host's installed caisson: else it retires (admits
+  nothing, finishes its sessions, killed once idle, never while it records) and a service
+  of the next generation serves the host beside it. A join is waited for at most
+  `JOIN_TIMEOUT_S`; it runs in the service's own concurrency group, never behind sessions.
 - A session goes to the enrolled, undrained host with the most free slots of this study's
-  (a host whose key the study did not enroll, or a drained one, gets none; a host that
-  joins the cluster later joins the study when it is next looked for, at most every
-  `REFRESH_S`). Ray retries nothing: caisson owns retries. The service records into a
+  (a service whose slots other studies' sessions hold answers "full" at once, and the
+  driver tries another host; a host whose key the study did not enroll, or a drained one,
+  gets none; a host that joins the cluster later joins the study when it is next looked
+  for, at most every `REFRESH_S`). Ray retries nothing: caisson owns retries. The service records into a
   scratch directory on its host, signs with the host's key, and returns the run directory
   content-addressed: a manifest (path, sha256, size) of every file and the bytes of only
   those blobs whose sha256 the driver said it already has not (``have``). The driver
@@ -50,7 +54,7 @@ import msgspec
 import ray
 
 from caisson.errors import UsageError
-from caisson.study._rayhost import NAMESPACE, SLOT, service_name, start_service
+from caisson.study._rayhost import NAMESPACE, SLOT, service_generations, service_name, start_service
 from caisson.study.executor import AllHostsDrained
 
 if TYPE_CHECKING:
@@ -60,10 +64,16 @@ if TYPE_CHECKING:
 # imported where it is used, not here: the driver connects to the cluster and asks every
 # host's service to join first, and imports it while the hosts reap (docs/studies.md).
 
-__all__ = ["REFRESH_S", "SLOT", "RayExecutor"]
+__all__ = ["FULL_BACKOFF_S", "JOIN_TIMEOUT_S", "LOST_WAIT_S", "REFRESH_S", "SLOT", "RayExecutor"]
 
 REFRESH_S = 2.0
 """Seconds between two looks at the cluster's nodes (hosts lost, hosts joined)."""
+JOIN_TIMEOUT_S = 120.0
+"""Seconds a host's service has to answer a join (start, import the recorder, reap)."""
+LOST_WAIT_S = 300.0
+"""Seconds a session waits for a host while every host holding a slot is lost."""
+FULL_BACKOFF_S = 1.0
+"""Seconds a host that answered "full" (its slots taken by other studies) is passed over."""
 
 
 class _Host(msgspec.Struct, kw_only=True):
@@ -75,8 +85,10 @@ class _Host(msgspec.Struct, kw_only=True):
     label: str = ""
     key: bytes = b""
     tag: str = ""
+    generation: int = 0  # of its service (`caisson.study._rayhost.service_name`)
     busy: int = 0  # this study's sessions on it now
     lost: bool = False  # its service died (or its node): no session until a new one joins
+    full_until: float = 0.0  # monotonic s: its service answered "full" (other studies' sessions)
 
 
 class RayExecutor:
@@ -133,45 +145,62 @@ class RayExecutor:
         self._index: dict[str, Path] = {}  # sha256 -> a file on the driver with those bytes
         self._lock = threading.Lock()
         self._free = threading.Condition()  # guards the hosts; notified when a slot frees or hosts change
-        self._hosts: dict[str, _Host] = {}  # node id -> host, once joined
+        self._hosts: dict[str, _Host] = {}  # node id -> host, once joined; never replaced (it counts `busy`)
+        self._joining_lock = threading.Lock()  # `joined` is computed once, by one thread
+        self._refreshing = threading.Lock()  # one thread looks at the cluster at a time
         self._ours = ""  # the driver's chamber recipe tag, once the hosts joined
         if self.slots() < 1:
             self.close()
             raise UsageError(f"no host of the Ray cluster holds a {SLOT}: join one with ray start --address ..."
                              f" --resources '{{\"{SLOT}\": K}}'")
         # every host's service joins (reaps, reports its key) while the driver plans; `joined` waits
-        self._joining = {n["NodeID"]: self._join(n["NodeID"], int(n["Resources"][SLOT])) for n in self._slot_nodes()}
+        named = ray.util.list_named_actors(all_namespaces=True)
+        self._joining = {n["NodeID"]: self._join(n["NodeID"], int(n["Resources"][SLOT]), named=named)
+                         for n in self._slot_nodes()}
         self._refreshed = time.monotonic()
         self._joined: list[tuple[str, bytes, int, str]] | None = None
 
     @staticmethod
-    def _join(node_id: str, slots: int) -> tuple[_Host, ray.ObjectRef]:
-        """Find or start the service of ``node_id`` and ask it to join: (host, its join reply)."""
-        service = start_service(node_id, slots)
-        return _Host(node_id=node_id, service=service, slots=slots), service.join.remote()
+    def _join(node_id: str, slots: int, generation: int | None = None,
+              named: list[dict] | None = None) -> tuple[_Host, ray.ObjectRef]:
+        """Find or start the service of ``node_id`` (of ``generation``; None: the newest) and
+        ask it to join: (host, its join reply). Older generations still living are retired,
+        and killed if idle. ``named``: the cluster's named actors, when the caller has them."""
+        living = service_generations(node_id, named) if generation is None else []
+        if generation is None:
+            generation = living[-1] if living else 0
+        older = [g for g in living if g < generation]
+        service, generation = start_service(node_id, slots, generation)
+        for old in older:
+            _retire(node_id, old)
+        return _Host(node_id=node_id, service=service, slots=slots, generation=generation), service.join.remote()
 
     def _settle(self, host: _Host, ref: ray.ObjectRef, reaped: list[int], *, strict: bool) -> _Host | None:
-        """A join's reply: the host, joined (a stale service replaced first); None if it is
-        lost, or (not ``strict``) failed to join.
+        """A join's reply (waited for at most `JOIN_TIMEOUT_S`): the host, joined (a stale
+        service replaced by the next generation, and retired: it finishes its sessions and is
+        killed once idle, never while it records); None if it is lost, or (not ``strict``)
+        failed to join. Called without ``_free`` held.
 
         Raises:
-            UsageError: ``strict``, and the host failed to join (its Docker engine down, say).
+            UsageError: ``strict``, and the host failed to join (its Docker engine down, say)
+                or did not answer within `JOIN_TIMEOUT_S`.
         """
         try:
-            label, key, n, tag, current = ray.get(ref)
-            if not current:  # the host's caisson changed since its service started: a new one
-                ray.kill(host.service, no_restart=True)
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    try:
-                        ray.get_actor(service_name(host.node_id), namespace=NAMESPACE)
-                    except ValueError:
-                        break
-                    time.sleep(0.1)
-                host, ref = self._join(host.node_id, host.slots)
-                label, key, n, tag, current = ray.get(ref)
+            label, key, n, tag, current = ray.get(ref, timeout=JOIN_TIMEOUT_S)
+            if not current:  # the host's caisson changed since its service started: a new one beside it
+                old = host
+                newest = max([old.generation + 1, *service_generations(old.node_id)])  # another study's, maybe
+                host, ref = self._join(host.node_id, host.slots, newest)
+                _retire(old.node_id, old.generation)
+                label, key, n, tag, current = ray.get(ref, timeout=JOIN_TIMEOUT_S)
                 if not current:  # changing under our feet: not this study's host
                     return None
+        except ray.exceptions.GetTimeoutError:
+            if strict:
+                raise UsageError(f"the host of Ray node {host.node_id[:12]} did not answer its join within"
+                                 f" {JOIN_TIMEOUT_S:.0f} s (its service still starting, or its Docker engine"
+                                 " hung); ray status, then docker ps on that host") from None
+            return None
         except ray.exceptions.RayTaskError as exc:
             if strict:
                 first = (str(exc).strip().splitlines() or [""])[-1][:300]
@@ -182,33 +211,48 @@ class RayExecutor:
         reaped.append(n)
         return msgspec.structs.replace(host, label=label, key=key, tag=tag)
 
+    def _adopt(self, joined: _Host) -> None:
+        """Record a joined host (the caller holds ``_free``): a host already tracked is updated
+        in place, never replaced, so that the slots taken on it stay counted."""
+        known = self._hosts.get(joined.node_id)
+        if known is None:
+            self._hosts[joined.node_id] = joined
+            return
+        for field in ("service", "generation", "slots", "label", "key", "tag"):
+            setattr(known, field, getattr(joined, field))
+        known.lost, known.full_until = False, 0.0
+
     @property
     def joined(self) -> list[tuple[str, bytes, int, str]]:
         """(host, raw public key, orphaned chambers reaped, chamber recipe tag) of every host
-        holding a slot at the start (lost ones aside).
+        holding a slot at the start (lost ones aside); computed once, by the first thread
+        that asks (the others wait for it).
 
         Raises:
             UsageError: a host builds its chamber from other recipes than this checkout's
-                (another caisson version: its cells would not be the study's).
+                (another caisson version: its cells would not be the study's); a host failed
+                to join, or did not answer within `JOIN_TIMEOUT_S`.
         """
-        if self._joined is None:
-            from caisson.chamber.image import image_tag
+        with self._joining_lock:
+            if self._joined is None:
+                from caisson.chamber.image import image_tag
 
-            self._ours = image_tag("chamber")
-            joined, reaped = [], []
-            for host, ref in self._joining.values():
-                host = self._settle(host, ref, reaped, strict=True)
-                if host is not None:
-                    joined.append(host)
-            other = [f"{h.label} ({h.tag})" for h in joined if h.tag != self._ours]
-            if other:
-                raise UsageError(f"hosts whose chamber recipe is not this checkout's ({self._ours}): {', '.join(other)};"
-                                 " set them up from the same caisson checkout (make setup)")
-            with self._free:
-                self._hosts.update((h.node_id, h) for h in joined)
-            self._joining = {}
-            self._joined = [(h.label, h.key, n, h.tag) for h, n in zip(joined, reaped, strict=True)]
-        return self._joined
+                self._ours = image_tag("chamber")
+                joined, reaped = [], []
+                for host, ref in self._joining.values():
+                    host = self._settle(host, ref, reaped, strict=True)
+                    if host is not None:
+                        joined.append(host)
+                other = [f"{h.label} ({h.tag})" for h in joined if h.tag != self._ours]
+                if other:
+                    raise UsageError(f"hosts whose chamber recipe is not this checkout's ({self._ours}):"
+                                     f" {', '.join(other)}; set them up from the same caisson checkout (make setup)")
+                with self._free:
+                    for h in joined:
+                        self._adopt(h)
+                    self._joining = {}
+                self._joined = [(h.label, h.key, n, h.tag) for h, n in zip(joined, reaped, strict=True)]
+            return self._joined
 
     def _slot_nodes(self) -> list[dict]:
         return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(SLOT, 0) > 0]
@@ -241,42 +285,57 @@ class RayExecutor:
             self._drained.add(host)
 
     def _refresh(self) -> None:
-        """Look at the cluster (at most every `REFRESH_S`; the caller holds ``_free``): hosts
-        whose node is gone are lost; a node holding slots without a joined service joins."""
-        if time.monotonic() - self._refreshed < REFRESH_S:
+        """Look at the cluster (at most every `REFRESH_S`, one thread at a time; the caller
+        does not hold ``_free``, taken here only to read and update the hosts, never across
+        a Ray call): hosts whose node is gone are lost; a node holding slots without a joined
+        service joins."""
+        if time.monotonic() - self._refreshed < REFRESH_S or not self._refreshing.acquire(blocking=False):
             return
-        self._refreshed = time.monotonic()
-        alive = {n["NodeID"]: int(n["Resources"][SLOT]) for n in self._slot_nodes()}
-        for node_id, host in self._hosts.items():
-            if node_id not in alive:
-                host.lost = True
-        for node_id, (host, ref) in list(self._joining.items()):
-            ready, _ = ray.wait([ref], timeout=0)
-            if ready or node_id not in alive:
-                del self._joining[node_id]
-                host = self._settle(host, ref, [], strict=False) if ready else None
-                if host is not None:  # one of another checkout's recipes is kept, never used
-                    self._hosts[node_id] = host
-        for node_id, slots in alive.items():
-            known = self._hosts.get(node_id)
-            if (known is None or known.lost) and node_id not in self._joining:
-                if known is None or known.busy == 0:  # a lost service's sessions settle first
-                    self._joining[node_id] = self._join(node_id, slots)
+        try:
+            alive = {n["NodeID"]: int(n["Resources"][SLOT]) for n in self._slot_nodes()}
+            with self._free:
+                for node_id, host in self._hosts.items():
+                    if node_id not in alive:
+                        host.lost = True
+                joining = list(self._joining.items())
+            for node_id, (host, ref) in joining:
+                ready, _ = ray.wait([ref], timeout=0)
+                if ready or node_id not in alive:
+                    settled = self._settle(host, ref, [], strict=False) if ready else None
+                    with self._free:
+                        del self._joining[node_id]
+                        if settled is not None:  # one of another checkout's recipes is kept, never used
+                            self._adopt(settled)
+            with self._free:  # a lost service's sessions settle first
+                rejoin = [(node_id, slots) for node_id, slots in alive.items() if node_id not in self._joining
+                          and ((known := self._hosts.get(node_id)) is None or (known.lost and known.busy == 0))]
+            for node_id, slots in rejoin:
+                started = self._join(node_id, slots)
+                with self._free:
+                    self._joining[node_id] = started
+            with self._free:
+                self._free.notify_all()
+        finally:
+            self._refreshed = time.monotonic()
+            self._refreshing.release()
 
     def _take(self) -> _Host:
         """A host with a free slot of this study (waits for one), its slot taken.
 
         Raises:
             AllHostsDrained: every host holding a slot is drained, has a key the study did
-                not enroll, or builds its chamber from other recipes (it joined later).
+                not enroll, or builds its chamber from other recipes (it joined later); or
+                every host has been lost for `LOST_WAIT_S` (named).
         """
         self.joined  # noqa: B018  (the hosts of the start, joined: a resumed study asks no keys)
-        with self._free:
-            while True:
-                self._refresh()
+        lost_since = None
+        while True:
+            self._refresh()
+            with self._free:
+                now = time.monotonic()
                 usable = [h for h in self._hosts.values() if not h.lost and h.label not in self._drained
                           and h.key in self._enrolled and h.tag == self._ours]
-                free = [h for h in usable if h.busy < h.slots]
+                free = [h for h in usable if h.busy < h.slots and h.full_until <= now]
                 if free:
                     host = max(free, key=lambda h: h.slots - h.busy)
                     host.busy += 1
@@ -284,14 +343,25 @@ class RayExecutor:
                 if not usable and any(not h.lost for h in self._hosts.values()):
                     raise AllHostsDrained("every host of the Ray cluster holding a caisson_slot is drained, has"
                                           " a key this study did not enroll or another checkout's recipes")
-                # every host busy, or none left (lost): wait for a slot, or for a host to join
-                self._free.wait(REFRESH_S)
+                if usable:
+                    lost_since = None
+                elif lost_since is None:
+                    lost_since = now
+                elif now - lost_since > LOST_WAIT_S:
+                    names = ", ".join(sorted(h.label for h in self._hosts.values())) or "none joined"
+                    raise AllHostsDrained(f"no host of the Ray cluster came back within {LOST_WAIT_S:.0f} s: every"
+                                          f" one is lost ({names}); ray status, then resume the study")
+                # every host busy or full, or none left (lost): wait for a slot, or for a host to join
+                self._free.wait(FULL_BACKOFF_S if usable else REFRESH_S)
 
     def run(self, job: SessionJob, around=None) -> SessionResult:
         """Record ``job`` on a host; its run directory at ``job.session.run_dir`` when it arrived.
+        A host whose service answers "full" (its slots taken by other studies' sessions) is
+        passed over for `FULL_BACKOFF_S`; one that answers "retired" (older than its host's
+        checkout) rejoins, as its next generation, before it takes another session.
 
         Raises:
-            AllHostsDrained: every host holding a slot is drained.
+            AllHostsDrained: every host holding a slot is drained (or lost, see `_take`).
         """
         from caisson.study._dispatch import SessionResult
 
@@ -300,25 +370,35 @@ class RayExecutor:
         if script and not job.session.baseline and job.session.model_script is None:
             files["model_script"] = Path(script.replace("{question}", job.session.question_id)).read_bytes()
         with around(job.session.run_dir) if around is not None else contextlib.nullcontext():
-            host = self._take()
-            try:
-                with self._lock:
-                    have = frozenset(sha for sha, path in self._index.items() if path.is_file())
-                reply = ray.get(host.service.session.remote(job, files, have))
-            except ray.exceptions.RayTaskError as exc:  # the service raised: a bug of caisson's, on this host
-                last = (str(exc).strip().splitlines() or [""])[-1][:300]
-                return SessionResult(error=f"the session failed on {host.label}: {last}", host=host.label)
-            except ray.exceptions.RayError as exc:
-                first = (str(exc).strip().splitlines() or [""])[0][:300]
-                if isinstance(exc, ray.exceptions.RayActorError):
-                    host.lost = True  # its service (or node) died: a new one joins before it records again
-                return SessionResult(error=f"the session was lost on {host.label} ({type(exc).__name__}): {first}",
-                                     host=host.label)
-            finally:
-                with self._free:
-                    host.busy -= 1
-                    self._free.notify_all()
-        return self._arrive(job, reply)
+            while True:
+                host = self._take()
+                try:
+                    with self._lock:
+                        have = frozenset(sha for sha, path in self._index.items() if path.is_file())
+                    reply = ray.get(host.service.session.remote(job, files, have))
+                except ray.exceptions.RayTaskError as exc:  # the service raised: a bug of caisson's, on this host
+                    last = (str(exc).strip().splitlines() or [""])[-1][:300]
+                    return SessionResult(error=f"the session failed on {host.label}: {last}", host=host.label)
+                except ray.exceptions.RayError as exc:
+                    if _retired_and_killed(host, exc):  # nothing ran there: place it again
+                        host.lost = True
+                        continue
+                    first = (str(exc).strip().splitlines() or [""])[0][:300]
+                    if isinstance(exc, ray.exceptions.RayActorError):
+                        host.lost = True  # its service (or node) died: a new one joins before it records again
+                    return SessionResult(error=f"the session was lost on {host.label} ({type(exc).__name__}):"
+                                         f" {first}", host=host.label)
+                finally:
+                    with self._free:
+                        host.busy -= 1
+                        self._free.notify_all()
+                if not reply.get("full"):
+                    return self._arrive(job, reply)
+                with self._free:  # nothing ran: place it again
+                    if reply.get("retired"):
+                        host.lost = True
+                    else:
+                        host.full_until = time.monotonic() + FULL_BACKOFF_S
 
     def _arrive(self, job: SessionJob, reply: dict) -> SessionResult:
         from caisson.study._dispatch import SessionResult
@@ -360,3 +440,22 @@ class RayExecutor:
         if self._owned and ray.is_initialized():
             ray.shutdown()
         self._owned = False
+
+
+def _retire(node_id: str, generation: int) -> None:
+    """Retire the service of ``node_id`` of ``generation`` (it admits no further session)
+    and kill it if it records none; one that does is killed by a later join once idle."""
+    try:
+        service = ray.get_actor(service_name(node_id, generation), namespace=NAMESPACE)
+        if ray.get(service.retire.remote(), timeout=10) == 0:
+            ray.kill(service, no_restart=True)
+    except (ValueError, ray.exceptions.RayError):  # gone already, or not answering: a later join retries
+        pass
+
+
+def _retired_and_killed(host: _Host, exc: ray.exceptions.RayError) -> bool:
+    """Whether ``exc`` says ``host``'s service was killed by ``ray.kill`` after another
+    study's join retired it (a newer generation lives): a retired service admits no session
+    and is killed only when idle, so the session sent to it never started."""
+    return (isinstance(exc, ray.exceptions.RayActorError) and "killed by `ray.kill`" in str(exc)
+            and any(g > host.generation for g in service_generations(host.node_id)))

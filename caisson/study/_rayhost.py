@@ -10,11 +10,17 @@ caisson's recorder: it finds the service by name and calls it (docs/studies.md,
 
 - `HostService.join`: reap orphaned chambers (`caisson.chamber.reap`, the labels of
   `caisson gc`) and report the host's label, public key, chamber recipe tag, and whether
-  the caisson code this process imported is still what is installed (`code_stamp`): a
-  service older than its host's checkout is replaced, never used.
+  the caisson code this process imported is still what is installed (`code_stamp`). A
+  service older than its host's checkout retires: it admits no further session, finishes
+  those it records; a new service of the next generation (`service_name`) serves the
+  host meanwhile, counts the sessions its predecessor still records against the host's
+  slots, and kills it once idle (a join that finds it idle kills it too).
 - `HostService.session`: record one session in a scratch directory and return the run
-  directory content-addressed (a manifest and the blobs the driver lacks). At most
-  ``slots`` sessions record at once, whichever studies send them; the others wait here.
+  directory content-addressed (a manifest and the blobs the driver lacks). Admission never
+  waits: with all ``slots`` recording (whichever studies sent them) the reply is
+  ``{"full": True}`` and the driver places the session on another host, or later.
+- ``join`` and ``retire`` run in their own concurrency group (``control``), so that a
+  study's start never queues behind other studies' sessions.
 - Every `REAP_PERIOD_S` the service reaps orphans on its own, between studies too.
 
 Ray restarts nothing (``max_restarts=0``, ``max_task_retries=0``): a service whose node
@@ -41,7 +47,7 @@ import ray
 if TYPE_CHECKING:
     from caisson.study._dispatch import SessionJob
 
-__all__ = ["NAMESPACE", "REAP_PERIOD_S", "SLOT", "HostService", "code_stamp", "service_name", "start_service"]
+__all__ = ["NAMESPACE", "REAP_PERIOD_S", "WATCH_S", "SLOT", "HostService", "code_stamp", "service_name", "start_service"]
 
 SLOT = "caisson_slot"
 """The Ray custom resource a Docker host offers, one per session it may record at once."""
@@ -49,12 +55,30 @@ NAMESPACE = "caisson"
 """The Ray namespace of the hosts' services (detached actors live in one)."""
 REAP_PERIOD_S = 600.0
 """Seconds between a service's own reaps of orphaned chambers."""
+WATCH_S = 1.0
+"""Seconds between a new generation's looks at its retired predecessors' sessions."""
 _PACKAGES = ("caisson", "collectors", "ledger")
 
 
-def service_name(node_id: str) -> str:
-    """The name of the caisson service of the Ray node ``node_id`` (hex)."""
-    return f"caisson-host-{node_id}"
+def service_name(node_id: str, generation: int = 0) -> str:
+    """The name of the caisson service of the Ray node ``node_id`` (hex), ``generation``
+    counting its replacements (0: the first; the highest living one serves)."""
+    return f"caisson-host-{node_id}" + (f"-{generation}" if generation else "")
+
+
+def service_generations(node_id: str, named: list[dict] | None = None) -> list[int]:
+    """The generations of the living services of node ``node_id``, ascending; ``named``: the
+    cluster's named actors (``ray.util.list_named_actors(all_namespaces=True)``), else asked."""
+    base = service_name(node_id)
+    found = []
+    for actor in ray.util.list_named_actors(all_namespaces=True) if named is None else named:
+        name = actor["name"]
+        if actor["namespace"] != NAMESPACE or not (name == base or name.startswith(base + "-")):
+            continue
+        tail = name[len(base) + 1:]
+        if not tail or tail.isdigit():
+            found.append(int(tail or 0))
+    return sorted(found)
 
 
 def code_stamp(roots: list[Path] | None = None) -> str:
@@ -109,15 +133,50 @@ class HostService:
     It imports the recorder when it starts, so that no session waits for that import.
 
     Args:
-        slots: sessions recorded at once (the host's ``caisson_slot``s); more wait.
+        slots: sessions recorded at once on the host (the host's ``caisson_slot``s), its
+            retired predecessors' included; more are answered "full".
+        node_id: the Ray node it serves (hex).
+        generation: its generation (`service_name`): from 1 on, it watches its retired
+            predecessors, counts their sessions against its slots, and kills each once idle.
     """
 
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, node_id: str = "", generation: int = 0):
         import caisson.study._dispatch  # noqa: F401  (the recorder's modules, once per service)
 
         self._stamp = code_stamp()
-        self._slots = threading.BoundedSemaphore(max(1, slots))
+        self._slots = max(1, slots)
+        self._guard = threading.Lock()  # guards the three below
+        self._active = 0  # sessions recording now
+        self._borrowed = 0  # sessions its retired predecessors record now
+        self._retired = False  # older than the host's checkout: admits no session
         threading.Thread(target=self._reap_periodically, name="caisson-reap", daemon=True).start()
+        if generation:
+            self._borrowed = self._slots  # until its predecessors are counted
+            threading.Thread(target=self._watch_predecessors, args=(node_id, generation),
+                             name="caisson-predecessors", daemon=True).start()
+
+    def _watch_predecessors(self, node_id: str, generation: int) -> None:
+        """Every `WATCH_S`: count the sessions of the living services of ``node_id`` older than
+        ``generation`` (retiring them) against this one's slots; kill each once idle; stop
+        when none is left."""
+        while True:
+            borrowed = 0
+            for old in [g for g in service_generations(node_id) if g < generation]:
+                try:
+                    service = ray.get_actor(service_name(node_id, old), namespace=NAMESPACE)
+                    active = ray.get(service.retire.remote(), timeout=10)
+                    if active == 0:
+                        ray.kill(service, no_restart=True)
+                    borrowed += active
+                except ValueError:  # gone meanwhile
+                    pass
+                except Exception:  # noqa: BLE001  (not answering: count it full, look again)
+                    borrowed += self._slots
+            with self._guard:
+                self._borrowed = borrowed
+            if not borrowed:
+                return
+            time.sleep(WATCH_S)
 
     def _reap_periodically(self) -> None:
         while True:
@@ -127,14 +186,17 @@ class HostService:
             except Exception:  # noqa: BLE001  (an engine down for a while: the next round retries)
                 pass
 
+    @ray.method(concurrency_group="control")
     def join(self) -> tuple[str, bytes, int, str, bool]:
         """At the start of a study: reap orphans; (label, raw public key, chambers reaped,
-        chamber recipe tag, whether this service's code is still the host's)."""
+        chamber recipe tag, whether this service's code is still the host's). A service
+        whose code is not the host's any more retires (see `retire`)."""
         from caisson.chamber.image import image_tag
         from caisson.home import ensure_operator_key
 
         current = code_stamp() == self._stamp
         if not current:  # replaced by the driver: a stale service reaps nothing and records nothing
+            self.retire()
             return _host_label(), b"", 0, "", False
         return _host_label(), ensure_operator_key().verify_key.raw, _reap_here(), image_tag("chamber"), True
 
@@ -150,8 +212,24 @@ class HostService:
             ``host``, ``public_key``, ``outcome``, ``error``, ``refused``, ``manifest``
             ([(path, sha256 hex, bytes)]) and ``blobs`` ({sha256 hex: bytes}).
         """
-        with self._slots:
+        with self._guard:
+            if self._retired:
+                return {"full": True, "retired": True}
+            if self._active + self._borrowed >= self._slots:
+                return {"full": True, "retired": False}
+            self._active += 1
+        try:
             return self._session(job, files, have)
+        finally:
+            with self._guard:
+                self._active -= 1
+
+    @ray.method(concurrency_group="control")
+    def retire(self) -> int:
+        """Admit no further session; the sessions still recording (0: it may be killed)."""
+        with self._guard:
+            self._retired = True
+            return self._active
 
     def _session(self, job: SessionJob, files: dict[str, bytes], have: frozenset[str]) -> dict:
         from caisson.chamber.reap import RECORDER_FILE, SCRATCH_PREFIX, recorder_identity, recorder_labels
@@ -197,18 +275,22 @@ class HostService:
             shutil.rmtree(root, ignore_errors=True)
 
 
-_HostActor = ray.remote(HostService)
+_HostActor = ray.remote(concurrency_groups={"control": 4})(HostService)
 
 
-def start_service(node_id: str, slots: int) -> ray.actor.ActorHandle:
-    """The caisson service of node ``node_id``: the running one, else one started there now
-    (detached, namespace ``caisson``, pinned to the node, holding its ``slots`` slots, no
-    restarts, no retries)."""
+def start_service(node_id: str, slots: int, generation: int | None = None) -> tuple[ray.actor.ActorHandle, int]:
+    """The caisson service of node ``node_id`` and its generation: that of ``generation``
+    (None: the newest living one, else the first), running or started there now (detached,
+    namespace ``caisson``, pinned to the node, recording at most ``slots`` sessions at once,
+    no restarts, no retries). It holds none of the node's ``caisson_slot`` resource: an
+    old service finishing its sessions and its replacement may live side by side."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    if generation is None:
+        generation = (service_generations(node_id) or [0])[-1]
     return _HostActor.options(
-        name=service_name(node_id), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+        name=service_name(node_id, generation), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-        num_cpus=0, resources={SLOT: slots}, max_restarts=0, max_task_retries=0,
-        max_concurrency=slots + 8,  # the sessions, those of other studies waiting, and joins
-    ).remote(slots)
+        num_cpus=0, max_restarts=0, max_task_retries=0,
+        max_concurrency=slots + 4,  # the sessions and the replies "full"; joins have their own group
+    ).remote(slots, node_id, generation), generation

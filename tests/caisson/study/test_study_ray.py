@@ -139,7 +139,8 @@ def test_each_host_keeps_one_service_that_outlives_the_study(ray_cluster, tmp_pa
     assert run_study(study, tmp_path / "a", repo=repo, executor=_executor()).state == "ended"
     first = services()
     assert len({pid for pid, _ in first.values()}) == 2 and all(imported for _, imported in first.values())
-    assert ray.available_resources().get("caisson_slot", 0) == 0  # each service holds its host's slot
+    # a service holds none of its host's caisson_slot resource: its replacement may start beside it
+    assert ray.available_resources().get("caisson_slot", 0) == 2
     assert run_study(study, tmp_path / "b", repo=repo, executor=_executor()).state == "ended"
     assert services() == first
     hosts = {e.host.rsplit("/", 1)[1] for out in ("a", "b") for e in _ended(tmp_path / out)}
@@ -182,7 +183,7 @@ def _pretend_stale(service) -> None:
 def test_a_service_older_than_its_hosts_checkout_is_replaced_before_it_records(ray_cluster):
     import ray
 
-    from caisson.study._rayhost import NAMESPACE, service_name
+    from caisson.study._rayhost import NAMESPACE, service_generations, service_name
 
     _, nodes, _ = ray_cluster
     _executor().joined  # noqa: B018  (every host has its service)
@@ -192,10 +193,213 @@ def test_a_service_older_than_its_hosts_checkout_is_replaced_before_it_records(r
     ray.get(services[stale].__ray_call__.remote(_pretend_stale))
     joined = _executor().joined
     assert len(joined) == 2 and all(key for _, key, _, _ in joined)  # the stale one reported no key: replaced
-    after = {n.node_id: ray.get(ray.get_actor(service_name(n.node_id), namespace=NAMESPACE)
-                                .__ray_call__.remote(lambda self: _service_process()))[0] for n in nodes}
+    assert service_generations(stale) == [1]  # the stale one was idle: killed; its successor is generation 1
+    assert service_generations(nodes[1].node_id) == [0]
+    after = {n.node_id: ray.get(ray.get_actor(service_name(n.node_id, g), namespace=NAMESPACE)
+                                .__ray_call__.remote(lambda self: _service_process()))[0]
+             for n, g in zip(nodes, (1, 0), strict=True)}
     assert after[stale] != before[stale]
     assert after[nodes[1].node_id] == before[nodes[1].node_id]
+
+
+def test_a_resumed_studys_first_sessions_at_once_take_one_slot_each(ray_cluster):
+    """On resume nothing calls `host_keys` first: the first sessions enter `joined` together;
+    it is computed once and no host's slot count is replaced under a session holding it."""
+    keys = _executor().host_keys()
+    executor = _executor()
+    executor.enroll(keys)
+    taken, gate = [], threading.Barrier(4)
+
+    def take():
+        gate.wait()
+        taken.append(executor._take())
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(taken) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.5)  # the others stay waiting: each host's one slot is taken
+    assert len(taken) == 2 and {h.label for h in taken} == {k["host"] for k in keys}  # one slot per host
+    assert all(executor._hosts[h.node_id] is h and h.busy == 1 for h in taken)
+    with executor._free:
+        for h in list(taken):
+            h.busy -= 1
+        executor._free.notify_all()
+    for t in threads:
+        t.join(timeout=10)
+    assert len(taken) == 4 and sum(h.busy for h in executor._hosts.values()) == 2
+
+
+def _set_active(service, n: int) -> None:
+    service._active = n
+
+
+def test_a_busy_stale_service_is_retired_not_killed_and_a_new_one_serves_beside_it(ray_cluster):
+    """A service older than its host's checkout that still records (another study's
+    session) is not killed: it admits nothing more, a next generation serves the host, and
+    a later join kills it once idle."""
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_generations, service_name
+
+    _, nodes, _ = ray_cluster
+    _executor().joined  # noqa: B018
+    node = nodes[1].node_id
+    [gen] = service_generations(node)
+    old = ray.get_actor(service_name(node, gen), namespace=NAMESPACE)
+    ray.get(old.__ray_call__.remote(_set_active, 1))  # another study's session recording
+    ray.get(old.__ray_call__.remote(_pretend_stale))
+    assert len(_executor().joined) == 2
+    assert service_generations(node) == [gen, gen + 1]  # both live: the old one was busy
+    assert ray.get(old.session.remote(None, {}, frozenset())) == {"full": True, "retired": True}
+    new = ray.get_actor(service_name(node, gen + 1), namespace=NAMESPACE)
+    # the host's one slot is the old one's session's: the new one answers full meanwhile
+    assert ray.get(new.session.remote(None, {}, frozenset())) == {"full": True, "retired": False}
+    ray.get(old.__ray_call__.remote(_set_active, 0))  # its session ended
+    deadline = time.monotonic() + 20
+    while service_generations(node) != [gen + 1] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert service_generations(node) == [gen + 1]  # idle and retired: killed by its successor
+    assert ray.get(new.__ray_call__.remote(lambda self: self._borrowed)) == 0
+
+
+def _sleep(service, seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_a_full_service_answers_at_once_and_joins_never_queue_behind_sessions(ray_cluster):
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_generations, service_name
+
+    _, nodes, _ = ray_cluster
+    _executor().joined  # noqa: B018
+    node = nodes[0].node_id
+    service = ray.get_actor(service_name(node, service_generations(node)[-1]), namespace=NAMESPACE)
+    ray.get(service.__ray_call__.remote(_set_active, 1))  # its one slot taken (another study)
+    try:
+        assert ray.get(service.session.remote(None, {}, frozenset()), timeout=10) == {"full": True, "retired": False}
+    finally:
+        ray.get(service.__ray_call__.remote(_set_active, 0))
+    sleepers = [service.__ray_call__.remote(_sleep, 4) for _ in range(12)]  # every session thread busy
+    try:
+        started = time.monotonic()
+        assert ray.get(service.join.remote(), timeout=30)[4] is True
+        assert time.monotonic() - started < 3  # not behind the sleepers
+    finally:
+        ray.get(sleepers)
+
+
+def test_sessions_refused_as_full_by_a_host_another_study_fills_go_to_the_free_one(ray_cluster, tmp_path):
+    """Another study holds node 0's one slot: this study's service answers "full" at once and
+    every cell is recorded on node 1, none waits on node 0 nor fails."""
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_generations, service_name
+
+    _, nodes, _ = ray_cluster
+    executor = _executor()
+    executor.joined  # noqa: B018
+    full = nodes[0].node_id
+    service = ray.get_actor(service_name(full, service_generations(full)[-1]), namespace=NAMESPACE)
+    ray.get(service.__ray_call__.remote(_set_active, 1))
+    try:
+        repo = make_probe_repo(tmp_path)
+        result = run_study(_grep_study(tmp_path), tmp_path / "out", repo=repo, executor=executor)
+    finally:
+        ray.get(service.__ray_call__.remote(_set_active, 0))
+    assert (result.state, result.counted, result.void) == ("ended", 2, 0)
+    assert {e.host.rsplit("/", 1)[1] for e in _ended(tmp_path / "out")} == {nodes[1].node_id[:12]}
+
+
+def test_a_session_sent_to_a_service_another_study_retired_and_killed_is_placed_again(ray_cluster, tmp_path):
+    """A study holds its hosts' services from its start; another study's join retires a
+    stale one and kills it, idle: this study's next session there never ran, so it is placed
+    again (on the next generation), not counted as an infra-failed attempt."""
+    import ray
+
+    from caisson.study._rayhost import NAMESPACE, service_generations, service_name
+
+    _, nodes, _ = ray_cluster
+    executor = _executor()
+    executor.joined  # noqa: B018
+    for n in nodes:
+        gen = service_generations(n.node_id)[-1]
+        ray.get(ray.get_actor(service_name(n.node_id, gen), namespace=NAMESPACE).__ray_call__.remote(_pretend_stale))
+    assert len(_executor().joined) == 2  # the other study: both stale services retired and killed
+    repo = make_probe_repo(tmp_path)
+    result = run_study(_grep_study(tmp_path), tmp_path / "out", repo=repo, executor=executor)
+    assert (result.state, result.counted, result.void) == ("ended", 2, 0)
+    assert [e.attempt for e in _ended(tmp_path / "out")] == [1, 1]
+
+
+def test_a_host_that_answered_full_is_passed_over_for_a_while(ray_cluster):
+    from caisson.study._ray import FULL_BACKOFF_S
+
+    executor = _executor()
+    executor.enroll(executor.host_keys())
+    first = executor._take()
+    with executor._free:
+        first.busy -= 1
+        first.full_until = time.monotonic() + 10 * FULL_BACKOFF_S
+    other = executor._take()
+    assert other is not first
+
+
+def test_the_cluster_is_looked_at_without_holding_the_hosts_lock(ray_cluster):
+    from caisson.study import _ray
+
+    executor = _executor()
+    executor.enroll(executor.host_keys())
+    looked, others_got_in = threading.Event(), []
+    slot_nodes = executor._slot_nodes
+
+    def enter():
+        got = executor._free.acquire(timeout=1)
+        others_got_in.append(got)
+        if got:
+            executor._free.release()
+
+    def slow_slot_nodes():  # a Ray call of the refresh: another session's thread must get in meanwhile
+        looked.set()
+        other = threading.Thread(target=enter)
+        other.start()
+        other.join()
+        return slot_nodes()
+
+    executor._slot_nodes = slow_slot_nodes
+    executor._refreshed = time.monotonic() - 2 * _ray.REFRESH_S
+    executor._take()  # it looks at the cluster first
+    assert looked.is_set() and others_got_in == [True]
+
+
+def test_a_join_that_never_answers_and_hosts_all_lost_end_with_an_error_naming_them(ray_cluster, monkeypatch):
+    import ray
+
+    from caisson.errors import UsageError
+    from caisson.study import _ray
+    from caisson.study.executor import AllHostsDrained
+
+    executor = _executor()
+    executor.enroll(executor.host_keys())
+    host = next(iter(executor._hosts.values()))
+    monkeypatch.setattr(_ray, "JOIN_TIMEOUT_S", 0.5)
+    never = ray.remote(num_cpus=0)(_sleep).remote(None, 30)
+    with pytest.raises(UsageError, match=f"{host.node_id[:12]} did not answer its join within"):
+        executor._settle(host, never, [], strict=True)
+    assert executor._settle(host, never, [], strict=False) is None
+    ray.cancel(never, force=True)
+    monkeypatch.setattr(_ray, "LOST_WAIT_S", 0.5)
+    monkeypatch.setattr(executor, "_refresh", lambda: None)
+    for h in executor._hosts.values():
+        h.lost = True
+    started = time.monotonic()
+    with pytest.raises(AllHostsDrained, match="every one is lost") as caught:
+        executor._take()
+    assert all(h.label in str(caught.value) for h in executor._hosts.values())
+    assert time.monotonic() - started < 10
 
 
 def test_a_service_older_than_its_hosts_code_is_told_by_its_stamp(tmp_path):
