@@ -48,7 +48,16 @@ static const char *const SYSCALLS[SYS_COUNT] = {
 	[SYS_RENAMEAT2] = "renameat2", [SYS_SYMLINK] = "symlink", [SYS_LINK] = "link",
 	[SYS_SYMLINKAT] = "symlinkat", [SYS_LINKAT] = "linkat", [SYS_CHMOD] = "chmod",
 	[SYS_FCHMODAT] = "fchmodat", [SYS_TRUNCATE] = "truncate", [SYS_FCHDIR] = "fchdir",
-	[SYS_CONNECT] = "connect",
+	[SYS_CONNECT] = "connect", [SYS_MKNOD] = "mknod", [SYS_MKNODAT] = "mknodat", [SYS_SENDTO] = "sendto",
+	[SYS_SENDMSG] = "sendmsg", [SYS_SENDMMSG] = "sendmmsg", [SYS_IO_URING_SETUP] = "io_uring_setup",
+	[SYS_IO_URING_ENTER] = "io_uring_enter", [SYS_IO_URING_REGISTER] = "io_uring_register",
+	[SYS_OPEN_BY_HANDLE_AT] = "open_by_handle_at", [SYS_NAME_TO_HANDLE_AT] = "name_to_handle_at",
+	[SYS_FANOTIFY_INIT] = "fanotify_init", [SYS_FANOTIFY_MARK] = "fanotify_mark", [SYS_MOUNT] = "mount",
+	[SYS_UMOUNT2] = "umount2", [SYS_MOUNT_SETATTR] = "mount_setattr", [SYS_OPEN_TREE] = "open_tree",
+	[SYS_MOVE_MOUNT] = "move_mount", [SYS_FSOPEN] = "fsopen", [SYS_FSCONFIG] = "fsconfig",
+	[SYS_FSMOUNT] = "fsmount", [SYS_FSPICK] = "fspick", [SYS_PIDFD_GETFD] = "pidfd_getfd",
+	[SYS_PTRACE] = "ptrace", [SYS_PROCESS_VM_READV] = "process_vm_readv",
+	[SYS_PROCESS_VM_WRITEV] = "process_vm_writev", [SYS_MEMFD_CREATE] = "memfd_create",
 };
 
 static volatile sig_atomic_t stopping;
@@ -70,16 +79,20 @@ static const char *str(const struct rec *r)
 	return memchr(r->s, 0, STRLEN) ? r->s : "";
 }
 
+/* The address of a sockaddr the kernel side copied (i0: family): IP text, or a unix path. */
+static const char *address(const struct rec *r, char *text, size_t size)
+{
+	if (r->i0 == AF_INET || r->i0 == AF_INET6)
+		return inet_ntop(r->i0, r->s, text, size) ? text : "";
+	return r->i0 == AF_UNIX ? str(r) : "";
+}
+
 static void connect_address(const struct rec *r)
 {
 	char text[INET6_ADDRSTRLEN] = "";
 
-	if (r->i0 == AF_INET || r->i0 == AF_INET6) {
-		inet_ntop(r->i0, r->s, text, sizeof(text));
-		printf("S %d %s\n", r->tid, text);
-	} else if (r->i0 == AF_UNIX) {
-		printf("S %d %s\n", r->tid, str(r));
-	}
+	if (r->i0 == AF_INET || r->i0 == AF_INET6 || r->i0 == AF_UNIX)
+		printf("S %d %s\n", r->tid, address(r, text, sizeof(text)));
 }
 
 static int print_record(void *ctx, void *data, size_t size)
@@ -126,6 +139,23 @@ static int print_record(void *ctx, void *data, size_t size)
 	case K_RET:
 		printf("R %llu %d %d %d tracepoint:syscalls:sys_exit_%s %lld\n", r->ts, r->tgid, r->tid, r->nspid,
 		       name, r->ret);
+		break;
+	case K_SEND:
+		printf("E %llu %d %d %d tracepoint:syscalls:sys_enter_%s %d 0\n", r->ts, r->tgid, r->tid, r->nspid,
+		       name, r->i0);
+		break;
+	case K_DEST: {
+		char text[INET6_ADDRSTRLEN] = "";
+
+		printf("N %d %d %d %s\n", r->tid, r->i0, r->i1, address(r, text, sizeof(text)));
+		break;
+	}
+	case K_CUT_DESTS:
+		printf("T %d dests\n", r->tid);
+		break;
+	case K_AUDIT:
+		printf("P %llu %d %d %d %s %d %lld %d %d %lld %lld %s\n", r->ts, r->tgid, r->tid, r->nspid, name,
+		       (r->flags & ENTERED) ? 1 : 0, r->ret, r->i0, r->i1, (long long)r->req, (long long)r->a3, str(r));
 		break;
 	case K_FORK:
 		printf("F %llu %d %d %d %lld\n", r->ts, r->tgid, r->tid, r->nspid, r->ret);
