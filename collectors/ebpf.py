@@ -14,7 +14,15 @@ nested in it). `EbpfParser` turns those lines into the same events as the strace
   `FileOpen` (``syscall`` ``io_uring_openat`` for the latter, which strace cannot see);
 - ``unlink[at]``, ``rename[at[2]]``, ``mkdir[at]``, ``rmdir``, ``[sym]link[at]``, ``chmod``,
   ``fchmodat``, ``truncate`` -> `FileChange` (``path`` and ``target`` as strace's);
+- ``mknod``/``mknodat`` -> `FileChange` too;
 - ``connect`` -> `NetConnect` (AF_INET, AF_INET6, AF_UNIX);
+- ``sendto``/``sendmsg``/``sendmmsg`` naming a destination -> `NetSend`, one per distinct
+  destination, as the strace witness's (a send on a connected socket names none and is
+  not recorded at all: the kernel side tests the address pointer first);
+- the audited calls (`collectors.strace.AUDITED_SYSCALLS`: io_uring, file handles,
+  fanotify, mount-like, ``pidfd_getfd``, ``ptrace``, ``process_vm_readv``/``writev``,
+  ``memfd_create``) -> `ProcessSyscall`, ``denied`` when the chamber's seccomp filter
+  refused it (see the ``P`` line);
 - a process's last thread exiting -> `ProcessExit`;
 - ``chdir``/``fchdir``/fork: state only (cwd, inherited by children);
 - ``Lost N events`` (bpftrace's perf buffer, or the loader's count of records its ring
@@ -34,10 +42,34 @@ Line grammar (space separated; a string is the rest of its line)::
     Q <mono_ns> <tgid> <tid> <nspid> <exit_code>       a process's last thread exited (wait status)
     U <mono_ns> <tgid> <tid> <nspid> <op> <req> <dfd> <flags> [<path>]  io_uring submission
     K <mono_ns> <tgid> <tid> <req> <res>               completion of a traced io_uring open
+    N <tid> <family> <port> <address>                  one destination of the send its thread entered
+    T <tid> dests                                      sendmmsg: messages past the 64th were not read
+    P <mono_ns> <tgid> <tid> <nspid> <syscall> <entered> <ret> <a0> <a1> <a2> <a3> <string>
+                                                       an audited call returned
 
 ``i0``/``i1``: exec: the parent's pid in the chamber (0: outside) and on the host; opens:
 dirfd (-100 is AT_FDCWD), flags; renames and links: old and new dirfd (the first name is
-an ``S`` line just before the ``O``); unlinkat: dirfd, flags; connect: family, port; fchdir: fd.
+an ``S`` line just before the ``O``); unlinkat: dirfd, flags; connect: family, port; fchdir: fd;
+sends (``E`` then one ``N`` per message naming a destination, ``Z``; then ``R``): the
+flags (``MSG_*``) and 0. ``N``: the family number, the port (0 outside AF_INET/AF_INET6)
+and the address (IP text, a unix path, ``@name`` for an abstract one; empty for other
+families). The libbpf program reads the ``msg_name`` of sendmmsg's first 64 messages
+(bpftrace's, the first 8: 0.17 has no bounded loop but ``unroll``); past those, a
+``T <tid> dests`` line, and the parser makes a `WitnessGap` (destinations unread).
+
+``P``: the syscall's name (``umount2``, as seccomp spells it), ``entered`` 1 when its
+``sys_enter`` tracepoint fired, ``ret`` the value or -errno, four integer arguments as the
+kernel got them (ptrace: request, pid, addr, data; process_vm_readv/writev: pid, liovcnt,
+riovcnt, flags, never the buffers nor their addresses; memfd_create: flags, 0, 0, 0 and
+its name as the string; the others: their first four, 0 past their count) and a string
+(empty but for memfd_create). The refusal rule: the kernel runs the seccomp filter before
+the ``sys_enter`` tracepoints, and a refused call still passes the ``sys_exit`` one with the
+filter's errno (kernel/entry/common.c, ``syscall_trace_enter`` and ``syscall_exit_work``;
+checked on Linux 6.18 with SECCOMP_RET_ERRNO). So a ``P`` line with ``entered`` 0 and ret
+-EPERM of a call in the run's denied list (`EbpfParser`'s ``denied_syscalls``) is a call the
+chamber's policy refused: ``ProcessSyscall`` ``denied``, with no arguments (the filter ran
+before any probe could read them). A call entered before the probes attached also has no
+entry: it is reported as refused only if it also returned -EPERM.
 Pids: ``tgid``/``tid`` are the host's; ``nspid`` is the process's pid in the chamber.
 An exec, fchdir or connect can return on another CPU than it entered, and bpftrace prints
 each CPU's buffer in turn: its ``R`` may come before its ``E``; the two are paired in
@@ -83,11 +115,11 @@ import trio
 from collectors._ebpf_backend import (BPFTRACE_PROGRAM, LOADER, EbpfProgram, ebpf_program,
                                       loader_command)
 from collectors._lines import take_lines
-from collectors._strace_parser import NEED_DATA, UNFINISHED, Stamped, _NeedData
+from collectors._strace_parser import AUDITED_SYSCALLS, DENIED_SYSCALLS, NEED_DATA, UNFINISHED, Stamped, _NeedData
 from collectors._witness import Witnessing, witness_life
 from ledger import CaissonError, Submission, redact_exec
-from ledger.events import (FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, WitnessGap, WitnessRaw,
-                           WitnessStopped)
+from ledger.events import (FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessSyscall,
+                           WitnessGap, WitnessRaw, WitnessStopped)
 
 __all__ = ["BPFTRACE_PROGRAM", "LOADER", "NEED_DATA", "STRING_LIMIT", "WITNESS", "EbpfParser", "EbpfProgram",
            "EbpfWitnessError", "ParserClosedError", "bpftrace_command", "ebpf_program", "loader_command", "open_flags",
@@ -119,11 +151,20 @@ _KERNEL_ERRNOS = {512: "ERESTARTSYS", 513: "ERESTARTNOINTR", 514: "ERESTARTNOHAN
 _FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6"}
 _OPENS = frozenset({"open", "openat", "openat2", "creat"})
 _CHANGES = frozenset({"unlink", "unlinkat", "rmdir", "mkdir", "mkdirat", "rename", "renameat", "renameat2",
-                      "symlink", "symlinkat", "link", "linkat", "chmod", "fchmodat", "truncate"})
+                      "symlink", "symlinkat", "link", "linkat", "chmod", "fchmodat", "truncate", "mknod",
+                      "mknodat"})
+_SENDS = frozenset({"sendto", "sendmsg", "sendmmsg"})
+_AUDITED = frozenset(AUDITED_SYSCALLS)
+_MEMORY = frozenset({"process_vm_readv", "process_vm_writev"})
+_SEND_FAMILIES = {0: "AF_UNSPEC", **_FAMILIES, 16: "AF_NETLINK", 17: "AF_PACKET"}
+_MSG_FLAGS = ((0x1, "MSG_OOB"), (0x2, "MSG_PEEK"), (0x4, "MSG_DONTROUTE"), (0x40, "MSG_DONTWAIT"),
+              (0x80, "MSG_EOR"), (0x800, "MSG_CONFIRM"), (0x4000, "MSG_NOSIGNAL"), (0x8000, "MSG_MORE"),
+              (0x4000000, "MSG_ZEROCOPY"), (0x20000000, "MSG_FASTOPEN"))  # include/linux/socket.h
+_EPERM = 1
 _IO_URING_OPS = {18: "io_uring_openat", 28: "io_uring_openat2", 16: "io_uring_connect", 21: "io_uring_statx",
                  35: "io_uring_renameat", 36: "io_uring_unlinkat", 37: "io_uring_mkdirat",
                  38: "io_uring_symlinkat", 39: "io_uring_linkat"}  # include/uapi/linux/io_uring.h
-_RECORD = re.compile(r"^(?:[BERFQUKO] \d|[SAVT] \d+ |[SAVTZ] \d+$)")
+_RECORD = re.compile(r"^(?:[BERFQUKOP] \d|[SAVTN] \d+ |[SAVTZ] \d+$)")
 _LOST = re.compile(r"^Lost (\d+) events$")
 
 
@@ -210,7 +251,8 @@ class EbpfParser:
 
     def __init__(self, *, clock_offset_ns: int = 0, root_cwd: str | None = None, root_host_pid: int | None = None,
                  fingerprint_key: bytes | None = None, credential_patterns: Sequence[str] = (),
-                 skip_tracer: str | None = None, string_limit: int = STRING_LIMIT, max_line_bytes: int = 1 << 16):
+                 skip_tracer: str | None = None, string_limit: int = STRING_LIMIT, max_line_bytes: int = 1 << 16,
+                 denied_syscalls: Sequence[str] = DENIED_SYSCALLS):
         """Make a parser for one run of the witness's program.
 
         Args:
@@ -232,7 +274,11 @@ class EbpfParser:
             string_limit: ``BPFTRACE_STRLEN`` of the run, bytes (a string of
                 ``string_limit - 1`` bytes or more is taken as cut).
             max_line_bytes: a longer line is cut there and the rest parsed as lines.
+            denied_syscalls: the calls the chamber's seccomp profile refuses (``run.started``'s
+                ``seccomp.denied``): a ``P`` line of one that never entered and returned
+                -EPERM is ``denied``.
         """
+        self._denied = frozenset(denied_syscalls)
         self._offset, self._root_cwd = clock_offset_ns, root_cwd
         self._limit, self._max_line = string_limit, max_line_bytes
         self._root = root_host_pid
@@ -328,10 +374,10 @@ class EbpfParser:
 
     def _record(self, text: str) -> None:
         tag = text[0]
-        if tag in "SAVTZ":
+        if tag in "SAVTZN":
             self._string(tag, text)
             return
-        f = text.split(" ", 9)
+        f = text.split(" ", 12 if tag == "P" else 9)
         mono = int(f[1])
         self.last_ns = mono + self._offset
         if tag == "B":
@@ -348,6 +394,16 @@ class EbpfParser:
             self._held = (tid, call)  # the next line may continue its path
         elif tag == "E":
             self._enter(text, f, mono)
+        elif tag == "P":
+            tid, name = int(f[3]), f[5]
+            if name not in _AUDITED or f[6] not in ("0", "1"):
+                raise ValueError(text)
+            call = _Call(name, mono, int(f[2]), int(f[4]), int(f[6]), 0)
+            call.ret = int(f[7])
+            call.argv = [str(int(a)) for a in f[8:12]]
+            call.strings = [self._cut(f[12] if len(f) > 12 else "")]
+            self._text = _Text(call.strings, call)
+            self._held = (tid, call)  # the next line may continue its string
         elif tag == "R":
             self._return(f, mono)
         elif tag == "F":
@@ -374,7 +430,7 @@ class EbpfParser:
             self._text = _Text(call.strings, call)
 
     def _string(self, tag: str, text: str) -> None:
-        """An S/A/V/T/Z line: a string of the call its thread is entering (or, S, of an O to come)."""
+        """An S/A/V/N/T/Z line: a string of the call its thread is entering (or, S, of an O to come)."""
         _, tid_s, *rest = text.split(" ", 2)
         tid = int(tid_s)
         value = rest[0] if rest else ""
@@ -399,7 +455,7 @@ class EbpfParser:
             values.append(self._cut(value))
             self._text = _Text(values, None)
         else:
-            values = {"S": call.strings, "A": call.argv, "V": call.env}[tag]
+            values = {"S": call.strings, "A": call.argv, "V": call.env, "N": call.strings}[tag]
             values.append(self._cut(value))
             self._text = _Text(values, call)
 
@@ -504,10 +560,39 @@ class EbpfParser:
             self._emit(wall, NetConnect(**ident, family=family, address=s[0],
                                         port=call.i1 if family != "AF_UNIX" else None,
                                         result=-1 if failed else 0, errno=err))
+        elif name in _SENDS:
+            self._sends(wall, ident, call, ret, err)
+        elif name in _AUDITED:  # a P line: i0 is 1 when it entered
+            entered = call.i0 == 1
+            if not entered:
+                args = []
+            elif name == "memfd_create":
+                args = [s[0] if s else "", call.argv[0]]
+            else:
+                args = call.argv
+            denied = not entered and ret == -_EPERM and name in self._denied
+            self._emit(wall, ProcessSyscall(**ident, syscall=name, args=args, result=-1 if failed else ret,
+                                            errno=err, denied=denied))
         elif name in ("chdir", "fchdir") and not failed:
             new = self._resolve(call.tgid, AT_FDCWD, s[0]) if name == "chdir" and s else \
                 self._fds.get(call.tgid, {}).get(call.i0)
             self._cwd[call.tgid] = new if new is not None and new.startswith("/") else None
+
+    def _sends(self, wall: int, ident: dict, call: _Call, ret: int | None, err: str | None) -> None:
+        """One `NetSend` per distinct destination of a send (its ``N`` lines), in order."""
+        flags = _msg_flags(call.i0)
+        for dest in dict.fromkeys(call.strings):
+            fam_s, port_s, address = dest.split(" ", 2)
+            fam = int(fam_s)
+            family = _SEND_FAMILIES.get(fam, str(fam))
+            self._emit(wall, NetSend(**ident, syscall=call.name, family=family, address=address,
+                                     port=int(port_s) if family in ("AF_INET", "AF_INET6") else None, flags=flags,
+                                     result=-1 if ret is None or ret < 0 else ret, errno=err))
+        if "dests" in call.cut:
+            self._emit(wall, WitnessGap(
+                witness=WITNESS, reason=f"{call.name} of pid {call.nspid} sent more messages than the witness"
+                " reads the destination of", missing="destinations of the messages past the last read",
+                since_ns=wall))
 
     def _resolve(self, tgid: int, dirfd: int, path: str) -> str:
         if not path:  # kept empty: never resolved to the directory (AT_EMPTY_PATH, or unreadable)
@@ -535,6 +620,19 @@ class EbpfParser:
         if failure:
             self.parse_failures += 1
         self._emit(self.last_ns, WitnessRaw(witness=WITNESS, line=text))
+
+
+@functools.lru_cache(maxsize=256)
+def _msg_flags(flags: int) -> str:
+    """``send(2)`` flags as strace spells them, e.g. ``MSG_NOSIGNAL|MSG_FASTOPEN``; ``0`` for none."""
+    names, rest = [], flags & 0xFFFFFFFF
+    for bit, name in _MSG_FLAGS:
+        if rest & bit:
+            names.append(name)
+            rest &= ~bit
+    if rest:
+        names.append(hex(rest))
+    return "|".join(names) or "0"
 
 
 def _errno_name(code: int) -> str:
