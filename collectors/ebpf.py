@@ -395,7 +395,8 @@ class EbpfParser:
         elif tag == "E":
             self._enter(text, f, mono)
         elif tag == "P":
-            tid, name = int(f[3]), f[5]
+            tid, name = int(f[3]), f[5].rpartition("sys_exit_")[2]  # bpftrace prints its probe
+            name = "umount2" if name == "umount" else name  # the tracepoint's name, not the call's
             if name not in _AUDITED or f[6] not in ("0", "1"):
                 raise ValueError(text)
             call = _Call(name, mono, int(f[2]), int(f[4]), int(f[6]), 0)
