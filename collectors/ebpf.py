@@ -697,7 +697,7 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
         EbpfWitnessError: the program exited before it attached (the caller must not start the command).
     """
     proc = await trio.lowlevel.open_process(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    errors, root_exited, stderr_read = bytearray(), trio.Event(), trio.Event()
+    errors, root_exited, stderr_read, drained = bytearray(), trio.Event(), trio.Event(), trio.Event()
     async with witness_life(send_channel, WITNESS, missing="syscalls") as w:
         try:
             async with trio.open_nursery() as nursery:
@@ -712,13 +712,14 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
                     await _pump(w, parser, root_exited)
                     if parser.attached:  # let lines gather in the pipe: one wake-up for many
                         await trio.sleep(batch_s)
+                drained.set()  # end of its output: every line is read, whatever its exit takes
                 await proc.wait()
                 with trio.move_on_after(1):  # its last words, before they are quoted
                     await stderr_read.wait()
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(2):
-                await _end(w, proc, parser, stop, errors, root_exited)
+                await _end(w, proc, parser, stop, errors, root_exited, drained)
         if not w.has_started:
             raise EbpfWitnessError(f"{_name(argv)} exited ({proc.returncode}) before attaching: {_tail(errors)}",
                                    _tail(errors))
@@ -726,10 +727,14 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
 
 
 async def _end(w: Witnessing, proc: trio.Process, parser: EbpfParser, stop: trio.Event, errors: bytearray,
-               root_exited: trio.Event) -> None:
-    """Kill the program if it still runs, send what the parser holds, then the gap if any."""
-    killed = proc.returncode is None  # cancelled before the program drained and exited
-    if killed:
+               root_exited: trio.Event, drained: trio.Event) -> None:
+    """Kill the program if it still runs, send what the parser holds, then the gap if any.
+
+    Killed after the end of its output (the loader closes stdout once its ring is drained,
+    then detaches its probes, which can take seconds): nothing was lost, no gap."""
+    running = proc.returncode is None
+    killed = running and not drained.is_set()  # cancelled before the program drained
+    if running:
         proc.kill()
     parser.close()
     await _pump(w, parser, root_exited)
