@@ -31,6 +31,6 @@ clang -g -O2 -Wall -target bpf -D__TARGET_ARCH_$arch -I "$tmp" -I "$src" \
     -c "$src/witness.bpf.c" -o "$tmp/witness.bpf.o"
 if command -v llvm-strip >/dev/null 2>&1; then llvm-strip -g "$tmp/witness.bpf.o"; fi  # DWARF: BTF is kept
 bpftool gen skeleton "$tmp/witness.bpf.o" name witness_bpf > "$tmp/witness.skel.h"
-cc -O2 -Wall -I "$tmp" -I "$src" "$src/loader.c" -o "$tmp/caisson-ebpf" -lbpf -lelf -lz
+cc -O2 -Wall -I "$tmp" -I "$src" "$src/loader.c" -o "$tmp/caisson-ebpf" -lbpf -lelf -lz -lpthread
 mv "$tmp/vmlinux.h" "$tmp/witness.bpf.o" "$tmp/witness.skel.h" "$out/"
 mv "$tmp/caisson-ebpf" "$out/caisson-ebpf"  # last: its presence says the build is whole

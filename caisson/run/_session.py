@@ -43,8 +43,12 @@ __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Sess
 EXIT_TIMEOUT = 124
 EXIT_INFRA = 125  # the chamber failed, as `docker run` reports its own errors
 EXIT_INTERRUPTED = 130
-WITNESS_GRACE_S = 5.0
-"""How long witnesses may take to drain after the command ended before they are cancelled."""
+WITNESS_GRACE_S = 12.0
+"""How long witnesses may take to drain after the command ended before they are cancelled.
+The eBPF witness's stop is the longest: each of its ~100 tracepoints waits an RCU grace
+period to detach (perf_trace_event_unreg), and bpftrace 0.17 detaches them one by one
+before it prints its last lines: 7.7 s at load 5 on 2 cores (the libbpf loader, which
+detaches them concurrently after its output has ended, 4 s)."""
 
 
 class RunOutcome(msgspec.Struct, kw_only=True):

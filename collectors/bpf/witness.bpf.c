@@ -39,8 +39,10 @@ struct {
 /* An open or change between its entry and its return (bpftrace's @t, @o, @p1, @p2). */
 struct entry {
 	u64 ts;
-	u64 p1, p2;  /* user addresses of its names (p2: 0 for one-name calls) */
+	u64 p1, p2;  /* user addresses of its names (p2: 0 for one-name calls); audited: args 2, 3 */
 	s32 i0, i1;
+	u32 sys;     /* audited calls and sends: SYS_* (0 for the others) */
+	u32 pad;
 };
 
 struct {
@@ -85,7 +87,7 @@ static __always_inline struct rec *reserve(u8 kind)
 	r->sys = r->flags = r->pad = 0;
 	r->i0 = r->i1 = r->nspid = 0;
 	r->ret = 0;
-	r->req = 0;
+	r->req = r->a3 = 0;
 	r->s[0] = 0;
 	return r;
 }
@@ -312,6 +314,8 @@ ENTER(linkat, ARG(1), ARG(3), (s32)ARG(0), (s32)ARG(2))
 ENTER(chmod, ARG(0), 0, AT_FDCWD, 0)
 ENTER(fchmodat, ARG(1), 0, (s32)ARG(0), 0)
 ENTER(truncate, ARG(0), 0, AT_FDCWD, 0)
+ENTER(mknod, ARG(0), 0, AT_FDCWD, 0)
+ENTER(mknodat, ARG(1), 0, (s32)ARG(0), 0)
 
 /* openat2's flags are in its user struct open_how (a u64; cut to 32 bits as bpftrace's) */
 SEC("tracepoint/syscalls/sys_enter_openat2")
@@ -345,6 +349,8 @@ EXIT(linkat, SYS_LINKAT)
 EXIT(chmod, SYS_CHMOD)
 EXIT(fchmodat, SYS_FCHMODAT)
 EXIT(truncate, SYS_TRUNCATE)
+EXIT(mknod, SYS_MKNOD)
+EXIT(mknodat, SYS_MKNODAT)
 
 /* --- fchdir, connect: entry lines; their return is an R line --- */
 
@@ -419,6 +425,257 @@ SEC("tracepoint/syscalls/sys_exit_fchdir")
 int exit_fchdir(struct trace_event_raw_sys_exit *ctx) { return on_ret_line(SYS_FCHDIR, ctx->ret); }
 SEC("tracepoint/syscalls/sys_exit_connect")
 int exit_connect(struct trace_event_raw_sys_exit *ctx) { return on_ret_line(SYS_CONNECT, ctx->ret); }
+
+/* --- sends naming a destination (sendto, sendmsg, sendmmsg): an E line and one N line
+ * per destination at entry, read from user memory then; the R line at exit. A send with no
+ * destination (a connected socket: most of them, the model's traffic among them) costs a
+ * pointer test and, for sendmsg/sendmmsg, a read of msg_name; nothing is recorded. --- */
+
+static __always_inline void dest(u32 tid, const u8 *sa, u8 kind)
+{
+	u16 family = 0, port = 0;
+	struct rec *r = reserve(kind);
+
+	if (!r)
+		return;
+	r->tid = tid;
+	bpf_probe_read_user(&family, sizeof(family), sa);
+	r->i0 = family;
+	if (family == 2) {
+		bpf_probe_read_user(&port, sizeof(port), sa + 2);
+		bpf_probe_read_user(r->s, 4, sa + 4);
+	} else if (family == 10) {
+		bpf_probe_read_user(&port, sizeof(port), sa + 2);
+		bpf_probe_read_user(r->s, 16, sa + 8);
+	} else if (family == 1) {
+		u8 first = 0;
+
+		bpf_probe_read_user(&first, 1, sa + 2);
+		if (first == 0) {
+			r->s[0] = '@';
+			if (bpf_probe_read_user_str(r->s + 1, STRLEN - 1, sa + 3) < 0)
+				r->s[1] = 0;
+		} else if (bpf_probe_read_user_str(r->s, STRLEN, sa + 2) < 0) {
+			r->s[0] = 0;
+		}
+	}
+	r->i1 = __builtin_bswap16(port);
+	submit(r);
+}
+
+/* The E line of a send with a destination, and the entry its exit's R line needs. */
+static __always_inline u32 send_enter(u8 sys, s32 flags)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct entry e = { .ts = bpf_ktime_get_ns(), .sys = sys };
+	struct rec *r = reserve(K_SEND);
+
+	if (bpf_map_update_elem(&entries, &tid, &e, BPF_ANY))
+		count_lost();
+	if (!r)
+		return tid;
+	ids(r);
+	r->ts = e.ts;
+	r->sys = sys;
+	r->i0 = flags;
+	submit(r);
+	return tid;
+}
+
+static __always_inline void seal(u32 tid, u8 cut)
+{
+	struct rec *r;
+
+	if (cut) {
+		r = reserve(K_CUT_DESTS);
+		if (r) {
+			r->tid = tid;
+			submit(r);
+		}
+	}
+	r = reserve(K_SEAL);
+	if (!r)
+		return;
+	r->tid = tid;
+	submit(r);
+}
+
+SEC("tracepoint/syscalls/sys_enter_sendto")
+int enter_sendto(struct trace_event_raw_sys_enter *ctx)
+{
+	if (!ARG(4) || !in_chamber())
+		return 0;
+	u32 tid = send_enter(SYS_SENDTO, (s32)ARG(3));
+
+	dest(tid, (const u8 *)ARG(4), K_DEST);
+	seal(tid, 0);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_sendmsg")
+int enter_sendmsg(struct trace_event_raw_sys_enter *ctx)
+{
+	u64 name = 0;
+
+	if (!in_chamber())
+		return 0;
+	bpf_probe_read_user(&name, sizeof(name), (void *)ARG(1));  /* struct msghdr: msg_name first */
+	if (!name)
+		return 0;
+	u32 tid = send_enter(SYS_SENDMSG, (s32)ARG(2));
+
+	dest(tid, (const u8 *)name, K_DEST);
+	seal(tid, 0);
+	return 0;
+}
+
+struct mmsg_ctx {
+	const u8 *vec;  /* user struct mmsghdr[]: a msghdr (56 bytes) and msg_len, 64 bytes each */
+	u32 tid;
+	u32 seen;       /* messages naming a destination */
+	bool started;
+	s32 flags;
+};
+
+static long one_mmsg(u64 i, struct mmsg_ctx *c)
+{
+	u64 name = 0;
+
+	bpf_probe_read_user(&name, sizeof(name), c->vec + i * 64);
+	if (!name)
+		return 0;
+	if (!c->started) {
+		c->tid = send_enter(SYS_SENDMMSG, c->flags);
+		c->started = true;
+	}
+	dest(c->tid, (const u8 *)name, K_DEST);
+	c->seen++;
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_sendmmsg")
+int enter_sendmmsg(struct trace_event_raw_sys_enter *ctx)
+{
+	if (!in_chamber())
+		return 0;
+	u32 vlen = (u32)ARG(2);
+	struct mmsg_ctx c = { .vec = (const u8 *)ARG(1), .flags = (s32)ARG(3) };
+
+	bpf_loop(vlen < MMSG_MAX ? vlen : MMSG_MAX, one_mmsg, &c, 0);
+	if (!c.started && vlen > MMSG_MAX) {  /* none named in the first MMSG_MAX: say the rest is unread */
+		c.tid = send_enter(SYS_SENDMMSG, c.flags);
+		c.started = true;
+	}
+	if (c.started)
+		seal(c.tid, vlen > MMSG_MAX);
+	return 0;
+}
+
+static __always_inline int send_exit(u8 sys, s64 ret)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct entry *e = bpf_map_lookup_elem(&entries, &tid);
+
+	if (!e || e->sys != sys)
+		return 0;
+	bpf_map_delete_elem(&entries, &tid);
+	ret_line(sys, ret);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_sendto")
+int exit_sendto(struct trace_event_raw_sys_exit *ctx) { return send_exit(SYS_SENDTO, ctx->ret); }
+SEC("tracepoint/syscalls/sys_exit_sendmsg")
+int exit_sendmsg(struct trace_event_raw_sys_exit *ctx) { return send_exit(SYS_SENDMSG, ctx->ret); }
+SEC("tracepoint/syscalls/sys_exit_sendmmsg")
+int exit_sendmmsg(struct trace_event_raw_sys_exit *ctx) { return send_exit(SYS_SENDMMSG, ctx->ret); }
+
+/* --- audited calls (collectors._strace_parser.AUDITED_SYSCALLS): one P line at exit. The
+ * chamber's seccomp filter refuses the denied ones before sys_enter fires (kernel/entry:
+ * seccomp runs before trace_sys_enter), but their sys_exit tracepoint still fires, with
+ * -EPERM: an exit with no entry is a refused call. Entry keeps four integer arguments
+ * (process_vm_*: pid, liovcnt, riovcnt, flags: never the buffers; memfd_create: flags, and
+ * its name pointer, read at exit). --- */
+
+static __always_inline int audit_enter(u8 sys, s64 a0, s64 a1, u64 a2, u64 a3)
+{
+	if (!in_chamber())
+		return 0;
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct entry e = { .ts = bpf_ktime_get_ns(), .p1 = a2, .p2 = a3, .i0 = (s32)a0, .i1 = (s32)a1, .sys = sys };
+
+	if (bpf_map_update_elem(&entries, &tid, &e, BPF_ANY))
+		count_lost();
+	return 0;
+}
+
+static __always_inline int audit_exit(u8 sys, s64 ret)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct entry *e = bpf_map_lookup_elem(&entries, &tid);
+	bool entered = e && e->sys == sys;
+
+	if (!entered && !in_chamber())
+		return 0;
+	struct rec *r = reserve(K_AUDIT);
+
+	if (r) {
+		ids(r);
+		r->sys = sys;
+		r->ret = ret;
+		r->ts = bpf_ktime_get_ns();
+		if (entered) {
+			r->flags = ENTERED;
+			r->ts = e->ts;
+			r->i0 = e->i0;
+			r->i1 = e->i1;
+			r->req = e->p1;
+			r->a3 = e->p2;
+			if (sys == SYS_MEMFD_CREATE) {
+				if (bpf_probe_read_user_str(r->s, STRLEN, (const char *)e->p1) < 0)
+					r->s[0] = 0;
+				r->req = 0;
+			}
+		}
+		submit(r);
+	}
+	if (entered)
+		bpf_map_delete_elem(&entries, &tid);
+	return 0;
+}
+
+#define AUDIT(name, tp, sys, a0, a1, a2, a3) \
+	SEC("tracepoint/syscalls/sys_enter_" #tp) \
+	int audit_enter_##name(struct trace_event_raw_sys_enter *ctx) { return audit_enter(sys, a0, a1, a2, a3); } \
+	SEC("tracepoint/syscalls/sys_exit_" #tp) \
+	int audit_exit_##name(struct trace_event_raw_sys_exit *ctx) { return audit_exit(sys, ctx->ret); }
+/* Only the arguments the call has: a tracepoint program reading past its record is refused
+ * at attach (EACCES). */
+#define AUDIT2(name, sys) AUDIT(name, name, sys, ARG(0), ARG(1), 0, 0)
+#define AUDIT3(name, sys) AUDIT(name, name, sys, ARG(0), ARG(1), ARG(2), 0)
+#define AUDIT4(name, sys) AUDIT(name, name, sys, ARG(0), ARG(1), ARG(2), ARG(3))
+
+AUDIT2(io_uring_setup, SYS_IO_URING_SETUP)
+AUDIT4(io_uring_enter, SYS_IO_URING_ENTER)
+AUDIT4(io_uring_register, SYS_IO_URING_REGISTER)
+AUDIT3(open_by_handle_at, SYS_OPEN_BY_HANDLE_AT)
+AUDIT4(name_to_handle_at, SYS_NAME_TO_HANDLE_AT)
+AUDIT2(fanotify_init, SYS_FANOTIFY_INIT)
+AUDIT4(fanotify_mark, SYS_FANOTIFY_MARK)
+AUDIT4(mount, SYS_MOUNT)
+AUDIT(umount2, umount, SYS_UMOUNT2, ARG(0), ARG(1), 0, 0)  /* its tracepoint is named umount */
+AUDIT4(mount_setattr, SYS_MOUNT_SETATTR)
+AUDIT3(open_tree, SYS_OPEN_TREE)
+AUDIT4(move_mount, SYS_MOVE_MOUNT)
+AUDIT2(fsopen, SYS_FSOPEN)
+AUDIT4(fsconfig, SYS_FSCONFIG)
+AUDIT3(fsmount, SYS_FSMOUNT)
+AUDIT3(fspick, SYS_FSPICK)
+AUDIT3(pidfd_getfd, SYS_PIDFD_GETFD)
+AUDIT4(ptrace, SYS_PTRACE)
+AUDIT(process_vm_readv, process_vm_readv, SYS_PROCESS_VM_READV, ARG(0), ARG(2), ARG(4), ARG(5))
+AUDIT(process_vm_writev, process_vm_writev, SYS_PROCESS_VM_WRITEV, ARG(0), ARG(2), ARG(4), ARG(5))
+AUDIT(memfd_create, memfd_create, SYS_MEMFD_CREATE, ARG(1), 0, ARG(0), 0)
 
 /* --- processes --- */
 

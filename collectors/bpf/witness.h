@@ -27,17 +27,29 @@ enum {
 	K_EXIT = 'Q',
 	K_URING = 'U',    /* U line of an io_uring submission (flags: HAS_PATH) */
 	K_URING_DONE = 'K',
+	K_AUDIT = 'P',    /* P line: an audited or denied call returned (flags: ENTERED) */
+	K_SEND = 'N',     /* E line of a send naming a destination (i0: flags) */
+	K_DEST = 'd',       /* N line: one destination of that send (i0 family, i1 port, s address) */
+	K_CUT_DESTS = 't',  /* "T <tid> dests" (sendmmsg: messages past MMSG_MAX unread) */
 };
 #define CUT_ARGV 1
 #define CUT_ENV 2
 #define HAS_PATH 4
+#define ENTERED 8  /* K_AUDIT: its sys_enter fired (a call seccomp refuses never enters) */
+#define MMSG_MAX 64  /* sendmmsg messages whose msg_name is read */
 
 /* Syscalls (struct rec.sys): index into the loader's table of tracepoint names. */
 enum {
 	SYS_EXECVE, SYS_EXECVEAT, SYS_OPENAT, SYS_OPENAT2, SYS_OPEN, SYS_CREAT, SYS_UNLINK, SYS_RMDIR,
 	SYS_MKDIR, SYS_CHDIR, SYS_UNLINKAT, SYS_MKDIRAT, SYS_RENAME, SYS_RENAMEAT, SYS_RENAMEAT2,
 	SYS_SYMLINK, SYS_LINK, SYS_SYMLINKAT, SYS_LINKAT, SYS_CHMOD, SYS_FCHMODAT, SYS_TRUNCATE,
-	SYS_FCHDIR, SYS_CONNECT, SYS_COUNT
+	SYS_FCHDIR, SYS_CONNECT, SYS_MKNOD, SYS_MKNODAT, SYS_SENDTO, SYS_SENDMSG, SYS_SENDMMSG,
+	/* audited (collectors._strace_parser.AUDITED_SYSCALLS): P lines */
+	SYS_IO_URING_SETUP, SYS_IO_URING_ENTER, SYS_IO_URING_REGISTER, SYS_OPEN_BY_HANDLE_AT,
+	SYS_NAME_TO_HANDLE_AT, SYS_FANOTIFY_INIT, SYS_FANOTIFY_MARK, SYS_MOUNT, SYS_UMOUNT2,
+	SYS_MOUNT_SETATTR, SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT,
+	SYS_FSPICK, SYS_PIDFD_GETFD, SYS_PTRACE, SYS_PROCESS_VM_READV, SYS_PROCESS_VM_WRITEV,
+	SYS_MEMFD_CREATE, SYS_COUNT
 };
 
 struct rec {
@@ -50,7 +62,8 @@ struct rec {
 	int i0, i1;           /* as the grammar's i0/i1 (U: dfd and flags; K: res in i0) */
 	long long ret;        /* return value; F: child tid; Q: exit code; U: opcode */
 	unsigned long long ts;   /* CLOCK_MONOTONIC ns */
-	unsigned long long req;  /* U, K: the io_uring request's address */
+	unsigned long long req;  /* U, K: the io_uring request's address; P: its third argument */
+	unsigned long long a3;   /* P: its fourth argument */
 	char s[STRLEN];       /* the string; C: the raw address (AF_INET, AF_INET6) */
 };
 

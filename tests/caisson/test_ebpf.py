@@ -31,7 +31,8 @@ from caisson.run.witnesses import StraceWitness, default_witnesses
 from caisson.run.record import RecordOptions, record, syscall_witness_facts
 from collectors.ebpf import ebpf_program
 from ledger import BlobStore, read_records
-from ledger.events import BlobStored, FileOpen, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
+from ledger.events import (BlobStored, FileOpen, NetSend, ProcessExec, ProcessSyscall, RunEnded, RunStarted, WitnessGap,
+                           WitnessStarted, WitnessStopped)
 from tests.caisson.conftest import require
 
 HERE = Path(__file__).with_suffix("")
@@ -342,3 +343,51 @@ def test_the_loader_stops_when_its_recorder_is_killed_outright(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+AUDITED = r"""
+sh ./uring_reader.sh {key} || true
+python3 -c "
+import os, socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try: s.sendto(b'x', ('198.51.100.7', 9))
+except OSError: pass
+os.close(os.memfd_create('scratch'))
+"
+""".format(key=KEY)
+
+
+def test_a_call_the_chamber_refuses_a_udp_send_and_memfd_create_are_seen(ebpf, tmp_path):
+    # With eBPF alone the chamber's seccomp profile refuses io_uring with EPERM (SCMP_ACT_ERRNO):
+    # the call never enters, only its sys_exit tracepoint fires, and the attempt is in the ledger.
+    probe = (Path(__file__).parents[2] / "scenarios/probes/uring_reader.sh").read_text()
+    repo_files = {"uring_reader.sh": probe}
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(SCENARIO.read_text())
+    repo = _probe_repo(tmp_path / "repo")
+    for name, text in repo_files.items():
+        (repo / name).write_text(text)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t.invalid"}
+    for args in (["add", *repo_files], ["commit", "-qm", "audited probe"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    run_dir = tmp_path / "run"
+    record(RecordOptions(command=["sh", "-c", AUDITED], scenario=scenario, repo=repo, out=run_dir,
+                         question="where-answer", weaken=["exclusions"], timeout_s=90),
+           witnesses=[EbpfWitness(backend=BACKEND)])
+    events = [r.event for r in read_records(run_dir)]
+    run_started = next(e for e in events if isinstance(e, RunStarted))
+    assert run_started.seccomp["action"] == "errno" and "io_uring_setup" in run_started.seccomp["denied"]
+    calls = [e for e in events if isinstance(e, ProcessSyscall)]
+    [setup] = [e for e in calls if e.syscall == "io_uring_setup"]
+    assert (setup.denied, setup.result, setup.errno, setup.args) == (True, -1, "EPERM", [])
+    [memfd] = [e for e in calls if e.syscall == "memfd_create"]
+    assert memfd.args == ["scratch", "1"]  # MFD_CLOEXEC, Python's default
+    assert memfd.result >= 0 and not memfd.denied
+    sends = [e for e in events if isinstance(e, NetSend)]
+    assert [(s.syscall, s.family, s.address, s.port) for s in sends] == [("sendto", "AF_INET", "198.51.100.7", 9)]
+    assert not [e for e in events if isinstance(e, WitnessGap)]
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    denied = [f for f in result.findings if f.detector == "containment.denied_syscall@1"]
+    assert [f.kind for f in denied] == ["denied_syscall"]
+    assert "io_uring_setup" in denied[0].message

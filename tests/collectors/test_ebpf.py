@@ -33,7 +33,8 @@ from collectors.ebpf import (
 )
 from collectors.strace import UNFINISHED
 from ledger import fingerprint_secret
-from ledger.events import Event, FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, WitnessGap, WitnessRaw
+from ledger.events import (Event, FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessSyscall,
+                           WitnessGap, WitnessRaw)
 
 GOLDEN = Path(__file__).with_suffix("")
 PROBE = (GOLDEN / "probe.out").read_bytes()
@@ -279,6 +280,75 @@ def test_an_unknown_io_uring_op_and_an_unknown_family_are_raw_not_dropped():
                  "R 3 5 5 2 tracepoint:syscalls:sys_exit_connect 0\n")
     assert got == [WitnessRaw(witness="ebpf", line="U 1 5 5 2 16 123 0 0"),
                    WitnessRaw(witness="ebpf", line="connect family=16 pid=2 ret=0")]
+
+
+# Lines of issue 15's calls as the libbpf loader printed them for a chamber with the run's
+# seccomp profile (action errno): a refused io_uring_setup (an exit with no entry), UDP sends
+# naming their destination, memfd_create, mknodat. bpftrace prints its probe's name in the
+# P line's syscall field; both are read.
+AUDIT_LINES = (
+    b"P 38427957475749 7999 7999 13 io_uring_setup 0 -1 0 0 0 0 \n"
+    b"E 38428149517689 8017 8017 14 tracepoint:syscalls:sys_enter_sendto 0 0\n"
+    b"N 8017 2 5353 203.0.113.9\nZ 8017\n"
+    b"R 38428149673340 8017 8017 14 tracepoint:syscalls:sys_exit_sendto 1\n"
+    b"E 38428149690175 8017 8017 14 tracepoint:syscalls:sys_enter_sendmsg 536887296 0\n"
+    b"N 8017 10 53 2001:db8::1\nZ 8017\n"
+    b"R 38428149831105 8017 8017 14 tracepoint:syscalls:sys_exit_sendmsg -101\n"
+    b"E 38428149849562 8017 8018 14 tracepoint:syscalls:sys_enter_sendmmsg 0 0\n"
+    b"N 8018 2 53 203.0.113.10\nN 8018 1 0 @sock\nN 8018 2 53 203.0.113.10\nT 8018 dests\nZ 8018\n"
+    b"R 38428149861099 8017 8018 14 tracepoint:syscalls:sys_exit_sendmmsg 3\n"
+    b"P 38428149988118 8017 8017 14 tracepoint:syscalls:sys_exit_memfd_create 1 5 1 0 0 0 secret\nname\n"
+    b"P 38428149988200 8017 8017 14 process_vm_readv 1 -1 9 2 1 0 \n"
+    b"P 38428149988300 8017 8017 14 tracepoint:syscalls:sys_exit_umount 1 -22 0 0 0 0 \n"
+    b"P 38428149988400 8017 8017 14 ptrace 0 -1 0 0 0 0 \n"
+    b"O 38428150015689 8017 8017 14 tracepoint:syscalls:sys_exit_mknodat -100 0 0 nod\n"
+)
+AUDIT_EVENTS = [
+    ProcessSyscall(pid=13, host_pid=7999, syscall="io_uring_setup", args=[], result=-1, errno="EPERM", denied=True),
+    NetSend(pid=14, host_pid=8017, syscall="sendto", family="AF_INET", address="203.0.113.9", port=5353, flags="0",
+            result=1),
+    NetSend(pid=14, host_pid=8017, syscall="sendmsg", family="AF_INET6", address="2001:db8::1", port=53,
+            flags="MSG_NOSIGNAL|MSG_FASTOPEN", result=-1, errno="ENETUNREACH"),
+    NetSend(pid=14, host_pid=8017, syscall="sendmmsg", family="AF_INET", address="203.0.113.10", port=53, flags="0",
+            result=3),
+    NetSend(pid=14, host_pid=8017, syscall="sendmmsg", family="AF_UNIX", address="@sock", port=None, flags="0",
+            result=3),
+    WitnessGap(witness="ebpf", reason="sendmmsg of pid 14 sent more messages than the witness reads the"
+               " destination of", missing="destinations of the messages past the last read",
+               since_ns=38428149849562 + OFFSET),
+    ProcessSyscall(pid=14, host_pid=8017, syscall="memfd_create", args=["secret\nname", "1"], result=5),
+    ProcessSyscall(pid=14, host_pid=8017, syscall="process_vm_readv", args=["9", "2", "1", "0"], result=-1,
+                   errno="EPERM"),
+    ProcessSyscall(pid=14, host_pid=8017, syscall="umount2", args=["0", "0", "0", "0"], result=-1, errno="EINVAL"),
+    # no entry and EPERM, but not a call the profile denies (entered before attach): not "denied"
+    ProcessSyscall(pid=14, host_pid=8017, syscall="ptrace", args=[], result=-1, errno="EPERM"),
+    FileChange(pid=14, host_pid=8017, syscall="mknodat", path="/w/nod"),
+]
+
+
+@settings(max_examples=50, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=len(AUDIT_LINES)), max_size=20))
+def test_audited_calls_sends_and_mknod_read_like_strace_whole_and_at_any_split(cuts):
+    assert [e for _, e in parse([AUDIT_LINES], root_cwd="/w")] == AUDIT_EVENTS
+    points = [0, *sorted(cuts), len(AUDIT_LINES)]
+    assert [e for _, e in parse([AUDIT_LINES[a:b] for a, b in zip(points, points[1:])], root_cwd="/w")] \
+        == AUDIT_EVENTS
+
+
+def test_audited_calls_byte_at_a_time_and_with_trailing_junk():
+    assert [e for _, e in parse([AUDIT_LINES[i:i + 1] for i in range(len(AUDIT_LINES))], root_cwd="/w")] \
+        == AUDIT_EVENTS
+    got = [e for _, e in parse([AUDIT_LINES + b"P 1 2 3 4 not_audited 0 -1 0 0 0 0 \nP 1 2"], root_cwd="/w")]
+    assert got == [*AUDIT_EVENTS, WitnessRaw(witness="ebpf", line="P 1 2 3 4 not_audited 0 -1 0 0 0 0 "),
+                   WitnessRaw(witness="ebpf", line="P 1 2")]
+
+
+def test_a_refused_call_is_denied_only_when_the_run_denies_it():
+    line = "P 5 7 7 2 io_uring_setup 0 -1 0 0 0 0 \n"
+    assert events(line, denied_syscalls=())[0].denied is False
+    assert events(line)[0].denied is True
+    assert events("P 5 7 7 2 io_uring_setup 0 -38 0 0 0 0 \n")[0].denied is False  # ENOSYS: not seccomp's EPERM
+    assert events("P 5 7 7 2 io_uring_setup 1 -1 2 0 0 0 \n")[0].denied is False  # it entered: the kernel said no
 
 
 @settings(max_examples=300, deadline=None)
