@@ -371,20 +371,13 @@ int enter_fchdir(struct trace_event_raw_sys_enter *ctx)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_connect")
-int enter_connect(struct trace_event_raw_sys_enter *ctx)
+/* A socket address from user memory into a record: i0 the family, s the address (4 or 16
+ * bytes of AF_INET/AF_INET6, the path of AF_UNIX, an abstract name as @name), i1 the port
+ * in host order. Other families: the family only. */
+static __always_inline void read_sockaddr(struct rec *r, const u8 *sa)
 {
-	if (!in_chamber())
-		return 0;
-	const u8 *sa = (const u8 *)ARG(1);
 	u16 family = 0, port = 0;
-	struct rec *r = reserve(K_CONNECT);
 
-	if (!r)
-		return 0;
-	ids(r);
-	r->ts = bpf_ktime_get_ns();
-	r->sys = SYS_CONNECT;
 	bpf_probe_read_user(&family, sizeof(family), sa);
 	r->i0 = family;
 	if (family == 2) {  /* AF_INET: sin_port, sin_addr */
@@ -406,6 +399,22 @@ int enter_connect(struct trace_event_raw_sys_enter *ctx)
 		}
 	}
 	r->i1 = __builtin_bswap16(port);
+}
+
+SEC("tracepoint/syscalls/sys_enter_connect")
+int enter_connect(struct trace_event_raw_sys_enter *ctx)
+{
+	if (!in_chamber())
+		return 0;
+	const u8 *sa = (const u8 *)ARG(1);
+	struct rec *r = reserve(K_CONNECT);
+
+	if (!r)
+		return 0;
+	ids(r);
+	r->ts = bpf_ktime_get_ns();
+	r->sys = SYS_CONNECT;
+	read_sockaddr(r, sa);
 	submit(r);
 	return 0;
 }
@@ -433,33 +442,12 @@ int exit_connect(struct trace_event_raw_sys_exit *ctx) { return on_ret_line(SYS_
 
 static __always_inline void dest(u32 tid, const u8 *sa, u8 kind)
 {
-	u16 family = 0, port = 0;
 	struct rec *r = reserve(kind);
 
 	if (!r)
 		return;
 	r->tid = tid;
-	bpf_probe_read_user(&family, sizeof(family), sa);
-	r->i0 = family;
-	if (family == 2) {
-		bpf_probe_read_user(&port, sizeof(port), sa + 2);
-		bpf_probe_read_user(r->s, 4, sa + 4);
-	} else if (family == 10) {
-		bpf_probe_read_user(&port, sizeof(port), sa + 2);
-		bpf_probe_read_user(r->s, 16, sa + 8);
-	} else if (family == 1) {
-		u8 first = 0;
-
-		bpf_probe_read_user(&first, 1, sa + 2);
-		if (first == 0) {
-			r->s[0] = '@';
-			if (bpf_probe_read_user_str(r->s + 1, STRLEN - 1, sa + 3) < 0)
-				r->s[1] = 0;
-		} else if (bpf_probe_read_user_str(r->s, STRLEN, sa + 2) < 0) {
-			r->s[0] = 0;
-		}
-	}
-	r->i1 = __builtin_bswap16(port);
+	read_sockaddr(r, sa);
 	submit(r);
 }
 
