@@ -61,15 +61,18 @@ _LOST = re.compile(r"^Lost (\d+) events$")
 @functools.lru_cache(maxsize=1024)
 def open_flags(flags: int) -> str:
     """``open(2)`` flags as strace spells them, e.g. ``O_RDONLY|O_CLOEXEC`` (unknown bits in hex)."""
-    names = [("O_RDONLY", "O_WRONLY", "O_RDWR", "O_ACCMODE")[flags & 3]]
-    rest = flags & ~3
-    for bit, name in _OPEN_FLAGS:
-        if rest & bit:
+    return "|".join([("O_RDONLY", "O_WRONLY", "O_RDWR", "O_ACCMODE")[flags & 3], *_bit_names(flags & ~3, _OPEN_FLAGS)])
+
+
+def _bit_names(bits: int, table) -> list[str]:
+    """The names of ``bits`` in ``table`` ((bit, name) pairs), in its order, then what no
+    name covers in hex."""
+    names = []
+    for bit, name in table:
+        if bits & bit:
             names.append(name)
-            rest &= ~bit
-    if rest:
-        names.append(hex(rest))
-    return "|".join(names)
+            bits &= ~bit
+    return names + [hex(bits)] if bits else names
 
 
 class ParserClosedError(CaissonError):
@@ -488,14 +491,7 @@ class EbpfParser:
 @functools.lru_cache(maxsize=256)
 def _msg_flags(flags: int) -> str:
     """``send(2)`` flags as strace spells them, e.g. ``MSG_NOSIGNAL|MSG_FASTOPEN``; ``0`` for none."""
-    names, rest = [], flags & 0xFFFFFFFF
-    for bit, name in _MSG_FLAGS:
-        if rest & bit:
-            names.append(name)
-            rest &= ~bit
-    if rest:
-        names.append(hex(rest))
-    return "|".join(names) or "0"
+    return "|".join(_bit_names(flags & 0xFFFFFFFF, _MSG_FLAGS)) or "0"
 
 
 def _errno_name(code: int) -> str:
