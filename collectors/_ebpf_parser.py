@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from collectors._lines import take_lines
-from collectors._strace_parser import AUDITED_SYSCALLS, DENIED_SYSCALLS, NEED_DATA, UNFINISHED, Stamped, _NeedData
+from collectors._strace_parser import (AUDITED_SYSCALLS, DENIED_SYSCALLS, NEED_DATA, UNFINISHED, Stamped,
+                                      SyscallParserOutput)
 from ledger import CaissonError, redact_exec
 from ledger.events import (FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessSyscall,
-                           WitnessGap, WitnessRaw, WitnessStopped)
+                           WitnessGap, WitnessRaw)
 
 __all__ = ["AT_FDCWD", "NEED_DATA", "STRING_LIMIT", "WITNESS", "EbpfParser", "ParserClosedError", "open_flags"]
 
@@ -97,7 +98,7 @@ class _Text(NamedTuple):
     call: _Call | None
 
 
-class EbpfParser:
+class EbpfParser(SyscallParserOutput):
     """Turns the lines the witness's program prints (either backend) into ledger events; sans-IO.
 
     Feed bytes with `feed`, take events with `next_event` until it returns `NEED_DATA`,
@@ -113,6 +114,8 @@ class EbpfParser:
         unmapped: understood lines with no event kind (kept as `WitnessRaw`).
         root_exited: the exit of the chamber's init was read.
     """
+
+    witness = WITNESS
 
     def __init__(self, *, clock_offset_ns: int = 0, root_cwd: str | None = None, root_host_pid: int | None = None,
                  fingerprint_key: bytes | None = None, credential_patterns: Sequence[str] = (),
@@ -198,18 +201,6 @@ class EbpfParser:
         for tid, (name, ret, mono, tgid) in self._early.items():  # returns whose entry we never saw
             self._raw(f"R {mono} {tgid} {tid} ? {name} {ret}", failure=True)
         self._early.clear()
-
-    def next_event(self) -> Stamped | _NeedData:
-        """The next ``(wall_ns, event)``, or `NEED_DATA` when the bytes so far are used up."""
-        if not self._out:
-            return NEED_DATA
-        self.events += 1
-        return self._out.popleft()
-
-    def witness_stopped(self) -> WitnessStopped:
-        """The ``witness.stopped`` event with this parser's counts."""
-        return WitnessStopped(witness=WITNESS, lines=self.lines, events=self.events,
-                              parse_failures=self.parse_failures, bytes=self.bytes)
 
     # --- lines ---------------------------------------------------------------------------
 

@@ -151,7 +151,30 @@ class _Pending(NamedTuple):
     superseded: bool = False
 
 
-class StraceParser:
+class SyscallParserOutput:
+    """What the syscall witnesses' parsers (strace's, eBPF's) share: the queue of events
+    they give out and the counts ``witness.stopped`` reports.
+
+    A subclass sets `witness` (its ``witness.started`` name) and keeps ``_out`` (a deque of
+    `Stamped`), ``lines``, ``events``, ``parse_failures`` and ``bytes``.
+    """
+
+    witness: str
+
+    def next_event(self) -> Stamped | _NeedData:
+        """The next ``(wall_ns, event)``, or `NEED_DATA` when the bytes so far are used up."""
+        if not self._out:
+            return NEED_DATA
+        self.events += 1
+        return self._out.popleft()
+
+    def witness_stopped(self) -> WitnessStopped:
+        """The ``witness.stopped`` event with this parser's counts."""
+        return WitnessStopped(witness=self.witness, lines=self.lines, events=self.events,
+                              parse_failures=self.parse_failures, bytes=self.bytes)
+
+
+class StraceParser(SyscallParserOutput):
     """Turns the bytes of a strace trace into ledger events; sans-IO.
 
     Feed bytes with `feed`, take events with `next_event` until it returns `NEED_DATA`,
@@ -171,6 +194,8 @@ class StraceParser:
             command), None until a line of a process is parsed.
         root_exited: whether that process's exit (``+++ exited`` / ``killed``) was seen.
     """
+
+    witness = WITNESS
 
     def __init__(
         self,
@@ -277,18 +302,6 @@ class StraceParser:
             for tid in list(self._pending):
                 self._flush_unfinished(tid)
             self._release_held()
-
-    def next_event(self) -> Stamped | _NeedData:
-        """The next ``(wall_ns, event)``, or `NEED_DATA` when the bytes so far are used up."""
-        if not self._out:
-            return NEED_DATA
-        self.events += 1
-        return self._out.popleft()
-
-    def witness_stopped(self) -> WitnessStopped:
-        """The ``witness.stopped`` event with this parser's counts."""
-        return WitnessStopped(witness=WITNESS, lines=self.lines, events=self.events,
-                              parse_failures=self.parse_failures, bytes=self.bytes)
 
     # --- lines ---------------------------------------------------------------------------
 
