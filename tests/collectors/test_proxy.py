@@ -35,6 +35,10 @@ from ledger import BlobStore, Submission
 from ledger.events import HttpExchange, LlmCall, WitnessGap, WitnessRaw, WitnessStarted, WitnessStopped
 from tests.collectors.llm_server import FIXTURES, ROUTES, LlmServer
 
+# One worker runs the module: its witness is shared, and the last test greps what all the
+# others produced (under xdist, a module split over workers left it too little to read).
+pytestmark = pytest.mark.xdist_group("proxy_witness")
+
 MITMDUMP = Path(sys.executable).with_name("mitmdump")
 if not MITMDUMP.exists() and shutil.which("mitmdump") is None:
     if os.environ.get("CI") == "true":
