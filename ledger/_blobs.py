@@ -77,16 +77,33 @@ class BlobStore:
 
     def check(self, sha256_hex: str) -> str | None:
         """Recompute one blob's hash. Returns None when intact, else why not."""
-        path = self.path_for(sha256_hex)
-        h = hashlib.sha256()
+        return self.read_checked(sha256_hex)[0]
+
+    def read_checked(self, sha256_hex: str, keep_max: int = 0) -> tuple[str | None, bytes | None]:
+        """Recompute one blob's hash, and give back the bytes it hashed when they are few.
+
+        Args:
+            sha256_hex: the blob's sha256, lowercase hex.
+            keep_max: the largest blob (bytes) whose content is returned; larger ones are
+                hashed in 1 MiB chunks and not kept.
+
+        Returns:
+            (None, the bytes or None when over ``keep_max``) when intact, else (why not, None).
+        """
+        path = os.path.join(self.root, sha256_hex[:2], sha256_hex)
         try:
             with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
+                if os.fstat(f.fileno()).st_size <= keep_max:
+                    data: bytes | None = f.read()
+                    h = hashlib.sha256(data)
+                else:
+                    data, h = None, hashlib.sha256()
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        h.update(chunk)
         except FileNotFoundError:
-            return "missing"
+            return "missing", None
         except OSError as exc:
-            return f"unreadable ({exc.strerror})"
+            return f"unreadable ({exc.strerror})", None
         if h.hexdigest() != sha256_hex:
-            return "content does not match its hash"
-        return None
+            return "content does not match its hash", None
+        return None, data

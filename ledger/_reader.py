@@ -427,16 +427,30 @@ def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
     return _verify(path, trusted, decode=False)[0]
 
 
-def verify_and_read(path: Path, trusted: VerifyKey) -> tuple[VerifyReport, list[Record]]:
+KEPT_BLOB_MAX = 4 << 20
+"""The largest blob (bytes) whose verified content `verify_and_read` hands back."""
+
+
+def verify_and_read(path: Path, trusted: VerifyKey, *,
+                    kept_blobs: dict[str, bytes] | None = None) -> tuple[VerifyReport, list[Record]]:
     """`verify_ledger` and the decoded records, from one read of the file (for replay).
 
     The records are those of complete frames, whatever the report says; use them only
     when ``report.status`` is what the caller accepts.
 
+    Args:
+        path: a run directory or a ledger file.
+        trusted: the key the ledger must be signed with.
+        kept_blobs: when given, filled with sha256 hex -> bytes of each blob the ledger
+            references that the check read and found intact, up to `KEPT_BLOB_MAX` bytes
+            each: a reader that goes on to read them (replay) gets the very bytes that
+            were hashed, without a second read. Blobs are checked only when the records
+            are (a ledger that is tampered before its blobs leaves it empty).
+
     Raises:
         As `verify_ledger`.
     """
-    return _verify(path, trusted, decode=True)
+    return _verify(path, trusted, decode=True, kept_blobs=kept_blobs)
 
 
 def _read_ledger(ledger_path: Path) -> bytes:
@@ -454,17 +468,19 @@ def _read_ledger(ledger_path: Path) -> bytes:
     return data
 
 
-def _verify(path: Path, trusted: VerifyKey, *, decode: bool) -> tuple[VerifyReport, list[Record]]:
+def _verify(path: Path, trusted: VerifyKey, *, decode: bool,
+            kept_blobs: dict[str, bytes] | None = None) -> tuple[VerifyReport, list[Record]]:
     ledger_path, blobs = locate(path)
     data = _read_ledger(ledger_path)
     checker = LedgerChecker(trusted, decode=decode)
     checker.feed(data)
     records = list(checker.records())
-    report = _report(checker, data, ledger_path, blobs)
+    report = _report(checker, data, ledger_path, blobs, kept_blobs)
     return report, records
 
 
-def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobStore) -> VerifyReport:
+def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobStore,
+            kept_blobs: dict[str, bytes] | None = None) -> VerifyReport:
     report = VerifyReport(path=str(ledger_path), records=checker.expected, sealed=checker.sealed, final=checker.final)
     if checker.header is not None:
         report.format_version = checker.header.format_version
@@ -487,8 +503,11 @@ def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobS
             seq, first, second = checker.fork
             report.fork_seq, report.fork_offsets = seq, [first, second]
         return report
+    keep_max = KEPT_BLOB_MAX if kept_blobs is not None else 0
     for seq, ref in checker.blob_refs:
-        problem = blobs.check(ref.sha256)
+        problem, content = blobs.read_checked(ref.sha256, keep_max)
+        if content is not None and kept_blobs is not None:
+            kept_blobs[ref.sha256] = content
         report.blobs_checked += 1
         if problem is not None:
             report.status = "tampered"

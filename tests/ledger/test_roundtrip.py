@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import (BlobMismatchError, BlobStore, LedgerError, LedgerWriter, Submission, read_records, run_writer,
-                    verify_ledger)
+                    verify_and_read, verify_ledger)
 from ledger.events import EVENT_KINDS, FileOpen, Note, decode_event
 from tests.ledger.conftest import KEY, records, write_ledger
 
@@ -73,6 +73,26 @@ def test_blobs_are_stored_by_hash_and_checked(tmp_path):
     assert report.status == "tampered" and report.bad_seq == 0 and "blob" in report.reason
     (run / "blobs" / digest[:2] / digest).unlink()
     assert "missing" in verify_ledger(run, KEY.verify_key).reason
+
+
+def test_verify_and_read_hands_over_the_blob_bytes_it_hashed_and_only_those(tmp_path, monkeypatch):
+    import ledger._reader as reader
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with LedgerWriter(run / "ledger", run_id="r", key=KEY, blobs=BlobStore(run / "blobs")) as w:
+        small = w.put_blob(b"agent stdout\n", role="stdout", media_type="text/plain")
+        empty = w.put_blob(b"", role="stderr", media_type="text/plain")
+        large = w.put_blob(b"x" * 100, role="answer", media_type="text/plain")
+    monkeypatch.setattr(reader, "KEPT_BLOB_MAX", 50)  # the large one is hashed in chunks, not kept
+    kept: dict[str, bytes] = {}
+    report, _ = verify_and_read(run, KEY.verify_key, kept_blobs=kept)
+    assert (report.status, report.blobs_checked) == ("ok", 3)
+    assert kept == {small: b"agent stdout\n", empty: b""} and large not in kept
+    (run / "blobs" / small[:2] / small).write_bytes(b"agent stdout, edited\n")
+    kept.clear()
+    report, _ = verify_and_read(run, KEY.verify_key, kept_blobs=kept)
+    assert report.status == "tampered" and small not in kept  # altered bytes are never handed over
 
 
 def test_get_returns_the_bound_bytes_or_raises_naming_the_blob_and_its_path(tmp_path):
