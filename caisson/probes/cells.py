@@ -71,6 +71,8 @@ class CellSpec(msgspec.Struct, frozen=True, kw_only=True):
         first_party: write the agent's own ``agent.usage`` (the sum of the calls).
         strace_events: strace-like events before the model calls.
         seed: seeds the strace-like stream.
+        live_input_tokens: the input tokens the live ``llm.call`` of each turn records, as a
+            parser with a bug would have written them (None: what its bodies give, as live).
     """
 
     run_id: str
@@ -84,6 +86,7 @@ class CellSpec(msgspec.Struct, frozen=True, kw_only=True):
     first_party: bool = True
     strace_events: int = 200
     seed: int = 7
+    live_input_tokens: int | None = None
 
 
 def _exchange(spec: CellSpec, turn: int, headers: list[tuple[str, str]]
@@ -157,6 +160,10 @@ def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int 
             call, why = rederive_llm_call(exchange, *bodies)  # the proxy's own assembly, as live
             if call is None:
                 raise ValueError(f"cell {spec.run_id}, turn {turn}: the synthetic exchange gives no llm.call: {why}")
+            if spec.live_input_tokens is not None and call.normalized is not None:
+                wrong = spec.live_input_tokens
+                call = msgspec.structs.replace(call, normalized=msgspec.structs.replace(
+                    call.normalized, input_tokens=wrong, total_tokens=wrong + (call.normalized.output_tokens or 0)))
             w.append(exchange, source="proxy", **at())
             w.append(call, source="proxy", **at())
         w.append(AgentAnswer(agent=spec.agent, text=spec.answer), source="agent", **at())

@@ -12,6 +12,7 @@ from caisson.replay._replay import (
     replay_records,
     replay_run,
     replay_runs,
+    replay_streams,
 )
 from caisson.replay.scoring import Grade, Summary, grade, summarize
 
@@ -26,5 +27,6 @@ __all__ = [
     "replay_records",
     "replay_run",
     "replay_runs",
+    "replay_streams",
     "summarize",
 ]

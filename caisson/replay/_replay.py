@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +28,7 @@ from caisson.replay.scoring import Grade, grade
 from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted, SandboxBuilt
 
-__all__ = ["FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "replay_runs"]
+__all__ = ["FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "replay_runs", "replay_streams"]
 
 FINDINGS_FILE = "findings.json"
 WEAKENED = "controls.weakened@1"
@@ -54,19 +54,17 @@ class RunReplay(msgspec.Struct, kw_only=True):
     tool_audit: str | None = None
 
 
-def _blob(blobs: BlobStore, records: Iterable[Record], role: str) -> bytes | None:
+def _blob(blob: Callable[[str], bytes], records: Iterable[Record], role: str) -> bytes | None:
     """The bytes of the last blob stored with ``role``, or None when the run stored none.
 
     Raises:
-        OSError: the blob is recorded but cannot be read.
+        OSError: the blob is recorded but cannot be read (as ``blob`` raises it).
     """
     found = None
     for record in records:
         if isinstance(record.event, BlobStored) and record.event.role == role:
             found = record.event.sha256
-    if found is None:
-        return None
-    return blobs.get(found)
+    return None if found is None else blob(found)
 
 
 _MANIFEST = (RunStarted, SandboxBuilt, BlobStored)
@@ -95,7 +93,8 @@ def replay_run(run_dir: Path, trusted: VerifyKey,
 
 
 def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record],
-                   detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS) -> RunReplay:
+                   detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS, *,
+                   verified_blobs: Mapping[str, bytes] | None = None) -> RunReplay:
     """Detect and grade a run already verified and read (`ledger.verify_and_read`), so a
     caller that needs the records too reads the ledger once.
 
@@ -105,6 +104,30 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
             an unverified, unscored result.
         records: the run's records, in order.
         detectors: (name@version, detector) pairs to run.
+        verified_blobs: sha256 hex -> bytes the verification hashed (its ``kept_blobs``);
+            a blob not in it is read from the store, its hash checked again.
+
+    Raises:
+        CaissonError: the run keeps a scenario that no longer parses (names the field).
+    """
+    return replay_streams(run_dir, report, records, detectors, verified_blobs=verified_blobs)[0]
+
+
+def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record],
+                   detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS,
+                   extra: Sequence[tuple[type, ...]] = (), *,
+                   verified_blobs: Mapping[str, bytes] | None = None) -> tuple[RunReplay, list[list[Record]]]:
+    """`replay_records`, and the rebuilt records of the event types in ``extra``, from the
+    same walk of the records the detectors' streams come from.
+
+    Args:
+        run_dir, report, records, detectors, verified_blobs: as `replay_records`.
+        extra: tuples of event classes (as `caisson.detectors.route`'s ``wanted``).
+
+    Returns:
+        The replay, and one list per ``extra`` entry: the records of those types after the
+        rebuild (`caisson.replay._rederive`), in order; empty lists for a run that did not
+        verify.
 
     Raises:
         CaissonError: the run keeps a scenario that no longer parses (names the field).
@@ -113,20 +136,26 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
     if report.status != "ok":
         detail = report.reason or f"not closed: {report.unsealed} records after the last seal"
         return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
-                         status="unverified", detectors=names)
+                         status="unverified", detectors=names), [[] for _ in extra]
     blobs = BlobStore(Path(report.path).parent / BLOBS_DIR)  # beside the ledger verified, as `locate` puts it
+    kept = verified_blobs or {}
 
-    def blob(sha256: str) -> bytes | None:
+    def checked(sha256: str) -> bytes:
+        data = kept.get(sha256)
+        return data if data is not None else blobs.get(sha256)
+
+    def blob(sha256: str) -> bytes | None:  # rederive keeps the live event where a body is unreadable
         try:
-            return blobs.get(sha256)
+            return checked(sha256)
         except OSError:
             return None
 
     records, rederived = rederive(records, blob)
-    routed = route_for(records, detectors, (_MANIFEST,))  # one walk: the manifest and the detectors' streams
-    [manifest] = routed.streams
+    # one walk: the manifest, the caller's streams and the detectors' streams
+    routed = route_for(records, detectors, (_MANIFEST, *extra))
+    manifest, *streams = routed.streams
     started = next((r.event for r in manifest if isinstance(r.event, RunStarted)), None)
-    scenario_bytes = _blob(blobs, manifest, "scenario")
+    scenario_bytes = _blob(checked, manifest, "scenario")
     scenario: Scenario | None = None
     if scenario_bytes:
         try:
@@ -150,15 +179,15 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
     if scenario is not None and out.question_id is not None:
         question = scenario.question(out.question_id)
     if question is not None:
-        answer = _blob(blobs, manifest, "answer")
+        answer = _blob(checked, manifest, "answer")
         if answer is None:
-            answer = _blob(blobs, manifest, "stdout")
+            answer = _blob(checked, manifest, "stdout")
         provenance = [*config.excluded_paths, *(os.path.basename(p) for p in config.excluded_paths)]
         out.grade = grade(question, answer.decode("utf-8", "replace") if answer is not None else None,
                           provenance_terms=provenance)
         out.score_if_clean = out.grade.score_if_clean
         out.score = None if out.status == "void" else out.grade.score
-    return out
+    return out, streams
 
 
 def replay_runs(run_dirs: Iterable[Path], trusted: VerifyKey, *, write: bool = True,

@@ -1,9 +1,11 @@
 """One cell's evidence, from its run directory: replay and token figure from one read.
 
-The ledger is verified and read once (`ledger.verify_and_read`); the records go through
-the current detectors and the checklist grading (`caisson.replay.replay_records`) and
-through `cell_tokens`. Nothing is written: a report recomputes findings with the
-detector versions it runs, whatever ``findings.json`` says.
+The ledger and its blobs are verified and read once (`ledger.verify_and_read`, which
+hands over the blob bytes it hashed); the records are rebuilt from those blobs with
+today's parsers and go through the current detectors and the checklist grading
+(`caisson.replay.replay_streams`), and the rebuilt token events, from the same walk,
+through `cell_tokens`. Nothing is written: a report recomputes findings with the detector
+versions it runs, whatever ``findings.json`` says.
 
 `read_cells` reads many cells, each exactly as `read_cell` does, spread over worker
 processes (forked from the caller, one per core; the evidence comes back as msgpack): a
@@ -23,8 +25,8 @@ from pathlib import Path
 
 import msgspec
 
-from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, route
-from caisson.replay import RunReplay, replay_records
+from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector
+from caisson.replay import RunReplay, replay_streams
 from caisson.report._inputs import ReportCell
 from caisson.report._tokens import TOKEN_EVENTS, CellTokens, cell_tokens
 from ledger import LedgerError, VerifyKey, verify_and_read
@@ -39,7 +41,14 @@ events its token figure is chosen from."""
 
 class CellEvidence(msgspec.Struct, frozen=True, kw_only=True):
     """A cell's replay (findings, status, score), its token figure, and whether its
-    ledger records the sandbox built and scanned (``sandbox.built``)."""
+    ledger records the sandbox built and scanned (``sandbox.built``).
+
+    The token figure is chosen from the events replay rebuilt from the run's blobs with
+    today's parsers (``replay.rederived`` says what changed), the same events the
+    detectors read; the rebuilt events themselves (``replay.rederived.usage``) are left
+    out, since ``tokens`` is what a report counts of them (`caisson.replay.replay_run`
+    gives them whole).
+    """
 
     replay: RunReplay
     tokens: CellTokens
@@ -62,16 +71,18 @@ def read_cell(run_dir: Path, trusted: VerifyKey,
     Raises:
         CaissonError: the run keeps a scenario that no longer parses.
     """
+    kept: dict[str, bytes] = {}
     try:
-        report, records = verify_and_read(run_dir, trusted)
+        report, records = verify_and_read(run_dir, trusted, kept_blobs=kept)
     except LedgerError as exc:
         replay = RunReplay(run_dir=str(run_dir), verified="unreadable", verify_detail=str(exc), status="unverified",
                            detectors=[name for name, _ in detectors])
         return CellEvidence(replay=replay, tokens=CellTokens(null_reason="ledger unreadable"))
-    replay = replay_records(run_dir, report, records, detectors)
+    replay, (built, counted) = replay_streams(run_dir, report, records, detectors, _EVIDENCE, verified_blobs=kept)
     if replay.verified != "ok":
         return CellEvidence(replay=replay, tokens=CellTokens(null_reason=f"ledger {replay.verified}"))
-    built, counted = route(records, _EVIDENCE)
+    if replay.rederived is not None:  # the rebuilt events are in the figure; not carried further
+        replay.rederived.usage = []
     return CellEvidence(replay=replay, tokens=cell_tokens(counted), sandbox_built=bool(built))
 
 

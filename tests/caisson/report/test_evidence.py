@@ -42,6 +42,17 @@ def test_two_sessions_without_a_first_party_report_are_a_proxy_figure_flagged_am
     assert (cell.sessions, cell.token_ambiguous) == (("s-a", "s-b"), True)
 
 
+def test_the_token_figure_comes_from_the_calls_rebuilt_from_their_bodies_not_the_live_ones(tmp_path):
+    # the live llm.call says 5 input tokens a turn (a parser bug); the bodies say 1200
+    key = ensure_operator_key()
+    run = write_cell(tmp_path / "fixed", CellSpec(run_id="fixed", first_party=False, live_input_tokens=5), key)
+    evidence = read_cell(run, key.verify_key)
+    assert evidence.tokens.figure == TokenFigure(total=3 * (1200 + 150), input=3600, output=450, rank="proxy",
+                                                 source="proxy:llm.call", reports=3)
+    assert any("input_tokens 5 -> 1200" in change for change in evidence.replay.rederived.changed)
+    assert evidence.replay.rederived.usage == []  # counted in the figure, not carried
+
+
 def test_a_ledger_that_does_not_verify_is_void_and_unmeasured(tmp_path):
     key = ensure_operator_key()
     run = write_cell(tmp_path / "bad", CellSpec(run_id="bad"), key)
