@@ -13,13 +13,18 @@ What a recorded exchange keeps, and how it is fed back:
   fed with its ``content-encoding`` header removed; ``...body.encoded`` holds the raw bytes
   the decoder could not undo, fed with the header kept (the same failure, the same
   fallback); ``...body.truncated`` holds only the body's start: no re-derivation.
+
+With no ``.encoded`` body (nearly every call) the assembly's body decoders are the
+identity and pass each body through whole, so the bodies go straight to the
+`LlmCallBuilder` the assembly would have made, in the order it would have fed them
+(`_built`); tests/caisson/test_replay_rederive.py checks both paths give equal calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from collectors.llm import classify
+from collectors.llm import LlmCallBuilder, classify, path_model
 from collectors.proxy._exchange import ExchangeAssembler
 from collectors.proxy._frames import NEED_DATA, Chunk, ProxyError, Request, RequestBody, ResponseEnd, ResponseStart
 from ledger.events import HttpExchange, LlmCall
@@ -59,6 +64,29 @@ def rederive_llm_call(exchange: HttpExchange, request: Body | None, response: Bo
             return None, f"the {name} body blob is missing"
         if body is not None and ".truncated" in body[1]:
             return None, f"the {name} body blob holds only the body's start (over the cap)"
+    if not any(body is not None and ".encoded" in body[1] for body in (request, response)):
+        return _built(exchange, request, response), None
+    return _assembled(exchange, request, response)
+
+
+def _built(exchange: HttpExchange, request: Body | None, response: Body | None) -> LlmCall:
+    """The call of a model exchange whose kept bodies are decoded: the builder fed as the
+    assembly feeds it through identity decoders (request body, response start, the body
+    if any, the end; cut when the exchange recorded an error)."""
+    builder = LlmCallBuilder(*classify(exchange.method, exchange.host, exchange.path),  # type: ignore[misc]
+                             url_model=path_model(exchange.path))
+    builder.request(request[0] if request else b"")
+    if exchange.status is not None:  # a response arrived (denied exchanges never get here)
+        builder.response_start(exchange.status, _headers(exchange.response_headers, response and response[1]))
+        if response is not None and response[0]:
+            builder.response_data(response[0])
+    return builder.finish(cut=exchange.error is not None)
+
+
+def _assembled(exchange: HttpExchange, request: Body | None, response: Body | None
+               ) -> tuple[LlmCall | None, str | None]:
+    """The call of a model exchange as the proxy's assembly builds it from frames (bodies
+    that keep their content coding go through its decoders, failures and all)."""
     # headers and bodies were redacted when recorded; only the call is wanted
     assembler = ExchangeAssembler(lambda secret: secret, calls_only=True)
     for frame in _frames(exchange, request, response):

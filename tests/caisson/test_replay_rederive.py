@@ -10,6 +10,9 @@ import hashlib
 import json
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from caisson.home import ensure_operator_key
 from caisson.replay import FINDINGS_FILE, replay_runs
 from collectors.proxy import rederive_llm_call
@@ -267,3 +270,48 @@ def test_a_synthetic_cell_keeps_the_bodies_its_model_calls_rederive_from(tmp_pat
     assert [(c.normalized.input_tokens, c.normalized.output_tokens) for c in live] == [(100, 10)] * 3
     findings = replay_records(run_dir, report, records).findings
     assert not [f for f in findings if f.kind == "token_ambiguous"], findings
+
+
+# --- the direct path (decoded bodies straight to the builder) is the assembly's ------------
+
+LLM_FIXTURES = Path(__file__).resolve().parents[1] / "collectors" / "test_llm"
+ENDPOINTS = {"/v1/messages": "anthropic", "/v1/chat/completions": "openai_chat", "/v1/responses": "openai_responses"}
+
+
+def _both(exchange_: HttpExchange, request, response):
+    from collectors.proxy._rederive import _assembled, _built
+
+    return _built(exchange_, request, response), _assembled(exchange_, request, response)
+
+
+def test_decoded_bodies_built_directly_give_the_assemblys_call_on_every_fixture():
+    compared = 0
+    for path, prefix in ENDPOINTS.items():
+        requests = [f.read_bytes() for f in sorted(LLM_FIXTURES.glob(f"{prefix}_request*.json"))]
+        responses = [f for f in sorted(LLM_FIXTURES.iterdir()) if f.name.startswith(prefix.split("_")[0])
+                     and "request" not in f.name]
+        for request in requests:
+            for response_file in responses:
+                data = response_file.read_bytes()
+                ctype = "text/event-stream" if response_file.suffix == ".sse" else "application/json"
+                for status, error, body in ((200, None, data), (200, "peer closed", data[: len(data) // 2]),
+                                            (429, None, data), (200, None, b""), (None, "refused", None)):
+                    ex = exchange(path=path, status=status, error=error,
+                                  response_headers=[("content-type", ctype), ("content-encoding", "gzip")])
+                    kept = None if body is None else (body, "http.response_body")
+                    built, (assembled, why) = _both(ex, (request, "http.request_body"), kept)
+                    assert why is None and built == assembled, (path, response_file.name, status, error)
+                    compared += 1
+    assert compared > 100
+
+
+@settings(max_examples=200, deadline=None)
+@given(request=st.binary(max_size=300), response=st.one_of(st.none(), st.binary(max_size=300)),
+       path=st.sampled_from(sorted(ENDPOINTS)), status=st.sampled_from([200, 400, 500, None]),
+       error=st.sampled_from([None, "cut"]), ctype=st.sampled_from(["application/json", "text/event-stream", "x/y"]))
+def test_decoded_bodies_built_directly_give_the_assemblys_call_on_any_bytes(request, response, path, status, error,
+                                                                             ctype):
+    ex = exchange(path=path, status=status, error=error, response_headers=[("content-type", ctype)])
+    built, (assembled, why) = _both(ex, (request, "http.request_body"),
+                                    None if response is None else (response, "http.response_body"))
+    assert why is None and built == assembled
