@@ -56,7 +56,8 @@ def rederive_llm_call(exchange: HttpExchange, request: Body | None, response: Bo
         denied: no call was made); ``(None, reason)`` when the kept evidence cannot give
         the call back (a truncated body blob, a body whose blob is missing).
     """
-    if classify(exchange.method, exchange.host, exchange.path) is None or exchange.denied is not None:
+    kind = classify(exchange.method, exchange.host, exchange.path)
+    if kind is None or exchange.denied is not None:
         return None, None
     for name, body, size, sha in (("request", request, exchange.request_bytes, exchange.request_body_sha256),
                                   ("response", response, exchange.response_bytes, exchange.response_body_sha256)):
@@ -65,16 +66,15 @@ def rederive_llm_call(exchange: HttpExchange, request: Body | None, response: Bo
         if body is not None and ".truncated" in body[1]:
             return None, f"the {name} body blob holds only the body's start (over the cap)"
     if not any(body is not None and ".encoded" in body[1] for body in (request, response)):
-        return _built(exchange, request, response), None
+        return _built(exchange, kind, request, response), None
     return _assembled(exchange, request, response)
 
 
-def _built(exchange: HttpExchange, request: Body | None, response: Body | None) -> LlmCall:
+def _built(exchange: HttpExchange, kind: tuple[str, str], request: Body | None, response: Body | None) -> LlmCall:
     """The call of a model exchange whose kept bodies are decoded: the builder fed as the
     assembly feeds it through identity decoders (request body, response start, the body
     if any, the end; cut when the exchange recorded an error)."""
-    builder = LlmCallBuilder(*classify(exchange.method, exchange.host, exchange.path),  # type: ignore[misc]
-                             url_model=path_model(exchange.path))
+    builder = LlmCallBuilder(*kind, url_model=path_model(exchange.path))
     builder.request(request[0] if request else b"")
     if exchange.status is not None:  # a response arrived (denied exchanges never get here)
         builder.response_start(exchange.status, _headers(exchange.response_headers, response and response[1]))

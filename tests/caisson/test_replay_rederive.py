@@ -281,7 +281,10 @@ ENDPOINTS = {"/v1/messages": "anthropic", "/v1/chat/completions": "openai_chat",
 def _both(exchange_: HttpExchange, request, response):
     from collectors.proxy._rederive import _assembled, _built
 
-    return _built(exchange_, request, response), _assembled(exchange_, request, response)
+    from collectors.llm import classify
+
+    kind = classify(exchange_.method, exchange_.host, exchange_.path)
+    return _built(exchange_, kind, request, response), _assembled(exchange_, request, response)
 
 
 def test_decoded_bodies_built_directly_give_the_assemblys_call_on_every_fixture():
