@@ -28,7 +28,7 @@ from caisson.replay.scoring import Grade, grade
 from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted, SandboxBuilt
 
-__all__ = ["FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "replay_runs", "replay_streams"]
+__all__ = ["FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "rebuilt_records", "replay_runs", "replay_streams"]
 
 FINDINGS_FILE = "findings.json"
 WEAKENED = "controls.weakened@1"
@@ -137,20 +137,8 @@ def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record
         detail = report.reason or f"not closed: {report.unsealed} records after the last seal"
         return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
                          status="unverified", detectors=names), [[] for _ in extra]
-    blobs = BlobStore(Path(report.path).parent / BLOBS_DIR)  # beside the ledger verified, as `locate` puts it
-    kept = verified_blobs or {}
-
-    def checked(sha256: str) -> bytes:
-        data = kept.get(sha256)
-        return data if data is not None else blobs.get(sha256)
-
-    def blob(sha256: str) -> bytes | None:  # rederive keeps the live event where a body is unreadable
-        try:
-            return checked(sha256)
-        except OSError:
-            return None
-
-    records, rederived = rederive(records, blob)
+    checked = _blob_reader(report, verified_blobs)
+    records, rederived = rederive(records, _or_none(checked))
     # one walk: the manifest, the caller's streams and the detectors' streams
     routed = route_for(records, detectors, (_MANIFEST, *extra))
     manifest, *streams = routed.streams
@@ -188,6 +176,52 @@ def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record
         out.score_if_clean = out.grade.score_if_clean
         out.score = None if out.status == "void" else out.grade.score
     return out, streams
+
+
+def _blob_reader(report: VerifyReport, verified_blobs: Mapping[str, bytes] | None) -> Callable[[str], bytes]:
+    """sha256 hex -> a blob's bytes: those verification hashed, else read from the store beside
+    the ledger verified (as `ledger.locate` puts it), hash checked.
+
+    The reader raises `OSError` for a blob that cannot be read, `ledger.BlobMismatchError`
+    for one whose bytes changed since.
+    """
+    blobs = BlobStore(Path(report.path).parent / BLOBS_DIR)
+    kept = verified_blobs or {}
+
+    def checked(sha256: str) -> bytes:
+        data = kept.get(sha256)
+        return data if data is not None else blobs.get(sha256)
+
+    return checked
+
+
+def _or_none(checked: Callable[[str], bytes]) -> Callable[[str], bytes | None]:
+    """The reader, giving None for a blob it cannot read (rederive then keeps the live event)."""
+
+    def blob(sha256: str) -> bytes | None:
+        try:
+            return checked(sha256)
+        except OSError:
+            return None
+
+    return blob
+
+
+def rebuilt_records(report: VerifyReport, records: Sequence[Record],
+                    verified_blobs: Mapping[str, bytes] | None = None) -> list[Record]:
+    """A verified run's records with its ``llm.call`` and transcript events rebuilt from its
+    blobs by today's parsers, as replay and the report read them (`caisson.replay._rederive`).
+
+    Args:
+        report: the verification report of ``records`` (where the ledger and its blobs are).
+        records: the run's records, in order.
+        verified_blobs: the bytes verification hashed (`ledger.verify_and_read`'s ``kept_blobs``).
+
+    Returns:
+        The records, rebuilt events in place of the live ones (a body blob that cannot be
+        read keeps its live event).
+    """
+    return rederive(records, _or_none(_blob_reader(report, verified_blobs)))[0]
 
 
 def replay_runs(run_dirs: Iterable[Path], trusted: VerifyKey, *, write: bool = True,

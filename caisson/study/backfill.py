@@ -1,7 +1,8 @@
 """`caisson study backfill DIR`: first-party token figures that arrive late, as sealed evidence.
 
-A cell's live token figure comes from its own records (`caisson.report.cell_tokens`):
-the agent's report on stdout, else the proxy's sum. Some agents say nothing on stdout (a
+A cell's live token figure comes from its own records (`caisson.report.cell_tokens`, over
+the events rebuilt from its blobs by today's parsers, as the report reads them:
+`caisson.replay.rebuilt_records`): the agent's report on stdout, else the proxy's sum. Some agents say nothing on stdout (a
 plain command running an agent CLI, a transcript cut short), yet leave their usage in
 their session files, which the recorder collects as blobs (``agent.session_file``,
 caisson/run/sessionfiles.py). Backfill reads those blobs with today's sans-IO parsers
@@ -41,6 +42,7 @@ import msgspec
 from caisson import __version__
 from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
 from caisson.errors import UsageError
+from caisson.replay import rebuilt_records
 from caisson.report import FIRST_PARTY, CellTokens, TokenFigure, backfill_figure, cell_tokens
 from caisson.study.studyledger import (announce, enrolled_keys, read_study, run_trust, sealed_state, segments,
                                       study_lock)
@@ -224,10 +226,12 @@ def _backfill_study(study_dir: Path, key: SigningKey) -> BackfillResult:
     enrolled = _enrolled(study_records)
     for t in targets(study_records):
         run_dir = study_dir / t.run_dir
-        report, records = verify_and_read(run_dir, run_trust(run_dir, trusted, enrolled))
+        kept: dict[str, bytes] = {}
+        report, records = verify_and_read(run_dir, run_trust(run_dir, trusted, enrolled), kept_blobs=kept)
         if report.status != "ok":
             continue  # verify_study passed, so this is an attempt bound unclosed: nothing sealed to read
-        live = cell_tokens(records)
+        # the figure the report reads: from the events rebuilt with today's parsers
+        live = cell_tokens(rebuilt_records(report, records, kept))
         if live.figure is not None and live.figure.rank == FIRST_PARTY:
             continue  # a live first-party figure is never replaced
         found, why = derive(run_dir, records, live)

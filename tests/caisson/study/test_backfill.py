@@ -34,14 +34,25 @@ PATH = ".claude/projects/-work-sandbox/s.jsonl"
 LATE = "first_party_backfill:claude-code session files (messages[].usage)"
 
 
+RESPONSE = (b'{"type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [],'
+            b' "stop_reason": "end_turn", "usage": {"input_tokens": 700, "output_tokens": 7}}')
+
+
 def _run(run_dir: Path, key, *, session: bytes | None = None, first_party: int | None = None) -> tuple[str, int, str]:
     run_id = f"run-{run_dir.parent.name}-{run_dir.name}"
     run_dir.mkdir(parents=True)
     blobs = BlobStore(run_dir / "blobs")
     with LedgerWriter(run_dir / "ledger", run_id=run_id, key=key, blobs=blobs) as w:
         w.append(RunStarted(run_id=run_id, caisson_version="test"), source="recorder")
+        # the bodies the proxy kept: replay and the report rebuild the call from them
+        request = w.put_blob(b'{"model": "claude-sonnet-4-5", "messages": []}', role="http.request_body",
+                             media_type="application/json")
+        response = w.put_blob(RESPONSE, role="http.response_body", media_type="application/json")
         w.append(HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
-                              status=200, request_headers=[("x-claude-code-session-id", "s1")]), source="proxy")
+                              status=200, request_headers=[("x-claude-code-session-id", "s1")],
+                              response_headers=[("content-type", "application/json")],
+                              request_bytes=46, response_bytes=len(RESPONSE), request_body_sha256=request,
+                              response_body_sha256=response), source="proxy")
         w.append(LlmCall(provider="anthropic", endpoint="messages", usage={"input_tokens": 700, "output_tokens": 7},
                          normalized=LlmUsage(input_tokens=700, output_tokens=7, total_tokens=707)), source="proxy")
         if first_party is not None:
