@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import operator
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import msgspec
@@ -429,10 +429,12 @@ def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
 
 KEPT_BLOB_MAX = 4 << 20
 """The largest blob (bytes) whose verified content `verify_and_read` hands back."""
+KEPT_TOTAL_MAX = 64 << 20
+"""The most blob bytes `verify_and_read` hands back for one ledger; past it, blobs are only checked."""
 
 
-def verify_and_read(path: Path, trusted: VerifyKey, *,
-                    kept_blobs: dict[str, bytes] | None = None) -> tuple[VerifyReport, list[Record]]:
+def verify_and_read(path: Path, trusted: VerifyKey, *, kept_blobs: dict[str, bytes] | None = None,
+                    keep_roles: Sequence[str] = ()) -> tuple[VerifyReport, list[Record]]:
     """`verify_ledger` and the decoded records, from one read of the file (for replay).
 
     The records are those of complete frames, whatever the report says; use them only
@@ -441,16 +443,20 @@ def verify_and_read(path: Path, trusted: VerifyKey, *,
     Args:
         path: a run directory or a ledger file.
         trusted: the key the ledger must be signed with.
-        kept_blobs: when given, filled with sha256 hex -> bytes of each blob the ledger
-            references that the check read and found intact, up to `KEPT_BLOB_MAX` bytes
-            each: a reader that goes on to read them (replay) gets the very bytes that
-            were hashed, without a second read. Blobs are checked only when the records
-            are (a ledger that is tampered before its blobs leaves it empty).
+        kept_blobs: when given, filled with sha256 hex -> bytes of the referenced blobs
+            whose ``blob.stored`` role starts with one of ``keep_roles``, as the check read
+            them and found them intact: a reader that goes on to read them (replay) gets
+            the very bytes that were hashed, without a second read. At most `KEPT_BLOB_MAX`
+            bytes a blob and `KEPT_TOTAL_MAX` in all; the others are only checked. Blobs are
+            checked only once the records are: a ledger tampered (or torn) before them
+            leaves it empty; one whose blob fails its check leaves it holding the intact
+            blobs checked before that one (the report says the ledger is tampered).
+        keep_roles: role prefixes of the blobs to hand back (``"http."``, ``"answer"``).
 
     Raises:
         As `verify_ledger`.
     """
-    return _verify(path, trusted, decode=True, kept_blobs=kept_blobs)
+    return _verify(path, trusted, decode=True, kept_blobs=kept_blobs, keep_roles=tuple(keep_roles))
 
 
 def _read_ledger(ledger_path: Path) -> bytes:
@@ -468,19 +474,19 @@ def _read_ledger(ledger_path: Path) -> bytes:
     return data
 
 
-def _verify(path: Path, trusted: VerifyKey, *, decode: bool,
-            kept_blobs: dict[str, bytes] | None = None) -> tuple[VerifyReport, list[Record]]:
+def _verify(path: Path, trusted: VerifyKey, *, decode: bool, kept_blobs: dict[str, bytes] | None = None,
+            keep_roles: tuple[str, ...] = ()) -> tuple[VerifyReport, list[Record]]:
     ledger_path, blobs = locate(path)
     data = _read_ledger(ledger_path)
     checker = LedgerChecker(trusted, decode=decode)
     checker.feed(data)
     records = list(checker.records())
-    report = _report(checker, data, ledger_path, blobs, kept_blobs)
+    report = _report(checker, data, ledger_path, blobs, kept_blobs, keep_roles)
     return report, records
 
 
 def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobStore,
-            kept_blobs: dict[str, bytes] | None = None) -> VerifyReport:
+            kept_blobs: dict[str, bytes] | None = None, keep_roles: tuple[str, ...] = ()) -> VerifyReport:
     report = VerifyReport(path=str(ledger_path), records=checker.expected, sealed=checker.sealed, final=checker.final)
     if checker.header is not None:
         report.format_version = checker.header.format_version
@@ -503,11 +509,13 @@ def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobS
             seq, first, second = checker.fork
             report.fork_seq, report.fork_offsets = seq, [first, second]
         return report
-    keep_max = KEPT_BLOB_MAX if kept_blobs is not None else 0
+    room = KEPT_TOTAL_MAX if kept_blobs is not None and keep_roles else 0  # bytes still to hand back
     for seq, ref in checker.blob_refs:
-        problem, content = blobs.read_checked(ref.sha256, keep_max)
-        if content is not None and kept_blobs is not None:
+        keep = min(KEPT_BLOB_MAX, room) if room and ref.role.startswith(keep_roles) else 0
+        problem, content = blobs.read_checked(ref.sha256, keep)
+        if content is not None and keep and kept_blobs is not None:
             kept_blobs[ref.sha256] = content
+            room -= len(content)
         report.blobs_checked += 1
         if problem is not None:
             report.status = "tampered"

@@ -5,6 +5,7 @@ its ledger, so a detector fix changes them without touching the evidence.
 """
 
 from caisson.replay._replay import (
+    BLOB_ROLES,
     FINDINGS_FILE,
     WEAKENED,
     RunReplay,
@@ -18,6 +19,7 @@ from caisson.replay._replay import (
 from caisson.replay.scoring import Grade, Summary, grade, summarize
 
 __all__ = [
+    "BLOB_ROLES",
     "FINDINGS_FILE",
     "WEAKENED",
     "Grade",

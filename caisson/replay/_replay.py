@@ -28,7 +28,7 @@ from caisson.replay.scoring import Grade, grade
 from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted, SandboxBuilt
 
-__all__ = ["FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "rebuilt_records", "replay_runs", "replay_streams"]
+__all__ = ["BLOB_ROLES", "FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "rebuilt_records", "replay_runs", "replay_streams"]
 
 FINDINGS_FILE = "findings.json"
 WEAKENED = "controls.weakened@1"
@@ -66,6 +66,10 @@ def _blob(blob: Callable[[str], bytes], records: Iterable[Record], role: str) ->
             found = record.event.sha256
     return None if found is None else blob(found)
 
+
+BLOB_ROLES = ("http.request_body", "http.response_body", "stdout", "scenario", "answer")
+"""Prefixes of the roles of the blobs replay reads (body blobs, the agent's stdout, the kept
+scenario, the answer): what to ask `ledger.verify_and_read` to hand over (``keep_roles``)."""
 
 _MANIFEST = (RunStarted, SandboxBuilt, BlobStored)
 """The events replay itself reads (the detector configuration, the blobs it grades)."""

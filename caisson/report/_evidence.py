@@ -26,7 +26,7 @@ from pathlib import Path
 import msgspec
 
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector
-from caisson.replay import RunReplay, replay_streams
+from caisson.replay import BLOB_ROLES, RunReplay, replay_streams
 from caisson.report._inputs import ReportCell
 from caisson.report._tokens import TOKEN_EVENTS, CellTokens, cell_tokens
 from ledger import LedgerError, VerifyKey, verify_and_read
@@ -73,7 +73,7 @@ def read_cell(run_dir: Path, trusted: VerifyKey,
     """
     kept: dict[str, bytes] = {}
     try:
-        report, records = verify_and_read(run_dir, trusted, kept_blobs=kept)
+        report, records = verify_and_read(run_dir, trusted, kept_blobs=kept, keep_roles=BLOB_ROLES)
     except LedgerError as exc:
         replay = RunReplay(run_dir=str(run_dir), verified="unreadable", verify_detail=str(exc), status="unverified",
                            detectors=[name for name, _ in detectors])

@@ -42,7 +42,7 @@ import msgspec
 from caisson import __version__
 from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
 from caisson.errors import UsageError
-from caisson.replay import rebuilt_records
+from caisson.replay import BLOB_ROLES, rebuilt_records
 from caisson.report import FIRST_PARTY, CellTokens, TokenFigure, backfill_figure, cell_tokens
 from caisson.study.studyledger import (announce, enrolled_keys, read_study, run_trust, sealed_state, segments,
                                       study_lock)
@@ -227,7 +227,8 @@ def _backfill_study(study_dir: Path, key: SigningKey) -> BackfillResult:
     for t in targets(study_records):
         run_dir = study_dir / t.run_dir
         kept: dict[str, bytes] = {}
-        report, records = verify_and_read(run_dir, run_trust(run_dir, trusted, enrolled), kept_blobs=kept)
+        report, records = verify_and_read(run_dir, run_trust(run_dir, trusted, enrolled), kept_blobs=kept,
+                                          keep_roles=BLOB_ROLES)
         if report.status != "ok":
             continue  # verify_study passed, so this is an attempt bound unclosed: nothing sealed to read
         # the figure the report reads: from the events rebuilt with today's parsers

@@ -18,7 +18,8 @@ are mapped onto the report's types as `caisson.report._inputs`' docstring descri
   cell's score as replayed now (a matcher fix can settle an alarm; the judge never changes
   a score); None when no judge ran.
 
-A run's token figure is its own records' (`read_cell`), unless the study's signed backfill
+A run's token figure is chosen from its own records, its model calls and agent reports as
+replay rebuilds them from its blobs with today's parsers (`read_cell`), unless the study's signed backfill
 ledger (``DIR/backfill/``, caisson/study/backfill.py, verified with the study) holds a
 figure for that run at the head the study ledger binds and the live one is not
 first-party: then the backfilled figure ranks above the proxy's

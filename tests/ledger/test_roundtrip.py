@@ -84,14 +84,21 @@ def test_verify_and_read_hands_over_the_blob_bytes_it_hashed_and_only_those(tmp_
         small = w.put_blob(b"agent stdout\n", role="stdout", media_type="text/plain")
         empty = w.put_blob(b"", role="stderr", media_type="text/plain")
         large = w.put_blob(b"x" * 100, role="answer", media_type="text/plain")
+        other = w.put_blob(b"a session file", role="agent.session_file", media_type="text/plain")
     monkeypatch.setattr(reader, "KEPT_BLOB_MAX", 50)  # the large one is hashed in chunks, not kept
     kept: dict[str, bytes] = {}
-    report, _ = verify_and_read(run, KEY.verify_key, kept_blobs=kept)
-    assert (report.status, report.blobs_checked) == ("ok", 3)
-    assert kept == {small: b"agent stdout\n", empty: b""} and large not in kept
+    roles = ("std", "answer")  # prefixes: stdout, stderr, answer; not the session file
+    report, _ = verify_and_read(run, KEY.verify_key, kept_blobs=kept, keep_roles=roles)
+    assert (report.status, report.blobs_checked) == ("ok", 4)
+    assert kept == {small: b"agent stdout\n", empty: b""} and large not in kept and other not in kept
+    monkeypatch.setattr(reader, "KEPT_TOTAL_MAX", 5)  # past the budget: checked, not kept
+    kept.clear()
+    assert verify_and_read(run, KEY.verify_key, kept_blobs=kept, keep_roles=roles)[0].status == "ok"
+    assert kept == {empty: b""}
+    monkeypatch.setattr(reader, "KEPT_TOTAL_MAX", 64 << 20)
     (run / "blobs" / small[:2] / small).write_bytes(b"agent stdout, edited\n")
     kept.clear()
-    report, _ = verify_and_read(run, KEY.verify_key, kept_blobs=kept)
+    report, _ = verify_and_read(run, KEY.verify_key, kept_blobs=kept, keep_roles=roles)
     assert report.status == "tampered" and small not in kept  # altered bytes are never handed over
 
 
