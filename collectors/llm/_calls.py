@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -125,10 +124,8 @@ def classify(
     return None
 
 
-@functools.lru_cache(maxsize=1024)
 def _bare(path: str) -> str:
-    """The path of a request target: no scheme/host, query or fragment, one trailing slash off
-    (remembered: a run's calls go to a few targets, and replay and the detectors ask again)."""
+    """The path of a request target: no scheme/host, query or fragment, one trailing slash off."""
     if not path.startswith("/"):
         path = urlsplit(path).path
     path = unquote(path.split("?", 1)[0].split("#", 1)[0])

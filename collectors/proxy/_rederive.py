@@ -15,7 +15,7 @@ What a recorded exchange keeps, and how it is fed back:
   fallback); ``...body.truncated`` holds only the body's start: no re-derivation.
 
 With no ``.encoded`` body (nearly every call) the assembly's body decoders are the
-identity and pass each body through whole, so the bodies go straight to the
+identity and pass each body through whole (up to its cap, `DEFAULT_MAX_BODY_BYTES`), so the bodies go straight to the
 `LlmCallBuilder` the assembly would have made, in the order it would have fed them
 (`_built`); tests/caisson/test_replay_rederive.py checks both paths give equal calls.
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from collectors.llm import LlmCallBuilder, classify, path_model
-from collectors.proxy._exchange import ExchangeAssembler
+from collectors.proxy._exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler
 from collectors.proxy._frames import NEED_DATA, Chunk, ProxyError, Request, RequestBody, ResponseEnd, ResponseStart
 from ledger.events import HttpExchange, LlmCall
 
@@ -65,7 +65,8 @@ def rederive_llm_call(exchange: HttpExchange, request: Body | None, response: Bo
             return None, f"the {name} body blob is missing"
         if body is not None and ".truncated" in body[1]:
             return None, f"the {name} body blob holds only the body's start (over the cap)"
-    if not any(body is not None and ".encoded" in body[1] for body in (request, response)):
+    if not any(body is not None and (".encoded" in body[1] or len(body[0]) > DEFAULT_MAX_BODY_BYTES)
+               for body in (request, response)):
         return _built(exchange, kind, request, response), None
     return _assembled(exchange, request, response)
 
