@@ -8,9 +8,10 @@ usage, a graded answer) plus one baseline per (arm, agent), signed with the oper
 of ``$CAISSON_HOME``. Then, in alternated back-to-back pairs:
 
 - baseline: `ledger.verify_and_read` of every ledger (what any report must at least do);
-- report: the same reads, plus every detector and the checklist grading
-  (`caisson.replay.replay_records`), the token figure (`cell_tokens`), all through
-  `caisson.report.read_cells` as ``caisson study report`` reads a study, then
+- report: the same reads, plus the rebuild of the model calls from their kept bodies,
+  every detector and the checklist grading (`caisson.replay.replay_streams`), the token
+  figure from the rebuilt calls (`cell_tokens`), all through `caisson.report.read_cells`
+  as ``caisson study report`` reads a study, then
   `build_report` (aggregates, the gate with its bootstrap and sign-flip tests, the
   checklist) and the text and JSON renderings (``--html`` adds the HTML file with its plots).
 
@@ -45,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from caisson.home import ensure_operator_key  # noqa: E402
 from caisson.probes.cells import CellSpec, write_cell  # noqa: E402
-from caisson.detectors import config_from_records, route, run_detectors  # noqa: E402
-from caisson.replay import replay_records  # noqa: E402
+from caisson.detectors import config_from_records, run_detectors  # noqa: E402
+from caisson.replay import BLOB_ROLES, rebuilt_records, replay_streams  # noqa: E402
 from caisson.report import (  # noqa: E402
     TOKEN_EVENTS,
     CellEvidence,
@@ -143,26 +144,29 @@ def full_report(planned, bases, trusted, html: bool, jobs: int | None) -> int:
 def breakdown(planned, trusted) -> dict[str, float]:
     """One instrumented pass, outside the timed pairs: seconds in each stage of the report.
 
-    ``replay - detectors`` is the rest of `replay_records` (config, scenario parse,
-    blob reads, grading); the detectors are timed in a run of their own.
+    ``replay - detectors`` is the rest of `replay_streams` (the rebuild of model calls from
+    their bodies, config, scenario parse, grading); the detectors are timed in a run of
+    their own over the rebuilt records.
     """
     spent = dict.fromkeys(("verify+read", "replay", "detectors", "tokens", "build+render"), 0.0)
     cells = []
     for run_dir, place in planned:
         t0 = time.perf_counter()
-        report, records = verify_and_read(run_dir, trusted)
+        kept: dict[str, bytes] = {}  # as read_cell reads a cell: the blob bytes verification hashed
+        report, records = verify_and_read(run_dir, trusted, kept_blobs=kept, keep_roles=BLOB_ROLES)
         t1 = time.perf_counter()
-        replay = replay_records(run_dir, report, records)
+        replay, [counted] = replay_streams(run_dir, report, records, extra=[TOKEN_EVENTS], verified_blobs=kept)
         t2 = time.perf_counter()
-        [counted] = route(records, [TOKEN_EVENTS])  # as read_cell chooses the figure: the token events only
-        tokens = cell_tokens(counted)
+        tokens = cell_tokens(counted)  # the token events replay rebuilt, from the same walk
         t3 = time.perf_counter()
-        run_detectors(records, config_from_records(records))
+        rebuilt = rebuilt_records(report, records, kept)
         t4 = time.perf_counter()
+        run_detectors(rebuilt, config_from_records(rebuilt))
+        t5 = time.perf_counter()
         spent["verify+read"] += t1 - t0
         spent["replay"] += t2 - t1
         spent["tokens"] += t3 - t2
-        spent["detectors"] += t4 - t3
+        spent["detectors"] += t5 - t4
         cells.append(report_cell(CellEvidence(replay=replay, tokens=tokens), **place))
     t0 = time.perf_counter()
     report = build_report(StudyReportInput(study_id="bench", study_head="0" * 64, cells=tuple(cells)))
