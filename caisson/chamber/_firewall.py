@@ -38,6 +38,13 @@ def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
 def guard_bridge(bridge: str, allowed: Iterable[tuple[str, int]]) -> list[list[str]]:
     """Insert the rules at the top of INPUT; returns them for `unguard_bridge`.
 
+    The rules go in last first, each at position 1, so they stand in order whatever other
+    recorders insert meanwhile (parallel cells of a study): inserted at positions 1, 2, ...
+    instead, another run's rule landing in between pushes this run's next rule below it,
+    and a reject could end above the accept of the proxy's port (seen: a Claude Code run
+    that never reached its model). Until the accepts are in, the bridge rejects all; the
+    chamber is not started yet.
+
     Args:
         bridge: the host interface of the run's network.
         allowed: (protocol, port) pairs of the witnesses, e.g. ("tcp", 41234), ("udp", 53).
@@ -47,14 +54,14 @@ def guard_bridge(bridge: str, allowed: Iterable[tuple[str, int]]) -> list[list[s
     """
     rules = _rules(bridge, allowed)
     done: list[list[str]] = []
-    for position, rule in enumerate(rules, start=1):
-        proc = _iptables("-I", "INPUT", str(position), *rule)
+    for rule in reversed(rules):
+        proc = _iptables("-I", "INPUT", "1", *rule)
         if proc.returncode != 0:
             unguard_bridge(done)
             raise ChamberError(f"cannot guard the chamber network ({proc.stderr.strip() or 'iptables failed'}):"
                                " run as root with iptables installed")
         done.append(rule)
-    return done
+    return done[::-1]  # in the chain's order
 
 
 def unguard_bridge(rules: list[list[str]]) -> None:
