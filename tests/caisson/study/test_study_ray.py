@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import shutil
 import subprocess
 import tempfile
@@ -43,19 +44,30 @@ def ray_cluster(chamber_image):
     from ray.cluster_utils import Cluster
 
     tmp = Path(tempfile.mkdtemp(prefix="rc", dir="/tmp"))  # short: Ray's unix sockets live under it
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False, "temp_dir": str(tmp / "ray"),
-        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}})
-    homes = [tmp / "home1", tmp / "home2"]
-    nodes = [cluster.add_node(num_cpus=1, resources={"caisson_slot": 1}, env_vars={"CAISSON_HOME": str(h)})
-             for h in homes]
-    ray.init(address=cluster.address, log_to_driver=False)
+    # Ray writes the head's address to DEFAULT_TEMP/ray/ray_current_cluster, a directory only a
+    # node started without its own temp_dir creates: pointed at ours, nothing outside it is
+    # needed (a fresh machine has no /tmp/ray) or left behind
+    saved_tmpdir = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(tmp)
     try:
-        yield cluster, nodes, homes
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False, "temp_dir": str(tmp / "ray"),
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}})
+        homes = [tmp / "home1", tmp / "home2"]
+        nodes = [cluster.add_node(num_cpus=1, resources={"caisson_slot": 1}, env_vars={"CAISSON_HOME": str(h)})
+                 for h in homes]
+        ray.init(address=cluster.address, log_to_driver=False)
+        try:
+            yield cluster, nodes, homes
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
     finally:
-        ray.shutdown()
-        cluster.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+        if saved_tmpdir is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved_tmpdir
 
 
 def _executor(**kw):
