@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=collectors/bpf
-out=$src/build
+out=${EBPF_OUT:-$src/build}  # EBPF_OUT: build elsewhere (tests build a variant beside the real one)
 BTF=${BTF:-/sys/kernel/btf/vmlinux}
 PATH="$PATH:/usr/sbin:/sbin"  # Debian installs bpftool in /usr/sbin, off a non-root user's PATH
 for tool in clang bpftool cc; do
@@ -27,7 +27,9 @@ case "$(uname -m)" in
     *) arch=$(uname -m) ;;
 esac
 bpftool btf dump file "$BTF" format c > "$tmp/vmlinux.h"
-clang -g -O2 -Wall -target bpf -D__TARGET_ARCH_$arch -I "$tmp" -I "$src" \
+# BPF_CFLAGS: extra clang flags, e.g. -DCAISSON_EXIT_BY_LIVE (witness.bpf.c) to test the exit
+# path of kernels whose sched_process_exit has no group_dead on one that has it
+clang -g -O2 -Wall -target bpf -D__TARGET_ARCH_$arch -I "$tmp" -I "$src" ${BPF_CFLAGS:-} \
     -c "$src/witness.bpf.c" -o "$tmp/witness.bpf.o"
 if command -v llvm-strip >/dev/null 2>&1; then llvm-strip -g "$tmp/witness.bpf.o"; fi  # DWARF: BTF is kept
 bpftool gen skeleton "$tmp/witness.bpf.o" name witness_bpf > "$tmp/witness.skel.h"

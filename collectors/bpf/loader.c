@@ -37,6 +37,7 @@ typedef __s32 s32;
 typedef __u64 u64;
 typedef __s64 s64;
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "witness.h"
 #include "witness.skel.h"
@@ -296,6 +297,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "caisson-ebpf: cannot open the BPF object: %s\n", strerror(errno));
 		return 1;
 	}
+	/* The io_uring submit tracepoint has a name per kernel era (witness.bpf.c): load the
+	 * program for the one this kernel's BTF knows, and neither when it has no io_uring. */
+	struct btf *kernel = btf__load_vmlinux_btf();
+	bool req = kernel && btf__find_by_name_kind(kernel, "trace_event_raw_io_uring_submit_req", BTF_KIND_STRUCT) > 0;
+	bool sqe = kernel && btf__find_by_name_kind(kernel, "trace_event_raw_io_uring_submit_sqe", BTF_KIND_STRUCT) > 0;
+
+	btf__free(kernel);
+	bpf_program__set_autoload(skel->progs.on_uring_submit, req);
+	bpf_program__set_autoload(skel->progs.on_uring_submit_sqe, sqe && !req);
+	bpf_program__set_autoload(skel->progs.on_uring_complete, req || sqe);
 	skel->rodata->ns_inum = inum;
 	skel->rodata->ns_level = level;
 	skel->rodata->init_tgid = init;

@@ -683,12 +683,51 @@ int on_fork(struct trace_event_raw_sched_process_fork *ctx)
 	return 0;
 }
 
+/* --- exits: one record per thread group, when its last thread exits. Newer kernels say so
+ * in the tracepoint (group_dead); older ones (Debian 12's 6.1, 6.12) do not: there the group
+ * is dead once its signal_struct's live count is 0, which do_exit() decrements before the
+ * tracepoint, and which several threads of an exit_group() can see at once: the first to
+ * claim the group (tgid, start time) in `exited` reports it. Both are CO-RE: the field's
+ * existence is settled when the program is loaded on the running kernel. --- */
+
+struct trace_event_raw_sched_process_exit___group_dead {
+	bool group_dead;
+} __attribute__((preserve_access_index));
+
+struct group_key {
+	u64 start;  /* the group leader's start_time, ns since boot */
+	u32 tgid;
+	u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct group_key);
+	__type(value, u8);
+} exited SEC(".maps");
+
 SEC("tracepoint/sched/sched_process_exit")
-int on_exit(struct trace_event_raw_sched_process_exit *ctx)
+int on_exit(struct trace_event_raw_sched_process_exit___group_dead *ctx)
 {
-	if (!ctx->group_dead || !in_chamber())
-		return 0;
 	struct task_struct *t = bpf_get_current_task_btf();
+#ifdef CAISSON_EXIT_BY_LIVE  /* the older kernels' way on a newer one (scripts/build_ebpf.sh, tests) */
+	bool claim = true;
+#else
+	bool claim = !bpf_core_field_exists(ctx->group_dead);
+#endif
+
+	if (claim ? t->signal->live.counter != 0 : !ctx->group_dead)
+		return 0;
+	if (!in_chamber())
+		return 0;
+	if (claim) {
+		struct group_key key = {.start = t->group_leader->start_time, .tgid = t->tgid};
+		u8 one = 1;
+
+		if (bpf_map_update_elem(&exited, &key, &one, BPF_NOEXIST))
+			return 0;  /* another thread of the group reported it */
+	}
 	struct rec *r = reserve(K_EXIT);
 
 	if (!r)
@@ -702,12 +741,22 @@ int on_exit(struct trace_event_raw_sched_process_exit *ctx)
 
 /* --- io_uring: an open submitted through the ring is prepared (its path copied in) before
  * this tracepoint fires; 18 is IORING_OP_OPENAT, 28 IORING_OP_OPENAT2
- * (include/uapi/linux/io_uring.h). The request starts with its command data, an io_open. --- */
+ * (include/uapi/linux/io_uring.h). The request starts with its command data, an io_open.
+ * The tracepoint is io_uring_submit_req from Linux 6.2 on, io_uring_submit_sqe before (6.1):
+ * one program for each name, and the loader loads the one the running kernel has. --- */
 
-SEC("tracepoint/io_uring/io_uring_submit_req")
-int on_uring_submit(struct trace_event_raw_io_uring_submit_req *ctx)
+struct trace_event_raw_io_uring_submit_req___x {
+	void *req;
+	u8 opcode;
+} __attribute__((preserve_access_index));
+
+struct trace_event_raw_io_uring_submit_sqe___x {
+	void *req;
+	u8 opcode;
+} __attribute__((preserve_access_index));
+
+static __always_inline int uring_submit(u8 op, void *request)
 {
-	u8 op = ctx->opcode;
 	bool open = op == 18 || op == 28;
 
 	if (!(open || op == 16 || (op >= 35 && op <= 39) || op == 21) || !in_chamber())
@@ -719,11 +768,11 @@ int on_uring_submit(struct trace_event_raw_io_uring_submit_req *ctx)
 	ids(r);
 	r->ts = bpf_ktime_get_ns();
 	r->ret = op;
-	u64 req = (u64)ctx->req;
+	u64 req = (u64)request;
 
 	r->req = req;
 	if (open) {
-		struct io_open *o = (struct io_open *)ctx->req;
+		struct io_open *o = (struct io_open *)request;
 		const char *name = BPF_CORE_READ(o, filename, name);
 		u8 one = 1;
 
@@ -737,6 +786,18 @@ int on_uring_submit(struct trace_event_raw_io_uring_submit_req *ctx)
 	}
 	submit(r);
 	return 0;
+}
+
+SEC("tracepoint/io_uring/io_uring_submit_req")
+int on_uring_submit(struct trace_event_raw_io_uring_submit_req___x *ctx)
+{
+	return uring_submit(ctx->opcode, ctx->req);
+}
+
+SEC("tracepoint/io_uring/io_uring_submit_sqe")
+int on_uring_submit_sqe(struct trace_event_raw_io_uring_submit_sqe___x *ctx)
+{
+	return uring_submit(ctx->opcode, ctx->req);
 }
 
 SEC("tracepoint/io_uring/io_uring_complete")
