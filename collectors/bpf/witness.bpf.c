@@ -684,7 +684,7 @@ int on_fork(struct trace_event_raw_sched_process_fork *ctx)
 }
 
 /* --- exits: one record per thread group, when its last thread exits. Newer kernels say so
- * in the tracepoint (group_dead); older ones (Debian 12's 6.1, 6.12) do not: there the group
+ * in the tracepoint (group_dead); older ones (Debian 12's 6.1) do not: there the group
  * is dead once its signal_struct's live count is 0, which do_exit() decrements before the
  * tracepoint, and which several threads of an exit_group() can see at once: the first to
  * claim the group (tgid, start time) in `exited` reports it. Both are CO-RE: the field's
