@@ -298,15 +298,18 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* The io_uring submit tracepoint has a name per kernel era (witness.bpf.c): load the
-	 * program for the one this kernel's BTF knows, and neither when it has no io_uring. */
+	 * program for the one this kernel's BTF knows, and neither when the kernel has no
+	 * io_uring at all. A kernel with io_uring and neither name (a later rename) keeps the
+	 * newer program, whose attach then fails: io_uring is never left unwitnessed quietly. */
 	struct btf *kernel = btf__load_vmlinux_btf();
 	bool req = kernel && btf__find_by_name_kind(kernel, "trace_event_raw_io_uring_submit_req", BTF_KIND_STRUCT) > 0;
 	bool sqe = kernel && btf__find_by_name_kind(kernel, "trace_event_raw_io_uring_submit_sqe", BTF_KIND_STRUCT) > 0;
+	bool uring = !kernel || btf__find_by_name_kind(kernel, "io_ring_ctx", BTF_KIND_STRUCT) > 0;
 
 	btf__free(kernel);
-	bpf_program__set_autoload(skel->progs.on_uring_submit, req);
+	bpf_program__set_autoload(skel->progs.on_uring_submit, req || (uring && !sqe));
 	bpf_program__set_autoload(skel->progs.on_uring_submit_sqe, sqe && !req);
-	bpf_program__set_autoload(skel->progs.on_uring_complete, req || sqe);
+	bpf_program__set_autoload(skel->progs.on_uring_complete, uring || req || sqe);
 	skel->rodata->ns_inum = inum;
 	skel->rodata->ns_level = level;
 	skel->rodata->init_tgid = init;

@@ -725,8 +725,10 @@ int on_exit(struct trace_event_raw_sched_process_exit___group_dead *ctx)
 		struct group_key key = {.start = t->group_leader->start_time, .tgid = t->tgid};
 		u8 one = 1;
 
-		if (bpf_map_update_elem(&exited, &key, &one, BPF_NOEXIST))
-			return 0;  /* another thread of the group reported it */
+		/* -EEXIST: another thread of the group reported it; a full map (-ENOMEM) must not
+		 * hide the exit */
+		if (bpf_map_update_elem(&exited, &key, &one, BPF_NOEXIST) == -17)
+			return 0;
 	}
 	struct rec *r = reserve(K_EXIT);
 
@@ -742,7 +744,7 @@ int on_exit(struct trace_event_raw_sched_process_exit___group_dead *ctx)
 /* --- io_uring: an open submitted through the ring is prepared (its path copied in) before
  * this tracepoint fires; 18 is IORING_OP_OPENAT, 28 IORING_OP_OPENAT2
  * (include/uapi/linux/io_uring.h). The request starts with its command data, an io_open.
- * The tracepoint is io_uring_submit_req from Linux 6.2 on, io_uring_submit_sqe before (6.1):
+ * The tracepoint is io_uring_submit_req from Linux 6.4 on, io_uring_submit_sqe before (6.1):
  * one program for each name, and the loader loads the one the running kernel has. --- */
 
 struct trace_event_raw_io_uring_submit_req___x {
