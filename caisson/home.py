@@ -6,6 +6,7 @@ Layout: ``keys/operator.key`` (Ed25519 private key, mode 0600) and
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -39,11 +40,29 @@ def operator_key() -> SigningKey:
 
 
 def ensure_operator_key() -> SigningKey:
-    """Load the operator key, creating the pair first when there is none."""
+    """Load the operator key, creating the pair first when there is none.
+
+    Creation holds an exclusive lock (``keys/.lock``, flock): recorders started at once on
+    a fresh home (a study's parallel cells, pytest's workers) get the one pair the first of
+    them wrote, never each a key of its own, nor a private key from one and a public key
+    from another (tests/caisson/test_home.py).
+
+    Raises:
+        KeyFileError: the key cannot be read, or has unsafe permissions, or only its public
+            half exists (never overwritten).
+    """
     private, public = operator_key_paths()
-    if not private.exists():
+    if private.exists():
+        return load_signing_key(private)
+    private.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(private.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if private.exists():  # another process made it while this one waited
+            return load_signing_key(private)
         return generate_keypair(private, public)
-    return load_signing_key(private)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def trusted_key(path: str | os.PathLike[str] | None) -> VerifyKey:

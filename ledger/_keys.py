@@ -90,6 +90,11 @@ class SigningKey:
 def generate_keypair(private_path: Path, public_path: Path, *, overwrite: bool = False) -> SigningKey:
     """Create a key pair; the private key file is created with mode 0600.
 
+    Each file is written whole under a temporary name beside it and renamed into place,
+    the public key first: a reader never sees a part of a key, and a reader of the private
+    key finds its public key already there. Two processes creating pairs at once must be
+    serialized by the caller (`caisson.home.ensure_operator_key` locks).
+
     Raises:
         KeyFileError: a key file exists and ``overwrite`` is False.
     """
@@ -99,13 +104,26 @@ def generate_keypair(private_path: Path, public_path: Path, *, overwrite: bool =
     key = SigningKey.generate()
     private_path.parent.mkdir(parents=True, exist_ok=True)
     public_path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    fd = os.open(private_path, flags, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key.to_pem())
-    os.chmod(private_path, 0o600)
-    public_path.write_bytes(key.verify_key.to_pem())
+    _write_whole(public_path, key.verify_key.to_pem(), 0o644)
+    _write_whole(private_path, key.to_pem(), 0o600)
     return key
+
+
+def _write_whole(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to a temporary file beside ``path`` (created with ``mode``), fsync it,
+    and rename it over ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)  # whatever the umask took away or added
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load_signing_key(path: Path) -> SigningKey:
