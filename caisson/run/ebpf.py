@@ -27,6 +27,7 @@ import msgspec
 from caisson._paths import SANDBOX_PATH
 from caisson.chamber import ContainerSpec
 from collectors.ebpf import LOADER, EbpfParser, bpftrace_command, ebpf_program, loader_command, run_ebpf_witness
+from collectors.strace import DENIED_SYSCALLS
 
 __all__ = ["ABORT_EXIT", "EbpfWitness", "GO_PATH", "backend_notice", "ebpf_problem"]
 
@@ -109,6 +110,7 @@ class EbpfWitness:
         self.perf_rb_pages = perf_rb_pages
         self.beside_strace = beside_strace
         self._go_fd: int | None = None
+        self._denied: tuple[str, ...] = DENIED_SYSCALLS
 
     def prepare(self, spec: ContainerSpec, ctx) -> ContainerSpec:
         """Make the go FIFO and wrap the command to wait on it."""
@@ -119,6 +121,9 @@ class EbpfWitness:
         # Read and write: never blocks, and the line stays buffered until the chamber reads it.
         self._go_fd = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)
         self._key, self._patterns = ctx.fingerprint_key, tuple(ctx.scenario.credential_patterns)
+        # the calls caisson's profile refuses; under the engine's own profile (seccomp weakened)
+        # an EPERM is the call's own answer, not caisson's refusal
+        self._denied = DENIED_SYSCALLS if spec.seccomp is not None else ()
         return msgspec.structs.replace(spec, cmd=["/bin/bash", "-c", _WAIT, "caisson-wait", *spec.cmd],
                                        binds=[*spec.binds, (str(gdir), GO_DIR, True)])
 
@@ -154,7 +159,7 @@ class EbpfWitness:
             offset = time.time_ns() - time.monotonic_ns()  # the program's stamps are CLOCK_MONOTONIC
             parser = EbpfParser(clock_offset_ns=offset, root_cwd=SANDBOX_PATH, root_host_pid=ctx.started.host_pid,
                                 fingerprint_key=self._key, credential_patterns=self._patterns,
-                                skip_tracer="strace" if self.beside_strace else None)
+                                skip_tracer="strace" if self.beside_strace else None, denied_syscalls=self._denied)
             await ctx.nursery.start(functools.partial(
                 run_ebpf_witness, ctx.send, argv=argv, env={**os.environ, **extra}, parser=parser, stop=ctx.stop,
                 detail={"env": extra, "clock_offset_ns": offset, "pidns_level": level, **self.facts(),

@@ -451,3 +451,21 @@ def test_a_call_the_chamber_refuses_a_udp_send_and_memfd_create_are_seen(ebpf, t
     denied = [f for f in result.findings if f.detector == "containment.denied_syscall@1"]
     assert [f.kind for f in denied] == ["denied_syscall"]
     assert "io_uring_setup" in denied[0].message
+
+
+MOUNT = """python3 -c "
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno())
+"
+"""
+
+
+def test_with_the_engines_profile_a_refused_call_is_not_called_caissons_refusal(ebpf, tmp_path):
+    # seccomp weakened: the chamber runs under the engine's default profile, which refuses mount
+    # too; that refusal is the call's own answer, not one of caisson's profile (nothing was
+    # handed to a witness), so the event is not marked denied
+    run_dir, events = _record(tmp_path, MOUNT, EbpfWitness(backend=BACKEND), weaken=("seccomp",))
+    assert next(e for e in events if isinstance(e, RunStarted)).seccomp == {}
+    [mount] = [e for e in events if isinstance(e, ProcessSyscall) and e.syscall == "mount"]
+    assert (mount.result, mount.errno, mount.denied) == (-1, "EPERM", False)
