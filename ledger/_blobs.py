@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,12 +35,19 @@ class BlobStore:
         if path.exists():
             return digest
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{digest}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        # a name of its own (not only the pid's): two threads storing the same bytes at once
+        # must not truncate each other's file under the name being renamed into place
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{digest}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the evidence from its other readers
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return digest
 
     def get(self, sha256_hex: str) -> bytes:

@@ -102,6 +102,29 @@ def test_verify_and_read_hands_over_the_blob_bytes_it_hashed_and_only_those(tmp_
     assert report.status == "tampered" and small not in kept  # altered bytes are never handed over
 
 
+def test_threads_storing_the_same_bytes_at_once_each_get_the_blob(tmp_path):
+    data = b"the same body, twice at once\n" * 40_000  # ~1 MiB: the writes overlap
+    for attempt in range(20):
+        store = BlobStore(tmp_path / str(attempt))
+        got: list[object] = []
+        threads = [threading.Thread(target=lambda: got.append(_put(store, data))) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        digest = hashlib.sha256(data).hexdigest()
+        assert got == [digest] * 4  # before: FileNotFoundError when another thread's rename took the shared temp
+        assert store.get(digest) == data and list(store) == [digest]
+        assert not list((tmp_path / str(attempt)).rglob("*.tmp"))  # no temporary file left behind
+
+
+def _put(store: BlobStore, data: bytes) -> object:
+    try:
+        return store.put(data)
+    except Exception as exc:  # noqa: BLE001 - reported by the test
+        return exc
+
+
 def test_get_returns_the_bound_bytes_or_raises_naming_the_blob_and_its_path(tmp_path):
     """A reader that skipped verify never gets altered bytes: `get` hashes what it read."""
     store = BlobStore(tmp_path / "blobs")
