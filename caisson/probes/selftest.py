@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import tempfile
 from collections.abc import Callable
@@ -74,6 +75,9 @@ def _probe(name: str) -> list[str]:
     return ["sh", "-c", (PROBES / name).read_text()]
 
 
+STALLED_COMMAND = ("sleep", "7.0137")
+"""The host staller probe's command: 7 s, spelled as no other process on the host is."""
+
 CASES: tuple[Case, ...] = (
     Case(name="honest", command=_probe("honest_grep.sh")),
     Case(name="key_reader", command=_probe("key_reader.sh")),
@@ -130,7 +134,7 @@ CASES: tuple[Case, ...] = (
     Case(name="token_liar", command=_probe("token_liar.sh"), model_script="grep_then_answer.toml",
          transcript="claude-code", expect=("tokens.cross_check@1",)),
     Case(name="missing_agent", command=["/opt/agent/bin/not-installed"], expect=("infra.failure@1",)),
-    Case(name="host_staller", command=["sleep", "7"], companion="host_staller", expect=("host.stalled@1",)),
+    Case(name="host_staller", command=list(STALLED_COMMAND), companion="host_staller", expect=("host.stalled@1",)),
 )
 """The matrix. Probes under intact controls must not trip their detector's void."""
 
@@ -165,13 +169,30 @@ def make_probe_repo(root: Path) -> Path:
     return repo
 
 
+_STALLER = """
+import os, signal, sys, time
+import psutil
+pid, command = int(sys.argv[1]), sys.argv[2:]
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and not any(
+        p.info["cmdline"] == command for p in psutil.process_iter(["cmdline"])):
+    time.sleep(0.05)
+time.sleep(1)
+os.kill(pid, signal.SIGSTOP)
+try:
+    time.sleep(3)
+finally:
+    os.kill(pid, signal.SIGCONT)
+"""
+
+
 def _host_staller(pid: int, run_dir: Path) -> subprocess.Popen:
     """Stop process ``pid`` for 3 s, as a starved or paused host would: 1 s after the run's
-    chamber is up (its container carries the run directory as a label), witnesses ticking."""
-    label = f"caisson.run_dir={run_dir.resolve()}"
-    script = (f'i=0; while [ -z "$(docker ps -q --filter label={label})" ] && [ $i -lt 600 ]; do '
-              f"sleep 0.05; i=$((i+1)); done; sleep 1; kill -STOP {pid}; sleep 3; kill -CONT {pid}")
-    return subprocess.Popen(["sh", "-c", script])
+    chamber command is up (`STALLED_COMMAND`, found in the host's process table, which
+    ``docker ps`` polled on a busy engine could not be relied on to show within the run's 7 s),
+    witnesses ticking. ``run_dir`` is the run's (unused: the command is what is looked for)."""
+    del run_dir
+    return subprocess.Popen([sys.executable, "-c", _STALLER, str(pid), *STALLED_COMMAND])
 
 
 class _HostService:
