@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from ledger._errors import BlobMismatchError
+from ledger._files import write_whole
 
 __all__ = ["BlobStore"]
 
@@ -35,19 +35,7 @@ class BlobStore:
         if path.exists():
             return digest
         path.parent.mkdir(parents=True, exist_ok=True)
-        # a name of its own (not only the pid's): two threads storing the same bytes at once
-        # must not truncate each other's file under the name being renamed into place
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{digest}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the evidence from its other readers
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_whole(path, data, 0o644)  # a temporary name of its own: threads storing the same bytes at once
         return digest
 
     def get(self, sha256_hex: str) -> bytes:

@@ -8,7 +8,6 @@ sha256(raw public key)`` in hex, short enough to read aloud, long enough to bind
 from __future__ import annotations
 
 import hashlib
-import os
 import stat
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ledger._errors import KeyFileError
+from ledger._files import write_whole
 
 __all__ = [
     "SigningKey",
@@ -104,26 +104,9 @@ def generate_keypair(private_path: Path, public_path: Path, *, overwrite: bool =
     key = SigningKey.generate()
     private_path.parent.mkdir(parents=True, exist_ok=True)
     public_path.parent.mkdir(parents=True, exist_ok=True)
-    _write_whole(public_path, key.verify_key.to_pem(), 0o644)
-    _write_whole(private_path, key.to_pem(), 0o600)
+    write_whole(public_path, key.verify_key.to_pem(), 0o644)
+    write_whole(private_path, key.to_pem(), 0o600)
     return key
-
-
-def _write_whole(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to a temporary file beside ``path`` (created with ``mode``), fsync it,
-    and rename it over ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)  # whatever the umask took away or added
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def load_signing_key(path: Path) -> SigningKey:
