@@ -186,12 +186,11 @@ finally:
 """
 
 
-def _host_staller(pid: int, run_dir: Path) -> subprocess.Popen:
+def _host_staller(pid: int) -> subprocess.Popen:
     """Stop process ``pid`` for 3 s, as a starved or paused host would: 1 s after the run's
     chamber command is up (`STALLED_COMMAND`, found in the host's process table, which
     ``docker ps`` polled on a busy engine could not be relied on to show within the run's 7 s),
-    witnesses ticking. ``run_dir`` is the run's (unused: the command is what is looked for)."""
-    del run_dir
+    witnesses ticking."""
     return subprocess.Popen([sys.executable, "-c", _STALLER, str(pid), *STALLED_COMMAND])
 
 
@@ -270,7 +269,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
             if case.companion == "listener":
                 stack.callback(_HostService().close)
             if case.companion == "host_staller":
-                stack.callback(_host_staller(os.getpid(), run_dir).wait)
+                stack.callback(_host_staller(os.getpid()).wait)
             record(options, witnesses=default_witnesses(weaken=case.weaken, syscall=syscall))
         [result] = replay_runs([run_dir], key.verify_key)
         runs[case.name] = str(run_dir)
