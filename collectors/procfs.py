@@ -12,12 +12,16 @@ Timer lateness, the evidence for ``host_stalled``: deadlines are ``t0 + k * inte
 sleeps again). Grid points that passed meanwhile are skipped, not fired in a burst, so one
 stall is one late tick and ``timer_lateness_ns // interval_ns`` ticks were skipped. The
 next deadline is chosen after the tick's events are sent, so a slow ledger writer skips
-ticks but never shows up as lateness.
+ticks but never shows up as lateness. That also means a stall that lands while a tick is
+being sampled or sent is not lateness either; a `StallClock` thread, which only sleeps on
+its own grid and never waits on the writer, sees those: each ``host.sample`` carries the
+worst it measured since the previous one (``stall_ns``).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +37,7 @@ from ledger.events import HostSample, ProcSample
 __all__ = [
     "PSI_RESOURCES", "CpuTimes", "HostPids", "HostReading", "HostSampler", "LoadAvg", "ProcfsParseError",
     "parse_loadavg", "parse_nspid", "parse_pid_stat_starttime", "parse_pressure",
-    "parse_proc_stat_cpu", "run_procfs_witness", "sample_tree", "steal_ratio",
+    "parse_proc_stat_cpu", "run_procfs_witness", "sample_tree", "StallClock", "steal_ratio",
 ]
 
 WITNESS = "procfs"
@@ -398,6 +402,49 @@ def _sample_process(proc: psutil.Process) -> ProcSample:
 # --- the trio task -----------------------------------------------------------------------
 
 
+class StallClock:
+    """A thread that does nothing but wake on a grid of ``period_ns`` (`time.monotonic_ns`)
+    and keep the worst lateness of its wake-ups: how long this process was kept from
+    running (stopped, or starved of CPU), whatever its trio thread was doing meanwhile.
+
+    A context manager: the thread runs inside ``with``; `take_worst` returns the worst
+    lateness in ns since its previous call (0 when every wake was on time) and resets it.
+    Its wakes are independent of the ledger writer, so backpressure never shows here.
+    """
+
+    def __init__(self, period_ns: int = 50_000_000) -> None:
+        if period_ns <= 0:
+            raise ValueError(f"period_ns must be positive, got {period_ns!r}")
+        self._period_ns = period_ns
+        self._worst_ns = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="procfs-stall-clock", daemon=True)
+
+    def __enter__(self) -> "StallClock":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def take_worst(self) -> int:
+        """The worst wake-up lateness since the last call, ns; resets it to 0."""
+        with self._lock:
+            worst, self._worst_ns = self._worst_ns, 0
+        return worst
+
+    def _run(self) -> None:
+        deadline = time.monotonic_ns() + self._period_ns
+        while not self._stop.wait(max(0, deadline - time.monotonic_ns()) / 1e9):
+            now = time.monotonic_ns()
+            if now > deadline:
+                with self._lock:
+                    self._worst_ns = max(self._worst_ns, now - deadline)
+            deadline = _next_deadline(deadline, self._period_ns, now)
+
+
 async def run_procfs_witness(
     send_channel: trio.MemorySendChannel[Submission],
     *,
@@ -409,8 +456,9 @@ async def run_procfs_witness(
     """Sample the host and the chamber's tree every ``interval_s`` until cancelled.
 
     Sends ``witness.started``, then per tick one ``host.sample`` (stamped at the wake-up,
-    where lateness is measured) and one ``proc.sample`` per process (stamped when the
-    tree was read, in a worker thread: a slow ``/proc`` cannot hide a stall).
+    where lateness is measured; ``stall_ns`` from a `StallClock` running beside the task)
+    and one ``proc.sample`` per process (stamped when the tree was read, in a worker
+    thread: a slow ``/proc`` cannot hide a stall).
 
     Ends as `collectors._witness.witness_life` says: cancelled, ``witness.stopped``
     (``lines``: ticks, ``bytes``: host procfs text read); if sampling raises,
@@ -437,26 +485,28 @@ async def run_procfs_witness(
         host = sampler.sample()
         return host, ([] if pid is None else sample_tree(pid, failures=failures)), w.now()
 
-    async with witness_life(send_channel, WITNESS, missing="host.sample, proc.sample") as w:
-        await w.started({"interval_ns": interval_ns})
-        task_status.started()
-        deadline = time.monotonic_ns()
-        while True:
-            woke = await _sleep_until_ns(deadline)
-            wall = w.now()[0]
-            try:
-                pid = root_host_pid() if callable(root_host_pid) else root_host_pid
-                host, procs, (proc_wall, proc_mono) = await trio.to_thread.run_sync(sample, pid)
-            except Exception as exc:
-                raise WitnessFailed(f"sampling failed: {exc!r}", since_ns=wall) from exc
-            w.lines += 1
-            w.parse_failures, w.bytes = sampler.parse_failures + len(failures), sampler.bytes_read
-            await w.send(HostSample(load1=host.load1, cpu_steal_ratio=host.cpu_steal_ratio, psi=host.psi,
-                                    timer_lateness_ns=woke - deadline, interval_ns=interval_ns),
-                         wall_ns=wall, mono_ns=woke)
-            for proc in procs:
-                await w.send(proc, wall_ns=proc_wall, mono_ns=proc_mono)
-            deadline = _next_deadline(deadline, interval_ns, time.monotonic_ns())
+    with StallClock() as clock:
+        async with witness_life(send_channel, WITNESS, missing="host.sample, proc.sample") as w:
+            await w.started({"interval_ns": interval_ns})
+            task_status.started()
+            deadline = time.monotonic_ns()
+            while True:
+                woke = await _sleep_until_ns(deadline)
+                wall = w.now()[0]
+                try:
+                    pid = root_host_pid() if callable(root_host_pid) else root_host_pid
+                    host, procs, (proc_wall, proc_mono) = await trio.to_thread.run_sync(sample, pid)
+                except Exception as exc:
+                    raise WitnessFailed(f"sampling failed: {exc!r}", since_ns=wall) from exc
+                w.lines += 1
+                w.parse_failures, w.bytes = sampler.parse_failures + len(failures), sampler.bytes_read
+                await w.send(HostSample(load1=host.load1, cpu_steal_ratio=host.cpu_steal_ratio, psi=host.psi,
+                                        timer_lateness_ns=woke - deadline, stall_ns=clock.take_worst(),
+                                        interval_ns=interval_ns),
+                             wall_ns=wall, mono_ns=woke)
+                for proc in procs:
+                    await w.send(proc, wall_ns=proc_wall, mono_ns=proc_mono)
+                deadline = _next_deadline(deadline, interval_ns, time.monotonic_ns())
 
 
 async def _sleep_until_ns(deadline_ns: int) -> int:

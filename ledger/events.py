@@ -95,7 +95,7 @@ __all__ = [
     "BackfillRecorded",
 ]
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -112,7 +112,7 @@ sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete`
 and ``backfill.recorded`` (a judge run or backfill segment announced in a study ledger
 segment of its own, once closed; study directories written before have none, and
 `caisson verify` says it cannot tell whether one of their judges or backfill segments was
-removed)."""
+removed); 13: ``host.sample.stall_ns`` (the procfs witness's stall clock)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -373,6 +373,10 @@ class HostSample(_Event, tag="host.sample", frozen=True, kw_only=True):
     cpu_steal_ratio: float | None = None  # steal / total over the last interval
     psi: dict[str, float] = {}  # "cpu.some.avg10" -> percent, when /proc/pressure exists
     timer_lateness_ns: int = 0  # how late this tick fired after its deadline, ns
+    # The worst a thread that only sleeps on its own 50 ms grid woke late since the previous
+    # sample, ns: a stop or starvation of the recorder while a tick was being sampled or
+    # sent, which the tick's lateness cannot show (0 before schema 13).
+    stall_ns: int = 0
     interval_ns: int = 0  # the configured sampling interval, ns
 
 

@@ -8,20 +8,25 @@ from caisson.detectors._base import DetectorConfig, Finding, VOID, reads
 from ledger import Record
 from ledger.events import HostSample, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
 
-HOST_STALLED = "host.stalled@1"
+HOST_STALLED = "host.stalled@2"
 WITNESS_GAP = "witness.gap@1"
 INFRA_FAILURE = "infra.failure@1"
 
 
 @reads(HostSample, RunEnded)
 def host_stalled(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
-    """A procfs tick fired far past its deadline, or the run's wall time went far past its
-    deadline: the host starved the run. Void, not a timeout (the agent was not slow)."""
+    """A procfs tick fired far past its deadline, or the procfs witness's stall clock woke
+    that late (``host.sample.stall_ns``), or the run's wall time went far past its deadline:
+    the host starved the run. Void, not a timeout (the agent was not slow).
+
+    @2 reads ``stall_ns`` (schema 13): a stop that landed while a tick was being sampled or
+    sent, which @1 missed; on ledgers written before it, @2 finds what @1 found."""
     late: list[tuple[int, int]] = []
     for record in records:
         event = record.event
-        if isinstance(event, HostSample) and event.timer_lateness_ns >= config.stall_lateness_ns:
-            late.append((record.seq, event.timer_lateness_ns))
+        if isinstance(event, HostSample) and max(event.timer_lateness_ns,
+                                                 event.stall_ns) >= config.stall_lateness_ns:
+            late.append((record.seq, max(event.timer_lateness_ns, event.stall_ns)))
         elif isinstance(event, RunEnded) and config.deadline_s is not None:
             limit_ns = int((config.deadline_s * config.deadline_slack + 5) * 1e9)
             if event.duration_ns > limit_ns:
@@ -31,7 +36,8 @@ def host_stalled(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     if late:
         worst = max(ns for _, ns in late)
         yield Finding(detector=HOST_STALLED, kind="host_stalled", effect=VOID, evidence=[s for s, _ in late],
-                      message=f"{len(late)} procfs tick(s) fired late, worst by {worst / 1e9:.2f} s"
+                      message=f"{len(late)} procfs tick(s) fired late or saw the recorder stalled,"
+                      f" worst by {worst / 1e9:.2f} s"
                       f" (threshold {config.stall_lateness_ns / 1e9:g} s)")
 
 

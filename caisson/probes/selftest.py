@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -134,7 +134,7 @@ CASES: tuple[Case, ...] = (
     Case(name="token_liar", command=_probe("token_liar.sh"), model_script="grep_then_answer.toml",
          transcript="claude-code", expect=("tokens.cross_check@1",)),
     Case(name="missing_agent", command=["/opt/agent/bin/not-installed"], expect=("infra.failure@1",)),
-    Case(name="host_staller", command=list(STALLED_COMMAND), companion="host_staller", expect=("host.stalled@1",)),
+    Case(name="host_staller", command=list(STALLED_COMMAND), companion="host_staller", expect=("host.stalled@2",)),
 )
 """The matrix. Probes under intact controls must not trip their detector's void."""
 
@@ -173,9 +173,10 @@ _STALLER = """
 import os, signal, sys, time
 import psutil
 pid, command = int(sys.argv[1]), sys.argv[2:]
-deadline = time.monotonic() + 30
-while time.monotonic() < deadline and not any(
-        p.info["cmdline"] == command for p in psutil.process_iter(["cmdline"])):
+deadline = time.monotonic() + 80
+while not any(p.info["cmdline"] == command for p in psutil.process_iter(["cmdline"])):
+    if time.monotonic() > deadline:
+        sys.exit(f"{' '.join(command)!r} never showed in the host's process table within 80 s")
     time.sleep(0.05)
 time.sleep(1)
 os.kill(pid, signal.SIGSTOP)
@@ -186,12 +187,25 @@ finally:
 """
 
 
-def _host_staller(pid: int) -> subprocess.Popen:
+@contextlib.contextmanager
+def _host_staller(pid: int, problems: list[str]) -> Iterator[None]:
     """Stop process ``pid`` for 3 s, as a starved or paused host would: 1 s after the run's
     chamber command is up (`STALLED_COMMAND`, found in the host's process table, which
     ``docker ps`` polled on a busy engine could not be relied on to show within the run's 7 s),
-    witnesses ticking."""
-    return subprocess.Popen([sys.executable, "-c", _STALLER, str(pid), *STALLED_COMMAND])
+    witnesses ticking. A staller that could not stop it adds its reason to ``problems``: the
+    case then says why, rather than only that ``host.stalled`` did not fire."""
+    staller = subprocess.Popen([sys.executable, "-c", _STALLER, str(pid), *STALLED_COMMAND],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        yield
+    except BaseException:
+        staller.kill()
+        staller.communicate()
+        raise
+    _, err = staller.communicate()
+    if staller.returncode:
+        problems.append(f"host_staller: the staller did not stop the recorder (exit {staller.returncode}):"
+                        f" {err.strip()[-300:]}")
 
 
 class _HostService:
@@ -253,6 +267,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
     runs: dict[str, str] = {}
     fired: dict[str, list[str]] = {}
     gating: dict[str, GatingVerdict] = {}
+    companion_problems: list[str] = []
     for case in cases:
         run_dir = root / "runs" / case.name.replace("/", "__")
         with contextlib.ExitStack() as stack:
@@ -269,7 +284,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
             if case.companion == "listener":
                 stack.callback(_HostService().close)
             if case.companion == "host_staller":
-                stack.callback(_host_staller(os.getpid()).wait)
+                stack.enter_context(_host_staller(os.getpid(), companion_problems))
             record(options, witnesses=default_witnesses(weaken=case.weaken, syscall=syscall))
         [result] = replay_runs([run_dir], key.verify_key)
         runs[case.name] = str(run_dir)
@@ -279,7 +294,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
             gating[case.name] = _gating(run_dir, case)
             line += f"  [gating {gating[case.name].claimed} -> {gating[case.name].measured}]"
         progress(line)
-    failures = _check(cases, fired, syscall) + _check_gating(cases, gating)
+    failures = _check(cases, fired, syscall) + _check_gating(cases, gating) + companion_problems
     if cases == cases_for(syscall):  # the whole matrix: its verdict sets record's default witness
         keep_outcome(syscall, failures)
     return SelftestResult(cases=[c.name for c in cases], fired=fired, gating=gating, failures=failures, runs=runs)

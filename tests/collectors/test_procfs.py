@@ -21,6 +21,7 @@ from ledger import CaissonError, Submission
 from ledger.events import HostSample, ProcSample, WitnessGap, WitnessStarted, WitnessStopped
 from collectors.procfs import (
     CpuTimes,
+    StallClock,
     HostPids,
     HostSampler,
     ProcfsParseError,
@@ -326,6 +327,45 @@ def test_witness_one_second_on_a_real_tree(tree):
     assert {p.host_pid for p in procs} == {root, *kids}
     assert len({(p.pid, p.start_time_ns) for p in procs}) == 3
     assert (stopped.lines, stopped.events, stopped.parse_failures) == (len(hosts), len(got) - 2, 0)
+
+
+def test_a_stop_while_a_tick_is_sampled_is_recorded_as_a_stall():
+    """The whole process stopped (SIGSTOP, as a paused or starved host) after a tick woke and
+    before its next deadline is chosen: that tick was on time and the next deadline is
+    chosen after the stop, so no tick is late; the stall clock saw it (``stall_ns``)."""
+    asked = 0
+
+    def stopped_on_the_third_tick() -> None:
+        nonlocal asked
+        asked += 1
+        if asked == 3:  # another process stops us and continues us 1 s later; we wait for it
+            me = os.getpid()
+            subprocess.run(["sh", "-c", f"kill -STOP {me}; sleep 1; kill -CONT {me}"], check=True)
+        return None
+
+    async def five_ticks(receive, got):
+        async for item in receive:
+            got.append(item)
+            if len(_hosts(got)) == 5:
+                return
+
+    got = trio.run(functools.partial(_run_witness, 0, five_ticks, root_host_pid=stopped_on_the_third_tick))
+    hosts = [s.event for s in _hosts(got)]
+    assert hosts[2].stall_ns >= 800_000_000, hosts
+    assert sum(h.stall_ns >= 800_000_000 for h in hosts) == 1, hosts  # one stop, one sample
+
+
+def test_the_stall_clock_reports_the_worst_wake_since_it_was_last_asked():
+    with StallClock(period_ns=10_000_000) as clock:
+        time.sleep(0.1)
+        assert clock.take_worst() < 300_000_000  # this thread sleeping does not hold the clock
+        me = os.getpid()
+        subprocess.run(["sh", "-c", f"kill -STOP {me}; sleep 0.5; kill -CONT {me}"], check=True)
+        time.sleep(0.05)
+        assert clock.take_worst() >= 400_000_000
+        assert clock.take_worst() < 300_000_000  # reset by the previous call
+    with pytest.raises(ValueError, match="period_ns"):
+        StallClock(period_ns=0)
 
 
 def test_blocked_trio_thread_is_recorded_as_lateness():

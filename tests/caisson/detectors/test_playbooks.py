@@ -125,9 +125,19 @@ def test_host_stalled_fires_on_late_ticks_and_wall_time_past_deadline():
         Finding(detector=HOST_STALLED, kind="host_stalled", effect="void", evidence=[2],
                 message="wall time 200.0 s is far past the 60 s deadline"),
         Finding(detector=HOST_STALLED, kind="host_stalled", effect="void", evidence=[1],
-                message="1 procfs tick(s) fired late, worst by 2.50 s (threshold 2 s)"),
+                message="1 procfs tick(s) fired late or saw the recorder stalled, worst by 2.50 s (threshold 2 s)"),
     ]
     assert list(host_stalled(play(HostSample(timer_lateness_ns=10**6), RunEnded(duration_ns=10**9)), CONFIG)) == []
+
+
+def test_host_stalled_fires_on_the_stall_clock_when_the_tick_itself_was_on_time():
+    """A stop while a tick was being sampled: its lateness is small, its ``stall_ns`` not."""
+    records = play(HostSample(timer_lateness_ns=10**6, interval_ns=250_000_000),
+                   HostSample(timer_lateness_ns=2_000_000, stall_ns=3_100_000_000, interval_ns=250_000_000),
+                   HostSample(timer_lateness_ns=10**6, stall_ns=1_999_999_999, interval_ns=250_000_000))
+    [finding] = host_stalled(records, CONFIG)
+    assert (finding.detector, finding.effect, finding.evidence) == ("host.stalled@2", "void", [1])
+    assert "worst by 3.10 s" in finding.message
 
 
 def test_witness_gap_fires_on_gaps_silence_and_missing_witnesses():
