@@ -480,11 +480,6 @@ async def run_procfs_witness(
         raise ValueError(f"interval_s must be positive, got {interval_s!r}")
     sampler = HostSampler(proc_root)
     failures: list[ProcfsParseError] = []
-
-    def sample(pid: int | None) -> tuple[HostReading, list[ProcSample], tuple[int, int]]:
-        host = sampler.sample()
-        return host, ([] if pid is None else sample_tree(pid, failures=failures)), w.now()
-
     with StallClock() as clock:
         async with witness_life(send_channel, WITNESS, missing="host.sample, proc.sample") as w:
             await w.started({"interval_ns": interval_ns})
@@ -495,7 +490,8 @@ async def run_procfs_witness(
                 wall = w.now()[0]
                 try:
                     pid = root_host_pid() if callable(root_host_pid) else root_host_pid
-                    host, procs, (proc_wall, proc_mono) = await trio.to_thread.run_sync(sample, pid)
+                    host, procs, (proc_wall, proc_mono) = await trio.to_thread.run_sync(
+                        _sample, sampler, failures, pid, w.now)
                 except Exception as exc:
                     raise WitnessFailed(f"sampling failed: {exc!r}", since_ns=wall) from exc
                 w.lines += 1
@@ -507,6 +503,14 @@ async def run_procfs_witness(
                 for proc in procs:
                     await w.send(proc, wall_ns=proc_wall, mono_ns=proc_mono)
                 deadline = _next_deadline(deadline, interval_ns, time.monotonic_ns())
+
+
+def _sample(sampler: HostSampler, failures: list[ProcfsParseError], pid: int | None,
+            now: Callable[[], tuple[int, int]]) -> tuple[HostReading, list[ProcSample], tuple[int, int]]:
+    """One tick's reading, in a worker thread: the host, the tree of ``pid`` (none when
+    None; parse failures appended to ``failures``) and the (wall, mono) clock after both."""
+    host = sampler.sample()
+    return host, ([] if pid is None else sample_tree(pid, failures=failures)), now()
 
 
 async def _sleep_until_ns(deadline_ns: int) -> int:
