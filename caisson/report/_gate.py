@@ -25,8 +25,10 @@ on content tokens (issue #14):
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 
@@ -200,6 +202,20 @@ def _verdict(c: Comparison, logs: list[float], comparisons: int) -> None:
     c.detectable_ratio, c.detectable_detail = smallest_detectable_ratio(logs, comparisons)
 
 
+def _paired_all(tasks: Sequence[tuple[Comparison, dict[str, list[float]], dict[str, list[float]]]],
+                seed: int) -> list[list[float]]:
+    """`_paired` of every (comparison, arm a's values, arm b's), in order. On threads, one a
+    core this process may use: each comparison's bootstrap and sign flips are numpy work
+    that releases the GIL (random draws, sorts, sums), and each writes only its own
+    `Comparison` with its own seeded generators, so the figures are those of a serial run
+    (tests/caisson/report/test_gate.py compares them)."""
+    workers = min(len(tasks), len(os.sched_getaffinity(0)))
+    if workers <= 1:
+        return [_paired(c, qa, qb, seed) for c, qa, qb in tasks]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="caisson-gate") as pool:
+        return list(pool.map(lambda task: _paired(*task, seed), tasks))
+
+
 def compare_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseline], *,
                  seed: int = 0) -> list[Comparison]:
     """Every two arms of each (agent, model), on each metric with values in both arms.
@@ -217,7 +233,7 @@ def compare_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseline
     groups: dict[tuple[str, str], dict[str, list[ReportCell]]] = defaultdict(lambda: defaultdict(list))
     for cell in cells:
         groups[(cell.agent, cell.model)][cell.arm].append(cell)
-    out: list[tuple[Comparison, list[float]]] = []
+    tasks: list[tuple[Comparison, dict[str, list[float]], dict[str, list[float]]]] = []
     for (agent, model), arms in sorted(groups.items()):
         names = sorted(arms)
         for metric in METRICS:
@@ -230,7 +246,8 @@ def compare_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseline
                     c = Comparison(agent=agent, model=model, metric=metric, arm_a=arm_a, arm_b=arm_b,
                                    cells_a=sum(map(len, qa.values())), cells_b=sum(map(len, qb.values())))
                     _seed(c, a, b)
-                    out.append((c, _paired(c, qa, qb, seed)))
+                    tasks.append((c, qa, qb))
+    out = list(zip((c for c, _, _ in tasks), _paired_all(tasks, seed)))
     by_agent: dict[str, list[Comparison]] = defaultdict(list)
     for c, _ in out:
         by_agent[c.agent].append(c)

@@ -119,3 +119,22 @@ def test_a_winner_is_withheld_on_a_checklist_fail_unless_untrusted_is_allowed():
     labelled = _score(build_report(study(cs, base), allow_untrusted=True).agents[0].comparisons)
     assert (labelled.verdict, labelled.winner) == ("winner", "lean")
     assert labelled.label == "UNTRUSTED: trust checklist FAIL (isolation)"
+
+
+def test_comparisons_on_threads_give_the_figures_of_a_serial_run(monkeypatch):
+    """`compare_arms` runs each comparison's bootstrap and sign flips on a thread of its own:
+    every figure equals the serial run's (own seeded generators, own `Comparison`). The set is
+    large enough for the bootstrap (>= 20 questions) and the Monte Carlo sign flips (> 40)."""
+    def value(k):
+        return lambda q, r: 0.3 + 0.05 * k + 0.003 * ((q * 7 + r * 3 + k) % 11)
+
+    cs = [cell for agent in ("a1", "a2") for k, arm in enumerate(("x", "y", "z"))
+          for cell in cells(agent, arm, 45, 3, value(k + len(agent)))]
+    base = baselines("a1", ["x", "y", "z"]) + baselines("a2", ["x", "y", "z"])
+    monkeypatch.setattr("caisson.report._gate.os.sched_getaffinity", lambda pid: {0})
+    serial = compare_arms(cs, base, seed=7)
+    monkeypatch.setattr("caisson.report._gate.os.sched_getaffinity", lambda pid: set(range(4)))
+    threaded = compare_arms(cs, base, seed=7)
+    assert len(serial) >= 6 and any(c.p_method.startswith("monte carlo") for c in serial)
+    assert any(c.ci_method.startswith("two-stage bootstrap") for c in serial)
+    assert [msgspec.to_builtins(c) for c in threaded] == [msgspec.to_builtins(c) for c in serial]
