@@ -9,13 +9,14 @@
 
 Timer lateness, the evidence for ``host_stalled``: deadlines are ``t0 + k * interval`` on
 `time.monotonic_ns`; each tick records ``wake - deadline`` (never negative: an early wake
-sleeps again). Grid points that passed meanwhile are skipped, not fired in a burst, so one
-stall is one late tick and ``timer_lateness_ns // interval_ns`` ticks were skipped. The
-next deadline is chosen after the tick's events are sent, so a slow ledger writer skips
-ticks but never shows up as lateness. That also means a stall that lands while a tick is
-being sampled or sent is not lateness either; a `StallClock` thread, which only sleeps on
-its own grid and never waits on the writer, sees those: each ``host.sample`` carries the
-worst it measured since the previous one (``stall_ns``).
+sleeps again). Grid points that passed meanwhile are skipped, not fired in a burst, so a
+stall during a sleep is one late tick and ``timer_lateness_ns // interval_ns`` ticks were
+skipped. The next deadline is chosen after the tick's events are sent, so a slow ledger
+writer skips ticks but never shows up as lateness. That also means a stall that lands
+while a tick is being sampled or sent is no tick's lateness; a `StallClock` thread, which
+only sleeps on its own grid and never waits on the writer, sees those: each
+``host.sample`` carries the worst it measured since the previous one (``stall_ns``). A
+stall during a sleep shows in both, on one sample or two.
 """
 
 from __future__ import annotations
@@ -409,7 +410,12 @@ class StallClock:
 
     A context manager: the thread runs inside ``with``; `take_worst` returns the worst
     lateness in ns since its previous call (0 when every wake was on time) and resets it.
+    A wake overdue when it is asked (the thread has not run since the process was
+    continued) counts as late by then, and is not counted again when the thread wakes.
     Its wakes are independent of the ledger writer, so backpressure never shows here.
+
+    Raises:
+        ValueError: ``period_ns`` is not positive (our misuse).
     """
 
     def __init__(self, period_ns: int = 50_000_000) -> None:
@@ -417,11 +423,13 @@ class StallClock:
             raise ValueError(f"period_ns must be positive, got {period_ns!r}")
         self._period_ns = period_ns
         self._worst_ns = 0
+        self._deadline_ns = time.monotonic_ns() + period_ns  # the wake the thread is waiting for
+        self._reported_ns: int | None = None  # a deadline take_worst counted as overdue
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="procfs-stall-clock", daemon=True)
 
-    def __enter__(self) -> "StallClock":
+    def __enter__(self) -> StallClock:
         self._thread.start()
         return self
 
@@ -430,19 +438,27 @@ class StallClock:
         self._thread.join()
 
     def take_worst(self) -> int:
-        """The worst wake-up lateness since the last call, ns; resets it to 0."""
+        """The worst wake-up lateness since the last call, ns (an overdue wake included);
+        resets it to 0."""
+        now = time.monotonic_ns()
         with self._lock:
             worst, self._worst_ns = self._worst_ns, 0
+            if now > self._deadline_ns and self._reported_ns != self._deadline_ns:
+                worst = max(worst, now - self._deadline_ns)
+                self._reported_ns = self._deadline_ns
         return worst
 
     def _run(self) -> None:
-        deadline = time.monotonic_ns() + self._period_ns
-        while not self._stop.wait(max(0, deadline - time.monotonic_ns()) / 1e9):
+        while True:
+            with self._lock:
+                deadline = self._deadline_ns
+            if self._stop.wait(max(0, deadline - time.monotonic_ns()) / 1e9):
+                return
             now = time.monotonic_ns()
-            if now > deadline:
-                with self._lock:
+            with self._lock:
+                if now > deadline and self._reported_ns != deadline:
                     self._worst_ns = max(self._worst_ns, now - deadline)
-            deadline = _next_deadline(deadline, self._period_ns, now)
+                self._deadline_ns = _next_deadline(deadline, self._period_ns, now)
 
 
 async def run_procfs_witness(
@@ -494,12 +510,12 @@ async def run_procfs_witness(
                         _sample, sampler, failures, pid, w.now)
                 except Exception as exc:
                     raise WitnessFailed(f"sampling failed: {exc!r}", since_ns=wall) from exc
-                w.lines += 1
                 w.parse_failures, w.bytes = sampler.parse_failures + len(failures), sampler.bytes_read
                 await w.send(HostSample(load1=host.load1, cpu_steal_ratio=host.cpu_steal_ratio, psi=host.psi,
                                         timer_lateness_ns=woke - deadline, stall_ns=clock.take_worst(),
                                         interval_ns=interval_ns),
                              wall_ns=wall, mono_ns=woke)
+                w.lines += 1  # a tick whose host.sample was sent (not one cancelled while sending it)
                 for proc in procs:
                     await w.send(proc, wall_ns=proc_wall, mono_ns=proc_mono)
                 deadline = _next_deadline(deadline, interval_ns, time.monotonic_ns())

@@ -74,7 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="make winner claims despite a checklist FAIL, each labelled UNTRUSTED")
     report.add_argument("--key", metavar="PUBKEY", help="trust this public key (default: the operator key)")
     report.add_argument("--jobs", type=_jobs, metavar="N",
-                        help="processes that read the cells' ledgers (default: one per core; 1: this one only)")
+                        help="processes that read the cells' ledgers, and threads that compare the arms"
+                             " (default: one per core; 1: this one only)")
     report.set_defaults(func=run_report)
     backfill = verbs.add_parser(
         "backfill", help="fill missing or proxy-only token figures from the agents' own session files",
@@ -234,7 +235,7 @@ def run_report(args: argparse.Namespace) -> int:
     if verified.status == "unclosed":
         print(f"note: {args.dir} is not closed (running or crashed): cells without a sealed counting attempt"
               " are reported not_run", file=sys.stderr)
-    report = build_report(data, allow_untrusted=args.allow_untrusted)
+    report = build_report(data, allow_untrusted=args.allow_untrusted, jobs=args.jobs)
     if args.format == "json":
         out = render_json(report)
     else:

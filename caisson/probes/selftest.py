@@ -170,11 +170,14 @@ def make_probe_repo(root: Path) -> Path:
 
 
 _STALLER = """
-import os, signal, sys, time
+import os, select, signal, sys, time
 import psutil
 pid, command = int(sys.argv[1]), sys.argv[2:]
+signal.signal(signal.SIGTERM, lambda *_: (os.kill(pid, signal.SIGCONT), sys.exit(1)))
 deadline = time.monotonic() + 80
 while not any(p.info["cmdline"] == command for p in psutil.process_iter(["cmdline"])):
+    if select.select([sys.stdin], [], [], 0)[0]:  # our stdin closed: the run is over
+        sys.exit(f"the run ended before {' '.join(command)!r} showed in the host's process table")
     if time.monotonic() > deadline:
         sys.exit(f"{' '.join(command)!r} never showed in the host's process table within 80 s")
     time.sleep(0.05)
@@ -188,21 +191,22 @@ finally:
 
 
 @contextlib.contextmanager
-def _host_staller(pid: int, problems: list[str]) -> Iterator[None]:
+def _host_staller(pid: int, problems: list[str], command: tuple[str, ...] = STALLED_COMMAND) -> Iterator[None]:
     """Stop process ``pid`` for 3 s, as a starved or paused host would: 1 s after the run's
-    chamber command is up (`STALLED_COMMAND`, found in the host's process table, which
+    chamber command is up (``command``, `STALLED_COMMAND` by default, found in the host's process table, which
     ``docker ps`` polled on a busy engine could not be relied on to show within the run's 7 s),
     witnesses ticking. A staller that could not stop it adds its reason to ``problems``: the
-    case then says why, rather than only that ``host.stalled`` did not fire."""
-    staller = subprocess.Popen([sys.executable, "-c", _STALLER, str(pid), *STALLED_COMMAND],
-                               stderr=subprocess.PIPE, text=True)
+    case then says why, rather than only that ``host.stalled`` did not fire. Its stdin closes
+    when the run is over (it stops looking); SIGTERM makes it continue ``pid`` before it exits."""
+    staller = subprocess.Popen([sys.executable, "-c", _STALLER, str(pid), *command],
+                               stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         yield
     except BaseException:
-        staller.kill()
+        staller.terminate()
         staller.communicate()
         raise
-    _, err = staller.communicate()
+    _, err = staller.communicate()  # closes its stdin
     if staller.returncode:
         problems.append(f"host_staller: the staller did not stop the recorder (exit {staller.returncode}):"
                         f" {err.strip()[-300:]}")

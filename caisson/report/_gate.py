@@ -25,7 +25,6 @@ on content tokens (issue #14):
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import msgspec
 
 from caisson.report._aggregate import content_tokens
+from caisson.report._evidence import default_jobs
 from caisson.report._inputs import ReportBaseline, ReportCell
 from caisson.report._stats import (
     bootstrap_gmr_interval,
@@ -203,13 +203,13 @@ def _verdict(c: Comparison, logs: list[float], comparisons: int) -> None:
 
 
 def _paired_all(tasks: Sequence[tuple[Comparison, dict[str, list[float]], dict[str, list[float]]]],
-                seed: int) -> list[list[float]]:
-    """`_paired` of every (comparison, arm a's values, arm b's), in order. On threads, one a
-    core this process may use: each comparison's bootstrap and sign flips are numpy work
-    that releases the GIL (random draws, sorts, sums), and each writes only its own
-    `Comparison` with its own seeded generators, so the figures are those of a serial run
-    (tests/caisson/report/test_gate.py compares them)."""
-    workers = min(len(tasks), len(os.sched_getaffinity(0)))
+                seed: int, jobs: int | None = None) -> list[list[float]]:
+    """`_paired` of every (comparison, arm a's values, arm b's), in order. On ``jobs``
+    threads (None: one a core this process may use, `default_jobs`): each comparison's
+    bootstrap and sign flips are numpy work that releases the GIL (random draws, sorts,
+    sums), and each writes only its own `Comparison` with its own seeded generators, so
+    the figures are those of a serial run (tests/caisson/report/test_gate.py compares them)."""
+    workers = min(len(tasks), jobs or default_jobs())
     if workers <= 1:
         return [_paired(c, qa, qb, seed) for c, qa, qb in tasks]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="caisson-gate") as pool:
@@ -217,13 +217,14 @@ def _paired_all(tasks: Sequence[tuple[Comparison, dict[str, list[float]], dict[s
 
 
 def compare_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseline], *,
-                 seed: int = 0) -> list[Comparison]:
+                 seed: int = 0, jobs: int | None = None) -> list[Comparison]:
     """Every two arms of each (agent, model), on each metric with values in both arms.
 
     Args:
         cells: every planned cell (only clean cells with a value count).
         baselines: the floors (content tokens need them).
         seed: seeds the bootstrap and any Monte Carlo sign flips.
+        jobs: threads the comparisons run on; None: one a core (the figures do not depend on it).
 
     Returns:
         Comparisons sorted by (agent, model, metric, arm_a, arm_b), Holm-adjusted within
@@ -247,7 +248,7 @@ def compare_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseline
                                    cells_a=sum(map(len, qa.values())), cells_b=sum(map(len, qb.values())))
                     _seed(c, a, b)
                     tasks.append((c, qa, qb))
-    out = list(zip((c for c, _, _ in tasks), _paired_all(tasks, seed)))
+    out = list(zip((c for c, _, _ in tasks), _paired_all(tasks, seed, jobs)))
     by_agent: dict[str, list[Comparison]] = defaultdict(list)
     for c, _ in out:
         by_agent[c.agent].append(c)

@@ -76,12 +76,13 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     cells: list[CellRow] = []
 
 
-def build_report(data: StudyReportInput, *, allow_untrusted: bool = False) -> Report:
+def build_report(data: StudyReportInput, *, allow_untrusted: bool = False, jobs: int | None = None) -> Report:
     """Compute a study's report.
 
     Args:
         data: cells, baselines, refusals, prices, judge summary, study head.
         allow_untrusted: make winner claims despite a checklist FAIL, each labelled.
+        jobs: threads for the arm comparisons (`compare_arms`); None: one a core.
 
     Returns:
         The report; with a FAIL and no ``allow_untrusted``, every winner is withheld
@@ -92,7 +93,7 @@ def build_report(data: StudyReportInput, *, allow_untrusted: bool = False) -> Re
     """
     check_input(data)
     rows = summarize_arms(data.cells, data.baselines, data.prices)
-    comparisons = compare_arms(data.cells, data.baselines, seed=data.seed)
+    comparisons = compare_arms(data.cells, data.baselines, seed=data.seed, jobs=jobs)
     items = checklist(data, rows, comparisons)
     failed = [i.name for i in items if i.status == FAIL]
     for c in comparisons:

@@ -168,7 +168,8 @@ def summarize(record: Record, excluded: list[str]) -> tuple[str, str]:
         return f"{e.agent} usage as reported ({e.token_source}): {msgspec.json.encode(e.usage).decode()}", ""
     if isinstance(e, HostSample):
         steal = "n/a" if e.cpu_steal_ratio is None else f"{e.cpu_steal_ratio:.3f}"
-        return f"host: timer late {e.timer_lateness_ns / 1e6:.1f} ms, steal {steal}", ""
+        stall = f", stalled {e.stall_ns / 1e6:.0f} ms" if e.stall_ns else ""
+        return f"host: timer late {e.timer_lateness_ns / 1e6:.1f} ms{stall}, steal {steal}", ""
     if isinstance(e, ProcSample):
         return f"pid {e.pid} {e.name}: cpu {e.cpu_ns / 1e6:.0f} ms, rss {e.rss_bytes} B", ""
     if isinstance(e, WitnessGap):

@@ -68,3 +68,42 @@ def test_a_detector_that_voids_a_run_whose_control_held_fails_the_selftest():
     voided_both = {"udp_sender": ["network.unexplained_flow@2"], "udp_sender/network": ["network.unexplained_flow@2"]}
     assert [f for f in _check(cases, voided_both) if "has no probe" not in f] == [
         "network.unexplained_flow@2 voided udp_sender, whose control held: it does not discriminate"]
+
+
+def test_the_host_staller_stops_its_target_once_the_command_shows_and_says_why_when_it_never_does():
+    """The selftest's host staller, without a chamber: a target process stands in for the
+    recorder and a host process for the chamber's command (not the selftest's own: a selftest
+    running beside this test must not find this one's)."""
+    import subprocess
+    import time
+
+    import psutil
+
+    from caisson.probes.selftest import _host_staller
+
+    command_line = ("sleep", "7.0271")
+
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        problems: list[str] = []
+        started = time.monotonic()
+        with _host_staller(target.pid, problems, command_line):
+            pass  # the run is over before the command ever showed
+        assert time.monotonic() - started < 10  # not the staller's 80 s
+        assert len(problems) == 1 and "the run ended before 'sleep 7.0271' showed" in problems[0], problems
+
+        problems = []
+        command = subprocess.Popen(list(command_line))
+        try:
+            with _host_staller(target.pid, problems, command_line):
+                deadline = time.monotonic() + 20
+                while psutil.Process(target.pid).status() != psutil.STATUS_STOPPED:
+                    assert time.monotonic() < deadline, "the target was never stopped"
+                    time.sleep(0.05)
+        finally:
+            command.kill()
+        assert problems == []
+        assert psutil.Process(target.pid).status() != psutil.STATUS_STOPPED  # continued
+    finally:
+        target.kill()
+        target.wait()

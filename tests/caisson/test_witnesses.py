@@ -82,6 +82,7 @@ def test_procfs_samples_the_chamber_tree_and_the_host(chamber_image, tmp_path):
     procs = [e for e in evs if isinstance(e, ProcSample)]
     assert len(hosts) >= 4 and all(h.interval_ns == 250_000_000 for h in hosts)
     assert max(h.timer_lateness_ns for h in hosts) < 1_000_000_000
+    assert max(h.stall_ns for h in hosts) < 1_000_000_000  # the stall clock calls no stall on a normal run
     python = [p for p in procs if p.name.startswith("python")]
     assert python and max(p.cpu_ns for p in python) > 500_000_000 and max(p.rss_bytes for p in python) > 40 * 2**20
     assert len({(p.pid, p.start_time_ns) for p in python}) == 1

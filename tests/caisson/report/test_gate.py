@@ -131,10 +131,29 @@ def test_comparisons_on_threads_give_the_figures_of_a_serial_run(monkeypatch):
     cs = [cell for agent in ("a1", "a2") for k, arm in enumerate(("x", "y", "z"))
           for cell in cells(agent, arm, 45, 3, value(k + len(agent)))]
     base = baselines("a1", ["x", "y", "z"]) + baselines("a2", ["x", "y", "z"])
-    monkeypatch.setattr("caisson.report._gate.os.sched_getaffinity", lambda pid: {0})
+    import threading
+
+    from caisson.report import _gate
+
+    ran_on: set[str] = set()
+    paired = _gate._paired
+
+    def watched(*args):
+        ran_on.add(threading.current_thread().name)
+        return paired(*args)
+
+    monkeypatch.setattr(_gate, "_paired", watched)
+    monkeypatch.setattr(_gate, "default_jobs", lambda: 1)
     serial = compare_arms(cs, base, seed=7)
-    monkeypatch.setattr("caisson.report._gate.os.sched_getaffinity", lambda pid: set(range(4)))
+    assert ran_on == {threading.current_thread().name}
+    ran_on.clear()
+    monkeypatch.setattr(_gate, "default_jobs", lambda: 4)
     threaded = compare_arms(cs, base, seed=7)
+    assert ran_on and all(name.startswith("caisson-gate") for name in ran_on)
+    ran_on.clear()
+    assert [msgspec.to_builtins(c) for c in compare_arms(cs, base, seed=7, jobs=1)] == [
+        msgspec.to_builtins(c) for c in serial]
+    assert ran_on == {threading.current_thread().name}  # --jobs 1: this thread only
     assert len(serial) >= 6 and any(c.p_method.startswith("monte carlo") for c in serial)
     assert any(c.ci_method.startswith("two-stage bootstrap") for c in serial)
     assert [msgspec.to_builtins(c) for c in threaded] == [msgspec.to_builtins(c) for c in serial]

@@ -59,13 +59,13 @@ def test_changed_detector_version_changes_report_not_ledger(small_study):  # noq
     _, data = load_study_report(small_study, trusted_key(None))
     assert all(c.status != "void" for c in data.cells)
 
-    def stricter(records, config):  # host.stalled@2: every run is void (a changed detector)
-        yield Finding(detector="host.stalled@2", kind="host_stalled", effect=VOID, message="stricter")
+    def stricter(records, config):  # host.stalled@99: every run is void (a changed detector)
+        yield Finding(detector="host.stalled@99", kind="host_stalled", effect=VOID, message="stricter")
 
-    bumped = [(("host.stalled@2", stricter) if name.startswith("host.stalled@") else (name, det))
+    bumped = [(("host.stalled@99", stricter) if name.startswith("host.stalled@") else (name, det))
               for name, det in DEFAULT_DETECTORS]
     _, data2 = load_study_report(small_study, trusted_key(None), detectors=bumped)
-    assert "host.stalled@2" in data2.detector_versions
+    assert "host.stalled@99" in data2.detector_versions
     ran = [c for c in data2.cells if c.status not in ("refused", "not_run")]
     assert ran and all(c.status == "void" and c.void_reason == "host_stalled" for c in ran)
     assert render_json(build_report(data)) != render_json(build_report(data2))
@@ -78,9 +78,9 @@ def test_the_runs_read_in_parallel_give_the_serial_report(small_study):  # noqa:
     assert parallel == serial and render_json(build_report(parallel)) == render_json(build_report(serial))
 
     def stricter(records, config):  # a changed detector reaches the workers
-        yield Finding(detector="host.stalled@2", kind="host_stalled", effect=VOID, message="stricter")
+        yield Finding(detector="host.stalled@99", kind="host_stalled", effect=VOID, message="stricter")
 
-    bumped = [(("host.stalled@2", stricter) if name.startswith("host.stalled@") else (name, det))
+    bumped = [(("host.stalled@99", stricter) if name.startswith("host.stalled@") else (name, det))
               for name, det in DEFAULT_DETECTORS]
     _, data = load_study_report(small_study, trusted_key(None), detectors=bumped, jobs=2)
     ran = [c for c in data.cells if c.status not in ("refused", "not_run")]
