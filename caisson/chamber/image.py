@@ -45,6 +45,8 @@ __all__ = [
     "recipe_digest",
     "image_tag",
     "image_id",
+    "HOST_RECIPES",
+    "recipe_tags",
     "build_image",
 ]
 
@@ -143,6 +145,21 @@ def image_tag(name: str = "chamber") -> str:
         ChamberError: the recipe is missing.
     """
     return f"caisson/{name}:{recipe_digest(name)[:16]}"
+
+
+HOST_RECIPES = ("chamber", "agent")
+"""The recipes a host records with: its chamber, and the agents' image built on it."""
+
+
+def recipe_tags(names: tuple[str, ...] = HOST_RECIPES) -> str:
+    """The cache tags (`image_tag`) of ``names``, space-separated: what two hosts compare to
+    know they build the same images from the same recipes (a tag names its recipe's digest;
+    the built images' ids differ, image builds not being reproducible).
+
+    Raises:
+        ChamberError: a recipe is missing.
+    """
+    return " ".join(image_tag(name) for name in names)
 
 
 def _docker(*args: str, timeout: float = _DOCKER_TIMEOUT_S) -> subprocess.CompletedProcess[str]:

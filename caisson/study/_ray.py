@@ -148,7 +148,7 @@ class RayExecutor:
         self._hosts: dict[str, _Host] = {}  # node id -> host, once joined; never replaced (it counts `busy`)
         self._joining_lock = threading.Lock()  # `joined` is computed once, by one thread
         self._refreshing = threading.Lock()  # one thread looks at the cluster at a time
-        self._ours = ""  # the driver's chamber recipe tag, once the hosts joined
+        self._ours = ""  # the driver's image recipe tags, once the hosts joined
         if self.slots() < 1:
             self.close()
             raise UsageError(f"no host of the Ray cluster holds a {SLOT}: join one with ray start --address ..."
@@ -224,20 +224,20 @@ class RayExecutor:
 
     @property
     def joined(self) -> list[tuple[str, bytes, int, str]]:
-        """(host, raw public key, orphaned chambers reaped, chamber recipe tag) of every host
+        """(host, raw public key, orphaned chambers reaped, image recipe tags) of every host
         holding a slot at the start (lost ones aside); computed once, by the first thread
         that asks (the others wait for it).
 
         Raises:
-            UsageError: a host builds its chamber from other recipes than this checkout's
-                (another caisson version: its cells would not be the study's); a host failed
+            UsageError: a host builds its chamber or agent image from other recipes than this
+                checkout's (another caisson version: its cells would not be the study's); a host failed
                 to join, or did not answer within `JOIN_TIMEOUT_S`.
         """
         with self._joining_lock:
             if self._joined is None:
-                from caisson.chamber.image import image_tag
+                from caisson.chamber.image import recipe_tags
 
-                self._ours = image_tag("chamber")
+                self._ours = recipe_tags()
                 joined, reaped = [], []
                 for host, ref in self._joining.values():
                     host = self._settle(host, ref, reaped, strict=True)
@@ -245,7 +245,7 @@ class RayExecutor:
                         joined.append(host)
                 other = [f"{h.label} ({h.tag})" for h in joined if h.tag != self._ours]
                 if other:
-                    raise UsageError(f"hosts whose chamber recipe is not this checkout's ({self._ours}):"
+                    raise UsageError(f"hosts whose image recipes are not this checkout's ({self._ours}):"
                                      f" {', '.join(other)}; set them up from the same caisson checkout (make setup)")
                 with self._free:
                     for h in joined:

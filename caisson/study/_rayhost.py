@@ -9,7 +9,7 @@ caisson's recorder: it finds the service by name and calls it (docs/studies.md,
 "Executors").
 
 - `HostService.join`: reap orphaned chambers (`caisson.chamber.reap`, the labels of
-  `caisson gc`) and report the host's label, public key, chamber recipe tag, and whether
+  `caisson gc`) and report the host's label, public key, image recipe tags, and whether
   the caisson code this process imported is still what is installed (`code_stamp`). A
   service older than its host's checkout retires: it admits no further session, finishes
   those it records; a new service of the next generation (`service_name`) serves the
@@ -189,16 +189,17 @@ class HostService:
     @ray.method(concurrency_group="control")
     def join(self) -> tuple[str, bytes, int, str, bool]:
         """At the start of a study: reap orphans; (label, raw public key, chambers reaped,
-        chamber recipe tag, whether this service's code is still the host's). A service
+        its image recipes' tags (`caisson.chamber.image.recipe_tags`), whether this service's
+        code is still the host's). A service
         whose code is not the host's any more retires (see `retire`)."""
-        from caisson.chamber.image import image_tag
+        from caisson.chamber.image import recipe_tags
         from caisson.home import ensure_operator_key
 
         current = code_stamp() == self._stamp
         if not current:  # replaced by the driver: a stale service reaps nothing and records nothing
             self.retire()
             return _host_label(), b"", 0, "", False
-        return _host_label(), ensure_operator_key().verify_key.raw, _reap_here(), image_tag("chamber"), True
+        return _host_label(), ensure_operator_key().verify_key.raw, _reap_here(), recipe_tags(), True
 
     def session(self, job: SessionJob, files: dict[str, bytes], have: frozenset[str]) -> dict:
         """Record one session here; the run directory as a manifest and the blobs not in ``have``.

@@ -520,6 +520,66 @@ def _session_scratch(before: set[Path]) -> list[Path]:
             if p.is_dir() and (p / "scenario.toml").is_file() and (p / "s").is_dir()]
 
 
+def test_a_host_whose_agent_recipe_differs_stops_the_study_before_it_starts(ray_cluster, tmp_path):
+    """A third host set up from other recipes (its agent image's differ, its chamber's not):
+    its joining stops the study, naming it and its tags; every host joined (and reaped) first."""
+    import ray
+
+    from caisson.chamber.image import recipe_tags
+    from caisson.errors import UsageError
+    from caisson.resources import resource_dir
+
+    cluster, _, _ = ray_cluster
+    images = tmp_path / "images"
+    shutil.copytree(resource_dir("images"), images)
+    recipe = next(p for p in sorted((images / "agent").iterdir()) if p.is_file())
+    recipe.write_bytes(recipe.read_bytes() + b"\n# another checkout's recipe\n")
+    ours = recipe_tags()
+    node = cluster.add_node(num_cpus=1, resources={"caisson_slot": 1},
+                            env_vars={"CAISSON_HOME": str(tmp_path / "home3"), "CAISSON_IMAGES_DIR": str(images)})
+    try:
+        deadline = time.monotonic() + 60
+        while sum(1 for n in ray.nodes() if n.get("Alive") and n["Resources"].get("caisson_slot")) < 3:
+            assert time.monotonic() < deadline, "the third node never joined the cluster"
+            time.sleep(0.2)
+        with pytest.raises(UsageError, match="image recipes are not this checkout's") as caught:
+            _executor().host_keys()
+        import re
+
+        theirs = re.search(rf"{node.node_id[:12]} \((\S+) (\S+)\)", str(caught.value))
+        assert f"({ours})" in str(caught.value) and theirs, caught.value
+        chamber, agent = ours.split()
+        assert theirs[1] == chamber and theirs[2] != agent and theirs[2].startswith("caisson/agent:")
+    finally:
+        cluster.remove_node(node)
+        deadline = time.monotonic() + 60
+        while any(n["NodeID"] == node.node_id and n.get("Alive") for n in ray.nodes()):
+            assert time.monotonic() < deadline, "the third node never left the cluster"
+            time.sleep(0.2)
+
+
+@pytest.mark.engine_exclusive  # another run's record would reap the orphan first
+def test_each_host_reaps_orphaned_chambers_when_a_study_starts(ray_cluster, chamber_image):
+    """A chamber whose recorder is gone (labels as `caisson gc` reads them), on the engine the
+    hosts share: the hosts' joins at a study's start reap it and count it."""
+    from caisson.chamber.reap import recorder_identity, recorder_labels
+
+    child = subprocess.Popen(["sleep", "0"])
+    child.wait()  # a recorder that is gone
+    me = recorder_identity()
+    dead = recorder_labels(type(me)(pid=child.pid, start="1", host=me.host), 0)
+    flags = [x for k, v in {**dead, "caisson.run": f"ray-reap-{os.getpid()}"}.items() for x in ("--label", f"{k}={v}")]
+    cid = subprocess.run(["docker", "run", "-d", "--network", "none", *flags, chamber_image, "sleep", "300"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        joined = _executor().joined
+        # both hosts share this engine: both may find it, and removing one already gone is no failure
+        assert len(joined) == 2 and sum(reaped for _, _, reaped, _ in joined) >= 1, joined
+        assert subprocess.run(["docker", "inspect", cid], capture_output=True).returncode != 0
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+
+
 @pytest.mark.engine_exclusive  # the removed node's chamber is an orphan until the next record reaps it
 def test_a_node_removed_mid_cell_is_an_infra_failed_attempt_run_again_on_the_other(ray_cluster, tmp_path):
     cluster, nodes, homes = ray_cluster
