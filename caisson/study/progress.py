@@ -64,7 +64,8 @@ class Progress:
         return status_lines(study_status(self._records), now_ns=time.time_ns(), load=os.getloadavg())
 
     def update(self) -> None:
-        """Redraw (live), or print the status line when its counts changed (plain)."""
+        """Redraw (live), or print the status line and the hosts' lines when their counts
+        changed (plain)."""
         lines = self._lines()
         if not lines:
             return
@@ -73,7 +74,8 @@ class Progress:
 
             self._live.update(Text("\n".join(lines)))
             return
-        plain = lines[0]  # counts changed: a cell ended, or the study did
+        # counts changed (a cell ended, or the study did), with each host's (under Ray)
+        plain = "\n".join([lines[0], *(line for line in lines[1:] if line.startswith("  host "))])
         if plain != self._last_plain:
             print(plain, file=self.stream, flush=True)
             self._last_plain = plain

@@ -102,6 +102,17 @@ def test_a_host_with_three_stalled_cells_in_a_row_is_drained_and_the_study_goes_
     assert {h: (c.attempts, c.counted, c.void, c.drained) for h, c in status.hosts.items()} == {
         "a/0": (3, 3, 3, True), "b/1": (1, 1, 0, False)}
     assert main(["study", "status", str(out)]) == 0
+    import io
+
+    from caisson.study.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(out, live=False, stream=stream)
+    progress.update()
+    progress.close()
+    assert stream.getvalue().splitlines()[1:] == [  # the plain progress shows the cells per host
+        "  host a/0: attempts 3, counted 3 (void 3), infra failures 0, DRAINED",
+        "  host b/1: attempts 1, counted 1 (void 0), infra failures 0"]
 
 
 def test_local_executor_takes_no_ray_options():
