@@ -48,6 +48,7 @@ from typing import NamedTuple
 import dpkt
 import trio
 
+from collectors.children import clear_signal_mask
 from collectors._witness import WitnessFailed, Witnessing, witness_life
 from ledger import BlobStore, CaissonError, Submission
 from ledger.events import BlobStored, NetFlow
@@ -323,9 +324,13 @@ async def _finish(w: Witnessing, proc: trio.Process, pcap_path: Path, blobs: Blo
                   stop_timeout_s: float, *, exited_by_itself: bool) -> None:
     """Stop tcpdump; once started, file what it captured (called shielded)."""
     since = w.now()[0]
-    await _stop(proc, pcap_path, stderr, stop_timeout_s)
+    killed = await _stop(proc, pcap_path, stderr, stop_timeout_s)
     if not w.has_started:  # the writer went away before: nobody to file it for
         return
+    if killed:
+        await w.gap(f"tcpdump did not stop on SIGINT within {stop_timeout_s:g} s and was killed: packets it"
+                    " had not written, and its counters, are lost", missing="packets after this time",
+                    since_ns=since)
     if exited_by_itself:
         await w.gap(f"tcpdump exited by itself ({proc.returncode}): {_tail(stderr)}",
                     missing="packets after this time", since_ns=since)
@@ -343,8 +348,8 @@ async def _start(argv: list[str], stderr: bytearray, timeout_s: float) -> tuple[
         WitnessFailed: tcpdump cannot run or did not start listening (it is reaped).
     """
     try:
-        proc = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL,
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.PIPE, preexec_fn=clear_signal_mask)
     except OSError as exc:
         raise WitnessFailed(f"cannot run tcpdump: {exc}") from exc
     listening = None
@@ -368,8 +373,10 @@ async def _start(argv: list[str], stderr: bytearray, timeout_s: float) -> tuple[
     return proc, listening.strip()
 
 
-async def _stop(proc: trio.Process, pcap_path: Path, stderr: bytearray, timeout_s: float) -> None:
-    """Stop tcpdump once the pcap settled (SIGINT, SIGKILL after ``timeout_s``); keep its last words."""
+async def _stop(proc: trio.Process, pcap_path: Path, stderr: bytearray, timeout_s: float) -> bool:
+    """Stop tcpdump once the pcap settled (SIGINT, SIGKILL after ``timeout_s``); keep its last
+    words. True when it had to be killed (what it had not written yet is lost)."""
+    killed = False
     if proc.returncode is None:
         with trio.move_on_after(timeout_s):
             await _settle(pcap_path, _SETTLE_S)
@@ -379,9 +386,11 @@ async def _stop(proc: trio.Process, pcap_path: Path, stderr: bytearray, timeout_
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+            killed = True
     with trio.move_on_after(1.0):
         await _drain(proc.stderr, stderr)
     await _reap(proc)
+    return killed
 
 
 async def _settle(pcap_path: Path, quiet_s: float) -> None:

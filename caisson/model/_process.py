@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from collectors.children import clear_signal_mask
 from caisson.errors import CaissonError
 
 __all__ = ["scripted_model"]
@@ -23,7 +24,7 @@ def scripted_model(script: Path, host: str = "127.0.0.1") -> Iterator[str]:
     """
     proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "model", "serve", "--script", str(script),
                              "--host", host, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
+                            text=True, preexec_fn=clear_signal_mask)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         address = line.rsplit("http://", 1)[-1].strip()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import socket
 import struct
 from pathlib import Path
@@ -334,3 +335,48 @@ def test_tcpdump_dying_mid_run_is_a_gap_and_keeps_what_it_captured(tmp_path):
     kinds = [type(e) for e in events]
     assert kinds[:3] == [WitnessStarted, WitnessGap, BlobStored] and WitnessStopped not in kinds
     assert "exited by itself (-9)" in events[1].reason
+
+
+def test_a_recorder_thread_with_sigint_blocked_still_stops_tcpdump_with_sigint(tmp_path):
+    """A child inherits its forking thread's signal mask across exec, and a Ray actor's
+    threads block SIGINT: tcpdump started there ignored the SIGINT that stops it and was
+    killed after the stop timeout (5 s a run; its counters, printed on SIGINT, lost)."""
+    import threading
+    import time
+
+    require_capture()
+
+    async def traffic() -> None:
+        await trio.sleep(0.1)
+
+    out: dict = {}
+
+    def recorder_thread() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        started = time.monotonic()
+        out["events"], _ = trio.run(lambda: capture(tmp_path, traffic, interface="lo", bpf_filter="udp port 9",
+                                                    stop_timeout_s=20.0))
+        out["took"] = time.monotonic() - started
+
+    thread = threading.Thread(target=recorder_thread)
+    thread.start()
+    thread.join()
+    assert isinstance(out["events"][-1], WitnessStopped), out["events"]
+    assert not [e for e in out["events"] if isinstance(e, WitnessGap)], out["events"]  # not killed
+    assert out["took"] < 10, out  # stopped by its SIGINT, not at the 20 s timeout
+
+
+def test_a_tcpdump_that_has_to_be_killed_is_a_gap(tmp_path, monkeypatch):
+    """What tcpdump had not written when it was killed is lost: a gap, not a quiet stop."""
+    from collectors import pcap
+
+    require_capture()
+    monkeypatch.setattr(pcap, "clear_signal_mask", lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}))
+
+    async def traffic() -> None:
+        await trio.sleep(0.1)
+
+    events, _ = trio.run(lambda: capture(tmp_path, traffic, interface="lo", bpf_filter="udp port 9",
+                                         stop_timeout_s=0.5))
+    [gap] = [e for e in events if isinstance(e, WitnessGap)]
+    assert "tcpdump did not stop on SIGINT within 0.5 s and was killed" in gap.reason
