@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["clear_signal_mask"]
+import trio
+
+__all__ = ["clear_signal_mask", "open_child"]
 
 
 def clear_signal_mask() -> None:
@@ -19,3 +23,13 @@ def clear_signal_mask() -> None:
     ``pthread_sigmask`` call.
     """
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+async def open_child(argv: Sequence[str], **options: Any) -> trio.Process:
+    """`trio.lowlevel.open_process` of a witness's process, started with no signal blocked
+    (`clear_signal_mask`); ``options`` as `subprocess.Popen`'s.
+
+    Raises:
+        OSError: the program cannot be run.
+    """
+    return await trio.lowlevel.open_process(list(argv), preexec_fn=clear_signal_mask, **options)

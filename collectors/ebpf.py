@@ -109,7 +109,7 @@ from collectors._ebpf_backend import (BPFTRACE_PROGRAM, LOADER, EbpfProgram, ebp
                                       loader_command)
 from collectors._ebpf_parser import (AT_FDCWD, NEED_DATA, STRING_LIMIT, WITNESS, EbpfParser, ParserClosedError,
                                      open_flags)
-from collectors.children import clear_signal_mask
+from collectors.children import open_child
 from collectors._witness import Witnessing, witness_life
 from ledger import CaissonError, Submission
 
@@ -196,8 +196,7 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
     Raises:
         EbpfWitnessError: the program exited before it attached (the caller must not start the command).
     """
-    proc = await trio.lowlevel.open_process(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            preexec_fn=clear_signal_mask)
+    proc = await open_child(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     errors, root_exited, stderr_read, drained = bytearray(), trio.Event(), trio.Event(), trio.Event()
     async with witness_life(send_channel, WITNESS, missing="syscalls") as w:
         try:

@@ -48,7 +48,7 @@ from typing import NamedTuple
 import dpkt
 import trio
 
-from collectors.children import clear_signal_mask
+from collectors.children import open_child
 from collectors._witness import WitnessFailed, Witnessing, witness_life
 from ledger import BlobStore, CaissonError, Submission
 from ledger.events import BlobStored, NetFlow
@@ -348,8 +348,7 @@ async def _start(argv: list[str], stderr: bytearray, timeout_s: float) -> tuple[
         WitnessFailed: tcpdump cannot run or did not start listening (it is reaped).
     """
     try:
-        proc = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.PIPE, preexec_fn=clear_signal_mask)
+        proc = await open_child(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     except OSError as exc:
         raise WitnessFailed(f"cannot run tcpdump: {exc}") from exc
     listening = None

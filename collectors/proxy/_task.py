@@ -27,7 +27,7 @@ import trio
 
 from collectors._witness import FINAL_SEND_TIMEOUT_S, WitnessFailed, Witnessing, witness_life
 from collectors.proxy._bodies import BodyDecoder
-from collectors.children import clear_signal_mask
+from collectors.children import open_child
 from collectors.proxy._exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler, Output
 from collectors.proxy._frames import NEED_DATA, Frame, FrameDecoder, FrameError, Hello, encode_frame
 from ledger import BlobStore, CaissonError, Submission, keyed_fingerprint
@@ -276,8 +276,7 @@ async def run_proxy_witness(
 async def _mitmdump(cmd: list[str], log_path: Path) -> AsyncIterator[trio.Process]:
     """mitmdump, its output in ``log_path``; killed on the way out if it still runs."""
     with open(log_path, "wb") as log:
-        proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                                preexec_fn=clear_signal_mask)
+        proc = await open_child(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
         yield proc
     finally:

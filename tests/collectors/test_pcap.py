@@ -368,10 +368,11 @@ def test_a_recorder_thread_with_sigint_blocked_still_stops_tcpdump_with_sigint(t
 
 def test_a_tcpdump_that_has_to_be_killed_is_a_gap(tmp_path, monkeypatch):
     """What tcpdump had not written when it was killed is lost: a gap, not a quiet stop."""
-    from collectors import pcap
+    from collectors import children
 
     require_capture()
-    monkeypatch.setattr(pcap, "clear_signal_mask", lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}))
+    monkeypatch.setattr(children, "clear_signal_mask",  # a tcpdump that ignores SIGINT
+                        lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}))
 
     async def traffic() -> None:
         await trio.sleep(0.1)
