@@ -24,9 +24,10 @@ def host_stalled(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     late: list[tuple[int, int]] = []
     for record in records:
         event = record.event
-        if isinstance(event, HostSample) and max(event.timer_lateness_ns,
-                                                 event.stall_ns) >= config.stall_lateness_ns:
-            late.append((record.seq, max(event.timer_lateness_ns, event.stall_ns)))
+        if isinstance(event, HostSample):
+            lateness = max(event.timer_lateness_ns, event.stall_ns)
+            if lateness >= config.stall_lateness_ns:
+                late.append((record.seq, lateness))
         elif isinstance(event, RunEnded) and config.deadline_s is not None:
             limit_ns = int((config.deadline_s * config.deadline_slack + 5) * 1e9)
             if event.duration_ns > limit_ns:

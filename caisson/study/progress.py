@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from caisson.study.status import status_lines, study_status
+from caisson.study.status import StudyStatus, count_line, host_lines, status_lines, study_status
 from caisson.study.studyledger import segments
 from ledger import LEDGER_FILE, LedgerChecker, Record
 
@@ -57,25 +57,24 @@ class Progress:
             self._records.extend(checker.records())
             self._read[seg] = (checker, fed + len(data))
 
-    def _lines(self) -> list[str]:
+    def _status(self) -> StudyStatus | None:
         self._follow()
-        if not self._records:
-            return []
-        return status_lines(study_status(self._records), now_ns=time.time_ns(), load=os.getloadavg())
+        return study_status(self._records) if self._records else None
 
     def update(self) -> None:
         """Redraw (live), or print the status line and the hosts' lines when their counts
         changed (plain)."""
-        lines = self._lines()
-        if not lines:
+        status = self._status()
+        if status is None:
             return
         if self._live is not None:
             from rich.text import Text
 
+            lines = status_lines(status, now_ns=time.time_ns(), load=os.getloadavg())
             self._live.update(Text("\n".join(lines)))
             return
         # counts changed (a cell ended, or the study did), with each host's (under Ray)
-        plain = "\n".join([lines[0], *(line for line in lines[1:] if line.startswith("  host "))])
+        plain = "\n".join([count_line(status), *host_lines(status)])
         if plain != self._last_plain:
             print(plain, file=self.stream, flush=True)
             self._last_plain = plain

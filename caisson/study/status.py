@@ -12,7 +12,7 @@ from ledger import Record
 from ledger.events import (BackfillRecorded, CellEnded, CellStarted, HostDrained, JudgeRecorded, StudyAborted,
                            StudyEnded, StudyPlanned, StudyResumed)
 
-__all__ = ["HostCounts", "StudyStatus", "study_status", "status_lines"]
+__all__ = ["HostCounts", "StudyStatus", "count_line", "host_lines", "study_status", "status_lines"]
 
 
 class HostCounts(msgspec.Struct, kw_only=True):
@@ -115,6 +115,20 @@ def _seconds(ns: int | None) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def count_line(status: StudyStatus) -> str:
+    """The status's counts in one line (cells done, void, left; refusals; attempts)."""
+    return (f"study {status.study}: {status.state}; cells {status.cells}: done {status.done}, void {status.void},"
+            f" left {status.left}; refused {status.refused}; attempts {status.attempts}"
+            f" (infra failures {status.infra_failures})")
+
+
+def host_lines(status: StudyStatus) -> list[str]:
+    """One line per host that recorded an attempt (an executor with hosts: Ray), by name."""
+    return [f"  host {name}: attempts {host.attempts}, counted {host.counted} (void {host.void}),"
+            f" infra failures {host.infra_failures}" + (", DRAINED" if host.drained else "")
+            for name, host in sorted(status.hosts.items())]
+
+
 def status_lines(status: StudyStatus, *, now_ns: int | None = None, load: tuple[float, ...] | None = None) -> list[str]:
     """Human lines for a status (the plain display, and `caisson study status`).
 
@@ -125,18 +139,13 @@ def status_lines(status: StudyStatus, *, now_ns: int | None = None, load: tuple[
     """
     end = now_ns if now_ns is not None and status.state == "running" else status.last_ns
     elapsed = end - status.started_ns if end is not None and status.started_ns is not None else None
-    line = (f"study {status.study}: {status.state}; cells {status.cells}: done {status.done}, void {status.void},"
-            f" left {status.left}; refused {status.refused}; attempts {status.attempts}"
-            f" (infra failures {status.infra_failures})")
-    lines = [line, f"  elapsed {_seconds(elapsed)}, estimated left {_seconds(status.eta_ns)}"
+    lines = [count_line(status), f"  elapsed {_seconds(elapsed)}, estimated left {_seconds(status.eta_ns)}"
              + (f", host load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}" if load else "")
              + (f", segments {status.segments}" if status.segments > 1 else "")]
     if status.current:
         lines.append(f"  current cell {status.current}"
                      + (f" (and {status.running - 1} more running)" if status.running > 1 else ""))
-    for name, host in sorted(status.hosts.items()):
-        lines.append(f"  host {name}: attempts {host.attempts}, counted {host.counted} (void {host.void}),"
-                     f" infra failures {host.infra_failures}" + (", DRAINED" if host.drained else ""))
+    lines += host_lines(status)
     if status.abort_reason:
         lines.append(f"  aborted: {status.abort_reason}")
     return lines
