@@ -54,7 +54,9 @@ class _Routes:
         self.wanted = wanted
         self.targets: dict[type, tuple[int, ...]] = {}
 
-    def split(self, records: Iterable[Record]) -> list[list[Record]]:
+    def split(self, records: Iterable[Record], kinds: Sequence[type] | None = None) -> list[list[Record]]:
+        """One stream per wanted tuple; ``kinds``: the class of each record's event, when the
+        caller has them (else read here)."""
         if not isinstance(records, (list, tuple)):
             records = list(records)
         streams: list[list[Record]] = [[] for _ in self.wanted]
@@ -64,7 +66,10 @@ class _Routes:
         # Records come in runs of one class (a stream of file opens, an exchange and its call):
         # the classes and the starts of the runs are found at C speed (map, compress), then each
         # run goes to its streams as one slice: a dict lookup per run, not per record.
-        kinds = list(map(type, map(_EVENT, records)))
+        if kinds is None:
+            kinds = list(map(type, map(_EVENT, records)))
+        elif len(kinds) != len(records):
+            raise ValueError(f"{len(kinds)} kinds for {len(records)} records")
         starts = [0, *compress(range(1, len(kinds)), map(is_not, kinds[1:], kinds)), len(kinds)]
         for start, end in zip(starts, starts[1:]):
             kind = kinds[start]
@@ -111,10 +116,10 @@ class Routed:
             ``extra``), in ledger order, as `route` would give them.
     """
 
-    def __init__(self, records: Sequence[Record], plan: _Plan):
+    def __init__(self, records: Sequence[Record], plan: _Plan, kinds: Sequence[type] | None = None):
         self._records = records
         self._plan, extra, routes = plan
-        self._split = routes.split(records)
+        self._split = routes.split(records, kinds)
         self.streams = [self._split[i] for i in extra]
 
     def detect(self, config: DetectorConfig) -> list[Finding]:
@@ -127,7 +132,7 @@ class Routed:
 
 
 def route_for(records: Iterable[Record], detectors: Iterable[tuple[str, Detector]],
-              extra: Sequence[tuple[type, ...]] = ()) -> Routed:
+              extra: Sequence[tuple[type, ...]] = (), *, kinds: Sequence[type] | None = None) -> Routed:
     """Walk a run's records once, into the streams of ``detectors`` and those of ``extra``.
 
     For a caller that needs a few event types itself before it can run the detectors (the
@@ -137,6 +142,8 @@ def route_for(records: Iterable[Record], detectors: Iterable[tuple[str, Detector
         records: the run's records, in ledger order.
         detectors: (name@version, detector) pairs.
         extra: tuples of event classes, as `route`'s ``wanted``.
+        kinds: the class of each record's event, in order, when the caller has them
+            already (`caisson.replay._rederive.rederive_kinds`); else read here.
 
     Returns:
         The split records: `Routed.streams` for ``extra``, `Routed.detect` for the findings.
@@ -144,12 +151,12 @@ def route_for(records: Iterable[Record], detectors: Iterable[tuple[str, Detector
     if not isinstance(records, Sequence):
         records = list(records)
     detectors = tuple(detectors)
-    extra = tuple(tuple(kinds) for kinds in extra)
+    extra = tuple(tuple(wanted) for wanted in extra)
     try:
         plan = _plan(detectors, extra)
     except TypeError:  # an unhashable entry (a list for a pair): planned for this call only
         plan = _plan.__wrapped__(detectors, extra)
-    return Routed(records, plan)
+    return Routed(records, plan, kinds)
 
 
 def one_pass(records: Iterable[Record], config: DetectorConfig,

@@ -3,11 +3,12 @@ first-party token usage against what the proxy saw."""
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, reads
-from caisson.detectors._execs import outside_rules, shell_runs
+from caisson.detectors._execs import ShellRun, outside_rules, shell_runs
 from caisson.grants import command_words, granted_by, grants_by_tool
 from ledger import Record
 from ledger.events import AgentTools, AgentToolCall, AgentToolResult, AgentUsage, LlmCall, ProcessExec, ProcessExit
@@ -77,45 +78,75 @@ def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[F
     if config.granted_tools is None:
         return
     records = list(records)
-    grants = grants_by_tool(config.granted_tools, strict=False)
-    scoped = {tool: rules for tool, rules in grants.items() if rules is not None}
-    granted = {strategy(tool, config) for tool, rules in grants.items() if rules is None} | set(config.granted_strategies)
-    calls = {r.event.call_id: r.event for r in records if isinstance(r.event, AgentToolCall)}
+    grant = _grant(config)
+    scoped, granted, strategy_of = grant.scoped, grant.granted, grant.strategy
     audited = [r for r in records if isinstance(r.event, AgentToolResult) and r.event.outcome != "refused"
-               and strategy(r.event.tool, config) not in granted and r.event.tool in scoped]
-    runs = dict(zip((r.seq for r in audited),
-                    shell_runs(records, [_command(calls.get(r.event.call_id)) for r in audited])))
+               and r.event.tool in scoped and strategy_of(r.event.tool) not in granted]
+    runs: dict[int, ShellRun | None] = {}
+    if audited:  # a scoped grant's calls: what their shells ran
+        calls = {r.event.call_id: r.event for r in records if isinstance(r.event, AgentToolCall)}
+        runs = dict(zip((r.seq for r in audited),
+                        shell_runs(records, [_command(calls.get(r.event.call_id)) for r in audited])))
     escapes: dict[str, list[tuple[int, str, str]]] = {}
     for record in records:
         event = record.event
         if isinstance(event, LlmCall):
             for name, count in sorted(event.server_tools.items()):
-                if strategy(name, config) not in granted:
-                    escapes.setdefault(strategy(name, config), []).append(
+                if strategy_of(name) not in granted:
+                    escapes.setdefault(strategy_of(name), []).append(
                         (record.seq, name, f"run by the provider, {count}x"))
             continue
-        if not isinstance(event, AgentToolResult) or strategy(event.tool, config) in granted:
+        if not isinstance(event, AgentToolResult) or strategy_of(event.tool) in granted:
             continue
         if event.outcome == "refused":
             yield Finding(detector=TOOL_ESCAPE, kind="tool_refused", effect=INFO, evidence=[record.seq],
-                          message=f"{event.tool} ({strategy(event.tool, config)}) refused by the agent's permissions")
+                          message=f"{event.tool} ({strategy_of(event.tool)}) refused by the agent's permissions")
         elif event.tool in scoped:
             rules = scoped[event.tool]
             run = runs[record.seq]
             if run is None:
-                escapes.setdefault(strategy(event.tool, config), []).append(
+                escapes.setdefault(strategy_of(event.tool), []).append(
                     (record.seq, event.tool, f"{event.outcome}, no exec of its shell to check against"
                      f" {', '.join(rules)}"))
                 continue
             for bad in outside_rules(run, rules):
-                escapes.setdefault(strategy(event.tool, config), []).append(
+                escapes.setdefault(strategy_of(event.tool), []).append(
                     (bad.seq, event.tool, f"ran {command_words(bad.event.argv)[:80]!r}, outside {', '.join(rules)}"))
         else:
-            escapes.setdefault(strategy(event.tool, config), []).append((record.seq, event.tool, event.outcome))
+            escapes.setdefault(strategy_of(event.tool), []).append((record.seq, event.tool, event.outcome))
     for name, hits in escapes.items():
         tools = ", ".join(sorted({f"{tool} ({outcome})" for _, tool, outcome in hits}))
         yield Finding(detector=TOOL_ESCAPE, kind="tool_escape", effect=VOID, evidence=sorted(s for s, _, _ in hits),
                       message=f"strategy {name} is outside the grant and ran: {tools}")
+
+
+class _Grant:
+    """One configuration's grant, for `tool_escape`: the tools granted with a scope (tool ->
+    rules), the strategies granted whole, and each tool's strategy, remembered (a pure
+    function of the tool and the configuration, asked for every tool result of every run)."""
+
+    def __init__(self, config: DetectorConfig):
+        assert config.granted_tools is not None
+        self._config = config
+        self._strategies: dict[str, str] = {}
+        grants = grants_by_tool(config.granted_tools, strict=False)
+        self.scoped = {tool: rules for tool, rules in grants.items() if rules is not None}
+        self.granted = {self.strategy(tool) for tool, rules in grants.items() if rules is None} \
+            | set(config.granted_strategies)
+
+    def strategy(self, tool: str) -> str:
+        """`strategy` of ``tool`` under this configuration."""
+        found = self._strategies.get(tool)
+        if found is None:
+            if len(self._strategies) >= 4096:  # tool names come from the agent's output: bounded
+                self._strategies.clear()
+            found = self._strategies[tool] = strategy(tool, self._config)
+        return found
+
+
+@functools.lru_cache(maxsize=8)
+def _grant(config: DetectorConfig) -> _Grant:
+    return _Grant(config)
 
 
 @reads(AgentTools)

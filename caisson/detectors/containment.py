@@ -38,10 +38,11 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
     A path is in the set when, relative to the sandbox root, it is one of the paths the
     sandbox withheld or matches one of the scenario's exclusion globs. Runs open the same
     files over and over (the loader's libraries, an interpreter's modules): each distinct
-    (path, real path, cwd) is resolved once per configuration (`_Exclusion`).
+    (path, real path, cwd) is resolved once per configuration (`_Exclusion`), and an
+    absolute path opened with no real path is looked up by the path alone (no cwd enters).
     """
     exclusion = _exclusion(config)
-    resolved = exclusion.resolved
+    resolved, absolute = exclusion.resolved, exclusion.absolute
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
     for record in records:
         event = record.event
@@ -49,10 +50,13 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
             if isinstance(event, ProcessExec) and event.cwd:
                 cwds[event.pid] = event.cwd
             continue
-        key = (event.path, event.real_path, cwds.get(event.pid))
-        hit = resolved.get(key, _UNSEEN)
+        # most opens: an absolute path with no real path, resolved before (its cwd cannot matter)
+        hit = absolute.get(event.path, _UNSEEN) if event.real_path is None else _UNSEEN
         if hit is _UNSEEN:
-            hit = exclusion.resolve(key)
+            key = (event.path, event.real_path, cwds.get(event.pid))
+            hit = resolved.get(key, _UNSEEN)
+            if hit is _UNSEEN:
+                hit = exclusion.resolve(key)
         if hit is None:
             continue
         rel, category = hit  # type: ignore[misc]
@@ -73,6 +77,8 @@ class _Exclusion:
         self.withheld = set(config.excluded_paths)
         self.root = norm(config.sandbox_path)
         self.resolved: dict[tuple[str, str | None, str | None], tuple[str, str] | None] = {}
+        # the same, by path alone, for an absolute path opened with no real path: no cwd enters
+        self.absolute: dict[str, tuple[str, str] | None] = {}
 
     def resolve(self, key: tuple[str, str | None, str | None]) -> tuple[str, str] | None:
         """(path relative to the sandbox, category) when an open of ``key`` = (path, real
@@ -91,7 +97,10 @@ class _Exclusion:
             hit = None if category is None else (rel, category)
         if len(self.resolved) >= MEMO_MAX:
             self.resolved.clear()
+            self.absolute.clear()
         self.resolved[key] = hit
+        if real is None and raw.startswith("/"):
+            self.absolute[raw] = hit
         return hit
 
 
@@ -115,23 +124,24 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     - A successful write outside the sandbox, the config home and scratch paths: void.
     - A successful read outside the sandbox, config home and system paths: void.
 
-    Each distinct (path, cwd) is placed once per configuration (`_Layout`).
+    Each distinct path is placed once per configuration (`_Layout`): an absolute one by
+    itself, a relative one with the cwd of its process.
     """
     layout = _layout(config)
-    places = layout.places
+    places, absolute = layout.places, layout.absolute
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
     for record in records:
         event = record.event
         if isinstance(event, FileOpen):  # most records are opens: one test for them
-            cwd = cwds.get(event.pid)
             if not event.real_path:
-                place = places.get((event.path, cwd))
+                place = absolute.get(event.path)
                 if place is not None and (place.quiet or place.quiet_read and not (
                         event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags)):
-                    continue  # most opens: a path placed before, where this open cannot be a finding
+                    continue  # most opens: an absolute path placed before, where this open cannot be a finding
                 paths: tuple[tuple[str, bool | None], ...] = ((event.path, None),)
             else:  # (path, written?): a symlink cannot hide where it led
                 paths = ((event.path, None), (event.real_path, None))
+            cwd = cwds.get(event.pid)
         elif isinstance(event, ProcessExec):
             if event.cwd:
                 cwds[event.pid] = event.cwd
@@ -146,7 +156,7 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
         else:
             continue
         for raw, write in paths:
-            place = places.get((raw, cwd))
+            place = absolute.get(raw) or places.get((raw, cwd))
             if place is None:
                 place = layout.place(raw, cwd)
             if place.quiet:
@@ -186,14 +196,19 @@ class _Layout:
                       if p and not any(under(d, norm(p)) for d in image_dirs)]
         self.inside = UnderAny((root, norm(config.config_home)))
         self.writable, self.readable = UnderAny(config.write_prefixes), UnderAny(config.read_prefixes)
-        self.places: dict[tuple[str, str | None], _Place] = {}
+        self.places: dict[tuple[str, str | None], _Place] = {}  # a relative path's, by (path, cwd)
+        self.absolute: dict[str, _Place] = {}  # an absolute path's: no cwd enters
 
     def place(self, raw: str, cwd: str | None) -> _Place:
         """Where ``raw``, opened from ``cwd`` (None: the sandbox root), lies; remembered."""
-        if len(self.places) >= MEMO_MAX:
+        if len(self.places) + len(self.absolute) >= MEMO_MAX:
             self.places.clear()
-        place = self.places[(raw, cwd)] = _Place(norm(raw, cwd or self.root), self.root, self.inside, self.traps,
-                                                 self.writable, self.readable)
+            self.absolute.clear()
+        place = _Place(norm(raw, cwd or self.root), self.root, self.inside, self.traps, self.writable, self.readable)
+        if raw.startswith("/"):
+            self.absolute[raw] = place
+        else:
+            self.places[(raw, cwd)] = place
         return place
 
 

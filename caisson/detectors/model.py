@@ -88,13 +88,12 @@ def unrecognised_model_call(records: Iterable[Record], config: DetectorConfig) -
     the scripted endpoint). Shown (info) with its path; the exchange and its bodies are in
     the ledger."""
     del config
-    posts = [r for r in records if isinstance(r.event, HttpExchange) and r.event.method.upper() == "POST"
-             and r.event.denied is None]
-    gateways = {r.event.host.lower() for r in posts if classify("POST", r.event.host, r.event.path) is not None}
-    for record in posts:
+    posts = [(r, classify("POST", r.event.host, r.event.path)) for r in records
+             if isinstance(r.event, HttpExchange) and r.event.method.upper() == "POST" and r.event.denied is None]
+    gateways = {r.event.host.lower() for r, kind in posts if kind is not None}
+    for record, kind in posts:
         event = record.event
-        if (_model_host(event.host) or event.host.lower() in gateways) \
-                and classify(event.method, event.host, event.path) is None:
+        if kind is None and (_model_host(event.host) or event.host.lower() in gateways):
             yield Finding(detector=UNRECOGNISED_CALL, kind="unrecognised_model_call", effect=INFO,
                           evidence=[record.seq],
                           message=f"POST {event.host}{event.path.split('?', 1)[0]}: a model host, on a path no"

@@ -23,7 +23,7 @@ from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config
 from caisson.detectors.tool_audit import tool_audit_status
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
-from caisson.replay._rederive import Rederived, rederive
+from caisson.replay._rederive import Rederived, rederive, rederive_kinds
 from caisson.replay.scoring import Grade, grade
 from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted, SandboxBuilt
@@ -142,9 +142,9 @@ def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record
         return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
                          status="unverified", detectors=names), [[] for _ in extra]
     checked = _blob_reader(report, verified_blobs)
-    records, rederived = rederive(records, _or_none(checked))
+    records, kinds, rederived = rederive_kinds(records, _or_none(checked))
     # one walk: the manifest, the caller's streams and the detectors' streams
-    routed = route_for(records, detectors, (_MANIFEST, *extra))
+    routed = route_for(records, detectors, (_MANIFEST, *extra), kinds=kinds)
     manifest, *streams = routed.streams
     started = next((r.event for r in manifest if isinstance(r.event, RunStarted)), None)
     scenario_bytes = _blob(checked, manifest, "scenario")

@@ -10,7 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from caisson.home import ensure_operator_key
@@ -235,17 +235,48 @@ def test_the_scan_at_c_speed_equals_the_scan_record_by_record(tmp_path):
     def generated(picks):
         records = [Record(seq=i, wall_ns=i, mono_ns=i, source=_SCAN_POOL[p][0], event=_SCAN_POOL[p][1])
                    for i, p in enumerate(picks)]
-        assert _scan(records) == _scan_record_by_record(records)
-        assert _scan(tuple(records)) == _scan_record_by_record(records)
+        assert _scan(records) == ([type(r.event) for r in records], *_scan_record_by_record(records))
+        assert _scan(tuple(records)) == ([type(r.event) for r in records], *_scan_record_by_record(records))
 
     generated()
     key = SigningKey.generate()
     for n, spec in enumerate([CellSpec(run_id="a", strace_events=200), CellSpec(run_id="b", turns=0, strace_events=0)]):
         _, records = verify_and_read(write_cell(tmp_path / str(n), spec, key), key.verify_key)
-        assert _scan(records) == _scan_record_by_record(records)
+        assert _scan(records)[1:] == _scan_record_by_record(records)
     run = record_old_run(tmp_path / "old")
     _, records = verify_and_read(run, ensure_operator_key().verify_key)
-    assert _scan(records) == _scan_record_by_record(records) and _scan(records)[2]
+    assert _scan(records)[1:] == _scan_record_by_record(records) and _scan(records)[3]
+
+
+_CLAUDE_STDOUT = b"".join(json.dumps(o).encode() + b"\n" for o in [
+    {"type": "system", "subtype": "init", "session_id": "s1", "tools": ["Read"], "model": "m"},
+    {"type": "assistant", "session_id": "s1", "message": {"content": [
+        {"type": "tool_use", "id": "t9", "name": "Read", "input": {"file_path": "x"}}]}},
+    {"type": "result", "subtype": "success", "session_id": "s1", "result": "done",
+     "usage": {"input_tokens": 5, "output_tokens": 2}}])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, len(_SCAN_POOL) - 1), max_size=40))
+@example([0, 2, 12])  # the re-read transcript goes after the stdout blob (no live transcript record)
+@example([0, 2, 9, 10, 12])  # ... in the live transcript's place
+@example([0, 5, 5, 7, 12])  # an exchange with no live call: its rebuilt call is added
+def test_the_kinds_rederive_gives_are_those_of_the_records_it_returns(picks):
+    """`rederive_kinds` keeps the class of each record for routing (the scan's, and those of
+    what it adds or replaces: rebuilt calls, orphan exchanges' calls, a re-read transcript
+    in the live one's place or after the stdout blob): always the classes of its records."""
+    from caisson.replay._rederive import rederive, rederive_kinds
+    from ledger import Record
+
+    records = [Record(seq=i, wall_ns=i, mono_ns=i, source=_SCAN_POOL[p][0], event=_SCAN_POOL[p][1])
+               for i, p in enumerate(picks)]
+
+    def blob(sha):
+        return _CLAUDE_STDOUT if sha == "b" * 64 else None
+
+    result, kinds, out = rederive_kinds(records, blob)
+    assert kinds == [type(r.event) for r in result]
+    assert (result, out) == rederive(records, blob)
 
 
 def test_a_synthetic_cell_keeps_the_bodies_its_model_calls_rederive_from(tmp_path):

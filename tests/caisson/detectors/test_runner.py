@@ -276,3 +276,48 @@ def test_route_by_runs_on_synthetic_cells(tmp_path):
         assert streams == _route_record_by_record(records, wanted)
         assert len(streams[4]) >= spec.strace_events // 2  # the file opens: runs of many records
         assert route_for(records, DEFAULT_DETECTORS, EXTRA).streams == streams[: len(EXTRA)]
+
+
+# opens whose meaning depends on the cwd their pid exec'd in: the same relative path names
+# an excluded file, a file in the tree, or one of the caller's files; the same absolute path
+# is the same file from anywhere
+MEMO_POOL = [
+    ProcessExec(pid=1, path="/bin/sh", argv=["sh"], cwd=SANDBOX),
+    ProcessExec(pid=1, path="/bin/sh", argv=["sh"], cwd="/home/dev/click"),
+    ProcessExec(pid=2, path="/bin/sh", argv=["sh"], cwd=SANDBOX + "/src"),
+    ProcessExec(pid=2, path="/bin/sh", argv=["sh"], cwd="/usr/lib"),
+    *(FileOpen(pid=pid, path=path, result=3) for pid in (1, 2, 3)
+      for path in ("benchmark/questions.toml", "CLAUDE.md", "../CLAUDE.md", "core.py", "../benchmark/a.toml",
+                   "/home/dev/click/core.py", SANDBOX + "/CLAUDE.md", "/usr/lib/os.py")),
+    FileOpen(pid=1, path="core.py", real_path="/home/dev/click/core.py", result=3),
+    FileOpen(pid=2, path="out.txt", flags="O_WRONLY|O_CREAT", access="w", result=4),
+    FileChange(pid=1, syscall="unlink", path="core.py"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, len(MEMO_POOL) - 1), max_size=40), st.lists(st.integers(0, len(MEMO_POOL) - 1),
+                                                                          max_size=40),
+       st.sampled_from([ARM, NO_ARM]))
+def test_the_path_memos_never_change_a_finding(picks, before, config):
+    """The containment detectors' memos (by path alone for an absolute path, by path and cwd
+    for a relative one) answer as a cold start does, whatever run filled them: the same
+    relative path opened from other cwds, the same absolute path from anywhere."""
+    from caisson.detectors import containment
+
+    def run_of(picks):
+        return [Record(seq=i, wall_ns=i, mono_ns=i, source="strace", event=MEMO_POOL[p]) for i, p in enumerate(picks)]
+
+    def cold_memos():
+        containment._exclusion.cache_clear()
+        containment._layout.cache_clear()
+
+    run, other = run_of(picks), run_of(before)
+    detectors = (containment.excluded_read, containment.outside_tree)
+    cold_memos()
+    cold = [list(detect(run, config)) for detect in detectors]
+    cold_memos()
+    for detect in detectors:  # the memos filled by another run first
+        list(detect(other, config))
+        list(detect(list(reversed(other)), config))
+    assert [list(detect(run, config)) for detect in detectors] == cold
