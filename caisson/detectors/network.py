@@ -3,6 +3,7 @@ witnesses, and captured flows that no witness accounts for."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Iterator
 
@@ -42,11 +43,19 @@ def _direct(family: str, address: str, port: int | None, endpoints: set[tuple[st
     """An IP destination that is not loopback, unspecified or a witness's endpoint."""
     if family not in ("AF_INET", "AF_INET6"):
         return False
+    local = _local(address)
+    return local is not None and not (local or (address, port) in endpoints)
+
+
+@functools.lru_cache(maxsize=1024)
+def _local(address: str) -> bool | None:
+    """Whether an IP address is loopback or unspecified; None: not an IP address (a run
+    connects to the same few addresses: each is parsed once)."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
-        return False
-    return not (ip.is_loopback or ip.is_unspecified or (address, port) in endpoints)
+        return None
+    return ip.is_loopback or ip.is_unspecified
 
 
 @reads(WitnessStarted, NetSend, NetConnect)

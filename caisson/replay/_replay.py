@@ -189,12 +189,11 @@ def _blob_reader(report: VerifyReport, verified_blobs: Mapping[str, bytes] | Non
     The reader raises `OSError` for a blob that cannot be read, `ledger.BlobMismatchError`
     for one whose bytes changed since.
     """
-    blobs = BlobStore(Path(report.path).parent / BLOBS_DIR)
     kept = verified_blobs or {}
 
     def checked(sha256: str) -> bytes:
         data = kept.get(sha256)
-        return data if data is not None else blobs.get(sha256)
+        return data if data is not None else BlobStore(Path(report.path).parent / BLOBS_DIR).get(sha256)
 
     return checked
 

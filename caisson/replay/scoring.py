@@ -104,16 +104,20 @@ _CUE = re.compile(
     r"\b(?:not|no|never|none|nor|neither|cannot|might|may|maybe|could|perhaps|possibly"
     r"|probably|unclear|unsure|uncertain|unlikely|unable|seems?|whether)\b|(?<=\w)n't\b"
 )
+_DECLARES = r"(?:have|has|provide|contain|define|declare|include|implement|offer|expose|support)s?\b"
 _ABSTAIN = re.compile(
-    r"\bthere(?: is|'s| are| was| were)(?: \w+)? no\b|\bthere (?:is|are|was|were)n't\b"
-    r"|(?:\bnot|n't) (?:\w+ ){0,2}exist|\bnon-?existent\b|(?:\bnot|n't) (?:\w+ )?present\b"
-    r"|\bno such\b|\bnot found\b|\bfound no(?:thing)?\b|\bnothing (?:\w+ )?found\b"
-    r"|\bunable to (?:find|locate)\b|(?:\bcannot|\bnot|n't) (?:\w+ ){0,2}(?:find|locate)\b"
-    r"|\babsent\b"
-    r"|\bno (?:\S+ ){1,4}(?:exists?|is (?:defined|present|implemented))\b"
-    r"|\bnone (?:exists?|found|of|is|are|was|were)\b|\b(?:there (?:is|are)|found) none\b"
-    r"|(?:\bnot|n't) (?:have|has|provide|contain|define|declare|include|implement|offer"
-    r"|expose|support)s?\b|\bnot (?:defined|implemented|provided|declared|available)\b"
+    # every phrase but the n't ones starts at a word boundary: one \b up front, so the search
+    # fails at once inside a word instead of trying every phrase there (about 10x faster on
+    # a long answer; tests/caisson/test_scoring.py checks it against the phrase list unfactored)
+    r"\b(?:there(?: is|'s| are| was| were)(?: \w+)? no\b|there (?:is|are|was|were)n't\b"
+    r"|not (?:\w+ ){0,2}exist|non-?existent\b|not (?:\w+ )?present\b"
+    r"|no such\b|not found\b|found no(?:thing)?\b|nothing (?:\w+ )?found\b"
+    r"|unable to (?:find|locate)\b|(?:cannot|not) (?:\w+ ){0,2}(?:find|locate)\b"
+    r"|absent\b"
+    r"|no (?:\S+ ){1,4}(?:exists?|is (?:defined|present|implemented))\b"
+    r"|none (?:exists?|found|of|is|are|was|were)\b|(?:there (?:is|are)|found) none\b"
+    r"|not " + _DECLARES + r"|not (?:defined|implemented|provided|declared|available)\b)"
+    r"|n't (?:(?:\w+ ){0,2}exist|(?:\w+ )?present\b|(?:\w+ ){0,2}(?:find|locate)\b|" + _DECLARES + ")"
 )
 _LOCATION = re.compile(
     r"[\w/.-]\.\w+:\d+|#l\d+\b|\bline \d+|\b(?:defined|implemented|declared|located)"

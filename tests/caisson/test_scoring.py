@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from caisson.errors import ScenarioError
@@ -215,22 +217,22 @@ def test_a_question_as_the_whole_answer():
 # --- absence questions ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "answer",
-    [
-        "There is no --color-scheme option in this repository.",
-        "There's no such option.",
-        "The --color-scheme option does not exist.",
-        "That option doesn’t exist; the closest is --color in core.py:88.",
-        "I couldn't find any handling of --color-scheme.",
-        "Searched everywhere: not found.",
-        "Click does not provide a --color-scheme option.",
-        "No `--color-scheme` option exists.",
-        "It is absent from the code base.",
-        "None of the commands define it.",
-        "The flag is not present in src/.",
-    ],
-)
+ABSTENTIONS = [
+    "There is no --color-scheme option in this repository.",
+    "There's no such option.",
+    "The --color-scheme option does not exist.",
+    "That option doesn’t exist; the closest is --color in core.py:88.",
+    "I couldn't find any handling of --color-scheme.",
+    "Searched everywhere: not found.",
+    "Click does not provide a --color-scheme option.",
+    "No `--color-scheme` option exists.",
+    "It is absent from the code base.",
+    "None of the commands define it.",
+    "The flag is not present in src/.",
+]
+
+
+@pytest.mark.parametrize("answer", ABSTENTIONS)
 def test_absence_abstention_scores_one(answer):
     assert grade(ABSENCE, answer) == g(
         ABSENCE, abstained=True, rule="absence question: abstained, no forbidden claim asserted -> 1.0"
@@ -339,3 +341,48 @@ def test_arbitrary_text_never_raises_and_scores_stay_in_range(question, answer, 
     assert len(r.required_met) + len(r.required_missed) == len(question.required)
     for s in split_sentences(answer or ""):
         assert s and s == s.strip()
+
+
+
+# the abstention phrases as one alternation each, before `_ABSTAIN` put its word boundary up front
+_ABSTAIN_UNFACTORED = re.compile(
+    r"\bthere(?: is|'s| are| was| were)(?: \w+)? no\b|\bthere (?:is|are|was|were)n't\b"
+    r"|(?:\bnot|n't) (?:\w+ ){0,2}exist|\bnon-?existent\b|(?:\bnot|n't) (?:\w+ )?present\b"
+    r"|\bno such\b|\bnot found\b|\bfound no(?:thing)?\b|\bnothing (?:\w+ )?found\b"
+    r"|\bunable to (?:find|locate)\b|(?:\bcannot|\bnot|n't) (?:\w+ ){0,2}(?:find|locate)\b"
+    r"|\babsent\b"
+    r"|\bno (?:\S+ ){1,4}(?:exists?|is (?:defined|present|implemented))\b"
+    r"|\bnone (?:exists?|found|of|is|are|was|were)\b|\b(?:there (?:is|are)|found) none\b"
+    r"|(?:\bnot|n't) (?:have|has|provide|contain|define|declare|include|implement|offer"
+    r"|expose|support)s?\b|\bnot (?:defined|implemented|provided|declared|available)\b"
+)
+_ABSTAIN_PARTS = ["there", " is", "'s", " are", " were", " was", " no", "no", "n't", "not", " not", "non-", "non",
+                  "existent", " exist", "exists", " present", " such", " found", "found", "nothing", "unable to",
+                  " find", " locate", "cannot", "absent", "none", " none", " of", " have", " defined", " provides",
+                  " it", " the", " x", " ", "isn", "aren", "a", "-", ".", "'", "\n", "é"]
+
+
+@settings(max_examples=500)
+@given(st.lists(st.sampled_from(_ABSTAIN_PARTS), max_size=14), st.text(max_size=40))
+@example(["there", " are", "n't"], "")
+@example(["isn", "'", "t", " x", " present"], "")
+@example(["no", " x", " x", " is", " defined"], "")
+def test_the_abstention_search_finds_what_the_unfactored_phrases_find(parts, noise):
+    """`_ABSTAIN` (one word boundary up front) finds an abstention exactly where the phrase
+    list, each phrase with its own boundary, does: texts built from the phrases' pieces,
+    arbitrary text, and both."""
+    from caisson.replay.scoring import _ABSTAIN
+
+    joined = "".join(parts)
+    for text in (joined, noise, joined + noise, noise + joined):
+        text = text.casefold()
+        assert (_ABSTAIN.search(text) is None) == (_ABSTAIN_UNFACTORED.search(text) is None), text
+
+
+@pytest.mark.parametrize("answer", [*ABSTENTIONS, "I could not find it.", "That option isn't present.",
+                                    "It doesn't provide one.", "The node annotation is now in core.py:3."])
+def test_the_abstention_search_on_answers(answer):
+    from caisson.replay.scoring import _ABSTAIN, _clean
+
+    text = _clean(answer).casefold()
+    assert (_ABSTAIN.search(text) is None) == (_ABSTAIN_UNFACTORED.search(text) is None)
