@@ -46,7 +46,8 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
     for record in records:
         event = record.event
-        if not isinstance(event, FileOpen):  # most records are opens: one test for them
+        # most records are opens: one test for them (of the class itself, cheaper than isinstance's)
+        if event.__class__ is not FileOpen and not isinstance(event, FileOpen):
             if isinstance(event, ProcessExec) and event.cwd:
                 cwds[event.pid] = event.cwd
             continue
@@ -132,7 +133,8 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
     for record in records:
         event = record.event
-        if isinstance(event, FileOpen):  # most records are opens: one test for them
+        # most records are opens: one test for them (of the class itself, cheaper than isinstance's)
+        if event.__class__ is FileOpen or isinstance(event, FileOpen):
             if not event.real_path:
                 place = absolute.get(event.path)
                 if place is not None and (place.quiet or place.quiet_read and not (
