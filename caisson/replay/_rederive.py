@@ -23,6 +23,7 @@ What is rebuilt, and what is kept as written live (with the reason, in `Rederive
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
@@ -113,14 +114,16 @@ def _scan(records: Sequence[Record]) -> tuple[list[type], dict[str, str], Record
     and every transcript record), in order, and whether any transcript record was written
     live.
 
-    The classes and sources of all records are read at C speed (map, `list.index`); only
-    the few records of the classes the rebuild reads are looked at one by one.
+    The classes and sources of all records are read at C speed (map, compress, `list.index`);
+    only the few records of the classes the rebuild reads are looked at one by one.
     """
     kinds = list(map(type, map(_EVENT, records)))
     present = set(kinds)
     for kind in present.difference(_READ):  # learnt once per class: isinstance's misses on Structs are slow
         _READ[kind] = issubclass(kind, (BlobStored, HttpExchange, LlmCall))
-    read = sorted(i for kind in present if _READ[kind] for i in _indexes(kinds, kind))
+    wanted = frozenset(kind for kind in present if _READ[kind])
+    # (list.index would compare every class with each wanted one by rich comparison: slower here)
+    read = list(compress(range(len(kinds)), map(wanted.__contains__, kinds))) if wanted else []
     transcribed = _indexes(list(map(_SOURCE, records)), TRANSCRIPT_SOURCE)
     roles: dict[str, str] = {}
     stdout_record: Record | None = None

@@ -38,7 +38,7 @@ from caisson.report._stats import (
     bootstrap_gmr_interval,
     holm,
     quantile,
-    sign_flip_p,
+    sign_flip_ps,
     smallest_detectable_ratio,
     t_interval,
 )
@@ -154,7 +154,10 @@ def _seed(c: Comparison, a: list[float], b: list[float]) -> None:
         c.seed_detail = "; ".join(why)
 
 
-def _paired(c: Comparison, qa: dict[str, list[float]], qb: dict[str, list[float]], seed: int) -> list[float]:
+def _paired(c: Comparison, qa: dict[str, list[float]], qb: dict[str, list[float]]
+            ) -> tuple[list[float], list[tuple[list[float], list[float]]]]:
+    """The paired analysis but its interval past `BOOTSTRAP_FROM` questions and its p: the
+    per-question log-ratios and, for the bootstrap, the questions' values in both arms."""
     shared = sorted(set(qa) & set(qb))
     logs, pairs = [], []
     for q in shared:
@@ -166,7 +169,7 @@ def _paired(c: Comparison, qa: dict[str, list[float]], qb: dict[str, list[float]
             c.questions_excluded += 1
     c.questions = len(logs)
     if not logs:
-        return logs
+        return logs, pairs
     c.gmr = math.exp(math.fsum(logs) / len(logs))
     if len(logs) < BOOTSTRAP_FROM:
         interval = t_interval(logs)
@@ -175,14 +178,14 @@ def _paired(c: Comparison, qa: dict[str, list[float]], qb: dict[str, list[float]
             c.ci_method = f"t on the log scale, {len(logs) - 1} df"
         else:
             c.ci_method = "one question: no interval"
-    else:
-        low, high, undefined = bootstrap_gmr_interval(pairs, seed=seed, resamples=BOOTSTRAP_RESAMPLES)
-        c.ci_low, c.ci_high = (None if math.isnan(low) else low), (None if math.isnan(high) else high)
-        c.ci_method = (f"two-stage bootstrap (questions, then repetitions), {BOOTSTRAP_RESAMPLES} resamples,"
-                       f" seed {seed}") + (
-            f", {undefined} undefined resamples left out" if undefined else "")
-    c.p, c.p_method = sign_flip_p(logs, seed=seed)
-    return logs
+    return logs, pairs
+
+
+def _bootstrap(c: Comparison, pairs: list[tuple[list[float], list[float]]], seed: int) -> None:
+    low, high, undefined = bootstrap_gmr_interval(pairs, seed=seed, resamples=BOOTSTRAP_RESAMPLES)
+    c.ci_low, c.ci_high = (None if math.isnan(low) else low), (None if math.isnan(high) else high)
+    c.ci_method = (f"two-stage bootstrap (questions, then repetitions), {BOOTSTRAP_RESAMPLES} resamples,"
+                   f" seed {seed}") + (f", {undefined} undefined resamples left out" if undefined else "")
 
 
 def _verdict(c: Comparison, logs: list[float], comparisons: int) -> None:
@@ -204,16 +207,33 @@ def _verdict(c: Comparison, logs: list[float], comparisons: int) -> None:
 
 def _paired_all(tasks: Sequence[tuple[Comparison, dict[str, list[float]], dict[str, list[float]]]],
                 seed: int, jobs: int | None = None) -> list[list[float]]:
-    """`_paired` of every (comparison, arm a's values, arm b's), in order. On ``jobs``
-    threads (None: one a core this process may use, `default_jobs`): each comparison's
-    bootstrap and sign flips are numpy work that releases the GIL (random draws, sorts,
-    sums), and each writes only its own `Comparison` with its own seeded generators, so
-    the figures are those of a serial run (tests/caisson/report/test_gate.py compares them)."""
-    workers = min(len(tasks), jobs or default_jobs())
+    """`_paired` of every (comparison, arm a's values, arm b's), in order, with its
+    bootstrap interval and its sign-flip p; returns each one's log-ratios.
+
+    The bootstraps and the sign flips run on ``jobs`` threads (None: one a core this
+    process may use, `default_jobs`): numpy releases the GIL in their draws, sorts and
+    sums. Every comparison has the study's seed, so those with as many questions test their
+    log-ratios against one drawing of sign patterns (`sign_flip_ps`), drawn in parts. Each
+    bootstrap writes only its own `Comparison` from its own seeded generator: the figures
+    are those of a serial run, one comparison after the other
+    (tests/caisson/report/test_gate.py compares them)."""
+    done = [(c, *_paired(c, qa, qb)) for c, qa, qb in tasks]
+    tested = [(c, logs) for c, logs, _ in done if logs]
+    booted = [(c, pairs) for c, logs, pairs in done if len(logs) >= BOOTSTRAP_FROM]
+    workers = min(max(len(tasks), 1), jobs or default_jobs())
     if workers <= 1:
-        return [_paired(c, qa, qb, seed) for c, qa, qb in tasks]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="caisson-gate") as pool:
-        return list(pool.map(lambda task: _paired(*task, seed), tasks))
+        for c, pairs in booted:
+            _bootstrap(c, pairs, seed)
+        ps = sign_flip_ps([logs for _, logs in tested], seed=seed)
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="caisson-gate") as pool:
+            running = [pool.submit(_bootstrap, c, pairs, seed) for c, pairs in booted]
+            ps = sign_flip_ps([logs for _, logs in tested], seed=seed, executor=pool, parts=workers)
+            for future in running:
+                future.result()
+    for (c, _), (p, method) in zip(tested, ps, strict=True):
+        c.p, c.p_method = p, method
+    return [logs for _, logs, _ in done]
 
 
 def compare_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseline], *,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from statistics import NormalDist
 
 import msgspec
@@ -38,6 +39,7 @@ __all__ = [
     "pass_hat_k",
     "quantile",
     "sign_flip_p",
+    "sign_flip_ps",
     "smallest_detectable_ratio",
     "spread",
     "t_interval",
@@ -209,32 +211,99 @@ def sign_flip_p(diffs: Sequence[float], *, seed: int = 0, resamples: int = 200_0
         (p, method): method is ``"exact"`` or ``"monte carlo (N, seed S)"``. With no pairs,
         (1.0, "exact").
     """
+    return sign_flip_ps([diffs], seed=seed, resamples=resamples)[0]
+
+
+_MC_ROWS = 10_000
+"""Sign patterns drawn at a time (bounds the memory: 10,000 x n flips)."""
+
+
+def sign_flip_ps(diff_sets: Sequence[Sequence[float]], *, seed: int = 0, resamples: int = 200_000,
+                 executor: Executor | None = None, parts: int = 1) -> list[tuple[float, str]]:
+    """`sign_flip_p` of each set of paired differences, every set with the same seed.
+
+    The Monte Carlo's sign patterns depend on the seed and the number of pairs only, so the
+    sets with the same number of pairs (past `EXACT_SIGN_FLIP_MAX`) are tested against one
+    drawing of them: a study's comparisons share its seed and mostly its questions, and the
+    drawing is most of a test's cost. Each p is the one `sign_flip_p` gives its set alone.
+
+    Args:
+        diff_sets: the sets of differences, each as `sign_flip_p`'s ``diffs``.
+        seed, resamples: as `sign_flip_p`.
+        executor: runs the drawing in ``parts`` ranges of rows at once (threads: numpy
+            releases the GIL as it draws and sums). Each range's generator is the seed's,
+            advanced to the range's first draw (numpy's PCG64 ``advance``; ``Generator.random``
+            takes one 64-bit output a number), so every row holds the signs drawn in one go.
+        parts: ranges of rows per drawing (with ``executor``).
+
+    Returns:
+        One (p, method) per set, in order.
+    """
+    out: list[tuple[float, str] | None] = [None] * len(diff_sets)
+    by_size: dict[int, list[int]] = {}
+    for i, diffs in enumerate(diff_sets):
+        if len(diffs) <= EXACT_SIGN_FLIP_MAX:
+            out[i] = _exact_sign_flip_p(diffs)
+        else:
+            by_size.setdefault(len(diffs), []).append(i)
+    blocks = -(-resamples // _MC_ROWS)
+    jobs = []
+    for n, members in by_size.items():
+        tests = [_flip_test(diff_sets[i]) for i in members]
+        cut = [blocks * k // max(1, parts) for k in range(max(1, parts) + 1)]
+        jobs += [(members, (n, tests, first, last)) for first, last in zip(cut, cut[1:]) if first < last]
+    run = executor.map if executor is not None and parts > 1 else map
+    hits: dict[int, int] = {}
+    for (members, _), found in zip(jobs, run(lambda job: _flip_hits(seed, resamples, *job[1]), jobs)):
+        for i, h in zip(members, found):
+            hits[i] = hits.get(i, 0) + h
+    for i, h in hits.items():
+        out[i] = ((h + 1) / (resamples + 1), f"monte carlo ({resamples}, seed {seed})")
+    return out  # type: ignore[return-value]
+
+
+def _exact_sign_flip_p(diffs: Sequence[float]) -> tuple[float, str]:
     d = np.abs(np.asarray(diffs, dtype=float))
     n = len(d)
     observed = abs(float(np.sum(np.asarray(diffs, dtype=float))))
     tol = 100 * np.finfo(float).eps * observed  # ties within rounding count as reaching it (as scipy's)
     if n == 0:
         return 1.0, "exact"
-    if n <= EXACT_SIGN_FLIP_MAX:
-        left, right = _half_sums(d[: n // 2]), np.sort(_half_sums(d[n // 2:]))
-        # count pairs with left + right >= observed - tol, or <= -observed + tol
-        upper = len(right) - np.searchsorted(right, observed - tol - left, side="left")
-        lower = np.searchsorted(right, -observed + tol - left, side="right")
-        hits = int(np.sum(upper)) + int(np.sum(lower))
-        if observed <= tol:  # every pattern reaches |sum| >= 0
-            hits = 2 ** n
-        return min(1.0, hits / 2 ** n), "exact"
-    rng = np.random.default_rng(seed)
-    hits = 0
-    total = float(np.sum(d))
-    for start in range(0, resamples, 10_000):  # chunks bound the memory: 10,000 x n flips at a time
-        flips = rng.random((min(10_000, resamples - start), n)) < 0.5  # each sign flipped with probability 1/2
-        # the flipped sums by einsum's own loop, not a BLAS product: OpenBLAS's threads cost
-        # several times the product's CPU time on a busy host (measured: 0.2 s a comparison
-        # against 0.04), and its kernels sum in a machine-dependent order (the tolerance above
-        # absorbs the rounding either way)
-        hits += int(np.sum(np.abs(total - 2.0 * np.einsum("ij,j->i", flips, d)) >= observed - tol))
-    return (hits + 1) / (resamples + 1), f"monte carlo ({resamples}, seed {seed})"
+    left, right = _half_sums(d[: n // 2]), np.sort(_half_sums(d[n // 2:]))
+    # count pairs with left + right >= observed - tol, or <= -observed + tol
+    upper = len(right) - np.searchsorted(right, observed - tol - left, side="left")
+    lower = np.searchsorted(right, -observed + tol - left, side="right")
+    hits = int(np.sum(upper)) + int(np.sum(lower))
+    if observed <= tol:  # every pattern reaches |sum| >= 0
+        hits = 2 ** n
+    return min(1.0, hits / 2 ** n), "exact"
+
+
+def _flip_test(diffs: Sequence[float]) -> tuple[np.ndarray, float, float]:
+    """(|differences|, their sum, the threshold a flipped |sum| must reach)."""
+    d = np.abs(np.asarray(diffs, dtype=float))
+    observed = abs(float(np.sum(np.asarray(diffs, dtype=float))))
+    tol = 100 * np.finfo(float).eps * observed  # ties within rounding count as reaching it (as scipy's)
+    return d, float(np.sum(d)), observed - tol
+
+
+def _flip_hits(seed: int, resamples: int, n: int, tests: list[tuple[np.ndarray, float, float]],
+               first: int, last: int) -> list[int]:
+    """Patterns of blocks ``first`` to ``last`` (of `_MC_ROWS` rows) whose flipped |sum| reaches
+    each test's threshold."""
+    bits = np.random.PCG64(seed)  # np.random.default_rng(seed)'s generator
+    bits.advance(first * _MC_ROWS * n)
+    rng = np.random.Generator(bits)
+    hits = [0] * len(tests)
+    for start in range(first * _MC_ROWS, min(last * _MC_ROWS, resamples), _MC_ROWS):
+        flips = rng.random((min(_MC_ROWS, resamples - start), n)) < 0.5  # each sign flipped with probability 1/2
+        for j, (d, total, threshold) in enumerate(tests):
+            # the flipped sums by einsum's own loop, not a BLAS product: OpenBLAS's threads cost
+            # several times the product's CPU time on a busy host (measured: 0.2 s a comparison
+            # against 0.04), and its kernels sum in a machine-dependent order (the tolerance
+            # absorbs the rounding either way)
+            hits[j] += int(np.sum(np.abs(total - 2.0 * np.einsum("ij,j->i", flips, d)) >= threshold))
+    return hits
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

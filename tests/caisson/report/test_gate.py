@@ -122,9 +122,10 @@ def test_a_winner_is_withheld_on_a_checklist_fail_unless_untrusted_is_allowed():
 
 
 def test_comparisons_on_threads_give_the_figures_of_a_serial_run(monkeypatch):
-    """`compare_arms` runs each comparison's bootstrap and sign flips on a thread of its own:
-    every figure equals the serial run's (own seeded generators, own `Comparison`). The set is
-    large enough for the bootstrap (>= 20 questions) and the Monte Carlo sign flips (> 40)."""
+    """`compare_arms` runs the comparisons' bootstraps and their shared sign-flip drawing (in
+    parts) on threads: every figure equals the serial run's (own seeded generators, own
+    `Comparison`; each part's generator advanced to its rows). The set is large enough for
+    the bootstrap (>= 20 questions) and the Monte Carlo sign flips (> 40)."""
     def value(k):
         return lambda q, r: 0.3 + 0.05 * k + 0.003 * ((q * 7 + r * 3 + k) % 11)
 
@@ -133,16 +134,21 @@ def test_comparisons_on_threads_give_the_figures_of_a_serial_run(monkeypatch):
     base = baselines("a1", ["x", "y", "z"]) + baselines("a2", ["x", "y", "z"])
     import threading
 
-    from caisson.report import _gate
+    from caisson.report import _gate, _stats
 
     ran_on: set[str] = set()
-    paired = _gate._paired
 
-    def watched(*args):
-        ran_on.add(threading.current_thread().name)
-        return paired(*args)
+    def watch(module, name):
+        work = getattr(module, name)
 
-    monkeypatch.setattr(_gate, "_paired", watched)
+        def watched(*args):
+            ran_on.add(threading.current_thread().name)
+            return work(*args)
+
+        monkeypatch.setattr(module, name, watched)
+
+    watch(_gate, "_bootstrap")
+    watch(_stats, "_flip_hits")
     monkeypatch.setattr(_gate, "default_jobs", lambda: 1)
     serial = compare_arms(cs, base, seed=7)
     assert ran_on == {threading.current_thread().name}

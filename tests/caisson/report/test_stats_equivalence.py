@@ -98,3 +98,22 @@ def test_bootstrap_is_the_reference(pairs, seed):
 def test_monte_carlo_sign_flip_at_the_gates_resample_count_is_the_reference():
     diffs = list(np.random.default_rng(5).normal(0.02, 0.3, 50))
     assert sign_flip_p(diffs, seed=9) == reference_monte_carlo(diffs, seed=9)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+@pytest.mark.parametrize("resamples", [30_000, 25_000])
+def test_sign_flips_drawn_once_for_many_sets_and_in_parts_give_each_sets_own_p(parts, resamples):
+    """The sets with the same number of pairs share one drawing of the sign patterns, drawn
+    in ranges of rows on threads (each from the seed's generator advanced to its first row):
+    every p is the one the set gets alone, drawn in one go."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from caisson.report._stats import sign_flip_ps
+
+    sets = list(diffs_cases()) + [list(np.random.default_rng(1).normal(0.1, 0.3, 50)), [0.2, -0.1, 0.3], []]
+    want = [reference_monte_carlo(d, seed=4, resamples=resamples) if len(d) > 40 else sign_flip_p(d, seed=4)
+            for d in sets]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        assert sign_flip_ps(sets, seed=4, resamples=resamples, executor=pool, parts=parts) == want
+    assert sign_flip_ps(sets, seed=4, resamples=resamples) == want
+    assert sign_flip_ps([], seed=4) == []
