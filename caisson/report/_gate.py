@@ -220,8 +220,8 @@ def _paired_all(tasks: Sequence[tuple[Comparison, dict[str, list[float]], dict[s
     done = [(c, *_paired(c, qa, qb)) for c, qa, qb in tasks]
     tested = [(c, logs) for c, logs, _ in done if logs]
     booted = [(c, pairs) for c, logs, pairs in done if len(logs) >= BOOTSTRAP_FROM]
-    workers = min(max(len(tasks), 1), jobs or default_jobs())
-    if workers <= 1:
+    workers = jobs or default_jobs()  # one comparison's sign flips alone can use them all
+    if workers <= 1 or not tested:
         for c, pairs in booted:
             _bootstrap(c, pairs, seed)
         ps = sign_flip_ps([logs for _, logs in tested], seed=seed)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 from concurrent.futures import Executor
 from statistics import NormalDist
 
@@ -241,25 +242,36 @@ def sign_flip_ps(diff_sets: Sequence[Sequence[float]], *, seed: int = 0, resampl
     """
     out: list[tuple[float, str] | None] = [None] * len(diff_sets)
     by_size: dict[int, list[int]] = {}
+    jobs: list[tuple[list[int], tuple]] = []  # (the sets a job answers for, the job)
     for i, diffs in enumerate(diff_sets):
         if len(diffs) <= EXACT_SIGN_FLIP_MAX:
-            out[i] = _exact_sign_flip_p(diffs)
+            jobs.append(([i], ("exact", diffs)))
         else:
             by_size.setdefault(len(diffs), []).append(i)
     blocks = -(-resamples // _MC_ROWS)
-    jobs = []
     for n, members in by_size.items():
         tests = [_flip_test(diff_sets[i]) for i in members]
         cut = [blocks * k // max(1, parts) for k in range(max(1, parts) + 1)]
-        jobs += [(members, (n, tests, first, last)) for first, last in zip(cut, cut[1:]) if first < last]
+        jobs += [(members, ("drawn", n, tests, first, last)) for first, last in zip(cut, cut[1:]) if first < last]
     run = executor.map if executor is not None and parts > 1 else map
     hits: dict[int, int] = {}
-    for (members, _), found in zip(jobs, run(lambda job: _flip_hits(seed, resamples, *job[1]), jobs)):
+    for (members, job), found in zip(jobs, run(lambda job: _sign_flip_job(seed, resamples, job), [j for _, j in jobs])):
+        if job[0] == "exact":
+            out[members[0]] = found
+            continue
         for i, h in zip(members, found):
             hits[i] = hits.get(i, 0) + h
     for i, h in hits.items():
         out[i] = ((h + 1) / (resamples + 1), f"monte carlo ({resamples}, seed {seed})")
     return out  # type: ignore[return-value]
+
+
+def _sign_flip_job(seed: int, resamples: int, job: tuple) -> Any:
+    """One job of `sign_flip_ps`: ("exact", diffs) -> (p, method) (up to 40 pairs: 2 x
+    2**20 sums, a fair share of a second); ("drawn", n, tests, first, last) -> hits."""
+    if job[0] == "exact":
+        return _exact_sign_flip_p(job[1])
+    return _flip_hits(seed, resamples, *job[1:])
 
 
 def _exact_sign_flip_p(diffs: Sequence[float]) -> tuple[float, str]:
