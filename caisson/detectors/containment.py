@@ -26,7 +26,8 @@ AGENT_CONFIG = "containment.agent_config@1"
 
 
 MEMO_MAX = 1 << 14
-"""Distinct paths a configuration's memo keeps (`_Exclusion`, `_Layout`); past it, it starts
+"""Distinct keys a configuration's memo keeps (`_Exclusion`'s by (path, real path, cwd),
+with as many again by path alone; `_Layout`'s both kinds together); past it, it starts
 over. With at most 8 configurations remembered, the memos stay within a few tens of MB."""
 _UNSEEN = object()
 

@@ -254,13 +254,13 @@ def sign_flip_ps(diff_sets: Sequence[Sequence[float]], *, seed: int = 0, resampl
         cut = [blocks * k // max(1, parts) for k in range(max(1, parts) + 1)]
         jobs += [(members, ("drawn", n, tests, first, last)) for first, last in zip(cut, cut[1:]) if first < last]
     run = executor.map if executor is not None and parts > 1 else map
-    hits: dict[int, int] = {}
+    hits = {i: 0 for members in by_size.values() for i in members}  # (no resamples: no block, no hit)
     for (members, job), found in zip(jobs, run(lambda job: _sign_flip_job(seed, resamples, job), [j for _, j in jobs])):
         if job[0] == "exact":
             out[members[0]] = found
             continue
         for i, h in zip(members, found):
-            hits[i] = hits.get(i, 0) + h
+            hits[i] += h
     for i, h in hits.items():
         out[i] = ((h + 1) / (resamples + 1), f"monte carlo ({resamples}, seed {seed})")
     return out  # type: ignore[return-value]

@@ -117,3 +117,12 @@ def test_sign_flips_drawn_once_for_many_sets_and_in_parts_give_each_sets_own_p(p
         assert sign_flip_ps(sets, seed=4, resamples=resamples, executor=pool, parts=parts) == want
     assert sign_flip_ps(sets, seed=4, resamples=resamples) == want
     assert sign_flip_ps([], seed=4) == []
+
+
+def test_no_resamples_gives_the_monte_carlo_p_of_no_pattern():
+    """With no resample there is no block to draw: p is (0 + 1) / (0 + 1), as before."""
+    from caisson.report._stats import sign_flip_ps
+
+    assert sign_flip_p([0.1] * 41, resamples=0) == (1.0, "monte carlo (0, seed 0)")
+    assert sign_flip_ps([[0.1] * 41, [0.2] * 3], resamples=0) == [(1.0, "monte carlo (0, seed 0)"),
+                                                                 sign_flip_p([0.2] * 3)]
