@@ -43,7 +43,7 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
     absolute path opened with no real path is looked up by the path alone (no cwd enters).
     """
     exclusion = _exclusion(config)
-    resolved, absolute = exclusion.resolved, exclusion.absolute
+    resolved, absolute, quiet = exclusion.resolved, exclusion.absolute, exclusion.quiet
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
     for record in records:
         event = record.event
@@ -52,7 +52,8 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
             if isinstance(event, ProcessExec) and event.cwd:
                 cwds[event.pid] = event.cwd
             continue
-        # most opens: an absolute path with no real path, resolved before (its cwd cannot matter)
+        if event.real_path is None and event.path in quiet:
+            continue  # most opens: an absolute path resolved before, not excluded (no cwd enters)
         hit = absolute.get(event.path, _UNSEEN) if event.real_path is None else _UNSEEN
         if hit is _UNSEEN:
             key = (event.path, event.real_path, cwds.get(event.pid))
@@ -79,8 +80,10 @@ class _Exclusion:
         self.withheld = set(config.excluded_paths)
         self.root = norm(config.sandbox_path)
         self.resolved: dict[tuple[str, str | None, str | None], tuple[str, str] | None] = {}
-        # the same, by path alone, for an absolute path opened with no real path: no cwd enters
+        # the same, by path alone, for an absolute path opened with no real path: no cwd enters;
+        # and those of them that are not excluded (a set: the cheapest test of most opens)
         self.absolute: dict[str, tuple[str, str] | None] = {}
+        self.quiet: set[str] = set()
 
     def resolve(self, key: tuple[str, str | None, str | None]) -> tuple[str, str] | None:
         """(path relative to the sandbox, category) when an open of ``key`` = (path, real
@@ -100,9 +103,12 @@ class _Exclusion:
         if len(self.resolved) >= MEMO_MAX:
             self.resolved.clear()
             self.absolute.clear()
+            self.quiet.clear()
         self.resolved[key] = hit
         if real is None and raw.startswith("/"):
             self.absolute[raw] = hit
+            if hit is None:
+                self.quiet.add(raw)
         return hit
 
 
@@ -130,18 +136,19 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     itself, a relative one with the cwd of its process.
     """
     layout = _layout(config)
-    places, absolute = layout.places, layout.absolute
+    places, absolute, quiet, quiet_read = layout.places, layout.absolute, layout.quiet, layout.quiet_read
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
     for record in records:
         event = record.event
         # most records are opens: one test for them (of the class itself, cheaper than isinstance's)
         if event.__class__ is FileOpen or isinstance(event, FileOpen):
             if not event.real_path:
-                place = absolute.get(event.path)
-                if place is not None and (place.quiet or place.quiet_read and not (
-                        event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags)):
-                    continue  # most opens: an absolute path placed before, where this open cannot be a finding
-                paths: tuple[tuple[str, bool | None], ...] = ((event.path, None),)
+                path = event.path
+                # most opens: an absolute path placed before, where this open cannot be a finding
+                if path in quiet or path in quiet_read and not (
+                        event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags):
+                    continue
+                paths: tuple[tuple[str, bool | None], ...] = ((path, None),)
             else:  # (path, written?): a symlink cannot hide where it led
                 paths = ((event.path, None), (event.real_path, None))
             cwd = cwds.get(event.pid)
@@ -201,15 +208,25 @@ class _Layout:
         self.writable, self.readable = UnderAny(config.write_prefixes), UnderAny(config.read_prefixes)
         self.places: dict[tuple[str, str | None], _Place] = {}  # a relative path's, by (path, cwd)
         self.absolute: dict[str, _Place] = {}  # an absolute path's: no cwd enters
+        # the absolute paths no access of / no read of can be a finding (sets: the cheapest
+        # test of most opens)
+        self.quiet: set[str] = set()
+        self.quiet_read: set[str] = set()
 
     def place(self, raw: str, cwd: str | None) -> _Place:
         """Where ``raw``, opened from ``cwd`` (None: the sandbox root), lies; remembered."""
         if len(self.places) + len(self.absolute) >= MEMO_MAX:
             self.places.clear()
             self.absolute.clear()
+            self.quiet.clear()
+            self.quiet_read.clear()
         place = _Place(norm(raw, cwd or self.root), self.root, self.inside, self.traps, self.writable, self.readable)
         if raw.startswith("/"):
             self.absolute[raw] = place
+            if place.quiet:
+                self.quiet.add(raw)
+            elif place.quiet_read:
+                self.quiet_read.add(raw)
         else:
             self.places[(raw, cwd)] = place
         return place
