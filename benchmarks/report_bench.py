@@ -187,7 +187,7 @@ def main() -> int:
     ap.add_argument("--cells", type=int, default=2000,
                     help="cells (default 2000; rounded down to whole questions, 40 cells each, at least 40)")
     ap.add_argument("--events", type=int, default=300, help="strace-like events per cell (default 300)")
-    ap.add_argument("--repeat", type=int, default=3, help="alternated pairs (default 3)")
+    ap.add_argument("--repeat", type=int, default=5, help="alternated pairs (default 5: single pairs vary by 0.1-0.2 on a shared host)")
     ap.add_argument("--jobs", type=int, default=None,
                     help="processes that read the ledgers, on both sides (default: one per core, as"
                          " `caisson study report`)")
