@@ -110,7 +110,8 @@ _CHUNK = 16  # cells a worker reads per task at most: small enough to share the 
 _BATCH = 4
 """Cells a worker verifies and reads before it replays them: alternating the two stages
 cell by cell costs each the other's evictions from the CPU's caches (measured: about 3%
-of a cell's reading); a few cells' records stay well within them."""
+of the reading in one alternated run of the report bench, within its noise in another);
+a few cells' records stay well within them."""
 
 _work: tuple[Sequence[tuple[Path, VerifyKey]], Sequence[tuple[str, Detector]]] | None = None
 """In a worker: the cells to read and the detectors, inherited from the parent at the fork."""
