@@ -52,9 +52,12 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
             if isinstance(event, ProcessExec) and event.cwd:
                 cwds[event.pid] = event.cwd
             continue
-        if event.real_path is None and event.path in quiet:
-            continue  # most opens: an absolute path resolved before, not excluded (no cwd enters)
-        hit = absolute.get(event.path, _UNSEEN) if event.real_path is None else _UNSEEN
+        if event.real_path is None:
+            if event.path in quiet:
+                continue  # most opens: an absolute path resolved before, not excluded (no cwd enters)
+            hit = absolute.get(event.path, _UNSEEN)
+        else:
+            hit = _UNSEEN
         if hit is _UNSEEN:
             key = (event.path, event.real_path, cwds.get(event.pid))
             hit = resolved.get(key, _UNSEEN)
@@ -80,9 +83,9 @@ class _Exclusion:
         self.withheld = set(config.excluded_paths)
         self.root = norm(config.sandbox_path)
         self.resolved: dict[tuple[str, str | None, str | None], tuple[str, str] | None] = {}
-        # the same, by path alone, for an absolute path opened with no real path: no cwd enters;
-        # and those of them that are not excluded (a set: the cheapest test of most opens)
-        self.absolute: dict[str, tuple[str, str] | None] = {}
+        # the same, by path alone, for an absolute path opened with no real path (no cwd enters):
+        # the excluded ones with their hit, the others in a set (the cheapest test of most opens)
+        self.absolute: dict[str, tuple[str, str]] = {}
         self.quiet: set[str] = set()
 
     def resolve(self, key: tuple[str, str | None, str | None]) -> tuple[str, str] | None:
@@ -106,9 +109,10 @@ class _Exclusion:
             self.quiet.clear()
         self.resolved[key] = hit
         if real is None and raw.startswith("/"):
-            self.absolute[raw] = hit
             if hit is None:
                 self.quiet.add(raw)
+            else:
+                self.absolute[raw] = hit
         return hit
 
 

@@ -274,11 +274,17 @@ def _sign_flip_job(seed: int, resamples: int, job: tuple) -> Any:
     return _flip_hits(seed, resamples, *job[1:])
 
 
+def _observed(diffs: Sequence[float]) -> tuple[np.ndarray, float, float]:
+    """(|differences|, |their sum|, the rounding tolerance within which a flipped |sum| counts
+    as reaching it: ties within rounding count, as scipy's)."""
+    d = np.asarray(diffs, dtype=float)
+    observed = abs(float(np.sum(d)))
+    return np.abs(d), observed, 100 * np.finfo(float).eps * observed
+
+
 def _exact_sign_flip_p(diffs: Sequence[float]) -> tuple[float, str]:
-    d = np.abs(np.asarray(diffs, dtype=float))
+    d, observed, tol = _observed(diffs)
     n = len(d)
-    observed = abs(float(np.sum(np.asarray(diffs, dtype=float))))
-    tol = 100 * np.finfo(float).eps * observed  # ties within rounding count as reaching it (as scipy's)
     if n == 0:
         return 1.0, "exact"
     left, right = _half_sums(d[: n // 2]), np.sort(_half_sums(d[n // 2:]))
@@ -293,9 +299,7 @@ def _exact_sign_flip_p(diffs: Sequence[float]) -> tuple[float, str]:
 
 def _flip_test(diffs: Sequence[float]) -> tuple[np.ndarray, float, float]:
     """(|differences|, their sum, the threshold a flipped |sum| must reach)."""
-    d = np.abs(np.asarray(diffs, dtype=float))
-    observed = abs(float(np.sum(np.asarray(diffs, dtype=float))))
-    tol = 100 * np.finfo(float).eps * observed  # ties within rounding count as reaching it (as scipy's)
+    d, observed, tol = _observed(diffs)
     return d, float(np.sum(d)), observed - tol
 
 
