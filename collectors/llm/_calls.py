@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -109,6 +110,13 @@ def classify(
     del host, request_headers
     if method.upper() != "POST":
         return None
+    return _path_kind(path)
+
+
+@functools.lru_cache(maxsize=1024)
+def _path_kind(path: str) -> tuple[str, str] | None:
+    """`classify`'s answer for a POST to ``path`` (remembered: a run posts to the same few
+    paths, and replay classifies each exchange more than once)."""
     path = _bare(path)
     for suffix, kind in ENDPOINTS.items():
         if path.endswith(suffix):
@@ -134,11 +142,12 @@ def _bare(path: str) -> str:
     return path
 
 
+@functools.lru_cache(maxsize=1024)
 def path_model(path: str) -> str | None:
     """The model a request names in its URL, where the API puts it there: Vertex AI's
     ``models/MODEL:rawPredict``, Azure OpenAI's deployment name, Bedrock's model id (URL
     decoded: ``anthropic.claude-sonnet-4-5-20250929-v1%3A0``); None for the others (the
-    model is then in the body)."""
+    model is then in the body). Remembered by path, as `classify`'s answer is."""
     path = _bare(path)
     for pattern in (_VERTEX, _AZURE, _BEDROCK):
         if found := pattern.search(path):
