@@ -684,3 +684,74 @@ def test_problem_log_is_bounded():
 def test_unknown_endpoint_is_misuse():
     with pytest.raises(ValueError):
         LlmCallBuilder("openai", "completions")
+
+
+# --- the request body: three members read, the rest skipped -------------------------------
+
+
+def _reference_request(body: bytes, url_model: str | None = None) -> tuple:
+    """`LlmCallBuilder.request` as it was, decoding the whole body: (requested_model,
+    stream_requested, include_usage, problems)."""
+    try:
+        obj, problem = msgspec.json.decode(body.decode("utf-8")), None
+    except UnicodeDecodeError as exc:
+        obj, problem = None, f"invalid UTF-8 in request body at byte {exc.start}"
+    except (msgspec.DecodeError, RecursionError, UnicodeError) as exc:
+        text = f"malformed JSON in request body: {exc}"
+        obj, problem = None, text if len(text) <= 200 else text[:200] + "..."
+    if problem is None and not isinstance(obj, dict):
+        problem = "request body is not a JSON object"
+    if problem is not None:
+        return None, False, False, [problem]
+    model = obj.get("model")
+    options = obj.get("stream_options")
+    return (model if isinstance(model, str) else url_model, obj.get("stream") is True,
+            isinstance(options, dict) and options.get("include_usage") is True, [])
+
+
+def _request(body: bytes, url_model: str | None = None) -> tuple:
+    builder = LlmCallBuilder("openai", "chat.completions", url_model=url_model)
+    builder.request(body)
+    return builder.requested_model, builder.stream_requested, builder.include_usage, list(builder.problems)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["model", "stream", "stream_options", "include_usage", "messages", "x"]) | st.text(max_size=4),
+        inner, max_size=5),
+    max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_JSON, cut=st.integers(0, 200), byte=st.integers(0, 255), dup=st.booleans())
+def test_reading_three_members_of_a_request_gives_what_decoding_it_whole_gives(value, cut, byte, dup):
+    """Any JSON value, the same value cut short or with one byte replaced, or with a member
+    given twice: the same model, stream flags and problem text as a whole decode. The one
+    documented difference: a number out of a float's range in a member not read."""
+    body = json.dumps(value).encode()
+    if dup and isinstance(value, dict):
+        body = body[:-1] + (b', "model": "twice"}' if len(body) > 2 else b'"model": "twice"}')
+    for variant in (body, body[:cut], body[:cut] + bytes([byte]) + body[cut + 1:]):
+        want, got = _reference_request(variant, "url-model"), _request(variant, "url-model")
+        if want != got and want[3] and "Number out of range" in want[3][0]:
+            assert not got[3]  # read: the out-of-range number is in a member not read
+            continue
+        assert got == want, variant
+
+
+@pytest.mark.parametrize("body", [
+    b'[1, 2]', b'"text"', b'null', b'{"model": "m",}', b'{"model": "m"} x', b'{"x": [1,}', b'\xff{}',
+    b'{"x": "\\ud800", "model": "m"}', b'{"x": ' + b'[' * 5000 + b']' * 5000 + b', "model": "m"}',
+    b'{"model": "a", "model": "b", "stream": true, "stream_options": {"include_usage": true}}',
+    b'{"model": 5, "stream": "true", "stream_options": [1]}', b'',
+])
+def test_request_bodies_that_are_not_plain_objects_are_named_as_before(body):
+    assert _request(body, "url-model") == _reference_request(body, "url-model")
+
+
+def test_a_float_out_of_range_in_a_member_not_read_no_longer_makes_the_request_malformed():
+    body = b'{"model": "claude-sonnet-4-5", "temperature": 1e999, "stream": true}'
+    assert _reference_request(body)[3][0].startswith("malformed JSON in request body: Number out of range")
+    assert _request(body) == ("claude-sonnet-4-5", True, False, [])
