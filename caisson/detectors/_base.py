@@ -15,7 +15,7 @@ import msgspec
 
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from ledger import Record
-from ledger.events import RunStarted, SandboxBuilt
+from ledger.events import RunStarted, SandboxBuilt, WitnessStarted
 
 __all__ = ["Detector", "DetectorConfig", "Effect", "Finding", "VOID", "SCORE_NULL", "INFO", "config_from_records",
            "norm", "reads", "reads_of", "under", "UnderAny"]
@@ -65,6 +65,9 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     strategies: tuple[tuple[str, tuple[str, ...]], ...] = ()  # scenario strategy -> tools and mcp__SERVER entries
     granted_strategies: tuple[str, ...] = ()  # the scenario strategies the arm grants
     witness_window_ns: int = 2_000_000_000  # two syscall witnesses' stamps of one call differ by at most this
+    # the witnesses the run's witness.started records name, sorted; None: built without them
+    # (a detector that needs them reads its records)
+    witnesses: tuple[str, ...] | None = None
 
 
 Detector = Callable[[Iterable[Record], DetectorConfig], Iterator[Finding]]
@@ -133,11 +136,16 @@ class UnderAny:
 
 
 def config_from_records(records: Iterable[Record], scenario=None) -> DetectorConfig:
-    """Build a `DetectorConfig` from a run's ``run.started`` and ``sandbox.built`` (and scenario)."""
+    """Build a `DetectorConfig` from a run's ``run.started``, ``sandbox.built`` and
+    ``witness.started`` records (and scenario): a caller that hands it only some of the
+    run's records hands it every record of these three types."""
     fields: dict = {}
+    witnesses: set[str] = set()
     for record in records:
         event = record.event
-        if isinstance(event, RunStarted):
+        if isinstance(event, WitnessStarted):
+            witnesses.add(event.witness)
+        elif isinstance(event, RunStarted):
             if event.arm:
                 fields.update(granted_tools=tuple(event.arm.get("grant", ())),
                               denied_tools=tuple(event.arm.get("deny", ())),
@@ -156,4 +164,4 @@ def config_from_records(records: Iterable[Record], scenario=None) -> DetectorCon
             credential_patterns=tuple(scenario.credential_patterns),
             injection_switches=tuple(scenario.injection_switches.items()),
         )
-    return DetectorConfig(**fields)
+    return DetectorConfig(**fields, witnesses=tuple(sorted(witnesses)))

@@ -52,13 +52,17 @@ def witness_disagreement(records: Iterable[Record], config: DetectorConfig) -> I
 
     Args:
         records: a run's records (sources ``strace`` and ``ebpf`` are compared).
-        config: ``witness_window_ns`` (ns) bounds a match by time when a host pid is unknown.
+        config: ``witness_window_ns`` (ns) bounds a match by time when a host pid is unknown;
+            ``witnesses``, when known, says at once whether both witnesses ran (most runs
+            have one syscall witness: no walk of their opens).
 
     Yields:
         One ``witness_disagreement`` finding (void) per unmatched fact, in record order,
         its evidence the fact's record; nothing unless both witnesses started, and
         nothing when either reported a gap.
     """
+    if config.witnesses is not None and not set(_PAIR).issubset(config.witnesses):
+        return  # the configuration read the run's witness.started: one of the two never ran
     records = records if isinstance(records, Sequence) else list(records)
     started: set[str] = set()
     for record in records:  # first whether both witnesses ran, without a gap: most runs stop here

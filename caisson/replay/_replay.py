@@ -26,7 +26,7 @@ from caisson.scenario import Scenario, parse_scenario
 from caisson.replay._rederive import Rederived, rederive, rederive_kinds
 from caisson.replay.scoring import Grade, grade
 from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
-from ledger.events import BlobStored, RunStarted, SandboxBuilt
+from ledger.events import BlobStored, RunStarted, SandboxBuilt, WitnessStarted
 
 __all__ = ["BLOB_ROLES", "FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "rebuilt_records", "replay_runs", "replay_streams"]
 
@@ -71,7 +71,7 @@ BLOB_ROLES = ("http.request_body", "http.response_body", "stdout", "scenario", "
 """Prefixes of the roles of the blobs replay reads (body blobs, the agent's stdout, the kept
 scenario, the answer): what to ask `ledger.verify_and_read` to hand over (``keep_roles``)."""
 
-_MANIFEST = (RunStarted, SandboxBuilt, BlobStored)
+_MANIFEST = (RunStarted, SandboxBuilt, BlobStored, WitnessStarted)  # config_from_records' and the blobs'
 """The events replay itself reads (the detector configuration, the blobs it grades)."""
 
 

@@ -86,3 +86,27 @@ def test_nothing_unless_both_witnesses_ran_and_nothing_after_a_gap():
     gapped = both(("strace", 1, sh(51)), ("ebpf", 2, WitnessGap(witness="ebpf", reason="lost", missing="syscalls",
                                                                   since_ns=2 * S)))
     assert list(witness_disagreement(gapped, CONFIG)) == []
+
+
+def test_a_configuration_built_from_the_run_gives_the_same_findings_and_ends_early_with_one_witness():
+    """`config_from_records` reads the run's witness.started: with it, a run where one of the
+    two never started is answered without a walk of its opens; every run gives the findings
+    it gives with a configuration that does not know (read from the records themselves)."""
+    from caisson.detectors import config_from_records
+
+    runs = [
+        both(("strace", 1, sh(51)), ("ebpf", 1, sh(51)), ("strace", 2, opened("/etc/hosts", 51))),
+        both(("strace", 1, sh()), ("ebpf", 1.1, sh()), ("ebpf", 2, opened("/etc/passwd"))),
+        play(("strace", 0, WitnessStarted(witness="strace", detail={})), ("strace", 1, sh(51)),
+             ("ebpf", 1, sh(51))),
+        play(("ebpf", 0, WitnessStarted(witness="ebpf", detail={})), ("proxy", 0, WitnessStarted(witness="proxy",
+                                                                                              detail={}))),
+    ]
+    for records in runs:
+        config = config_from_records(records)
+        assert config.witnesses == tuple(sorted({r.event.witness for r in records
+                                                 if isinstance(r.event, WitnessStarted)}))
+        assert list(witness_disagreement(records, config)) == list(witness_disagreement(records, CONFIG))
+    assert list(witness_disagreement(runs[1], CONFIG))  # the runs above hold findings too
+    # the shortcut trusts the configuration: one that names a single syscall witness is no walk
+    assert list(witness_disagreement(runs[1], DetectorConfig(witnesses=("strace",)))) == []
