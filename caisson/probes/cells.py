@@ -73,6 +73,10 @@ class CellSpec(msgspec.Struct, frozen=True, kw_only=True):
         seed: seeds the strace-like stream.
         live_input_tokens: the input tokens the live ``llm.call`` of each turn records, as a
             parser with a bug would have written them (None: what its bodies give, as live).
+        request_bytes: each request body's size in bytes, at least: a system prompt and tool
+            definitions are added until it is reached, as an agent's request carries them
+            (Claude Code's, in the cell `make demo` records: about 44,000 bytes). 0: the
+            bare question, about 150 bytes.
     """
 
     run_id: str
@@ -87,6 +91,32 @@ class CellSpec(msgspec.Struct, frozen=True, kw_only=True):
     strace_events: int = 200
     seed: int = 7
     live_input_tokens: int | None = None
+    request_bytes: int = 0
+
+
+_TOOL = {"description": "Reads a file of the working tree and returns its lines, numbered. " * 4,
+         "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "offset": {"type": "integer"}},
+                          "required": ["path"]}}
+"""One tool definition of a padded request (`CellSpec.request_bytes`), as the Messages API
+takes them (name, description, input_schema)."""
+
+
+def _request(turn: int, size: int) -> bytes:
+    """A Messages API request body of at least ``size`` bytes (the bare question when it is
+    already that long): tool definitions, then a system prompt, fill the rest."""
+    body: dict = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": False,
+                  "messages": [{"role": "user", "content": f"turn {turn}: where is Context defined?"}]}
+    bare = len(msgspec.json.encode(body))
+    if size <= bare:
+        return msgspec.json.encode(body)
+    tool = len(msgspec.json.encode({"name": "tool_00", **_TOOL})) + 1
+    tools = (size - bare) // 2 // tool  # about half the padding
+    if tools:
+        body["tools"] = [{"name": f"tool_{i:02d}", **_TOOL} for i in range(tools)]
+    filled = len(msgspec.json.encode(body))
+    prompt = "You are a coding agent working in a repository; answer from the files you read. "
+    body["system"] = (prompt * (max(0, size - filled) // len(prompt) + 1))[: max(0, size - filled)]
+    return msgspec.json.encode(body)
 
 
 def _exchange(spec: CellSpec, turn: int, headers: list[tuple[str, str]]
@@ -94,9 +124,7 @@ def _exchange(spec: CellSpec, turn: int, headers: list[tuple[str, str]]
     """One model turn as the proxy keeps it: the Messages API request and response bodies
     (Anthropic's shape: https://docs.anthropic.com/en/api/messages) and the exchange naming
     their blobs, so replay re-derives the same ``llm.call`` from them."""
-    request = msgspec.json.encode({
-        "model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": False,
-        "messages": [{"role": "user", "content": f"turn {turn}: where is Context defined?"}]})
+    request = _request(turn, spec.request_bytes)
     response = msgspec.json.encode({
         "id": f"msg_{spec.seed:08x}{turn:04x}", "type": "message", "role": "assistant",
         "model": "claude-sonnet-4-5", "content": [{"type": "text", "text": f"turn {turn}"}],

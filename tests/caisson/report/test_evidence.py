@@ -53,6 +53,25 @@ def test_the_token_figure_comes_from_the_calls_rebuilt_from_their_bodies_not_the
     assert evidence.replay.rederived.usage == []  # counted in the figure, not carried
 
 
+@pytest.mark.parametrize("size", [0, 300, 44_000])
+def test_padded_request_bodies_reach_their_size_and_replay_to_the_same_calls(tmp_path, size):
+    """`CellSpec.request_bytes` (the report bench's agent-sized requests): each request body
+    kept is at least that long, still the model's request (model, not streamed), and the
+    calls rebuilt from it are the ones the bare request gives."""
+    key = ensure_operator_key()
+    run = write_cell(tmp_path / "padded", CellSpec(run_id="padded", first_party=False, request_bytes=size), key)
+    bodies = [b.read_bytes() for b in (run / "blobs").rglob("*") if b.is_file()]
+    requests = [msgspec.json.decode(b) for b in bodies if b.startswith(b'{"model"')]
+    assert len(requests) == 3
+    assert all(len(msgspec.json.encode(r)) >= size for r in requests)
+    assert all(r["model"] == "claude-sonnet-4-5" and r["stream"] is False for r in requests)
+    assert [bool(size > 1000) == ("tools" in r) and bool(size > 0) == ("system" in r) for r in requests] == [True] * 3
+    evidence = read_cell(run, key.verify_key)
+    assert evidence.replay.status == "clean" and evidence.replay.rederived.llm_calls == 3
+    assert evidence.tokens.figure == TokenFigure(total=3 * (1200 + 150), input=3600, output=450, rank="proxy",
+                                                 source="proxy:llm.call", reports=3)
+
+
 def test_a_ledger_that_does_not_verify_is_void_and_unmeasured(tmp_path):
     key = ensure_operator_key()
     run = write_cell(tmp_path / "bad", CellSpec(run_id="bad"), key)
