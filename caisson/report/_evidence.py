@@ -29,7 +29,7 @@ from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector
 from caisson.replay import BLOB_ROLES, RunReplay, replay_streams
 from caisson.report._inputs import ReportCell
 from caisson.report._tokens import TOKEN_EVENTS, CellTokens, cell_tokens
-from ledger import LedgerError, Record, VerifyKey, VerifyReport, verify_and_read
+from ledger import LedgerError, VerifyKey, verify_and_read
 from ledger.events import SandboxBuilt
 
 __all__ = ["CellEvidence", "read_cell", "read_cells", "report_cell", "share_out"]
@@ -71,31 +71,13 @@ def read_cell(run_dir: Path, trusted: VerifyKey,
     Raises:
         CaissonError: the run keeps a scenario that no longer parses.
     """
-    return _evidence(run_dir, _read(run_dir, trusted, detectors), detectors)
-
-
-_Read = tuple[VerifyReport, list[Record], dict[str, bytes]]
-"""A ledger verified and read: its report, its records, the blob bytes verification kept."""
-
-
-def _read(run_dir: Path, trusted: VerifyKey, detectors: Sequence[tuple[str, Detector]]) -> _Read | CellEvidence:
-    """`read_cell`'s first half: the ledger verified and read, or the evidence of one that
-    cannot be read."""
-    kept: dict[str, bytes] = {}
+    kept: dict[str, bytes] = {}  # the blob bytes verification hashed, for replay to read
     try:
         report, records = verify_and_read(run_dir, trusted, kept_blobs=kept, keep_roles=BLOB_ROLES)
     except LedgerError as exc:
         replay = RunReplay(run_dir=str(run_dir), verified="unreadable", verify_detail=str(exc), status="unverified",
                            detectors=[name for name, _ in detectors])
         return CellEvidence(replay=replay, tokens=CellTokens(null_reason="ledger unreadable"))
-    return report, records, kept
-
-
-def _evidence(run_dir: Path, read: _Read | CellEvidence, detectors: Sequence[tuple[str, Detector]]) -> CellEvidence:
-    """`read_cell`'s second half: the replay and token figure of a ledger `_read` read."""
-    if isinstance(read, CellEvidence):
-        return read
-    report, records, kept = read
     replay, (built, counted) = replay_streams(run_dir, report, records, detectors, _EVIDENCE, verified_blobs=kept)
     if replay.verified != "ok":
         return CellEvidence(replay=replay, tokens=CellTokens(null_reason=f"ledger {replay.verified}"))
@@ -107,11 +89,6 @@ def _evidence(run_dir: Path, read: _Read | CellEvidence, detectors: Sequence[tup
 PARALLEL_FROM = 64
 """Fewer cells than this are read in the calling process: forking workers would cost more."""
 _CHUNK = 16  # cells a worker reads per task at most: small enough to share the cells out evenly
-_BATCH = 4
-"""Cells a worker verifies and reads before it replays them: alternating the two stages
-cell by cell costs each the other's evictions from the CPU's caches (measured: about 3%
-of the reading in one alternated run of the report bench, within its noise in another);
-a few cells' records stay well within them."""
 
 _work: tuple[Sequence[tuple[Path, VerifyKey]], Sequence[tuple[str, Detector]]] | None = None
 """In a worker: the cells to read and the detectors, inherited from the parent at the fork."""
@@ -191,19 +168,11 @@ def _read_chunk(chunk: range) -> bytes:
     assert _work is not None, "read_cells' worker runs in a process forked by read_cells"
     runs, detectors = _work
     out: list[CellEvidence | None] = []
-    for start in range(chunk.start, chunk.stop, _BATCH):
-        batch = range(start, min(start + _BATCH, chunk.stop))
-        read: list[_Read | CellEvidence | None] = []
-        for i in batch:  # a few ledgers read, then replayed: each stage's code stays in the caches
-            try:
-                read.append(_read(runs[i][0], runs[i][1], detectors))
-            except Exception:  # noqa: BLE001 - read again by the parent, which raises it with its own class
-                read.append(None)
-        for i, cell in zip(batch, read):
-            try:
-                out.append(None if cell is None else _evidence(runs[i][0], cell, detectors))
-            except Exception:  # noqa: BLE001 - as above
-                out.append(None)
+    for i in chunk:  # each ledger replayed right after it is read, its records still in the caches
+        try:
+            out.append(read_cell(runs[i][0], runs[i][1], detectors))
+        except Exception:  # noqa: BLE001 - read again by the parent, which raises it with its own class
+            out.append(None)
     return msgspec.msgpack.encode(out)
 
 
