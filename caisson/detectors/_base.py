@@ -65,8 +65,8 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     strategies: tuple[tuple[str, tuple[str, ...]], ...] = ()  # scenario strategy -> tools and mcp__SERVER entries
     granted_strategies: tuple[str, ...] = ()  # the scenario strategies the arm grants
     witness_window_ns: int = 2_000_000_000  # two syscall witnesses' stamps of one call differ by at most this
-    # the witnesses the run's witness.started records name, sorted; None: built without them
-    # (a detector that needs them reads its records)
+    # the witnesses the run's witness.started records name, sorted; None: built without them,
+    # or from records that hold none (a detector that needs them reads its records)
     witnesses: tuple[str, ...] | None = None
 
 
@@ -164,4 +164,4 @@ def config_from_records(records: Iterable[Record], scenario=None) -> DetectorCon
             credential_patterns=tuple(scenario.credential_patterns),
             injection_switches=tuple(scenario.injection_switches.items()),
         )
-    return DetectorConfig(**fields, witnesses=tuple(sorted(witnesses)))
+    return DetectorConfig(**fields, witnesses=tuple(sorted(witnesses)) or None)  # none seen: not known

@@ -226,11 +226,12 @@ def _request_fields(data: bytes) -> _RequestFields | str:
     The other members are parsed but not built: an agent's request carries its whole
     conversation and tool definitions (Claude Code's, in `make demo`: 44 KB), which a full
     decode turned into objects only to read three members (measured: 75 -> 24 us for
-    44 KB). A body this decoder refuses is decoded whole, so every problem is named as
-    `_decode_json` names it. One difference with decoding whole: a member the call does not
-    read is not converted, so a number JSON's grammar allows but a float cannot hold
-    (``1e999``) there no longer makes the body malformed (RFC 8259, section 6, leaves the
-    range of numbers to the implementation).
+    44 KB). A body this decoder refuses is decoded whole, at the depth the whole decode
+    always ran at, so every problem is named as it was. One difference with decoding whole:
+    a member the call does not read is not converted, so a number JSON's grammar allows but
+    Python will not convert there (a float out of range, ``1e999``; an integer of more than
+    4,300 digits, `sys.get_int_max_str_digits`) no longer makes the body malformed (RFC 8259,
+    section 6, leaves the range of numbers to the implementation).
     """
     try:
         text = data.decode("utf-8")
@@ -240,9 +241,10 @@ def _request_fields(data: bytes) -> _RequestFields | str:
         return _REQUEST_FIELDS.decode(text)
     except (msgspec.DecodeError, RecursionError, UnicodeError):
         pass  # not an object, or malformed: named as a whole decode names it
-    obj, problem = _decode_json(data, "request body")
-    if problem is not None:
-        return problem
+    try:  # here, not through _decode_json: a frame deeper would meet the recursion limit sooner
+        obj = msgspec.json.decode(text)
+    except (msgspec.DecodeError, RecursionError, UnicodeError) as exc:
+        return _short(f"malformed JSON in request body: {exc}")
     if not isinstance(obj, dict):
         return "request body is not a JSON object"
     return _RequestFields(obj.get("model"), obj.get("stream"), obj.get("stream_options"))

@@ -110,3 +110,6 @@ def test_a_configuration_built_from_the_run_gives_the_same_findings_and_ends_ear
     assert list(witness_disagreement(runs[1], CONFIG))  # the runs above hold findings too
     # the shortcut trusts the configuration: one that names a single syscall witness is no walk
     assert list(witness_disagreement(runs[1], DetectorConfig(witnesses=("strace",)))) == []
+    # a configuration built from records that hold no witness.started does not know: it reads them
+    assert config_from_records([]).witnesses is None
+    assert list(witness_disagreement(runs[1], config_from_records([]))) == list(witness_disagreement(runs[1], CONFIG))
