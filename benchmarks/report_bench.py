@@ -1,23 +1,25 @@
 """Study report over a synthetic study against verifying and reading the same ledgers.
 
-Usage: python benchmarks/report_bench.py [--cells N] [--events E] [--request-bytes B] [--repeat R]
-                                        [--jobs J] [--html]
+Usage: python benchmarks/report_bench.py [--cells N] [--events E] [--request-bytes B] [--json-responses]
+                                        [--repeat R] [--jobs J] [--html]
 
 Writes N synthetic cell ledgers (`caisson.probes.cells`: 2 agents x 2 arms x questions x
 10 repetitions, E strace-like events each, 2-5 model calls through the proxy with request
-bodies of B bytes, first-party usage, a graded answer) plus one baseline per (arm, agent),
-signed with the operator key of ``$CAISSON_HOME``.
+bodies of B bytes and streamed responses, first-party usage, a graded answer) plus one
+baseline per (arm, agent), signed with the operator key of ``$CAISSON_HOME``.
 
 The default cell is shaped like the agent cells `make demo` records (Claude Code, Copilot
 CLI, opencode and mini-SWE-agent on the scripted model, 2026-12-01): 1,508 to 4,083 records,
 of which 1,211 to 3,854 file opens, with request bodies of 3,600 to 44,000 bytes. It takes
 the fewest records and the largest bodies of the four (1,500 events, 44,000 bytes): the
 per-cell costs of the report weigh most against reading where a cell has few records, and
-its body decoding where the bodies are large. It leaves out the blobs a real cell keeps
-that only verification reads (a packet capture, the seccomp filter, the agent's session
-file: about 160 KB in Claude Code's cell) and the stdout transcript replay parses again
-(7 KB there). ``--events 300 --request-bytes 0`` is the earlier, smaller cell, where the
-fixed per-cell costs weigh five times as much (see README's ``report_ratio``).
+its body decoding where the bodies are large. Its responses are the scripted model's event
+streams, as Claude Code's calls there get (``--json-responses``: one JSON body each). It
+leaves out the blobs a real cell keeps that only verification reads (a packet capture, the
+seccomp filter, the agent's session file: about 160 KB in Claude Code's cell) and the stdout
+transcript replay parses again (7 KB there). ``--events 300 --request-bytes 0
+--json-responses`` is the earlier, smaller cell, where the report's fixed per-cell costs
+weigh most (see README's ``report_ratio``).
 
 Then, in alternated back-to-back pairs:
 
@@ -33,7 +35,7 @@ Like with like: both sides read the ledgers in the same number of processes, ``-
 (default one per core, as ``caisson study report``): with more than one, each side forks
 that many workers, with the parent's heap frozen first (`gc.freeze`, as `read_cells` does:
 without it, the collections of a worker that reads 1,500-record ledgers walk the inherited
-heap too, which cost the baseline about a quarter more CPU), and shares the ledgers out to
+heap too, which about doubled the baseline's time), and shares the ledgers out to
 them in the same chunks (`read_cells`' chunking); with ``--jobs 1`` both read in this
 process, one ledger after the other.
 
@@ -88,7 +90,7 @@ WRONG = "I could not find it."
 RIGHT = "`Context` is defined in src/click/core.py:234."
 
 
-def synthesise(work: Path, cells: int, events: int, key, request_bytes: int = 0
+def synthesise(work: Path, cells: int, events: int, key, request_bytes: int = 0, streamed: bool = False
                ) -> tuple[list[tuple[Path, dict]], list[tuple[Path, dict]]]:
     """Write the study's cell and baseline ledgers; return (run dir, place in the plan) pairs."""
     questions = max(1, cells // (len(AGENTS) * len(ARMS) * REPS))
@@ -96,7 +98,8 @@ def synthesise(work: Path, cells: int, events: int, key, request_bytes: int = 0
     for agent in AGENTS:
         for a, arm in enumerate(ARMS):
             spec = CellSpec(run_id=f"base-{agent}-{arm}", agent=agent, arm=arm, turns=1, tokens_in=900 + 300 * a,
-                            tokens_out=20, answer="", strace_events=events, request_bytes=request_bytes)
+                            tokens_out=20, answer="", strace_events=events, request_bytes=request_bytes,
+                            streamed=streamed)
             bases.append((write_cell(work / "baselines" / spec.run_id, spec, key),
                           dict(arm=arm, agent=agent, model="m1")))
             for q in range(questions):
@@ -106,7 +109,7 @@ def synthesise(work: Path, cells: int, events: int, key, request_bytes: int = 0
                                     turns=2 + (q + r) % 3 + a, tokens_in=1000 + 37 * q, tokens_out=100 + r,
                                     sessions=("s1", "s2") if (q, r) == (0, 0) else ("s1",),
                                     answer=WRONG if wrong else RIGHT, strace_events=events, seed=n,
-                                    request_bytes=request_bytes)
+                                    request_bytes=request_bytes, streamed=streamed)
                     planned.append((write_cell(work / "cells" / spec.run_id, spec, key),
                                     dict(cell_id=spec.run_id, arm=arm, agent=agent, model="m1",
                                          question_id=f"q{q}", question_kind="locate", repetition=r,
@@ -215,6 +218,8 @@ def main() -> int:
     ap.add_argument("--request-bytes", type=int, default=44_000,
                     help="each model request body's size (default 44000: Claude Code's in `make demo`;"
                          " 0: the bare question)")
+    ap.add_argument("--json-responses", action="store_true",
+                    help="answer each call with one JSON body instead of the scripted model's event stream")
     ap.add_argument("--repeat", type=int, default=5, help="alternated pairs (default 5: single pairs vary by 0.1-0.2 on a shared host)")
     ap.add_argument("--jobs", type=int, default=None,
                     help="processes that read the ledgers, on both sides (default: one per core, as"
@@ -226,7 +231,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="caisson-report-bench-"))
     try:
         t0 = time.perf_counter()
-        planned, bases = synthesise(work, args.cells, args.events, key, args.request_bytes)
+        planned, bases = synthesise(work, args.cells, args.events, key, args.request_bytes,
+                                    not args.json_responses)
         print(f"wrote {len(planned)} cells and {len(bases)} baselines in {time.perf_counter() - t0:.1f} s")
         records = baseline(planned, bases, key.verify_key)
         print(f"{records:,} records in all")
@@ -252,7 +258,8 @@ def main() -> int:
               + " (replay includes the detectors)")
         print(f"report_ratio={statistics.median(ratios):.2f} baseline_s={min(base_s):.2f}"
               f" report_s={min(report_s):.2f} cells={len(planned)} cpu_ratio={statistics.median(cpu_ratios):.2f}"
-              f" jobs={jobs} events={args.events} request_bytes={args.request_bytes}")
+              f" jobs={jobs} events={args.events} request_bytes={args.request_bytes}"
+              f" responses={'json' if args.json_responses else 'streamed'}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

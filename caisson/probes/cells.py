@@ -18,6 +18,8 @@ import msgspec
 
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson.chamber.envpin import INJECTION_SWITCHES
+from caisson.model._render import render_turn
+from caisson.model.script import Turn, Usage
 from caisson.probes.synthetic import strace_like
 from collectors.proxy import rederive_llm_call
 from ledger import BlobStore, LedgerWriter, SigningKey
@@ -77,6 +79,9 @@ class CellSpec(msgspec.Struct, frozen=True, kw_only=True):
             definitions are added until it is reached, as an agent's request carries them
             (Claude Code's, in the cell `make demo` records: about 44,000 bytes). 0: the
             bare question, about 150 bytes.
+        streamed: each request asks for a stream, and each response is the scripted model's
+            event stream of the turn (`caisson.model.render_turn`: 8 events, about 900
+            bytes, as Claude Code's calls in `make demo` get); else one JSON body.
     """
 
     run_id: str
@@ -92,6 +97,7 @@ class CellSpec(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 7
     live_input_tokens: int | None = None
     request_bytes: int = 0
+    streamed: bool = False
 
 
 _TOOL = {"description": "Reads a file of the working tree and returns its lines, numbered. " * 4,
@@ -101,10 +107,10 @@ _TOOL = {"description": "Reads a file of the working tree and returns its lines,
 takes them (name, description, input_schema)."""
 
 
-def _request(turn: int, size: int) -> bytes:
+def _request(turn: int, size: int, stream: bool = False) -> bytes:
     """A Messages API request body of at least ``size`` bytes (the bare question when it is
     already that long): tool definitions, then a system prompt, fill the rest."""
-    body: dict = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": False,
+    body: dict = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": stream,
                   "messages": [{"role": "user", "content": f"turn {turn}: where is Context defined?"}]}
     bare = len(msgspec.json.encode(body))
     if size <= bare:
@@ -124,13 +130,21 @@ def _exchange(spec: CellSpec, turn: int, headers: list[tuple[str, str]]
     """One model turn as the proxy keeps it: the Messages API request and response bodies
     (Anthropic's shape: https://docs.anthropic.com/en/api/messages) and the exchange naming
     their blobs, so replay re-derives the same ``llm.call`` from them."""
-    request = _request(turn, spec.request_bytes)
-    response = msgspec.json.encode({
-        "id": f"msg_{spec.seed:08x}{turn:04x}", "type": "message", "role": "assistant",
-        "model": "claude-sonnet-4-5", "content": [{"type": "text", "text": f"turn {turn}"}],
-        "stop_reason": "end_turn", "usage": {"input_tokens": spec.tokens_in, "output_tokens": spec.tokens_out}})
+    request = _request(turn, spec.request_bytes, spec.streamed)
+    content_type = "application/json"
+    if spec.streamed:
+        reply = render_turn("messages", Turn(text=f"turn {turn}", usage=Usage(input=spec.tokens_in,
+                                                                            output=spec.tokens_out)),
+                            model="claude-sonnet-4-5", stream=True, seq=spec.seed * 100 + turn)
+        response = reply.payload()
+        content_type = dict(reply.headers)["content-type"]
+    else:
+        response = msgspec.json.encode({
+            "id": f"msg_{spec.seed:08x}{turn:04x}", "type": "message", "role": "assistant",
+            "model": "claude-sonnet-4-5", "content": [{"type": "text", "text": f"turn {turn}"}],
+            "stop_reason": "end_turn", "usage": {"input_tokens": spec.tokens_in, "output_tokens": spec.tokens_out}})
     exchange = HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
-                            status=200, request_headers=headers, response_headers=[("content-type", "application/json")],
+                            status=200, request_headers=headers, response_headers=[("content-type", content_type)],
                             request_bytes=len(request), response_bytes=len(response),
                             request_body_sha256=hashlib.sha256(request).hexdigest(),
                             response_body_sha256=hashlib.sha256(response).hexdigest())
@@ -183,8 +197,10 @@ def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int 
                 headers.append(("X-Claude-Code-Session-Id", session))
             exchange, bodies = _exchange(spec, turn, headers)
             for data, role in bodies:
+                streamed = spec.streamed and role == "http.response_body"
                 w.append(BlobStored(sha256=blobs.put(data), size_bytes=len(data), role=role,
-                                    media_type="application/json"), source="proxy", **at())
+                                    media_type="text/event-stream" if streamed else "application/json"),
+                         source="proxy", **at())
             call, why = rederive_llm_call(exchange, *bodies)  # the proxy's own assembly, as live
             if call is None:
                 raise ValueError(f"cell {spec.run_id}, turn {turn}: the synthetic exchange gives no llm.call: {why}")

@@ -72,6 +72,20 @@ def test_padded_request_bodies_reach_their_size_and_replay_to_the_same_calls(tmp
                                                  source="proxy:llm.call", reports=3)
 
 
+def test_streamed_responses_give_the_same_calls_and_figures_as_json_ones(tmp_path):
+    """`CellSpec.streamed`: the scripted model's event stream of each turn is kept and rebuilt
+    into the calls a JSON body gives: streamed, the same tokens."""
+    key = ensure_operator_key()
+    run = write_cell(tmp_path / "sse", CellSpec(run_id="sse", first_party=False, streamed=True), key)
+    bodies = [b.read_bytes() for b in (run / "blobs").rglob("*") if b.is_file()]
+    assert sum(b.startswith(b"event: message_start") for b in bodies) == 3
+    evidence = read_cell(run, key.verify_key)
+    assert evidence.replay.status == "clean" and evidence.replay.rederived.llm_calls == 3
+    assert evidence.replay.rederived.changed == [] and evidence.replay.rederived.kept_live == []
+    assert evidence.tokens.figure == TokenFigure(total=3 * (1200 + 150), input=3600, output=450, rank="proxy",
+                                                 source="proxy:llm.call", reports=3)
+
+
 def test_a_ledger_that_does_not_verify_is_void_and_unmeasured(tmp_path):
     key = ensure_operator_key()
     run = write_cell(tmp_path / "bad", CellSpec(run_id="bad"), key)
