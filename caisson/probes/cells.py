@@ -80,8 +80,9 @@ class CellSpec(msgspec.Struct, frozen=True, kw_only=True):
             (Claude Code's, in the cell `make demo` records: about 44,000 bytes). 0: the
             bare question, about 150 bytes.
         streamed: each request asks for a stream, and each response is the scripted model's
-            event stream of the turn (`caisson.model.render_turn`: 8 events, about 900
-            bytes, as Claude Code's calls in `make demo` get); else one JSON body.
+            event stream of the turn (`caisson.model.render_turn`: 9 events, about 1,300
+            bytes; Claude Code's calls in `make demo` get such streams, about 930 bytes each);
+            else one JSON body.
     """
 
     run_id: str
