@@ -121,9 +121,8 @@ def _exclusion(config: DetectorConfig) -> _Exclusion:
     return _Exclusion(config)
 
 
-def _writes(event: FileOpen | FileChange) -> bool:
-    if isinstance(event, FileChange):
-        return True
+def _for_write(event: FileOpen) -> bool:
+    """Whether an open may write its file: opened for writing, or creating or truncating it."""
     return event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags
 
 
@@ -149,6 +148,7 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
             if not event.real_path:
                 path = event.path
                 # most opens: an absolute path placed before, where this open cannot be a finding
+                # (`_for_write` spelt out: a call per open of a system path costs more than the test)
                 if path in quiet or path in quiet_read and not (
                         event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags):
                     continue
@@ -175,8 +175,8 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
                 place = layout.place(raw, cwd)
             if place.quiet:
                 continue
-            if write is None:  # a FileOpen's (inline: most opens of a run are reads of system paths)
-                write = event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags
+            if write is None:  # a FileOpen's
+                write = _for_write(event)
             if place.quiet_write if write else place.quiet_read:
                 continue
             ok = event.result is not None if isinstance(event, FileOpen) else event.result == 0

@@ -190,10 +190,15 @@ def _blob_reader(report: VerifyReport, verified_blobs: Mapping[str, bytes] | Non
     for one whose bytes changed since.
     """
     kept = verified_blobs or {}
+    store: list[BlobStore] = []  # opened at the first blob verification did not keep (rare)
 
     def checked(sha256: str) -> bytes:
         data = kept.get(sha256)
-        return data if data is not None else BlobStore(Path(report.path).parent / BLOBS_DIR).get(sha256)
+        if data is not None:
+            return data
+        if not store:
+            store.append(BlobStore(Path(report.path).parent / BLOBS_DIR))
+        return store[0].get(sha256)
 
     return checked
 

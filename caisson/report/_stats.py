@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 from concurrent.futures import Executor
 from statistics import NormalDist
+from typing import Any
 
 import msgspec
 import numpy as np

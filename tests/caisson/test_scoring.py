@@ -343,7 +343,6 @@ def test_arbitrary_text_never_raises_and_scores_stay_in_range(question, answer, 
         assert s and s == s.strip()
 
 
-
 # the abstention phrases as one alternation each, before `_ABSTAIN` put its word boundary up front
 _ABSTAIN_UNFACTORED = re.compile(
     r"\bthere(?: is|'s| are| was| were)(?: \w+)? no\b|\bthere (?:is|are|was|were)n't\b"
