@@ -1,7 +1,7 @@
 """Study report over a synthetic study against verifying and reading the same ledgers.
 
 Usage: python benchmarks/report_bench.py [--cells N] [--events E] [--request-bytes B] [--json-responses]
-                                        [--repeat R] [--jobs J] [--html]
+                                        [--recorded DIR] [--repeat R] [--jobs J] [--html]
 
 Writes N synthetic cell ledgers (`caisson.probes.cells`: 2 agents x 2 arms x questions x
 10 repetitions, E strace-like events each, 2-5 model calls through the proxy with request
@@ -41,6 +41,11 @@ without it, the collections of a worker that reads 1,500-record ledgers walk the
 heap too, which about doubled the baseline's time), and shares the ledgers out to
 them in the same chunks (`read_cells`' chunking); with ``--jobs 1`` both read in this
 process, one ledger after the other.
+
+``--recorded DIR`` measures the same on ledgers recorded for real (every ledger under DIR,
+for example the ``.demo`` of ``make demo``, signed with the operator key of
+``$CAISSON_HOME``): `read_cells` against verifying and reading, in the same processes, with
+no statistics or rendering (recorded runs have no plan); last line ``recorded_ratio=``.
 
 Last line: ``report_ratio=R`` = median over pairs of report wall time / baseline wall time
 (target <= 1.5), then the best times, then ``cpu_ratio``: the same median over CPU time
@@ -211,6 +216,52 @@ def cpu_s() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
+def alternate(sides, repeat: int) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Run the (name, fn) ``sides`` (baseline, then report) in alternated back-to-back pairs,
+    printing each; returns the wall ratios, CPU ratios, baseline and report wall times."""
+    ratios, cpu_ratios, base_s, report_s = [], [], [], []
+    for i in range(repeat):
+        times, cpu = {}, {}
+        for name, fn in sides[:: 1 if i % 2 == 0 else -1]:
+            gc.collect()
+            t, c = time.perf_counter(), cpu_s()
+            fn()
+            times[name], cpu[name] = time.perf_counter() - t, cpu_s() - c
+        ratios.append(times["report"] / times["baseline"])
+        cpu_ratios.append(cpu["report"] / cpu["baseline"])
+        base_s.append(times["baseline"])
+        report_s.append(times["report"])
+        print(f"pair {i + 1}: verify+read {times['baseline']:.2f} s, report {times['report']:.2f} s"
+              f" (cpu {cpu['baseline']:.2f} s, {cpu['report']:.2f} s; wall ratio {ratios[-1]:.2f},"
+              f" cpu ratio {cpu_ratios[-1]:.2f}; load {os.getloadavg()[0]:.2f})")
+    return ratios, cpu_ratios, base_s, report_s
+
+
+def recorded(root: Path, key, repeat: int, jobs: int) -> int:
+    """``--recorded``: every ledger under ``root`` read as the report reads a cell (`read_cells`)
+    against verifying and reading it, in the same processes; no statistics or rendering (the
+    runs have no plan). Last line: ``recorded_ratio=`` (median over pairs, wall time)."""
+    runs = sorted({ledger.parent for ledger in root.rglob("ledger") if ledger.is_file()})
+    if not runs:
+        print(f"{root}: no ledger under it", file=sys.stderr)
+        return 2
+    for run in runs:
+        report, _ = verify_and_read(run, key.verify_key)
+        if report.status != "ok":
+            print(f"{run}: {report.status} against the operator key of $CAISSON_HOME ({report.reason})",
+                  file=sys.stderr)
+            return 2
+    planned = [(run, {}) for run in runs]
+    sides = (("baseline", lambda: baseline(planned, [], key.verify_key, jobs)),
+             ("report", lambda: read_cells([(run, key.verify_key) for run in runs], jobs=jobs)))
+    print(f"{len(runs)} recorded ledgers, {baseline(planned, [], key.verify_key):,} records in all")
+    ratios, cpu_ratios, base_s, report_s = alternate(sides, repeat)
+    print(f"recorded_ratio={statistics.median(ratios):.2f} baseline_s={min(base_s):.2f}"
+          f" report_s={min(report_s):.2f} ledgers={len(runs)} cpu_ratio={statistics.median(cpu_ratios):.2f}"
+          f" jobs={jobs}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", type=int, default=2000,
@@ -223,6 +274,9 @@ def main() -> int:
                          " 0: the bare question)")
     ap.add_argument("--json-responses", action="store_true",
                     help="answer each call with one JSON body instead of the scripted model's event stream")
+    ap.add_argument("--recorded", type=Path, default=None,
+                    help="instead of a synthetic study: every ledger under this directory (a `make demo`'s"
+                         " .demo), read as the report reads cells against verify+read; no statistics")
     ap.add_argument("--repeat", type=int, default=5, help="alternated pairs (default 5: single pairs vary by 0.1-0.2 on a shared host)")
     ap.add_argument("--jobs", type=int, default=None,
                     help="processes that read the ledgers, on both sides (default: one per core, as"
@@ -231,6 +285,8 @@ def main() -> int:
     args = ap.parse_args()
     jobs = args.jobs or len(os.sched_getaffinity(0))
     key = ensure_operator_key()
+    if args.recorded is not None:
+        return recorded(args.recorded, key, args.repeat, jobs)
     work = Path(tempfile.mkdtemp(prefix="caisson-report-bench-"))
     try:
         t0 = time.perf_counter()
@@ -239,23 +295,9 @@ def main() -> int:
         print(f"wrote {len(planned)} cells and {len(bases)} baselines in {time.perf_counter() - t0:.1f} s")
         records = baseline(planned, bases, key.verify_key)
         print(f"{records:,} records in all")
-        ratios, cpu_ratios, base_s, report_s = [], [], [], []
-        for i in range(args.repeat):
-            times, cpu = {}, {}
-            sides = (("baseline", lambda: baseline(planned, bases, key.verify_key, jobs)),
-                     ("report", lambda: full_report(planned, bases, key.verify_key, args.html, jobs)))
-            for name, fn in sides[:: 1 if i % 2 == 0 else -1]:
-                gc.collect()
-                t, c = time.perf_counter(), cpu_s()
-                fn()
-                times[name], cpu[name] = time.perf_counter() - t, cpu_s() - c
-            ratios.append(times["report"] / times["baseline"])
-            cpu_ratios.append(cpu["report"] / cpu["baseline"])
-            base_s.append(times["baseline"])
-            report_s.append(times["report"])
-            print(f"pair {i + 1}: verify+read {times['baseline']:.2f} s, report {times['report']:.2f} s"
-                  f" (cpu {cpu['baseline']:.2f} s, {cpu['report']:.2f} s; wall ratio {ratios[-1]:.2f},"
-                  f" cpu ratio {cpu_ratios[-1]:.2f}; load {os.getloadavg()[0]:.2f})")
+        sides = (("baseline", lambda: baseline(planned, bases, key.verify_key, jobs)),
+                 ("report", lambda: full_report(planned, bases, key.verify_key, args.html, jobs)))
+        ratios, cpu_ratios, base_s, report_s = alternate(sides, args.repeat)
         spent = breakdown(planned, key.verify_key)
         print("one instrumented pass: " + ", ".join(f"{k} {v:.2f} s" for k, v in spent.items())
               + " (replay includes the detectors)")
