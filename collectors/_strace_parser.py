@@ -31,6 +31,7 @@ from ledger.events import (
     NetSend,
     ProcessExec,
     ProcessExit,
+    ProcessFork,
     ProcessSyscall,
     WitnessRaw,
     WitnessStopped,
@@ -110,10 +111,12 @@ when the witness runs, hands them to it (SECCOMP_RET_TRACE), which fails them wi
 (``-e inject``) so each attempt is in the trace. The audit is in docs/architecture.md."""
 
 AUDITED_SYSCALLS: tuple[str, ...] = (
-    *DENIED_SYSCALLS, "ptrace", "process_vm_readv", "process_vm_writev", "memfd_create",
+    *DENIED_SYSCALLS, "ptrace", "process_vm_readv", "process_vm_writev", "memfd_create", "seccomp",
 )
 """Traced calls that become `ProcessSyscall` (the tracer itself needs ptrace and
-process_vm_readv, so those are seen, not denied)."""
+process_vm_readv, so those are seen, not denied; ``seccomp``: a filter an agent installs
+for itself, allowed unless it asks for a user-notification listener, which the chamber's
+profile refuses before the tracer sees it)."""
 
 STRACE_SYSCALLS: tuple[str, ...] = (*_CORE_SYSCALLS, *AUDITED_SYSCALLS)
 """The syscalls the witness traces, as the kernel spells them."""
@@ -431,20 +434,22 @@ class StraceParser(SyscallParserOutput):
             return {"pid": tgid, "host_pid": other}
         return {"pid": other if other is not None else 0, "host_pid": tgid}
 
-    def _cloned(self, tid: int, args: Iterable[str], child: int) -> None:
+    def _cloned(self, tid: int, args: Iterable[str], child: int) -> set[str]:
+        """Track the child of a clone; returns the clone's flags as strace printed them."""
         parent = self._task(tid)
         m = _FLAGS.search(", ".join(args))
         flags = set(m[1].split("|")) if m else set()
         fs = parent.fs if "CLONE_FS" in flags else _Fs(parent.fs.cwd)
         if "CLONE_THREAD" in flags:
             self._tasks[child] = _Task(parent.tgid, fs)
-            return
+            return flags
         self._tasks[child] = _Task(child, fs)
         ppid = self._ppid.get(parent.tgid) if "CLONE_PARENT" in flags else parent.tgid
         self._ppid[child] = ppid
         self._pids.pop(child, None)  # a reused pid is a new process
         if self._host_pid is not None:  # now, while the child surely lives: it may be gone by its first event
             self._ident(child)
+        return flags
 
     def _exited(self, tid: int, task: _Task, e: Exited) -> None:
         self._flush_unfinished(tid)
@@ -576,9 +581,16 @@ class StraceParser(SyscallParserOutput):
             return ProcessSyscall(**ident, syscall=name, args=list(args), result=res.value, errno=errno,
                                   denied=res.injected)
         if name in _CLONES:
-            if not failed and res.value:
-                self._cloned(tid, args, res.value)
-            return None
+            if failed or not res.value:
+                return None
+            flags = self._cloned(tid, args, res.value)
+            if "CLONE_THREAD" in flags:
+                return None
+            if name == "vfork":
+                flags |= {"CLONE_VM", "CLONE_VFORK"}
+            return ProcessFork(**self._ident(res.value), ppid=self._ident(self._ppid[res.value])["pid"]
+                               if self._ppid.get(res.value) is not None else None,
+                               syscall=name, flags=sorted(f for f in flags if f.startswith("CLONE_")))
         if name == "chdir" and not failed:
             path = self._path(task, args, None, 0)
             task.fs.cwd = path if path.startswith("/") else None

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+import msgspec
 import psutil
 import trio
 
@@ -37,7 +38,7 @@ from ledger.events import HostSample, ProcSample
 
 __all__ = [
     "PSI_RESOURCES", "CpuTimes", "HostPids", "HostReading", "HostSampler", "LoadAvg", "ProcfsParseError",
-    "parse_loadavg", "parse_nspid", "parse_pid_stat_starttime", "parse_pressure",
+    "parse_loadavg", "parse_nspid", "parse_nspids", "parse_pid_stat_starttime", "parse_pressure",
     "parse_proc_stat_cpu", "run_procfs_witness", "sample_tree", "StallClock", "steal_ratio",
 ]
 
@@ -178,22 +179,31 @@ def parse_pid_stat_starttime(text: str) -> int:
     return int(fields[19])
 
 
-def parse_nspid(text: str) -> int | None:
-    """The pid in the innermost pid namespace, from ``/proc/PID/status``.
-
-    Returns:
-        The last number of the ``NSpid:`` line, or None when there is none (Linux < 4.1).
+def parse_nspids(text: str) -> list[int]:
+    """The process's pid in each pid namespace it is in, outermost first (the reader's),
+    from the ``NSpid:`` line of ``/proc/PID/status``; ``[]`` when there is none (Linux < 4.1).
 
     Raises:
-        ProcfsParseError: an ``NSpid:`` line without numbers.
+        ProcfsParseError: an ``NSpid:`` line without numbers, or with a word that is not one.
     """
     for line in text.splitlines():
         if line.startswith("NSpid:"):
             fields = line[6:].split()
-            if not fields or not fields[-1].isdigit():
+            if not fields or not all(f.isdigit() for f in fields):
                 raise ProcfsParseError("bad NSpid line", source="/proc/PID/status", line=line)
-            return int(fields[-1])
-    return None
+            return [int(f) for f in fields]
+    return []
+
+
+def parse_nspid(text: str) -> int | None:
+    """The pid in the innermost pid namespace, from ``/proc/PID/status``: the last number
+    of its ``NSpid:`` line, or None when there is none (Linux < 4.1).
+
+    Raises:
+        ProcfsParseError: as `parse_nspids`.
+    """
+    pids = parse_nspids(text)
+    return pids[-1] if pids else None
 
 
 # --- samplers (file IO, no trio) ---------------------------------------------------------
@@ -362,9 +372,12 @@ def sample_tree(root_host_pid: int, *, failures: list[ProcfsParseError] | None =
         failures: when given, collects the parse errors of skipped processes.
 
     Returns:
-        One `ProcSample` per live process, root first. ``pid`` is the innermost-namespace
-        pid (last ``NSpid`` number; the host pid when the kernel has no ``NSpid``),
-        ``start_time_ns`` is ``/proc/PID/stat`` starttime converted from clock ticks to
+        One `ProcSample` per live process, root first. ``pid`` is the pid in the root's
+        namespace (its ``NSpid`` number at the root's depth, so a process in a nested
+        namespace keeps the name the chamber gives it; the host pid when the kernel has no
+        ``NSpid``),
+        ``ppid`` is the parent's pid in the same namespace (None for the root, whose
+        parent is outside the tree), ``start_time_ns`` is ``/proc/PID/stat`` starttime converted from clock ticks to
         ns since boot (exact integer arithmetic, stable across samples, unlike psutil's
         float epoch ``create_time``), ``cpu_ns`` is user + system CPU time and
         ``rss_bytes`` the resident set size. Processes that vanish or deny access
@@ -376,28 +389,41 @@ def sample_tree(root_host_pid: int, *, failures: list[ProcfsParseError] | None =
     except psutil.Error:
         return []
     samples = []
+    parents: dict[int, int] = {}  # host pid -> host ppid, of the processes sampled
+    level: list[int] = []  # the root's depth of pid namespaces: its pids name the tree's processes
     for proc in processes:
         try:
-            samples.append(_sample_process(proc))
+            sample, parents[proc.pid] = _sample_process(proc, level)
+            samples.append(sample)
         except (psutil.Error, OSError):
             continue  # gone (ENOENT/ESRCH), zombie or not ours
         except ProcfsParseError as exc:
             if failures is not None:
                 failures.append(exc)
-    return samples
+    chamber = {s.host_pid: s.pid for s in samples}  # the root's parent is outside the tree: None
+    return [msgspec.structs.replace(s, ppid=chamber.get(parents[s.host_pid])) for s in samples]
 
 
-def _sample_process(proc: psutil.Process) -> ProcSample:
+def _sample_process(proc: psutil.Process, level: list[int]) -> tuple[ProcSample, int]:
+    """One process's sample (its ``ppid`` not yet known) and its parent's host pid.
+
+    ``level`` holds the depth of the root's pid namespace once the root is sampled (the
+    first call); a process in a namespace nested below it (``unshare -pf``, bubblewrap) is
+    named by its pid at that depth, as the syscall witnesses name it, not its innermost."""
     host_pid = proc.pid
     starttime = parse_pid_stat_starttime(Path(f"/proc/{host_pid}/stat").read_text())
-    nspid = parse_nspid(Path(f"/proc/{host_pid}/status").read_text())
+    nspids = parse_nspids(Path(f"/proc/{host_pid}/status").read_text())
+    if not level:
+        level.append(len(nspids))
+    nspid = nspids[min(level[0], len(nspids)) - 1] if nspids else None
     with proc.oneshot():
         name = proc.name()
         cpu = proc.cpu_times()
         rss = proc.memory_info().rss
+        ppid = proc.ppid()
     return ProcSample(pid=host_pid if nspid is None else nspid, host_pid=host_pid,
                       start_time_ns=starttime * 1_000_000_000 // _CLK_TCK, name=name,
-                      cpu_ns=round((cpu.user + cpu.system) * 1e9), rss_bytes=rss)
+                      cpu_ns=round((cpu.user + cpu.system) * 1e9), rss_bytes=rss), ppid
 
 
 # --- the trio task -----------------------------------------------------------------------

@@ -52,6 +52,7 @@ __all__ = [
     "AgentConfigFound",
     "BlobStored",
     "ProcessExec",
+    "ProcessFork",
     "ProcessExit",
     "FileOpen",
     "FileChange",
@@ -95,7 +96,7 @@ __all__ = [
     "BackfillRecorded",
 ]
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -112,7 +113,8 @@ sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete`
 and ``backfill.recorded`` (a judge run or backfill segment announced in a study ledger
 segment of its own, once closed; study directories written before have none, and
 `caisson verify` says it cannot tell whether one of their judges or backfill segments was
-removed); 13: ``host.sample.stall_ns`` (the procfs witness's stall clock)."""
+removed); 13: ``host.sample.stall_ns`` (the procfs witness's stall clock); 14: ``process.fork``
+and ``proc.sample.ppid`` (the syscall witness's processes against procfs's)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -279,6 +281,18 @@ class ProcessExec(_Event, tag="process.exec", frozen=True, kw_only=True):
     errno: str | None = None  # e.g. "ENOENT"
 
 
+class ProcessFork(_Event, tag="process.fork", frozen=True, kw_only=True):
+    """A new process (not a thread): a clone, clone3, fork or vfork that returned its pid
+    to the parent (schema 14). With ``proc.sample`` it tells whether the syscall witness
+    saw every process procfs saw (``witness.unseen_process``)."""
+
+    pid: int  # the child's pid in the chamber's namespace
+    host_pid: int | None = None  # the child's pid on the host
+    ppid: int | None = None  # the parent's pid in the chamber's namespace
+    syscall: str = ""  # clone | clone3 | fork | vfork; "" when the witness does not say
+    flags: list[str] = []  # the CLONE_* flags as the kernel spells them (e.g. "CLONE_UNTRACED")
+
+
 class ProcessExit(_Event, tag="process.exit", frozen=True, kw_only=True):
     """A process ended: ``+++ exited with N +++`` or ``+++ killed by SIG +++``."""
 
@@ -361,6 +375,7 @@ class ProcSample(_Event, tag="proc.sample", frozen=True, kw_only=True):
     pid: int
     host_pid: int | None = None
     start_time_ns: int = 0  # process start, ns since boot; with pid, a unique key
+    ppid: int | None = None  # the parent's pid in the chamber's namespace (None before schema 14)
     name: str = ""
     cpu_ns: int = 0  # user + system CPU time, ns
     rss_bytes: int = 0
@@ -826,6 +841,7 @@ Event = Union[
     Note,
     ChamberReaped,
     ProcessExec,
+    ProcessFork,
     ProcessExit,
     FileOpen,
     FileChange,

@@ -31,6 +31,7 @@ from caisson.detectors.containment import (
     outside_tree,
 )
 from caisson.detectors.crosscheck import WITNESS_DISAGREEMENT, witness_disagreement
+from caisson.detectors.processes import EVASION, UNSEEN_PROCESS, evasion, unseen_process
 from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
 from caisson.detectors.agents import ISOLATION, TOKENS, TOOL_ESCAPE, isolation, tokens_cross_check, tool_escape
@@ -73,6 +74,8 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (HOST_STALLED, host_stalled),
     (WITNESS_GAP, witness_gap),
     (WITNESS_DISAGREEMENT, witness_disagreement),
+    (UNSEEN_PROCESS, unseen_process),
+    (EVASION, evasion),
     (INFRA_FAILURE, infra_failure),
     (DENIED_EGRESS, denied_egress),
     (BYPASS_ATTEMPT, bypass_attempt),

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from caisson.chamber import BASE_PROFILE, seccomp_profile
+from caisson.chamber._seccomp import _BASE_FILE as BASE_FILE, CLONE_UNTRACED
 from collectors.strace import DENIED_SYSCALLS
 
 
@@ -27,7 +28,24 @@ def test_each_denied_call_has_one_rule_refusing_it(action, seccomp_action):
         assert [(r["action"], r["errnoRet"]) for r in rules[name]] == [(seccomp_action, 1)], name
     assert profile.sha256 == hashlib.sha256(profile.json.encode()).hexdigest()
     assert profile.manifest() == {"sha256": profile.sha256, "base": BASE_PROFILE,
-                                  "denied": sorted(DENIED_SYSCALLS), "action": action}
+                                  "denied": sorted(DENIED_SYSCALLS), "action": action,
+                                  "refused_by_args": ["seccomp: SECCOMP_FILTER_FLAG_NEW_LISTENER",
+                                                      "clone: CLONE_UNTRACED"]}
+
+
+@pytest.mark.parametrize("action", ["trace", "errno"])
+def test_a_listener_and_an_untraced_clone_are_refused_by_their_arguments(action):
+    """Only an agent fighting its witnesses needs them (issue 28, item 1): a seccomp call asking
+    for a user-notification listener, a clone with CLONE_UNTRACED, fall to the base's default
+    (EPERM); filters without a listener and plain clones stay allowed."""
+    rules = _rules(seccomp_profile(DENIED_SYSCALLS, action=action).json)
+    assert rules["seccomp"] == [{"names": ["seccomp"], "action": "SCMP_ACT_ALLOW", "comment": rules["seccomp"][0][
+        "comment"], "args": [{"index": 1, "value": 8, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]}]
+    masks = [a["value"] for r in rules["clone"] if r["action"] == "SCMP_ACT_ALLOW" and "args" in r
+             for a in r["args"]]
+    assert masks and all(m & CLONE_UNTRACED and m & 0x10000000 for m in masks)  # CLONE_NEWUSER still in
+    base = _rules(json.dumps({"syscalls": json.loads(BASE_FILE.read_text())["syscalls"]}))
+    assert all(not (a["value"] & CLONE_UNTRACED) for r in base["clone"] for a in r.get("args", ()))
 
 
 def test_the_base_is_the_engines_default_and_io_uring_is_refused_by_it_too():

@@ -230,7 +230,9 @@ def test_sample_tree_real_processes(tree):
         assert s.cpu_ns >= 150_000_000  # burned 0.2 s of CPU
         assert s.rss_bytes >= 32 * 1024 * 1024
         assert s.pid == pid  # no pid namespace between the test and the tree
+        assert s.ppid == root  # the parent, as the tree's namespace names it
         assert s.start_time_ns > 0
+    assert by_host_pid[root].ppid is None  # its parent (pytest) is outside the tree
     again = {s.host_pid: s for s in sample_tree(root)}
     # (pid, start_time_ns) is the stable key; CPU time only grows.
     assert {(s.pid, s.start_time_ns) for s in samples} == {(s.pid, s.start_time_ns) for s in again.values()}
@@ -273,6 +275,27 @@ def test_host_pids_are_exact_in_the_chamber_namespace_and_never_stale(tmp_path):
     _proc(tmp_path, 300, "4026532001", 3)
     assert host_pids(3) == 300
     assert HostPids(999, proc_root=tmp_path)(1) is None  # no such init
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="unshare -p needs root")
+def test_a_process_in_a_nested_pid_namespace_is_named_at_the_roots_depth(tmp_path):
+    """bubblewrap and ``unshare -pf`` nest a pid namespace below the chamber's: the syscall
+    witnesses name its processes as the chamber sees them (strace --pidns-translation), and
+    procfs must name them alike, never by their innermost pid (1 in a new namespace)."""
+    ready = tmp_path / "ready"
+    root = subprocess.Popen(["unshare", "-pf", "sh", "-c", f"sleep 30 & touch {ready}; wait"])
+    try:
+        deadline = time.monotonic() + 10
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        samples = sample_tree(root.pid)
+        inner = [s for s in samples if s.name == "sleep"]
+        assert len(inner) == 1 and inner[0].pid == inner[0].host_pid  # the test's namespace: host pids
+        shell = next(s for s in samples if s.name == "sh")
+        assert shell.pid == shell.host_pid != 1 and inner[0].ppid == shell.pid
+    finally:
+        root.kill()
+        root.wait()
 
 
 def test_sample_tree_vanished_root_and_vanishing_child(tree):

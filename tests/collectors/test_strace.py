@@ -31,7 +31,7 @@ from collectors.strace import (
 )
 from ledger import fingerprint_secret
 from ledger.events import (
-    FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessSyscall, WitnessRaw,
+    FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessFork, ProcessSyscall, WitnessRaw,
 )
 
 GOLDEN = Path(__file__).with_suffix("")
@@ -433,8 +433,26 @@ def test_a_child_is_mapped_when_its_clone_returns_not_when_it_is_gone():
     parser.feed(f"10 {T} clone(child_stack=NULL, flags=CLONE_CHILD_SETTID|SIGCHLD) = 11\n"
                 f"11 {T} +++ exited with 0 +++\n".encode())
     parser.close()
+    assert parser.next_event().event == ProcessFork(pid=11, host_pid=4011, ppid=10, syscall="clone",
+                                                    flags=["CLONE_CHILD_SETTID"])
     assert parser.next_event().event == ProcessExit(pid=11, host_pid=4011, code=0)
     assert (parser.root_pid, parser.root_exited) == (10, False)
+
+
+def test_a_new_process_is_a_fork_event_with_its_flags_and_a_thread_is_none():
+    """Every process the trace saw born is an event (witness.unseen_process reads them against
+    procfs), with the clone's flags as strace printed them (CLONE_UNTRACED among them, when a
+    chamber's profile let it through); a thread is no process, and a failed clone made none."""
+    parser = StraceParser()
+    parser.feed(f"10 {T} clone(child_stack=NULL, flags=CLONE_UNTRACED|SIGCHLD) = 11\n"
+                f"10 {T} clone3({{flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM,"
+                f" exit_signal=0, stack=0x7f, stack_size=0x7fff00}}, 88) = 12\n"
+                f"10 {T} clone(child_stack=NULL, flags=CLONE_NEWUSER|SIGCHLD) = -1 EPERM (Operation not permitted)\n"
+                f"10 {T} fork() = 13\n".encode())
+    parser.close()
+    forks = [s.event for s in iter(parser.next_event, NEED_DATA) if isinstance(s.event, ProcessFork)]
+    assert forks == [ProcessFork(pid=11, host_pid=11, ppid=10, syscall="clone", flags=["CLONE_UNTRACED"]),
+                     ProcessFork(pid=13, host_pid=13, ppid=10, syscall="fork")]
 
 
 def test_named_pids_finds_line_pids_and_clone_children_whole_or_cut():
@@ -475,6 +493,7 @@ def test_env_golden_is_recorded_redacted_with_host_pids():
         ProcessExec(pid=17972, host_pid=90072, path="/bin/sh", cwd=ROOT_CWD, result=0, env=base, argv=[
             "/bin/sh", "-c", f"PROXY_URL=http://user:{fingerprint_secret('pw', KEY)}@proxy.example/ /bin/true;"
             " exec /bin/echo done"]),
+        ProcessFork(pid=17973, host_pid=90073, ppid=17972, syscall="vfork", flags=["CLONE_VFORK", "CLONE_VM"]),
         ProcessExec(pid=17973, host_pid=90073, ppid=17972, path="/bin/true", argv=["/bin/true"], cwd=ROOT_CWD,
                     result=0, env={**base, "PROXY_URL": fp["http://user:pw@proxy.example/"], "PWD": ROOT_CWD}),
         ProcessExit(pid=17973, host_pid=90073, code=0),

@@ -18,7 +18,7 @@ from ledger import Record
 from ledger.events import (
     AgentConfigFound, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
     FileChange, FileOpen, HostSample, HttpExchange, LlmCall, LlmUsage, NetConnect, NetFlow, NetSend, Note,
-    ProcessExec, ProcessExit, ProcessSyscall, RunEnded, RunStarted, SandboxBuilt, WitnessGap, WitnessStarted,
+    ProcessExec, ProcessExit, ProcessFork, ProcessSyscall, ProcSample, RunEnded, RunStarted, SandboxBuilt, WitnessGap, WitnessStarted,
     WitnessStopped,
 )
 
@@ -111,6 +111,13 @@ POOL = [
                          incomplete="no terminal event")),
     ("recorder", RunEnded(exit_code=0, duration_ns=200 * 10**9)),
     ("recorder", RunEnded(exit_code=1, status="interrupted", reason="Ctrl-C")),
+    # the syscall witness against procfs, and the moves that blind strace
+    ("procfs", WitnessStarted(witness="procfs")),
+    ("procfs", ProcSample(pid=39, host_pid=939, ppid=1, start_time_ns=1, name="strace")),
+    ("procfs", ProcSample(pid=40, host_pid=940, ppid=1, start_time_ns=2, name="cat")),
+    ("strace", ProcessFork(pid=7, host_pid=907, ppid=1, syscall="clone", flags=["CLONE_UNTRACED"])),
+    ("strace", ProcessSyscall(pid=1, syscall="seccomp", args=["SECCOMP_SET_MODE_FILTER",
+                                                               "SECCOMP_FILTER_FLAG_NEW_LISTENER", "{}"], result=4)),
 ]
 
 
