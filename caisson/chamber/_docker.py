@@ -364,7 +364,11 @@ class Engine:
 
         Raises:
             ChamberError: the container could not be created (image missing, bad spec)
-                or started (e.g. executable not found).
+                or the engine could not start it (e.g. its executable not found). Under
+                the chamber's own deadline (``self_deadline_s``) the engine starts
+                ``timeout``, and a command ``timeout`` cannot execute is a result like any
+                other (exit 126 or 127): whether the command started is the witnesses'
+                to say, never the output's, which the command controls.
             trio.Cancelled: the caller was cancelled; the container was killed and
                 removed first.
         """
@@ -399,9 +403,6 @@ class Engine:
             note = f"container {container.id[:12]} not removed ({removal_error})"
             error = f"{result.error}; {note}" if result.error else note
             result = msgspec.structs.replace(result, error=error)
-        failed = _wrapped_exec_failure(spec, result)
-        if failed is not None:
-            raise ChamberError(f"container of {spec.image} failed to start: {failed}")
         return result
 
     async def _supervise(
@@ -492,22 +493,6 @@ class Engine:
             if exc.status != 404:
                 return str(exc)
         return None
-
-
-def _wrapped_exec_failure(spec: ContainerSpec, result: ContainerResult) -> str | None:
-    """Why the command under the chamber's own deadline could not be executed, or None.
-
-    The engine reports a command it cannot execute as a start failure; under `timeout`
-    it is `timeout` that fails to exec it: exit 126 (not executable) or 127 (not found)
-    with one line on stderr, `timeout: failed to run command 'X': <strerror>` (GNU
-    coreutils; busybox says `timeout: can't execute 'X': <strerror>`), and no other output.
-    """
-    if spec.self_deadline_s is None or result.exit_code not in (126, 127) or result.stdout:
-        return None
-    err = result.stderr.rstrip(b"\n")
-    if b"\n" in err or not err.startswith((b"timeout: failed to run command", b"timeout: can't execute")):
-        return None
-    return err.decode(errors="replace").removeprefix("timeout: ")
 
 
 def _may_be_truncated(stdout: bytes, stderr: bytes) -> bool:

@@ -41,8 +41,8 @@ from pathlib import Path
 
 import msgspec
 
-from caisson.detectors import VOID, Finding
-from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, should_abort_study
+from caisson.detectors import VOID, Finding, config_from_records
+from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, infra_failure, should_abort_study
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
@@ -348,7 +348,7 @@ class _Runner:
         outcome, error, _ = self._record(combo, session)
         if self.interrupted:  # Ctrl-C: a cut probe is no verdict; resume probes again
             raise _Stop(f"gating probe {rel}: interrupted")
-        if outcome is not None and outcome.exit_code == 125:  # the agent never ran: no verdict, not a refusal
+        if outcome is not None and outcome.status == "infra_failure":  # never ran: no verdict, not a refusal
             raise _Stop(f"gating probe {rel}: infra failure: {outcome.reason or 'the chamber or agent did not start'}")
         key = self._run_key(session.run_dir) if (session.run_dir / "ledger").exists() else None
         state = sealed_state(session.run_dir, key) if key is not None else None
@@ -356,6 +356,9 @@ class _Runner:
             raise _Stop(f"gating probe {rel}: " + (error or "the probe ledger did not verify closed"
                                                    f" ({state.status if state else 'absent'})"))
         records = list(read_records(session.run_dir, key))
+        failed = next(iter(infra_failure(records, config_from_records(records))), None)
+        if failed is not None:  # the witnesses say the agent never ran: no verdict either way
+            raise _Stop(f"gating probe {rel}: infra failure: {failed.message}")
         verdict = judge_gating(records, agent=combo.agent, version=spec.version, claimed=spec.gating, tool=tool)
         return {**fields, **_verdict_fields(verdict), "gating_run_id": state.run_id,
                 "gating_ledger_records": state.records, "gating_ledger_head": state.head}

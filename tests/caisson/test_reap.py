@@ -72,26 +72,6 @@ def test_self_deadline_wraps_the_command_in_timeout() -> None:
     assert _create_config(ContainerSpec(image="i", cmd=["x"]), "r")["Cmd"] == ["x"]
 
 
-@pytest.mark.parametrize("code, stdout, stderr, failed", [
-    (127, b"", b"timeout: failed to run command '/no/agent': No such file or directory\n",
-     "failed to run command '/no/agent': No such file or directory"),
-    (126, b"", b"timeout: failed to run command './a': Permission denied\n",
-     "failed to run command './a': Permission denied"),
-    (127, b"", b"timeout: can't execute 'x': No such file or directory\n", "can't execute 'x': No such file or directory"),
-    (127, b"", b"sh: 1: nope: not found\n", None),  # the command ran, and its shell did not find one
-    (127, b"out\n", b"timeout: failed to run command 'x': No such file or directory\n", None),
-    (127, b"", b"timeout: failed to run command 'x': No such file or directory\nmore\n", None),
-    (0, b"", b"", None),
-])
-def test_a_command_timeout_cannot_exec_is_a_start_failure(code, stdout, stderr, failed) -> None:
-    from caisson.chamber._docker import ContainerResult, _wrapped_exec_failure
-
-    result = ContainerResult(run_id="r", container_id="c", exit_code=code, signal=None, oom_killed=False,
-                             timed_out=False, stdout=stdout, stderr=stderr, started_ns=0, ended_ns=1)
-    assert _wrapped_exec_failure(ContainerSpec(image="i", cmd=["x"], self_deadline_s=5), result) == failed
-    assert _wrapped_exec_failure(ContainerSpec(image="i", cmd=["x"]), result) is None  # not wrapped: not ours
-
-
 def test_the_chamber_kills_itself_with_no_caller_deadline(chamber_image) -> None:
     spec = ContainerSpec(image=chamber_image, cmd=["sleep", "120"], self_deadline_s=2)
 
