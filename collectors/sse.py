@@ -19,6 +19,15 @@ The spec decodes with U+FFFD replacement; so does this parser, but it also count
 lines that were not valid UTF-8 (`SseParser.invalid_utf8_lines`) so a witness can
 say the stream was damaged instead of silently repairing it.
 
+With ``stray_json=True`` (off by default) the parser also keeps what the spec ignores when
+it is JSON written outside the framing: from a line that is not a field of the spec and
+starts with ``{`` or ``[`` (after blanks), the non-blank lines up to the one that closes
+its brackets are dispatched as one event with ``framed=False``. Google's APIs end an SSE
+stream that way with a pretty-printed ``{"error": ...}`` object, one line at a time
+(google-genai 3.6.1 ``_api_client.py``: "When API returns an error message, it comes line
+by line"). A field line (``data:``, ``event:``, ``id:``, ``retry:``) or a comment before the
+brackets close ends that value early; it is dispatched as it is (not valid JSON).
+
 Usage::
 
     parser = SseParser()
@@ -44,6 +53,9 @@ NEED_DATA: Final = object()
 `SseParser.close`, none ever will be)."""
 
 _BOM: Final = b"\xef\xbb\xbf"
+_FIELDS: Final = frozenset({"event", "data", "id", "retry"})
+STRAY_MAX_CHARS: Final = 1 << 16
+"""Characters of stray JSON buffered at most; past it the value is dispatched as it is."""
 
 
 class ParserClosedError(CaissonError):
@@ -58,19 +70,23 @@ class SseEvent(msgspec.Struct, frozen=True, kw_only=True):
     id: str = ""  # the last event ID as of this event (persists across events)
     retry: int | None = None  # latest ``retry`` value seen so far, milliseconds
     index: int = 0  # 0-based ordinal of this event among those dispatched
+    framed: bool = True  # False: not an SSE event but JSON found outside the framing (``stray_json``)
 
 
 class SseParser:
     """Incremental event-stream parser: `feed` bytes, then `next_event` until NEED_DATA.
 
+    Args:
+        stray_json: also dispatch JSON written outside the framing (module docstring).
+
     Attributes:
         invalid_utf8_lines: lines that were not valid UTF-8 (decoded with U+FFFD).
         lines: complete lines processed, including empty and comment lines.
-        events: events dispatched so far.
+        events: events dispatched so far (stray JSON values included).
         bytes_fed: total bytes given to `feed`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, stray_json: bool = False) -> None:
         self._buf = bytearray()
         self._scan = 0  # bytes of _buf already searched for a line end
         self._bom_checked = False
@@ -83,6 +99,10 @@ class SseParser:
         self._pending_fields = False  # a field line was seen since the last blank line
         self._last_id = ""
         self._retry: int | None = None
+        self._stray_json = stray_json
+        self._stray: list[str] = []  # lines of a JSON value outside the framing, not yet closed
+        self._stray_chars = 0
+        self._stray_depth = 0  # brackets open in those lines
         self.invalid_utf8_lines = 0
         self.lines = 0
         self.events = 0
@@ -123,15 +143,17 @@ class SseParser:
         """Mark the end of the stream; events already dispatched stay available.
 
         Returns:
-            True when the stream ended mid-event (a cut stream): an unterminated line, or
-            field lines not yet followed by the blank line that dispatches them. Per the
-            spec that incomplete event is discarded.
+            True when the stream ended mid-event (a cut stream): an unterminated line,
+            field lines not yet followed by the blank line that dispatches them, or stray
+            JSON whose brackets never closed. Per the spec that incomplete event is
+            discarded.
         """
         if self._closed:
             return self._cut
         self._closed = True
-        self._cut = len(self._buf) > 0 or self._pending_fields
+        self._cut = len(self._buf) > 0 or self._pending_fields or bool(self._stray)
         self._buf.clear()
+        self._stray = []
         self._data = []
         self._event_type = ""
         return self._cut
@@ -181,6 +203,8 @@ class SseParser:
         except UnicodeDecodeError:
             self.invalid_utf8_lines += 1
             line = raw.decode("utf-8", errors="replace")
+        if self._stray_json and self._strayed(line):
+            return
         if not line:
             self._dispatch()
             return
@@ -200,6 +224,29 @@ class SseParser:
         elif name == "retry" and value.isascii() and value.isdigit():
             self._retry = int(value)
 
+    def _strayed(self, line: str) -> bool:
+        """Take ``line`` as part of a JSON value outside the framing; False: it is SSE's."""
+        if not self._stray:
+            if not line.lstrip(" \t").startswith(("{", "[")):
+                return False
+        elif line.startswith(":") or line.partition(":")[0] in _FIELDS:
+            self._stray_event()  # the framing resumed before the value closed
+            return False
+        elif not line.strip(" \t"):
+            return True  # Google separates the value's lines by blank lines
+        self._stray.append(line)
+        self._stray_chars += len(line)
+        self._stray_depth += _bracket_change(line)
+        if self._stray_depth <= 0 or self._stray_chars > STRAY_MAX_CHARS:
+            self._stray_event()
+        return True
+
+    def _stray_event(self) -> None:
+        self._queue.append(SseEvent(data="\n".join(self._stray), id=self._last_id, retry=self._retry,
+                                    index=self.events, framed=False))
+        self.events += 1
+        self._stray, self._stray_chars, self._stray_depth = [], 0, 0
+
     def _dispatch(self) -> None:
         self._pending_fields = False
         if not self._data:
@@ -216,3 +263,25 @@ class SseParser:
         self._queue.append(event)
         self._data = []
         self._event_type = ""
+
+
+def _bracket_change(line: str) -> int:
+    """Brackets ``line`` opens minus those it closes, outside JSON strings (a JSON string
+    never spans lines)."""
+    depth = 0
+    in_string = escaped = False
+    for char in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+    return depth

@@ -114,7 +114,9 @@ and ``backfill.recorded`` (a judge run or backfill segment announced in a study 
 segment of its own, once closed; study directories written before have none, and
 `caisson verify` says it cannot tell whether one of their judges or backfill segments was
 removed); 13: ``host.sample.stall_ns`` (the procfs witness's stall clock); 14: ``process.fork``
-and ``proc.sample.ppid`` (the syscall witness's processes against procfs's)."""
+and ``proc.sample.ppid`` (the syscall witness's processes against procfs's); the Gemini API:
+providers ``gemini`` (Google AI Studio) and ``code_assist`` (gemini-cli's Code Assist back
+end), endpoints ``generateContent`` and ``streamGenerateContent`` (on ``vertex`` too)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -133,15 +135,17 @@ ToolOutcome = Literal["executed", "refused", "errored", "unknown"]
 ToolSurface = Literal["init", "request"]
 """Where an agent's tool list comes from: what it reports (``init``), what it sends the model (``request``)."""
 
-Provider = Literal["anthropic", "openai", "vertex", "azure", "bedrock"]
+Provider = Literal["anthropic", "openai", "vertex", "azure", "bedrock", "gemini", "code_assist"]
 """The LLM API a model call went to (``llm.call.provider``): Anthropic, OpenAI, Google
-Vertex AI (Anthropic models), Azure OpenAI, AWS Bedrock (schema 7 added the last three)."""
+Vertex AI (Anthropic and Gemini models), Azure OpenAI, AWS Bedrock (schema 7 added these
+three), the Gemini API of Google AI Studio and Google's Code Assist (schema 14)."""
 
 LlmEndpoint = Literal["messages", "chat.completions", "responses", "rawPredict", "streamRawPredict", "invoke",
-                      "invoke-with-response-stream"]
+                      "invoke-with-response-stream", "generateContent", "streamGenerateContent"]
 """The API endpoint of a model call: Anthropic Messages, OpenAI Chat Completions or
 Responses; Vertex AI's ``rawPredict`` / ``streamRawPredict`` and Bedrock's ``invoke`` /
-``invoke-with-response-stream`` (Anthropic Messages bodies; schema 7)."""
+``invoke-with-response-stream`` (Anthropic Messages bodies; schema 7); the Gemini API's
+``generateContent`` / ``streamGenerateContent`` (schema 14)."""
 
 Gating = Literal["enforced", "not_enforced", "ungated"]
 """An agent's gating capability (``run.started.agent["gating"]``): its flags restrict tools
@@ -486,7 +490,8 @@ class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     label_mismatch: str | None = None  # the body's content-encoding failed; its raw bytes were read as sent
     server_tools: dict[str, int] = {}  # provider-side tool executions by name (e.g. "web_search": 2), from the
     # response: Anthropic server_tool_use blocks and usage.server_tool_use.*_requests, OpenAI Responses *_call
-    # output items; the chamber never sees these run (schema 7)
+    # output items, Gemini's search queries, fetched URLs and executed code; the chamber never sees these run
+    # (schema 7)
 
 
 class DnsQuery(_Event, tag="dns.query", frozen=True, kw_only=True):

@@ -21,7 +21,7 @@ STRATEGIES = {
     "shell": ("Bash", "BashOutput", "KillShell", "shell", "exec_command", "local_shell", "container.exec"),
     "read": ("Read", "Glob", "Grep", "LS", "read_file", "list_dir", "grep_files"),
     "write": ("Write", "Edit", "MultiEdit", "NotebookEdit", "apply_patch", "write_file"),
-    "web": ("WebFetch", "WebSearch", "web_search", "web_fetch", "fetch"),
+    "web": ("WebFetch", "WebSearch", "web_search", "web_fetch", "fetch", "google_search", "url_context"),
     "delegate": ("Task", "SlashCommand"),
 }
 """What each tool lets an agent do. A violation is scoped to the strategy it breaks: a

@@ -10,7 +10,9 @@ Message", "Streaming Messages": ``message_start``, ``content_block_*``, ``ping``
 completion`` / ``chat.completion.chunk`` objects, ``data: [DONE]``, usage in a final
 chunk with ``choices: []`` only when ``stream_options.include_usage`` is set) and OpenAI
 Responses (``response.*`` stream events; terminal ``response.completed``,
-``response.incomplete``, ``response.failed``; ``error``).
+``response.incomplete``, ``response.failed``; ``error``), and the Gemini API's
+``generateContent`` / ``streamGenerateContent`` (``GenerateContentResponse`` objects, streamed
+as SSE with ``alt=sse`` or as one JSON array without it; google-genai 3.6.1).
 
 Usage is never invented: a cut stream, malformed JSON, invalid UTF-8, an error status or
 a stream without usage gives ``usage=None`` with ``usage_missing_reason`` saying why.
@@ -31,7 +33,8 @@ from urllib.parse import unquote, urlsplit
 import msgspec
 
 from collectors.llm._eventstream import EventStreamDecoder, EventStreamError, EventStreamMessage
-from collectors.llm._streams import STREAMS, StreamState, error_detail
+from collectors.llm._jsonarray import JsonArrayEvents
+from collectors.llm._streams import PROVIDER_STREAMS, STREAMS, StreamState, error_detail
 from collectors.llm._usage import normalize_usage
 from collectors.sse import NEED_DATA, ParserClosedError, SseEvent, SseParser
 from ledger.events import LlmCall
@@ -43,7 +46,9 @@ __all__ = [
     "OPENAI",
     "ENDPOINTS",
     "LlmCallBuilder",
+    "STREAMING",
     "classify",
+    "non_generating",
 ]
 
 ANTHROPIC: Final = "anthropic"
@@ -60,13 +65,21 @@ SHAPES: Final[dict[str, str]] = {
     "messages": "messages", "chat.completions": "chat.completions", "responses": "responses",
     "rawPredict": "messages", "streamRawPredict": "messages",
     "invoke": "messages", "invoke-with-response-stream": "messages",
+    "generateContent": "generate_content", "streamGenerateContent": "generate_content",
 }
 """Endpoint -> the API shape of its bodies. Vertex AI's Anthropic endpoints take and return
 Messages bodies ("Use Claude models on Vertex AI",
 https://cloud.google.com/vertex-ai/generative-ai/docs/partner-models/use-claude); Bedrock's
 ``invoke`` does for Anthropic models ("Anthropic Claude Messages API",
 https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages.html),
-its stream wrapped in AWS event-stream framing (`collectors.llm.EventStreamDecoder`)."""
+its stream wrapped in AWS event-stream framing (`collectors.llm.EventStreamDecoder`). The
+Gemini API's methods take ``GenerateContentRequest`` and return ``GenerateContentResponse``
+bodies on Google AI Studio and Vertex AI alike (wrapped in ``{"response": ...}`` by Code
+Assist, `collectors.llm._streams.CodeAssistGenerateContent`)."""
+
+STREAMING: Final = frozenset({"streamRawPredict", "invoke-with-response-stream", "streamGenerateContent"})
+"""Endpoints that stream by their name: their request bodies need not say ``stream``
+(Bedrock's and Gemini's have no such member)."""
 
 _VERTEX = re.compile(r"/publishers/anthropic/models/(?P<model>[^/:]+):(?P<ep>rawPredict|streamRawPredict)$")
 """Vertex AI: ``/v1/projects/P/locations/L/publishers/anthropic/models/MODEL:rawPredict``."""
@@ -79,6 +92,42 @@ _AZURE_RESPONSES = re.compile(r"/openai/responses$")
 _BEDROCK = re.compile(r"^/model/(?P<model>[^/]+)/(?P<ep>invoke|invoke-with-response-stream)$")
 """Bedrock runtime: ``POST /model/MODEL_ID/invoke`` and ``.../invoke-with-response-stream``
 ("InvokeModel", https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModel.html)."""
+_GEMINI = re.compile(
+    r"/(?P<model>(?P<vertex>projects/[^/]+/locations/[^/]+/(?:publishers/[^/]+/models|endpoints)/[^/:]+"
+    r"|publishers/[^/]+/models/[^/:]+)"
+    r"|(?:models|tunedModels)/[^/:]+):(?P<ep>generateContent|streamGenerateContent)$")
+"""The Gemini API, model in the URL (google-genai 3.6.1 ``models.py``, ``{model}:generateContent``
+and ``{model}:streamGenerateContent?alt=sse``; ``_transformers.py`` ``t_model``): Google AI
+Studio's ``/v1beta/models/MODEL`` (or ``v1``, ``v1alpha``; ``tunedModels/ID``); Vertex AI's
+``/v1/projects/P/locations/L/publishers/google/models/MODEL`` (or ``.../endpoints/ID``, a
+tuned or deployed model), and its express mode's ``/v1/publishers/google/models/MODEL``
+(no project: "Vertex AI express mode API reference",
+https://cloud.google.com/vertex-ai/generative-ai/docs/start/express-mode/vertex-ai-express-mode-api-reference)."""
+_CODE_ASSIST = re.compile(r"/v1internal:(?P<ep>generateContent|streamGenerateContent)$")
+"""Code Assist, gemini-cli's "Login with Google" (gemini-cli 0.61.0
+``packages/core/src/code_assist/server.ts``: ``https://cloudcode-pa.googleapis.com/v1internal:METHOD``,
+streamed with ``alt=sse``); the model is the body's ``model``."""
+_GOOGLE_OPENAI = re.compile(r"/(?:(?P<vertex>projects/[^/]+/locations/[^/]+/endpoints/[^/]+)|v1beta/openai)"
+                            r"/chat/completions$")
+"""Google's OpenAI-compatible Chat Completions: the Gemini API's ``/v1beta/openai/chat/completions``
+("OpenAI compatibility", https://ai.google.dev/gemini-api/docs/openai) and Vertex AI's
+``/v1/projects/P/locations/L/endpoints/openapi/chat/completions``
+(``projects.locations.endpoints.chat.completions``,
+https://cloud.google.com/vertex-ai/docs/reference/rest/v1beta1/projects.locations.endpoints.chat/completions)."""
+_NON_GENERATING = (
+    (re.compile(r"(?:/(?:models|tunedModels|endpoints)/[^/:]+|/v1internal):(?:countTokens|computeTokens)$"
+                r"|/v1/messages/count_tokens$|/v1/responses/input_tokens$"), "token count"),
+    (re.compile(r"/v1internal:(?:loadCodeAssist|onboardUser|listExperiments|retrieveUserQuota|fetchAdminControls"
+                r"|setCodeAssistGlobalUserSetting|recordCodeAssistMetrics)$"), "Code Assist account method"),
+)
+"""Model API methods that generate nothing, so no ``llm.call``: token counting (the Gemini
+API's ``:countTokens`` and Vertex AI's ``:computeTokens``, google-genai 3.6.1 ``models.py``;
+Anthropic's ``/v1/messages/count_tokens``, "Token counting",
+https://docs.anthropic.com/en/docs/build-with-claude/token-counting; OpenAI's
+``/v1/responses/input_tokens``, "Get input token counts",
+https://platform.openai.com/docs/api-reference/responses/input-tokens), whose counts describe
+a prompt, not tokens consumed; and Code Assist's account, quota, experiment and telemetry
+methods (gemini-cli 0.61.0 ``packages/core/src/code_assist/server.ts``)."""
 
 DEFAULT_MAX_BODY_BYTES: Final = 64 << 20
 _DETAIL_CHARS: Final = 200
@@ -121,6 +170,12 @@ def _path_kind(path: str) -> tuple[str, str] | None:
     for suffix, kind in ENDPOINTS.items():
         if path.endswith(suffix):
             return kind
+    if found := _GEMINI.search(path):
+        return ("vertex" if found["vertex"] else "gemini"), found["ep"]
+    if found := _CODE_ASSIST.search(path):
+        return "code_assist", found["ep"]
+    if found := _GOOGLE_OPENAI.search(path):
+        return ("vertex" if found["vertex"] else "gemini"), "chat.completions"
     if found := _VERTEX.search(path):
         return "vertex", found["ep"]
     if found := _AZURE.search(path):
@@ -130,6 +185,14 @@ def _path_kind(path: str) -> tuple[str, str] | None:
     if found := _BEDROCK.match(path):
         return "bedrock", found["ep"]
     return None
+
+
+def non_generating(path: str) -> str | None:
+    """What a request to ``path`` is when it is a model API method that generates nothing
+    (``"token count"``, ``"Code Assist account method"``: `_NON_GENERATING`), else None.
+    Such a call gets no ``llm.call``; its exchange and bodies are in the ledger."""
+    path = _bare(path)
+    return next((what for pattern, what in _NON_GENERATING if pattern.search(path)), None)
 
 
 def _bare(path: str) -> str:
@@ -146,9 +209,17 @@ def _bare(path: str) -> str:
 def path_model(path: str) -> str | None:
     """The model a request names in its URL, where the API puts it there: Vertex AI's
     ``models/MODEL:rawPredict``, Azure OpenAI's deployment name, Bedrock's model id (URL
-    decoded: ``anthropic.claude-sonnet-4-5-20250929-v1%3A0``); None for the others (the
-    model is then in the body). Remembered by path, as `classify`'s answer is."""
+    decoded: ``anthropic.claude-sonnet-4-5-20250929-v1%3A0``), the Gemini API's
+    ``models/MODEL:generateContent`` (``MODEL``; a tuned model or Vertex AI endpoint as
+    ``tunedModels/ID`` or ``endpoints/ID``, names of an operator's resource); None for the
+    others (the model is then in the body). Remembered by path, as `classify`'s answer is."""
     path = _bare(path)
+    if found := _GEMINI.search(path):
+        resource = found["model"]
+        if resource.startswith("tunedModels/"):
+            return resource
+        kind, _, name = resource.rpartition("/")
+        return f"endpoints/{name}" if kind.endswith("/endpoints") else name
     for pattern in (_VERTEX, _AZURE, _BEDROCK):
         if found := pattern.search(path):
             return found["model"]
@@ -325,11 +396,14 @@ class LlmCallBuilder:
     Call `request` with the request body, then `response_start` with the status and
     headers, `response_data` with each (content-decoded) body chunk, and `finish`.
     A response is read as an event stream when its Content-Type is
-    ``text/event-stream`` (or, with no Content-Type, when the request asked to stream);
-    otherwise as one JSON body, buffered up to ``max_body_bytes``.
+    ``text/event-stream`` (or, with no Content-Type, when the request asked to stream, or
+    the endpoint streams: `STREAMING`), AWS event-stream framing, or for a successful
+    ``streamGenerateContent`` one JSON array (`collectors.llm._jsonarray`); otherwise as
+    one JSON body, buffered up to ``max_body_bytes``.
 
     Args:
-        provider: ``"anthropic"``, ``"openai"``, ``"vertex"``, ``"azure"`` or ``"bedrock"`` (from `classify`).
+        provider: ``"anthropic"``, ``"openai"``, ``"vertex"``, ``"azure"``, ``"bedrock"``,
+            ``"gemini"`` or ``"code_assist"`` (from `classify`).
         endpoint: an endpoint `classify` returns (`SHAPES` gives its body shape).
         url_model: the model the request's URL names (`path_model`), used when the body
             names none.
@@ -362,12 +436,13 @@ class LlmCallBuilder:
         self.provider = provider
         self.endpoint = endpoint
         self.shape = SHAPES[endpoint]
+        self._reader = PROVIDER_STREAMS.get((provider, self.shape), STREAMS[self.shape])
         self.url_model = url_model
         self.exchange_seq = exchange_seq
         self.max_body_bytes = max_body_bytes
         self.problems: list[str] = _ProblemLog()
-        self.requested_model: str | None = None
-        self.stream_requested = False
+        self.requested_model: str | None = url_model
+        self.stream_requested = endpoint in STREAMING
         self.include_usage = False
         self.status: int | None = None
         self._sse: SseParser | None = None
@@ -383,7 +458,8 @@ class LlmCallBuilder:
     # --- feeding ---------------------------------------------------------------------
 
     def request(self, body: bytes) -> None:
-        """Read the request body: ``model``, ``stream``, ``stream_options.include_usage``.
+        """Read the request body: ``model`` (else the URL's), ``stream`` (or the endpoint
+        streams), ``stream_options.include_usage``.
 
         Args:
             body: the decoded request body (JSON).
@@ -395,7 +471,7 @@ class LlmCallBuilder:
             return
         model = fields.model
         self.requested_model = model if isinstance(model, str) else self.url_model
-        self.stream_requested = fields.stream is True
+        self.stream_requested = fields.stream is True or self.endpoint in STREAMING
         options = fields.stream_options
         self.include_usage = isinstance(options, dict) and options.get("include_usage") is True
 
@@ -411,11 +487,13 @@ class LlmCallBuilder:
         ctype = (_header(headers, "content-type") or "").split(";", 1)[0].strip().lower()
         self._media_type = ctype
         if ctype == "text/event-stream" or (not ctype and self.stream_requested):
-            self._sse = SseParser()
-            self._state = STREAMS[self.shape](self.problems)
+            self._sse = SseParser(stray_json=self.shape == "generate_content")  # Google's errors outside it
         elif ctype == EVENTSTREAM:
             self._sse = BedrockEvents()  # type: ignore[assignment]
-            self._state = STREAMS[self.shape](self.problems)
+        elif ctype == "application/json" and self.endpoint == "streamGenerateContent" and 200 <= status < 300:
+            self._sse = JsonArrayEvents()  # type: ignore[assignment]
+        if self._sse is not None:
+            self._state = self._reader(self.problems)
 
     def response_undecodable(self, problem: str, raw_so_far: bytes) -> None:
         """The response's ``Content-Encoding`` could not be undone (a label that lies).
@@ -552,10 +630,11 @@ class LlmCallBuilder:
         served, stop = state.served_model, state.stop_reason
         if status >= 400 or status < 200:
             return served, stop, None, _status_reason(status)
-        if isinstance(sse, BedrockEvents) and sse.broken is not None:
-            self.problems.append(sse.broken + (" (after the terminal event)" if state.terminal else ""))
+        broken = sse.broken if isinstance(sse, (BedrockEvents, JsonArrayEvents)) else None
+        if broken is not None:
+            self.problems.append(broken + (" (after the terminal event)" if state.terminal else ""))
             if not state.terminal:
-                return served, stop, None, sse.broken
+                return served, stop, None, broken
         if sse.invalid_utf8_lines:
             lines = sse.invalid_utf8_lines
             return served, stop, None, f"invalid UTF-8 in response stream ({lines} lines)"
@@ -582,9 +661,9 @@ class LlmCallBuilder:
             return None, None, None, problem
         if not isinstance(obj, dict):
             return None, None, None, "response body is not a JSON object"
-        state = self._state = STREAMS[self.shape](self.problems)
+        state = self._state = self._reader(self.problems)
         served, stop = state.from_body(obj)
-        raw = obj.get("usage")
+        raw = state.body_usage(obj)
         if raw is None:
             detail = error_detail(obj)
             return served, stop, None, "response has no usage" + (f" ({detail})" if detail else "")

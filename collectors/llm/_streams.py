@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from collectors.llm._usage import gemini_counted
 from collectors.sse import SseEvent
 
-__all__ = ["STREAMS", "StreamState", "error_detail", "merge_anthropic_usage"]
+__all__ = ["PROVIDER_STREAMS", "STREAMS", "StreamState", "error_detail", "merge_anthropic_usage"]
 
 _DETAIL_CHARS = 200
 
@@ -29,14 +30,20 @@ def error_detail(obj: Any) -> str:
     """``kind: message`` from an error object, or "".
 
     Handles Anthropic (``{"type": "error", "error": {"type", "message"}}``), OpenAI
-    (``{"error": {"type", "code", "message"}}``) and the flat Responses ``error`` event
-    (``{"type": "error", "code", "message"}``).
+    (``{"error": {"type", "code", "message"}}``), the flat Responses ``error`` event
+    (``{"type": "error", "code", "message"}``) and Google's ``{"error": {"code",
+    "message", "status"}}`` (``google.rpc.Status`` as JSON), also as the one-element array
+    Google's streaming methods answer with (google-genai 3.6.1 ``errors.py`` unwraps it).
     """
+    if isinstance(obj, list) and len(obj) == 1:
+        obj = obj[0]
     if not isinstance(obj, dict):
         return ""
     err = obj.get("error")
     src = err if isinstance(err, dict) else obj
-    parts = [src.get("type") if src is err else None, src.get("code"), src.get("message")]
+    nested = src is err
+    parts = [src.get("type") if nested else None, src.get("status") if nested else None, src.get("code"),
+             src.get("message")]
     kept: list[str] = []
     for part in parts:
         if part and str(part) not in kept:
@@ -117,6 +124,10 @@ class StreamState:
     def from_body(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
         """Read a non-streamed response body; returns (served_model, stop_reason)."""
         raise NotImplementedError
+
+    def body_usage(self, obj: dict[str, Any]) -> Any:
+        """The usage object of a non-streamed response body, as sent (None: absent)."""
+        return obj.get("usage")
 
     def no_usage_reason(self, include_usage: bool) -> str:
         """Why a stream that reached its terminal event has no usage."""
@@ -393,9 +404,157 @@ SERVER_ITEMS: dict[str, str] = {
 """OpenAI Responses output item types of hosted tools -> the tool's name."""
 
 
+class GeminiGenerateContent(StreamState):
+    """The Gemini API's ``GenerateContentResponse`` (google-genai 3.6.1 ``types.py``), from
+    ``generateContent`` or each chunk of ``streamGenerateContent``; Google AI Studio and
+    Vertex AI send the same shape.
+
+    ``modelVersion`` is the served model (the model asked for is in the URL).
+    ``candidates[i].finishReason`` is the stop reason (index 0 reported; Vertex AI leaves
+    ``index`` out) and marks the last chunk: a candidate without one "has not stopped
+    generating", and the stream has no end event of its own. A blocked prompt has no
+    candidates and ``promptFeedback.blockReason``, reported as ``blocked:<reason>``.
+
+    Rule ``gemini.last_usage_metadata@1``: every chunk's ``usageMetadata`` is a running
+    total ("each chunk's usage_metadata is the server's running total for the hop, so it
+    replaces the previous value (it is not summed)", google-genai 3.6.1
+    ``_extra_utils.py``), so the usage is the last one carrying token counts
+    (`collectors.llm._usage.gemini_counted`), taken only if it came on or after the first chunk with a
+    finishReason (or blockReason): AI Studio's earlier chunks carry partial totals that
+    look complete, and a stream cut before its finishReason reports none. An ``error``
+    object (a chunk, or JSON Google writes outside the SSE framing) is the stream's error.
+
+    Tools the provider runs itself (Gemini API, "Grounding with Google Search", "URL
+    context", "Code execution"): each of ``groundingMetadata.webSearchQueries`` is one
+    ``google_search``, each ``urlContextMetadata.urlMetadata[].retrievedUrl`` one
+    ``url_context``, each ``executableCode`` part one ``code_execution``.
+    """
+
+    terminal_name = "finishReason"
+    envelope: ClassVar[str | None] = None  # the member each body is wrapped in, if any
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(problems)
+        self._finish: dict[int, str] = {}
+        self._first_final: int | None = None  # the first chunk with a finishReason or blockReason
+        self._last_usage: tuple[dict[str, Any], int] | None = None  # usage with counts, its chunk
+        self._code = 0  # executableCode parts seen
+
+    def event(self, ev: SseEvent) -> None:
+        if ev.framed:
+            super().event(ev)
+            return
+        try:
+            obj = msgspec.json.decode(ev.data)
+        except (msgspec.DecodeError, RecursionError, UnicodeError) as exc:
+            self._malformed(ev, f"malformed JSON outside the SSE framing (#{ev.index}): {exc}")
+            return
+        if isinstance(obj, list) and len(obj) == 1:
+            obj = obj[0]
+        if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
+            self._error(f"stream error outside the SSE framing (#{ev.index})", obj)
+        else:
+            self._malformed(ev, f"JSON outside the SSE framing (#{ev.index}) is not an error object")
+
+    def on(self, kind: str, obj: dict[str, Any], ev: SseEvent) -> None:
+        if isinstance(obj.get("error"), dict):
+            self._error(f"stream error chunk #{ev.index}", obj)
+            return
+        self._chunk(obj, ev.index)
+
+    def _unwrap(self, obj: dict[str, Any]) -> dict[str, Any]:
+        inner = obj.get(self.envelope) if self.envelope else obj
+        return inner if isinstance(inner, dict) else {}
+
+    def _chunk(self, obj: dict[str, Any], index: int) -> None:
+        resp = self._unwrap(obj)
+        self._model(resp.get("modelVersion"))
+        final = False
+        candidates = resp.get("candidates")
+        for cand in candidates if isinstance(candidates, list) else ():
+            if isinstance(cand, dict):
+                final = self._candidate(cand) or final
+        if self._finish:
+            self.stop_reason = self._finish.get(0, next(iter(self._finish.values())))
+        feedback = resp.get("promptFeedback")
+        block = feedback.get("blockReason") if isinstance(feedback, dict) else None
+        if isinstance(block, str) and block:
+            self.stop_reason, final = f"blocked:{block}", True
+        usage = resp.get("usageMetadata")
+        if isinstance(usage, dict) and gemini_counted(usage):
+            self._last_usage = (usage, index)
+        if final:
+            self.terminal = True
+            if self._first_final is None:
+                self._first_final = index
+
+    def _candidate(self, cand: dict[str, Any]) -> bool:
+        """Read one candidate; True when it has a finishReason."""
+        content = cand.get("content")
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            if isinstance(part, dict) and isinstance(part.get("executableCode"), dict):
+                self._code += 1
+                self._server_tool(f"code_execution#{self._code}", "code_execution")
+        grounding = cand.get("groundingMetadata")
+        queries = grounding.get("webSearchQueries") if isinstance(grounding, dict) else None
+        for query in queries if isinstance(queries, list) else ():
+            if isinstance(query, str):  # a query repeated on a later chunk is the same search
+                self._server_tool(f"google_search:{query}", "google_search")
+        urls = cand.get("urlContextMetadata")
+        fetched = urls.get("urlMetadata") if isinstance(urls, dict) else None
+        for item in fetched if isinstance(fetched, list) else ():
+            if isinstance(item, dict) and isinstance(item.get("retrievedUrl"), str):
+                self._server_tool(f"url_context:{item['retrievedUrl']}", "url_context")
+        reason = cand.get("finishReason")
+        if not isinstance(reason, str) or not reason:
+            return False
+        index = cand.get("index")
+        self._finish[index if isinstance(index, int) and not isinstance(index, bool) else 0] = reason
+        return True
+
+    def finish(self) -> None:
+        if not self.terminal:
+            return
+        if self._last_usage is None:
+            self._no_usage = "no usageMetadata with token counts in the stream"
+            return
+        usage, index = self._last_usage
+        assert self._first_final is not None
+        if index < self._first_final:
+            self._no_usage = (f"no usageMetadata with token counts on or after the finishReason chunk"
+                              f" #{self._first_final} (the running totals of chunk #{index} are not final)")
+            return
+        self.usage = usage
+        self.sources = {"usage": f"chunk #{index} usageMetadata (running totals: the last wins, never summed)"}
+
+    def from_body(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
+        self._chunk(obj, 0)
+        return self.served_model, self.stop_reason
+
+    def body_usage(self, obj: dict[str, Any]) -> Any:
+        return self._unwrap(obj).get("usageMetadata")
+
+
+class CodeAssistGenerateContent(GeminiGenerateContent):
+    """Google's Code Assist back end (gemini-cli's "Login with Google", ``cloudcode-pa.
+    googleapis.com/v1internal``): each body is ``{"response": <GenerateContentResponse>,
+    "traceId": ...}`` (gemini-cli 0.61.0 ``packages/core/src/code_assist/converter.ts``
+    ``fromGenerateContentResponse``), read as `GeminiGenerateContent` reads the inner one;
+    errors come unwrapped."""
+
+    envelope = "response"
+
+
 STREAMS: dict[str, type[StreamState]] = {
     "messages": AnthropicMessages,
     "chat.completions": OpenAIChat,
     "responses": OpenAIResponses,
+    "generate_content": GeminiGenerateContent,
 }
-"""Endpoint name (as `collectors.llm.classify` returns it) -> reader class."""
+"""API shape (`collectors.llm.SHAPES`) -> reader class."""
+
+PROVIDER_STREAMS: dict[tuple[str, str], type[StreamState]] = {
+    ("code_assist", "generate_content"): CodeAssistGenerateContent,
+}
+"""(provider, shape) -> reader class, where a provider wraps a shape's bodies."""

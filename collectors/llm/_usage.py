@@ -17,6 +17,13 @@ Sources (provider API references):
 - OpenAI Responses API, the response ``usage`` object: ``input_tokens`` includes
   ``input_tokens_details.cached_tokens``; ``output_tokens`` includes
   ``output_tokens_details.reasoning_tokens``.
+- Gemini API ``usageMetadata`` (google-genai 3.6.1 ``types.py``
+  ``GenerateContentResponseUsageMetadata``; https://ai.google.dev/api/generate-content#UsageMetadata):
+  ``promptTokenCount`` "also includes" ``cachedContentTokenCount``; ``totalTokenCount`` is
+  "the sum of prompt_token_count, candidates_token_count, tool_use_prompt_token_count, and
+  thoughts_token_count", so thoughts and tool-use prompt tokens are separate addends.
+  Counts of 0 are left out (ProtoJSON omits default values), so inside a ``usageMetadata``
+  with any count an absent count is 0.
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ import msgspec
 
 from ledger.events import LlmUsage
 
-__all__ = ["FIGURE_RULES", "RULES", "STREAM_RULES", "USAGE_RULES_VERSION", "normalize_usage"]
+__all__ = ["FIGURE_RULES", "RULES", "STREAM_RULES", "USAGE_RULES_VERSION", "gemini_counted", "normalize_usage"]
 
-USAGE_RULES_VERSION = "llm.usage@2"
+USAGE_RULES_VERSION = "llm.usage@3"
 """The version of this module's rules as a whole, recorded by replay (2: streamed fields
-merged per field, never overridden by a later 0; only a terminal usage chunk counts)."""
+merged per field, never overridden by a later 0; only a terminal usage chunk counts;
+3: the Gemini API's ``usageMetadata``)."""
 
 RULES: dict[str, str] = {
     "messages": (
@@ -51,6 +59,12 @@ RULES: dict[str, str] = {
         " input_tokens_details.cached_tokens); output = output_tokens (includes"
         " output_tokens_details.reasoning_tokens); total = input + output;"
         " cache_read and reasoning are breakdowns, never added"
+    ),
+    "generate_content": (
+        "gemini.generate_content: input = promptTokenCount (includes cachedContentTokenCount)"
+        " + toolUsePromptTokenCount; output = candidatesTokenCount + thoughtsTokenCount"
+        " (separate addends); absent counts 0; total = input + output;"
+        " cache_read = cachedContentTokenCount and reasoning = thoughtsTokenCount are breakdowns, never added"
     ),
 }
 """The rule text per endpoint, as recorded in `LlmUsage.rule` (before any suffix)."""
@@ -77,13 +91,28 @@ FIGURE_RULES: dict[str, dict[str, str]] = {
         "cache_read_tokens": "openai.responses.cached_breakdown@1",
         "reasoning_tokens": "openai.responses.reasoning_breakdown@1",
     },
+    "generate_content": {
+        "input_tokens": "gemini.prompt_plus_tool_use@1",
+        "output_tokens": "gemini.candidates_plus_thoughts@1",
+        "total_tokens": "total.input_plus_output@1",
+        "cache_read_tokens": "gemini.cached_breakdown@1",
+        "reasoning_tokens": "gemini.thoughts_breakdown@1",
+    },
 }
 """Per endpoint, normalised figure -> the rule (``name@version``) recorded in `LlmUsage.rules`."""
+
+GEMINI_INCLUSIVE_OUTPUT = "gemini.candidates_include_thoughts@1"
+"""The output rule when the sent ``totalTokenCount`` shows ``candidatesTokenCount`` already
+holds the thoughts (total = prompt + tool use + candidates, thoughts > 0): output =
+candidatesTokenCount, so thoughts are never counted twice. The documented reading
+(thoughts separate) is the default; this variant is reported second hand (LiteLLM's
+``is_candidate_token_count_inclusive``) and recorded by name when it applies."""
 
 STREAM_RULES: dict[str, str] = {
     "messages": "anthropic.stream_fields@2",
     "chat.completions": "openai.chat.terminal_usage_chunk@2",
     "responses": "openai.responses.terminal_usage@1",
+    "generate_content": "gemini.last_usage_metadata@1",
 }
 """Per endpoint, the rule (``name@version``) that picks a streamed response's raw usage;
 prefixed to every figure's rule in `LlmUsage.rules` when the usage came from a stream."""
@@ -98,6 +127,22 @@ STREAMED_CHAT_SUFFIX = (
     " stream_options.include_usage); usage on earlier chunks is a placeholder"
 )
 STREAMED_RESPONSES_SUFFIX = "; streamed: usage from the terminal event's response.usage"
+STREAMED_GEMINI_SUFFIX = (
+    "; streamed: usage = the usageMetadata of the last chunk with token counts, on or after"
+    " the first chunk with a finishReason (counts are running totals: the last wins, never summed)"
+)
+
+
+GEMINI_COUNTS = ("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "toolUsePromptTokenCount",
+                 "cachedContentTokenCount", "totalTokenCount")
+"""The token counts of a Gemini ``usageMetadata``, in the order `_gemini` reads them."""
+
+
+def gemini_counted(usage: dict[str, Any]) -> bool:
+    """Whether a Gemini ``usageMetadata`` carries any token count. One without is a
+    placeholder: Vertex AI sends ``{"trafficType": "ON_DEMAND"}`` alone on the chunks
+    before the last."""
+    return any(usage.get(key) is not None for key in GEMINI_COUNTS)
 
 
 MAX_TOKENS = 2**53
@@ -178,13 +223,38 @@ def _openai(
     return view, notes
 
 
+def _gemini(usage: dict[str, Any]) -> tuple[LlmUsage, list[str]]:
+    """`RULES["generate_content"]`; the view's ``rules`` name a figure's rule where it is
+    not the default (`GEMINI_INCLUSIVE_OUTPUT`)."""
+    if not gemini_counted(usage):
+        raise _Bad("usageMetadata has no token counts")
+    prompt, candidates, thoughts, tool_use, cached, sent_total = (
+        _count(usage, key, required=False) for key in GEMINI_COUNTS)
+    inp = (prompt or 0) + (tool_use or 0)
+    out = (candidates or 0) + (thoughts or 0)
+    notes: list[str] = []
+    rules: dict[str, str] = {}
+    if sent_total is not None and sent_total != inp + out:
+        if thoughts and sent_total == inp + (candidates or 0) and (candidates or 0) >= thoughts:
+            out, rules = candidates or 0, {"output_tokens": GEMINI_INCLUSIVE_OUTPUT}
+        else:
+            notes.append(f"sent totalTokenCount {sent_total} != promptTokenCount + toolUsePromptTokenCount"
+                         " + candidatesTokenCount + thoughtsTokenCount")
+    if cached is not None and cached > (prompt or 0):
+        notes.append(f"cachedContentTokenCount {cached} > promptTokenCount {prompt or 0}")
+    view = LlmUsage(input_tokens=inp, output_tokens=out, total_tokens=inp + out, cache_read_tokens=cached,
+                    reasoning_tokens=thoughts, rules=rules)
+    return view, notes
+
+
 def normalize_usage(
     endpoint: str, usage: dict[str, Any], *, streamed: bool
 ) -> tuple[LlmUsage | None, str | None]:
     """Derive the normalised view of one raw usage object.
 
     Args:
-        endpoint: ``"messages"``, ``"chat.completions"`` or ``"responses"``.
+        endpoint: the API shape: ``"messages"``, ``"chat.completions"``, ``"responses"``
+            or ``"generate_content"`` (`collectors.llm.SHAPES`).
         usage: the usage object as sent (for a streamed Anthropic call, the merge
             described by ``STREAMED_ANTHROPIC_SUFFIX``).
         streamed: the usage came from an event stream; adds the streamed rule suffix.
@@ -216,6 +286,13 @@ def normalize_usage(
                 "output_tokens_details",
             )
             suffix = STREAMED_RESPONSES_SUFFIX if streamed else ""
+        elif endpoint == "generate_content":
+            view, notes = _gemini(usage)
+            suffix = STREAMED_GEMINI_SUFFIX if streamed else ""
+            if view.rules:
+                suffix = ("; candidatesTokenCount includes thoughtsTokenCount (sent totalTokenCount ="
+                          " promptTokenCount + toolUsePromptTokenCount + candidatesTokenCount): output ="
+                          " candidatesTokenCount") + suffix
         else:
             return None, f"no usage rule for endpoint {endpoint!r}"
     except _Bad as exc:
@@ -224,6 +301,6 @@ def normalize_usage(
     if notes:
         rule += "; inconsistent: " + "; ".join(notes)
     prefix = STREAM_RULES[endpoint] + "+" if streamed else ""
-    rules = {figure: prefix + name for figure, name in FIGURE_RULES[endpoint].items()
+    rules = {figure: prefix + name for figure, name in {**FIGURE_RULES[endpoint], **view.rules}.items()
              if getattr(view, figure) is not None}
     return msgspec.structs.replace(view, rule=rule, rules=rules), None

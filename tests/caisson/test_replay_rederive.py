@@ -87,7 +87,7 @@ def test_replay_rebuilds_the_faulty_figure_from_the_raw_body_and_leaves_the_ledg
     key = ensure_operator_key().verify_key
     [result] = replay_runs([run], key)
     done = result.rederived
-    assert done.versions == {"llm": "llm.usage@2", "claude-code": "claude-code.transcript@2",
+    assert done.versions == {"llm": "llm.usage@3", "claude-code": "claude-code.transcript@2",
                              "agent": "claude-code 2.1.328"}  # the run did not record it: the image's pin
     assert done.llm_calls == 1 and done.transcript == "claude-code" and done.kept_live == []
     assert done.changed == [
@@ -349,3 +349,73 @@ def test_decoded_bodies_built_directly_give_the_assemblys_call_on_any_bytes(requ
     built, (assembled, why) = _both(ex, (request, "http.request_body"),
                                     None if response is None else (response, "http.response_body"))
     assert why is None and built == assembled
+
+
+# --- the Gemini API: exchanges recorded before the proxy read them -------------------------
+
+GEMINI_FIXTURES = Path(__file__).resolve().parents[1] / "collectors" / "test_llm_gemini"
+GEMINI_PATHS = {  # fixture -> (host, path, content type, request)
+    "gemini_stream.sse": ("generativelanguage.googleapis.com",
+                          "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "text/event-stream", None),
+    "gemini_stream_array.json": ("generativelanguage.googleapis.com",
+                                 "/v1beta/models/gemini-flash-latest:streamGenerateContent", "application/json", None),
+    "gemini_response.json": ("generativelanguage.googleapis.com", "/v1beta/models/gemini-2.5-pro:generateContent",
+                             "application/json", None),
+    "gemini_vertex_stream.sse": ("aiplatform.googleapis.com", "/v1beta1/projects/p/locations/global/publishers/google"
+                                 "/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "text/event-stream", None),
+    "gemini_code_assist_stream.sse": ("cloudcode-pa.googleapis.com", "/v1internal:streamGenerateContent?alt=sse",
+                                      "text/event-stream", b'{"model": "gemini-2.5-pro", "request": {}}'),
+    "gemini_stream_midstream_error.sse": ("aiplatform.googleapis.com", "/v1/publishers/google/models/"
+                                          "gemini-2.5-flash:streamGenerateContent?alt=sse", "text/event-stream", None),
+}
+
+
+def live_call(path: str, ctype: str, request: bytes, response: bytes) -> LlmCall:
+    """The call the proxy builds as the exchange passes."""
+    from collectors.llm import LlmCallBuilder, classify, path_model
+
+    builder = LlmCallBuilder(*classify("POST", "h", path), url_model=path_model(path))
+    builder.request(request)
+    builder.response_start(200, [("content-type", ctype)])
+    builder.response_data(response)
+    return builder.finish()
+
+
+def test_every_gemini_call_rebuilt_from_its_kept_bodies_is_the_live_one_both_ways():
+    for name, (host, path, ctype, request) in GEMINI_PATHS.items():
+        request = request or (GEMINI_FIXTURES / "gemini_request.json").read_bytes()
+        response = (GEMINI_FIXTURES / name).read_bytes()
+        ex = exchange(host=host, path=path, response_headers=[("content-type", ctype), ("content-encoding", "gzip")])
+        built, (assembled, why) = _both(ex, (request, "http.request_body"), (response, "http.response_body"))
+        assert why is None and built == assembled == live_call(path, ctype, request, response), name
+        assert built.provider in ("gemini", "vertex", "code_assist") and built.served_model is not None
+
+
+def test_a_gemini_exchange_recorded_without_a_call_gets_it_on_replay(tmp_path):
+    """A run recorded before the proxy read Gemini kept the exchange and its bodies, and
+    no llm.call: replay builds it, with its usage."""
+    host, path, ctype, _ = GEMINI_PATHS["gemini_stream.sse"]
+    request = (GEMINI_FIXTURES / "gemini_request.json").read_bytes()
+    response = (GEMINI_FIXTURES / "gemini_stream.sse").read_bytes()
+    run_dir = tmp_path / "gemini"
+    key = ensure_operator_key()
+    run_dir.mkdir()
+    blobs = BlobStore(run_dir / "blobs")
+    with LedgerWriter(run_dir / "ledger", run_id="gemini", key=key, blobs=blobs) as w:
+        w.append(RunStarted(run_id="gemini", caisson_version="0"), source="recorder")
+        req, resp = blobs.put(request), blobs.put(response)
+        w.append(BlobStored(sha256=req, size_bytes=len(request), role="http.request_body"), source="proxy")
+        w.append(BlobStored(sha256=resp, size_bytes=len(response), role="http.response_body"), source="proxy")
+        w.append(HttpExchange(method="POST", scheme="https", host=host, port=443, path=path, status=200,
+                              request_bytes=len(request), response_bytes=len(response),
+                              response_headers=[("content-type", ctype)], request_body_sha256=req,
+                              response_body_sha256=resp), source="proxy")
+        w.append(RunEnded(exit_code=0, duration_ns=10**9), source="recorder")
+    [result] = replay_runs([run_dir], key.verify_key, write=False)
+    done = result.rederived
+    assert done.llm_calls == 1 and done.changed == ["seq 3 http.exchange: llm.call rebuilt where none was written live"]
+    [call] = done.usage
+    assert call == live_call(path, ctype, request, response)
+    assert (call.normalized.input_tokens, call.normalized.output_tokens, call.normalized.total_tokens) == (
+        219, 171, 390)
+    assert not [f for f in result.findings if f.detector.startswith("model.unrecognised_call")]

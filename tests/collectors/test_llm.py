@@ -691,7 +691,7 @@ def test_unknown_endpoint_is_misuse():
 
 def _reference_request(body: bytes, url_model: str | None = None) -> tuple:
     """`LlmCallBuilder.request` as it was, decoding the whole body: (requested_model,
-    stream_requested, include_usage, problems)."""
+    stream_requested, include_usage, problems). A body it cannot read leaves the URL's model."""
     try:
         obj, problem = msgspec.json.decode(body.decode("utf-8")), None
     except UnicodeDecodeError as exc:
@@ -702,7 +702,7 @@ def _reference_request(body: bytes, url_model: str | None = None) -> tuple:
     if problem is None and not isinstance(obj, dict):
         problem = "request body is not a JSON object"
     if problem is not None:
-        return None, False, False, [problem]
+        return url_model, False, False, [problem]
     model = obj.get("model")
     options = obj.get("stream_options")
     return (model if isinstance(model, str) else url_model, obj.get("stream") is True,

@@ -33,7 +33,9 @@ BEDROCK = "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/{}"
     (BEDROCK.format("invoke"), ("bedrock", "invoke"), "anthropic.claude-sonnet-4-5-20250929-v1:0"),
     (BEDROCK.format("invoke-with-response-stream"), ("bedrock", "invoke-with-response-stream"),
      "anthropic.claude-sonnet-4-5-20250929-v1:0"),
-    ("/v1/projects/p1/locations/l/publishers/google/models/gemini:generateContent", None, None),
+    ("/v1/projects/p1/locations/l/publishers/google/models/gemini:generateContent", ("vertex", "generateContent"),
+     "gemini"),
+    ("/v1/projects/p1/locations/l/publishers/google/models/gemini:countTokens", None, None),
     ("/model/x/converse", None, None),
 ])
 def test_cloud_paths_are_classified_and_name_their_model(path, kind, model):
@@ -97,6 +99,7 @@ def test_bedrock_stream_reads_the_same_usage_as_the_anthropic_stream_whole_and_b
     for chunks in ([BEDROCK_STREAM], [BEDROCK_STREAM[i:i + 1] for i in range(len(BEDROCK_STREAM))]):
         call = bedrock(chunks)
         assert call.requested_model == "anthropic.claude-sonnet-4-5-20250929-v1:0"
+        assert call.streamed  # by the endpoint's name: Bedrock's body has no "stream"
         assert (call.usage, call.served_model, call.stop_reason) == (sse.usage, sse.served_model, sse.stop_reason)
         assert call.usage_missing_reason is None and call.normalized is not None
 

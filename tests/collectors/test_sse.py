@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from collectors.sse import NEED_DATA, ParserClosedError, SseEvent, SseParser
 
 
-def parse(chunks: list[bytes]) -> tuple[list[SseEvent], bool, SseParser]:
-    parser = SseParser()
+def parse(chunks: list[bytes], *, stray_json: bool = False) -> tuple[list[SseEvent], bool, SseParser]:
+    parser = SseParser(stray_json=stray_json)
     events = []
     for chunk in chunks:
         parser.feed(chunk)
@@ -153,7 +153,8 @@ def test_long_line_byte_at_a_time_is_linear_enough():
 
 _LINE = st.one_of(
     st.sampled_from(
-        [b"", b": c", b"data", b"data:", b"data: x", b"event: e", b"id: 7", b"retry: 9"]
+        [b"", b": c", b"data", b"data:", b"data: x", b"event: e", b"id: 7", b"retry: 9",
+         b"{", b"}", b'  "k": [1, "]\\"",', b"[{}]"]
     ),
     st.binary(max_size=12).filter(lambda b: b"\r" not in b and b"\n" not in b),
 )
@@ -179,17 +180,64 @@ def splits(draw, data: bytes) -> list[bytes]:
 
 
 @settings(max_examples=300)
-@given(st.data())
-def test_any_split_gives_the_same_events(data):
+@given(st.data(), st.booleans())
+def test_any_split_gives_the_same_events(data, stray_json):
     stream = data.draw(streams())
     chunks = data.draw(splits(stream))
-    expected = whole(stream)
-    assert parse(chunks)[:2] == expected
-    assert bytewise(stream) == expected
+    expected = parse([stream], stray_json=stray_json)[:2]
+    assert parse(chunks, stray_json=stray_json)[:2] == expected
+    assert parse([stream[i:i + 1] for i in range(len(stream))], stray_json=stray_json)[:2] == expected
 
 
 @settings(max_examples=300)
-@given(st.binary(max_size=300), st.data())
-def test_arbitrary_bytes_never_raise(blob, data):
+@given(st.binary(max_size=300), st.data(), st.booleans())
+def test_arbitrary_bytes_never_raise(blob, data, stray_json):
     chunks = data.draw(splits(blob))
-    assert parse(chunks)[:2] == whole(blob)
+    assert parse(chunks, stray_json=stray_json)[:2] == parse([blob], stray_json=stray_json)[:2]
+
+
+# --- JSON outside the framing (stray_json): Google's mid-stream errors ----------------------
+
+# as Google ends a stream with an error: pretty-printed, one line at a time, blank lines between
+STRAY = (b'data: {"a": 1}\r\n\r\n{\n\n  "error": {\n\n    "code": 429,\n\n'
+         b'    "message": "Resource exhausted. {x} [y] \\"z\\"",\n\n    "status": "RESOURCE_EXHAUSTED"\n\n  }\n\n}\n\n')
+STRAY_TEXT = ('{\n  "error": {\n    "code": 429,\n    "message": "Resource exhausted. {x} [y] \\"z\\"",\n'
+              '    "status": "RESOURCE_EXHAUSTED"\n  }\n}')
+
+
+def test_json_outside_the_framing_is_ignored_by_default_as_the_spec_says():
+    events, cut = whole(STRAY)
+    assert [(e.data, e.framed) for e in events] == [('{"a": 1}', True)] and cut is False
+
+
+@pytest.mark.parametrize("split", ["whole", "bytewise"])
+def test_stray_json_is_one_unframed_event_whole_and_byte_at_a_time(split):
+    chunks = [STRAY] if split == "whole" else [STRAY[i:i + 1] for i in range(len(STRAY))]
+    events, cut, _ = parse(chunks, stray_json=True)
+    assert [(e.data, e.framed, e.index) for e in events] == [('{"a": 1}', True, 0), (STRAY_TEXT, False, 1)]
+    assert cut is False
+
+
+def test_stray_json_on_one_line_then_the_stream_goes_on():
+    events = parse([b'[{"error": {"code": 500}}]\ndata: x\n\n'], stray_json=True)[0]
+    assert [(e.data, e.framed) for e in events] == [('[{"error": {"code": 500}}]', False), ("x", True)]
+
+
+def test_a_field_line_or_comment_before_the_brackets_close_ends_the_value_as_it_is():
+    for line in (b"data: x", b": keepalive", b"event: e", b"id: 1", b"retry: 5"):
+        events = parse([b'{\n  "error": {\n' + line + b"\ndata: y\n\n"], stray_json=True)[0]
+        assert [(e.data, e.framed) for e in events][0] == ('{\n  "error": {', False)
+        assert events[-1].data.endswith("y") and events[-1].framed
+
+
+def test_a_stream_cut_inside_stray_json_is_cut_and_the_value_discarded():
+    events, cut, _ = parse([b'{\n  "error": {\n'], stray_json=True)
+    assert events == [] and cut is True
+
+
+def test_stray_json_past_the_cap_is_dispatched_as_it_is():
+    from collectors.sse import STRAY_MAX_CHARS
+
+    line = b'  "' + b"x" * 1000 + b'",\n'
+    events = parse([b"{\n" + line * (STRAY_MAX_CHARS // 1000 + 1)], stray_json=True)[0]
+    assert len(events) == 1 and not events[0].framed and len(events[0].data) > STRAY_MAX_CHARS

@@ -127,3 +127,19 @@ def test_a_tool_the_provider_ran_is_an_execution_and_an_escape_when_web_is_withh
     web = DetectorConfig(granted_tools=("Read", "WebSearch"))
     assert list(tool_escape(records, web)) == []
     assert list(tool_escape(records, DetectorConfig())) == []  # no arm, nothing to enforce
+
+
+def test_gemini_s_search_and_url_fetches_are_web_and_its_code_execution_a_tool_of_its_own():
+    from ledger.events import LlmCall
+
+    ran = LlmCall(provider="gemini", endpoint="generateContent",
+                  server_tools={"google_search": 2, "url_context": 1, "code_execution": 1})
+    assert list(tool_escape(play(result("Read"), ran), SEARCH)) == [
+        Finding(detector=TOOL_ESCAPE, kind="tool_escape", effect="void", evidence=[1],
+                message="strategy tool:code_execution is outside the grant and ran: code_execution"
+                        " (run by the provider, 1x)"),
+        Finding(detector=TOOL_ESCAPE, kind="tool_escape", effect="void", evidence=[1, 1],
+                message="strategy web is outside the grant and ran: google_search (run by the provider, 2x),"
+                        " url_context (run by the provider, 1x)")]
+    assert [f.message.split(" is")[0] for f in tool_escape(play(ran), DetectorConfig(
+        granted_tools=("WebSearch",)))] == ["strategy tool:code_execution"]
