@@ -36,6 +36,7 @@ from caisson.run.record import RecordOptions, record
 from caisson.replay import replay_runs
 from caisson.scenario import load_scenario
 from caisson.run.witnesses import default_witnesses
+from caisson.probes.witness_choice import default_syscall_witness
 from ledger import verify_ledger
 
 SCENARIOS = resource_dir("scenarios")
@@ -167,7 +168,10 @@ def run(args: argparse.Namespace) -> int:
     console.print("\n== 2. the chamber image (built offline from images/chamber, cached by recipe digest)")
     build_image("chamber")
 
-    console.print("\n== 3. record: each agent, one run per question, in the chamber with strace and procfs witnesses")
+    choice = default_syscall_witness(say=lambda line: console.print(f"  {line}"))
+    witness = {"ebpf": "the eBPF", "strace": "the strace"}[choice.witness]
+    console.print(f"\n== 3. record: each agent, one run per question, in the chamber with {witness} and procfs"
+                  f" witnesses ({choice.why})")
     run_dirs: list[Path] = []
     for agent, probe in AGENTS.items():
         script = (PROBES / probe).read_text()
@@ -175,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
         for q in subset:
             run_dir = runs / f"{agent}--{q.id}"
             outcome = record(RecordOptions(command=["sh", "-c", script], scenario=SCENARIO, repo=repo,
-                                           commit=commit, out=run_dir, question=q.id),
-                             witnesses=default_witnesses())
+                                           commit=commit, out=run_dir, question=q.id,
+                                           syscall_witness=choice.witness, syscall_witness_why=choice.why),
+                             witnesses=default_witnesses(syscall=choice.witness))
             run_dirs.append(run_dir)
             console.print(f"  {run_dir.name:40s} {outcome.status}, exit {outcome.command_exit},"
                           f" {outcome.duration_ns / 1e6:.0f} ms")
@@ -189,8 +194,9 @@ def run(args: argparse.Namespace) -> int:
             with _scripted_model(out, q) as (address, scenario_path):
                 outcome = record(RecordOptions(command=[], scenario=scenario_path, repo=repo, commit=commit,
                                                out=run_dir, question=q.id, agent="claude-code", arm="shell",
-                                               env={"ANTHROPIC_API_KEY": "sk-ant-demo-scripted"}),
-                                 witnesses=default_witnesses())
+                                               env={"ANTHROPIC_API_KEY": "sk-ant-demo-scripted"},
+                                               syscall_witness=choice.witness, syscall_witness_why=choice.why),
+                                 witnesses=default_witnesses(syscall=choice.witness))
             run_dirs.append(run_dir)
             console.print(f"  {run_dir.name:40s} {outcome.status}, exit {outcome.command_exit},"
                           f" {outcome.duration_ns / 1e6:.0f} ms")
@@ -204,8 +210,9 @@ def run(args: argparse.Namespace) -> int:
             with _openai_model(out, q, agent) as (address, scenario_path):
                 outcome = record(RecordOptions(command=[], scenario=scenario_path, repo=repo, commit=commit,
                                                out=run_dir, question=q.id, agent=agent, arm="bash",
-                                               env={"OPENAI_API_KEY": "sk-openai-demo-scripted"}),
-                                 witnesses=default_witnesses())
+                                               env={"OPENAI_API_KEY": "sk-openai-demo-scripted"},
+                                               syscall_witness=choice.witness, syscall_witness_why=choice.why),
+                                 witnesses=default_witnesses(syscall=choice.witness))
             run_dirs.append(run_dir)
             console.print(f"  {run_dir.name:40s} {outcome.status}, exit {outcome.command_exit},"
                           f" {outcome.duration_ns / 1e6:.0f} ms")

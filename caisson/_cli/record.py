@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--syscall-witness", metavar="strace|ebpf|both",
                    help="syscall witness: strace, ebpf (a BPF program on the host: the libbpf loader, else bpftrace;"
                         " strace where it cannot run), or both;"
-                        " default: the fastest one `caisson selftest` showed complete on this machine, else strace")
+                        " default: eBPF where it was shown to work on this machine (qualified at first use), else strace")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
 
@@ -54,12 +54,11 @@ def run(args: argparse.Namespace) -> int:
         question=args.question, agent=args.agent, arm=args.arm, syscall_witness=args.syscall_witness or "strace",
         syscall_witness_why=f"--syscall-witness {args.syscall_witness}",
     )
-    if args.syscall_witness is None:  # the fastest witness the selftest showed complete here
-        from caisson.probes.witness_choice import choose_syscall_witness
+    if args.syscall_witness is None:  # the strongest witness shown to work here (eBPF qualified at first use)
+        from caisson.probes.witness_choice import default_syscall_witness
 
-        choice = choose_syscall_witness()
-        if choice.notice is not None:  # said once; the run is witnessed by strace, never by nothing
-            print(choice.notice, file=sys.stderr)
+        # a fall-back is said once; the run is witnessed by strace, never by nothing
+        choice = default_syscall_witness(say=lambda line: print(line, file=sys.stderr))
         options.syscall_witness, options.syscall_witness_why = choice.witness, choice.why
     elif options.syscall_witness != "strace":
         from caisson.run.ebpf import ebpf_problem

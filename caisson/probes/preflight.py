@@ -14,6 +14,7 @@ is a refusal, recorded. The checks are written to ``preflight.json`` in the outp
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Literal
@@ -29,6 +30,7 @@ from caisson.run.plan import RecordOptions, plan_run
 from caisson.run.record import record
 from caisson.scenario import Egress, load_scenario
 from caisson.run.witnesses import default_witnesses
+from caisson.probes.witness_choice import default_syscall_witness
 from ledger import locate, read_records
 from ledger.events import AgentTools, RunStarted
 
@@ -132,7 +134,10 @@ def _session(options: RecordOptions, script: Path, text: str) -> None:
     script.write_text(text)
     with scripted_model(script) as address:
         egress = Egress(allow_hosts=list(_PROVIDERS), upstream={host: f"http://{address}" for host in _PROVIDERS})
-        record(msgspec.structs.replace(options, egress=egress), witnesses=default_witnesses())
+        choice = default_syscall_witness(say=lambda line: print(line, file=sys.stderr))
+        record(msgspec.structs.replace(options, egress=egress, syscall_witness=choice.witness,
+                                       syscall_witness_why=choice.why),
+               witnesses=default_witnesses(syscall=choice.witness))
 
 
 def _shown(run_dir: Path) -> list[str]:

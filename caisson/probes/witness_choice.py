@@ -1,17 +1,17 @@
-"""The default syscall witness: the fastest one `caisson selftest` showed complete here.
+"""The default syscall witness: the strongest one shown to work on this machine.
 
-`caisson selftest --syscall-witness W` that runs W's whole matrix keeps its outcome in the
-caisson home (`outcome_path`): complete (no failure) or not, and the identity of what it
-ran on (`machine_identity`: the machine id, the kernel's release and build, bpftrace's
-version, the Docker engine's version, the eBPF witness's backend and the sha256 of the
-program it loads: the BPF object of the libbpf loader, or the bpftrace program), signed with the
-operator key. When `caisson record` is given no ``--syscall-witness``,
-`choose_syscall_witness` takes the first of `FASTEST_FIRST` that such an outcome shows
-complete on this same identity, and strace otherwise: eBPF not runnable here, no selftest
-outcome, an outcome for another kernel, engine, bpftrace, backend or program, an incomplete one, or
-one not signed by the operator key. The choice and its reason go to ``run.started``
-(``syscall_witness.why``); a fall-back is also said once on stderr by the CLI. strace is
-never skipped for want of a selftest: nothing runs unwitnessed.
+eBPF is the stronger witness (it sees from outside the chamber what strace's ptrace can
+be made blind to, and costs less), so it is the default wherever it is shown to work:
+``caisson selftest --syscall-witness ebpf`` (the whole detector matrix, minutes) or, at
+first use, its quick qualification (`caisson.probes.qualify`: one known-answer run, about
+a second). Each verdict is kept in the caisson home (`outcome_path`) with the identity it
+holds for (`machine_identity`: the machine id, the kernel's release and build, bpftrace's
+version, the Docker engine's version, the eBPF backend and the sha256 of the program it
+loads), signed with the operator key; a verdict for another identity, unsigned or failed
+does not hold. `choose_syscall_witness` takes eBPF when the selftest's verdict (else the
+qualification's) holds and passed, strace otherwise: eBPF cannot run here, or failed. The
+choice and its reason go to ``run.started`` (``syscall_witness.why``); a fall-back is also
+said once on stderr by the CLI. Nothing runs unwitnessed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -28,12 +29,8 @@ from caisson.run import ebpf as ebpf_run
 from collectors.ebpf import ebpf_program
 from ledger import KeyFileError
 
-__all__ = ["FASTEST_FIRST", "Choice", "Outcome", "choose_syscall_witness", "keep_outcome", "machine_identity",
+__all__ = ["Choice", "Outcome", "choose_syscall_witness", "default_syscall_witness", "keep_outcome", "machine_identity",
            "outcome_path"]
-
-FASTEST_FIRST = ("ebpf", "strace")
-"""Syscall witnesses, fastest first, as `benchmarks/witness_bench.py` measures them on
-agent-shaped work (README, Benchmarks). ``both`` is never a default: it pays for the two."""
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,7 +43,8 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Kept(msgspec.Struct, kw_only=True):
     identity: dict[str, str]
-    outcomes: dict[str, Outcome]  # syscall witness (strace, ebpf, both) -> its last outcome
+    outcomes: dict[str, Outcome]  # syscall witness (strace, ebpf, both) -> its last selftest outcome
+    qualified: dict[str, Outcome] = {}  # syscall witness -> its last quick qualification (caisson.probes.qualify)
 
 
 class _Signed(msgspec.Struct, kw_only=True):
@@ -108,16 +106,18 @@ def _program() -> dict[str, str]:
 
 
 def keep_outcome(syscall: str, failures: list[str], *, identity: dict[str, str] | None = None,
-                 now_ns: int | None = None) -> Path:
-    """Keep a whole selftest matrix's verdict on ``syscall``, signed; the file's path.
+                 now_ns: int | None = None, qualification: bool = False) -> Path:
+    """Keep a whole selftest matrix's verdict on ``syscall`` (or, ``qualification``, a quick
+    qualification's, `caisson.probes.qualify`), signed; the file's path.
 
     Outcomes kept for another identity are dropped (they no longer hold). Creates the
     operator key if there is none.
     """
     identity = identity if identity is not None else machine_identity()
     kept = _load(identity)[0] or _Kept(identity=identity, outcomes={})
-    kept.outcomes[syscall] = Outcome(complete=not failures, failures=list(failures),
-                                     at_ns=now_ns if now_ns is not None else time.time_ns())
+    outcome = Outcome(complete=not failures, failures=list(failures),
+                      at_ns=now_ns if now_ns is not None else time.time_ns())
+    (kept.qualified if qualification else kept.outcomes)[syscall] = outcome
     body = msgspec.json.encode(kept).decode()
     signed = _Signed(body=body, signature=home.ensure_operator_key().sign(body.encode()).hex())
     path = outcome_path()
@@ -150,21 +150,71 @@ def _load(identity: dict[str, str]) -> tuple[_Kept | None, str]:
     return kept, ""
 
 
-def choose_syscall_witness(identity: dict[str, str] | None = None) -> Choice:
-    """The fastest syscall witness a selftest showed complete here; see the module docstring."""
+def _stamp(outcome: Outcome) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(outcome.at_ns / 1e9))
+
+
+def choose_syscall_witness(identity: dict[str, str] | None = None, *,
+                           qualify: Callable[[], tuple[list[str], float]] | None = None,
+                           say: Callable[[str], None] = lambda line: None) -> Choice:
+    """The strongest syscall witness shown to work here; see the module docstring.
+
+    eBPF when this identity's last ``caisson selftest --syscall-witness ebpf`` was complete;
+    with no selftest verdict, when its quick qualification passed (`caisson.probes.qualify`),
+    run now by ``qualify`` if there is none yet (its verdict kept, signed, so it runs once
+    per identity); strace otherwise, with the reason. A failed selftest is never overridden
+    by a qualification.
+
+    Args:
+        identity: what a verdict must hold for (default `machine_identity`).
+        qualify: runs the qualification: (failures, seconds); None: none is run.
+        say: told one line when a qualification runs (for the caller's stderr).
+    """
     problem = ebpf_run.ebpf_problem()
     if problem is not None:
         why = f"the eBPF witness cannot run here ({problem})"
-    else:
-        kept, why = _load(identity if identity is not None else machine_identity())
-        outcome = kept.outcomes.get("ebpf") if kept is not None else None
-        if kept is not None and outcome is None:
-            why = "caisson selftest --syscall-witness ebpf was not run on this machine"
-        elif outcome is not None and not outcome.complete:
-            why = f"caisson selftest --syscall-witness ebpf failed here ({len(outcome.failures)} problem(s))"
-        elif outcome is not None:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(outcome.at_ns / 1e9))
-            return Choice(witness="ebpf", why=f"default: ebpf, the fastest syscall witness caisson selftest showed"
-                                              f" complete on this machine ({stamp})")
+        return Choice(witness="strace", why=f"default: strace: {why}",
+                      notice=f"caisson record: syscall witness strace, not eBPF: {why}")
+    identity = identity if identity is not None else machine_identity()
+    kept, why = _load(identity)
+    selftest = kept.outcomes.get("ebpf") if kept is not None else None
+    quick = kept.qualified.get("ebpf") if kept is not None else None
+    if selftest is None and quick is None and qualify is not None:
+        failures, seconds = qualify()
+        keep_outcome("ebpf", failures, identity=identity, qualification=True)
+        say(f"caisson: qualified the eBPF witness on this machine in {seconds:.1f} s: "
+            + ("passed" if not failures else f"failed ({'; '.join(failures)})"))
+        kept, why = _load(identity)
+        quick = kept.qualified.get("ebpf") if kept is not None else None
+    if selftest is not None:
+        if selftest.complete:
+            return Choice(witness="ebpf", why=f"default: ebpf, the strongest syscall witness: caisson selftest"
+                                              f" showed it complete on this machine ({_stamp(selftest)})")
+        why = f"caisson selftest --syscall-witness ebpf failed here ({len(selftest.failures)} problem(s))"
+    elif quick is not None:
+        if quick.complete:
+            return Choice(witness="ebpf", why=f"default: ebpf, the strongest syscall witness: its qualification"
+                                              f" passed on this machine ({_stamp(quick)})")
+        why = f"the eBPF witness's qualification failed here: {'; '.join(quick.failures)}"
+    elif kept is not None:
+        why = "caisson selftest --syscall-witness ebpf was not run on this machine"
     return Choice(witness="strace", why=f"default: strace: {why}",
                   notice=f"caisson record: syscall witness strace, not eBPF: {why}")
+
+
+_CHOSEN: dict[Path, Choice] = {}  # caisson home -> the choice this process made for it
+
+
+def default_syscall_witness(say: Callable[[str], None] = lambda line: None) -> Choice:
+    """The syscall witness of this process's runs when none is asked for: `choose_syscall_witness`
+    with the eBPF qualification run at first use, once per caisson home and process (a
+    study's cells share it). ``say`` is told the qualification's line, and the fall-back's
+    notice once."""
+    where = home.caisson_home()
+    if where not in _CHOSEN:
+        from caisson.probes.qualify import qualify_ebpf
+
+        _CHOSEN[where] = choice = choose_syscall_witness(qualify=qualify_ebpf, say=say)
+        if choice.notice is not None:
+            say(choice.notice)
+    return _CHOSEN[where]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import msgspec
 
 from caisson.errors import CaissonError, ChamberError, UsageError
 from caisson.model import scripted_model
+from caisson.probes.witness_choice import default_syscall_witness
 from caisson.run import RecordOptions, RunOutcome, default_witnesses, record
 from caisson.scenario import Egress, Scenario
 from caisson.study.plan import Combo
@@ -167,8 +169,11 @@ def dispatch(options: RecordOptions, *, around: Callable[[Path], contextlib.Abst
     Raises:
         As `caisson.run.record`.
     """
+    if not options.syscall_witness_why:  # the strongest witness shown to work on this host
+        choice = default_syscall_witness(say=lambda line: print(line, file=sys.stderr))
+        options = msgspec.structs.replace(options, syscall_witness=choice.witness, syscall_witness_why=choice.why)
     with around(options.out) if around is not None else contextlib.nullcontext():
-        return record(options, witnesses=default_witnesses(weaken=options.weaken))
+        return record(options, witnesses=default_witnesses(weaken=options.weaken, syscall=options.syscall_witness))
 
 
 def run_session_here(job: SessionJob, around: Callable[[Path], contextlib.AbstractContextManager] | None = None

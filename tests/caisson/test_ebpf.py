@@ -266,32 +266,55 @@ def _default_run(capsys) -> tuple[list[str], dict, str]:
             syscall_witness_facts(seen["witnesses"], seen["options"].syscall_witness_why), capsys.readouterr().err)
 
 
-def test_the_default_is_the_fastest_witness_the_selftest_showed_complete_here(monkeypatch, capsys):
+def test_the_default_is_ebpf_where_it_was_shown_to_work_here(monkeypatch, capsys):
     monkeypatch.setattr(witness_choice, "machine_identity", lambda: dict(IDENTITY))
     monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: None)
+    qualifications: list[str] = []
+    failing = ["ebpf did not record a child's birth"]
+
+    def qualify():
+        qualifications.append("ran")
+        return list(failing), 0.8
+
+    from caisson.probes import qualify as qualify_module
+
+    monkeypatch.setattr(qualify_module, "qualify_ebpf", qualify)
     witness_choice.outcome_path().unlink(missing_ok=True)
-    # No selftest outcome yet: strace, said once, and why in run.started.
-    ran, facts, err = _default_run(capsys)
-    assert ran == ["strace"] and facts == {"ran": "strace", "why": "default: strace: no caisson selftest outcome"
-                                                                   " on this machine"}
+
+    def default_run():
+        monkeypatch.setattr(witness_choice, "_CHOSEN", {})  # a new process
+        return _default_run(capsys)
+
+    # No verdict yet: the qualification runs at first use; it failed: strace, said, and why.
+    ran, facts, err = default_run()
+    assert qualifications == ["ran"] and ran == ["strace"]
+    assert facts["why"] == "default: strace: the eBPF witness's qualification failed here: " + failing[0]
+    assert "qualified the eBPF witness on this machine in 0.8 s: failed" in err
     assert err.count("syscall witness strace, not eBPF") == 1
-    # The selftest showed strace complete but eBPF incomplete: still strace.
+    # Its verdict is kept: not run again for this identity.
+    ran, facts, err = default_run()
+    assert qualifications == ["ran"] and ran == ["strace"] and "qualified" not in err
+    # On another kernel or engine it no longer holds: qualified again; passed: eBPF, and why.
+    failing.clear()
+    monkeypatch.setattr(witness_choice, "machine_identity", lambda: {**IDENTITY, "kernel": "6.2", "engine": "25"})
+    ran, facts, err = default_run()
+    assert qualifications == ["ran", "ran"] and ran == ["ebpf"] and err.count("\n") == 1 and "passed" in err
+    assert facts["why"].startswith("default: ebpf, the strongest syscall witness: its qualification passed")
+    monkeypatch.setattr(witness_choice, "machine_identity", lambda: dict(IDENTITY))
+    # The selftest showed strace complete but eBPF incomplete: strace, whatever a qualification says.
+    witness_choice.keep_outcome("ebpf", [], identity=IDENTITY, qualification=True)
     witness_choice.keep_outcome("strace", [], identity=IDENTITY)
     witness_choice.keep_outcome("ebpf", ["witness.gap@1 did not fire on witness_flooder/ebpf_buffer"],
                                 identity=IDENTITY)
-    ran, facts, _ = _default_run(capsys)
+    ran, facts, _ = default_run()
     assert ran == ["strace"] and "ebpf failed here (1 problem(s))" in facts["why"]
-    # eBPF shown complete on this identity: eBPF, silently, and why.
+    # eBPF shown complete by the selftest on this identity: eBPF, silently, and why.
     witness_choice.keep_outcome("ebpf", [], identity=IDENTITY, now_ns=1_700_000_000 * 10**9)
-    ran, facts, err = _default_run(capsys)
+    ran, facts, err = default_run()
     assert ran == ["ebpf"] and err == ""
-    assert facts == {"ran": "ebpf", "why": "default: ebpf, the fastest syscall witness caisson selftest showed"
-                                           " complete on this machine (2023-11-14T22:13:20Z)"}
-    # The same outcome no longer holds on another kernel or engine, nor once tampered with.
-    monkeypatch.setattr(witness_choice, "machine_identity", lambda: {**IDENTITY, "kernel": "6.2", "engine": "25"})
-    ran, facts, _ = _default_run(capsys)
-    assert ran == ["strace"] and facts["why"] == "default: strace: the selftest outcome is for another engine, kernel"
-    monkeypatch.setattr(witness_choice, "machine_identity", lambda: dict(IDENTITY))
+    assert facts == {"ran": "ebpf", "why": "default: ebpf, the strongest syscall witness: caisson selftest showed"
+                                           " it complete on this machine (2023-11-14T22:13:20Z)"}
+    assert qualifications == ["ran", "ran"]
     witness_choice.keep_outcome("ebpf", ["witness.gap@1 did not fire"], identity=IDENTITY)
     path = witness_choice.outcome_path()  # a failed selftest edited to look complete
     signed = json.loads(path.read_text())
@@ -299,12 +322,13 @@ def test_the_default_is_the_fastest_witness_the_selftest_showed_complete_here(mo
                                   '"complete":true,"failures":[]')
     assert body != signed["body"]
     path.write_text(json.dumps({**signed, "body": body}))
-    ran, facts, _ = _default_run(capsys)
-    assert ran == ["strace"] and "not signed by the operator key" in facts["why"]
+    failing.append("a qualification after a tampered verdict")
+    ran, facts, err = default_run()  # not signed: it does not hold, and a new qualification decides
+    assert ran == ["strace"] and "qualification failed" in facts["why"] and qualifications == ["ran"] * 3
     # eBPF not allowed here (no bpftrace, no root, no BTF...): strace, said once.
     witness_choice.keep_outcome("ebpf", [], identity=IDENTITY)
     monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: "bpftrace needs root")
-    ran, facts, err = _default_run(capsys)
+    ran, facts, err = default_run()
     assert ran == ["strace"]
     assert facts["why"] == "default: strace: the eBPF witness cannot run here (bpftrace needs root)"
     assert err.count("\n") == 1 and "bpftrace needs root" in err
