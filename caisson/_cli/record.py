@@ -54,11 +54,16 @@ def run(args: argparse.Namespace) -> int:
         question=args.question, agent=args.agent, arm=args.arm, syscall_witness=args.syscall_witness or "strace",
         syscall_witness_why=f"--syscall-witness {args.syscall_witness}",
     )
+    from caisson.run.plan import plan_run
+    from caisson.scenario import load_scenario
+
+    # every option checked before a witness is chosen (the choice may run a qualification in the chamber)
+    plan_run(options, load_scenario(options.scenario) if options.scenario else None, witnesses=[])
     if args.syscall_witness is None:  # the strongest witness shown to work here (eBPF qualified at first use)
         from caisson.probes.witness_choice import default_syscall_witness
 
         # a fall-back is said once; the run is witnessed by strace, never by nothing
-        choice = default_syscall_witness(say=lambda line: print(line, file=sys.stderr))
+        choice = default_syscall_witness(say=lambda line: print(f"caisson record: {line}", file=sys.stderr))
         options.syscall_witness, options.syscall_witness_why = choice.witness, choice.why
     elif options.syscall_witness != "strace":
         from caisson.run.ebpf import ebpf_problem

@@ -118,10 +118,27 @@ def plan_lines(plan, *, drawn: bool = False) -> list[str]:
         elicitation = ", ".join(f"{k}={v}" for k, v in c.elicitation.items()) or "-"
         lines.append(f"RUN     {c.arm} x {c.agent} x {c.model or '-'}: gating {c.gating}, elicitation {elicitation},"
                      f" {c.cells} cells")
+        if c.adapter is not None:  # what the agent is handed: a grant that means something else shows here
+            lines.append(f"          grant {_own_grant(c)}")
+            lines.append(f"          deny  {', '.join(c.deny) or '-'} ({len(c.deny)} tools)")
     for r in plan.refusals:
         lines.append(f"REFUSE  {r.arm} x {r.agent} x {r.model or '-'}: gating {r.gating} ({r.kind}), {r.cells} cells"
                      f" not run: {r.reason}")
     return lines
+
+
+def _own_grant(combo) -> str:
+    """A combination's grant as its agent reads it: the entries naming its own tools (and
+    anything else caisson does not know as another agent's), then how many name only
+    another agent's tools (an arm shared by a study's agents)."""
+    from caisson.agents import adapter, known_tools
+    from caisson.grants import parse_grant
+
+    own = set(adapter(combo.adapter).static_tools)
+    others = known_tools() - own
+    mine = [g for g in combo.grant if parse_grant(g).tool not in others]
+    rest = len(combo.grant) - len(mine)
+    return (", ".join(mine) or "-") + (f" (+{rest} names of other agents' tools)" if rest else "")
 
 
 def run_plan(args: argparse.Namespace) -> int:

@@ -15,8 +15,8 @@ from typing import Literal
 import msgspec
 
 from caisson.agents import claude_code, codex, copilot, mini_swe_agent, opencode
-from caisson.errors import UsageError
-from caisson.grants import granted_by, grants_by_tool
+from caisson.errors import ScenarioError, UsageError
+from caisson.grants import granted_by, grants_by_tool, parse_grant
 from ledger.events import Gating
 
 Elicitation = Literal["stream", "answer_file"]
@@ -25,7 +25,7 @@ stdout as the agent works: Claude Code's stream-json, Codex's JSON lines) or
 ``answer_file`` (a file the agent writes, printed once it exits: mini-swe-agent's
 trajectory)."""
 
-__all__ = ["Adapter", "Elicitation", "ADAPTERS", "adapter", "deny_list"]
+__all__ = ["Adapter", "Elicitation", "ADAPTERS", "adapter", "arm_grant", "check_arm", "deny_list", "known_tools"]
 
 
 class Adapter(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,3 +91,63 @@ def deny_list(known: Iterable[str], grant: Iterable[str], withhold: Iterable[str
     """
     granted = set(grants_by_tool(grant))
     return sorted({tool for tool in known if not granted_by(tool, granted)} | set(withhold))
+
+
+def known_tools() -> frozenset[str]:
+    """Every tool some adapter knows (their static lists): the names a shared arm may use."""
+    return frozenset(t for spec in ADAPTERS.values() for t in spec.static_tools)
+
+
+def arm_grant(arm, scenario) -> list[str]:
+    """An arm's grant as its agent is handed it: its ``grant`` entries, then the members of
+    the scenario strategies it grants (`caisson.scenario.Strategy.members`) not already there."""
+    members = [m for name in arm.strategies for m in (scenario.strategy(name).members() if scenario.strategy(name)
+                                                     else ())]
+    return [*arm.grant, *(m for m in dict.fromkeys(members) if m not in arm.grant)]
+
+
+def check_arm(arm, scenario, *, agent: Adapter | None, discovered: Iterable[str] = (), path: str = "") -> None:
+    """That every ``grant`` and ``withhold`` entry of ``arm`` names something.
+
+    An entry names a tool of ``agent`` (its static list and the ``discovered`` tools), a
+    tool of another adapter (an arm shared by the agents of a study), a member of a
+    scenario strategy, or an MCP server (``mcp__SERVER``) a strategy lists as a backend or
+    a discovered tool belongs to. Anything else (``*``, a misspelt ``Bsah``) would silently
+    deny or withhold something other than what was written, so it is refused.
+
+    Args:
+        arm: the scenario's arm (`caisson.scenario.Arm`).
+        scenario: its scenario. agent: the adapter that plays it, or None (a plain command).
+        discovered: tools sessions of this agent showed (preflight, baseline).
+        path: the scenario file, for the message.
+
+    Raises:
+        ScenarioError: the first entry that names nothing, with its field, the agent's
+            tools and the closest names.
+    """
+    import difflib
+
+    discovered = tuple(discovered)
+    own = tuple(sorted({*(agent.static_tools if agent else ()), *discovered}))
+    members = {m for s in scenario.strategies for m in s.members()}
+    valid = {*own, *known_tools(), *members}
+    servers = {m for m in members if m.startswith("mcp__")} | {
+        t.rsplit("__", 1)[0] for t in discovered if t.startswith("mcp__") and t.count("__") >= 2}
+    index = next((i for i, a in enumerate(scenario.arms) if a.name == arm.name), 0)
+    for field, entries in (("grant", arm.grant), ("withhold", arm.withhold)):
+        for j, entry in enumerate(entries):
+            tool = parse_grant(entry).tool if field == "grant" else entry
+            if tool in valid or tool in servers:
+                continue
+            who = f"{agent.name}'s tools" if agent else "the tools caisson's agents have"
+            hint = difflib.get_close_matches(tool, sorted(valid), n=3, cutoff=0.6)
+            why = ("is not a tool name: an arm lists tools by name (a pattern goes only inside a scoped grant's"
+                   " rule, Bash(git *)); to grant an agent everything, list its tools or a strategy")
+            if "*" not in tool:
+                why = (f"names no tool of {agent.name if agent else 'any agent'}, of another agent caisson knows,"
+                       " nor of a scenario strategy: it would configure nothing")
+            raise ScenarioError(
+                f"{entry!r} {why}" + (f"; did you mean {', '.join(hint)}?" if hint else "")
+                + f"; {who}: {', '.join(own or sorted(known_tools()))}"
+                + (f"; strategies: {', '.join(s.name for s in scenario.strategies)}" if scenario.strategies else ""),
+                path=path or "the scenario", field=f"$.arms[{index}].{field}[{j}]")

@@ -134,7 +134,7 @@ def _session(options: RecordOptions, script: Path, text: str) -> None:
     script.write_text(text)
     with scripted_model(script) as address:
         egress = Egress(allow_hosts=list(_PROVIDERS), upstream={host: f"http://{address}" for host in _PROVIDERS})
-        choice = default_syscall_witness(say=lambda line: print(line, file=sys.stderr))
+        choice = default_syscall_witness(say=lambda line: print(f"caisson preflight: {line}", file=sys.stderr))
         record(msgspec.structs.replace(options, egress=egress, syscall_witness=choice.witness,
                                        syscall_witness_why=choice.why),
                witnesses=default_witnesses(syscall=choice.witness))

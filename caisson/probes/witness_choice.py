@@ -182,7 +182,7 @@ def choose_syscall_witness(identity: dict[str, str] | None = None, *,
     if selftest is None and quick is None and qualify is not None:
         failures, seconds = qualify()
         keep_outcome("ebpf", failures, identity=identity, qualification=True)
-        say(f"caisson: qualified the eBPF witness on this machine in {seconds:.1f} s: "
+        say(f"qualified the eBPF witness on this machine in {seconds:.1f} s: "
             + ("passed" if not failures else f"failed ({'; '.join(failures)})"))
         kept, why = _load(identity)
         quick = kept.qualified.get("ebpf") if kept is not None else None
@@ -209,12 +209,12 @@ def default_syscall_witness(say: Callable[[str], None] = lambda line: None) -> C
     """The syscall witness of this process's runs when none is asked for: `choose_syscall_witness`
     with the eBPF qualification run at first use, once per caisson home and process (a
     study's cells share it). ``say`` is told the qualification's line, and the fall-back's
-    notice once."""
+    notice once (each without a prefix: the caller says who speaks)."""
     where = home.caisson_home()
     if where not in _CHOSEN:
         from caisson.probes.qualify import qualify_ebpf
 
         _CHOSEN[where] = choice = choose_syscall_witness(qualify=qualify_ebpf, say=say)
         if choice.notice is not None:
-            say(choice.notice)
+            say(choice.notice.removeprefix("caisson record: "))
     return _CHOSEN[where]

@@ -338,7 +338,7 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     Raises:
         UsageError: unknown agent or arm, no question, or a command given as well.
     """
-    from caisson.agents import deny_list
+    from caisson.agents import arm_grant, check_arm, deny_list
 
     spec = _adapter(options.agent)
     if options.command:
@@ -354,8 +354,10 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     if found is None:
         arm, allowed, denied = None, [], []
     else:
+        check_arm(found, scenario, agent=spec, discovered=options.discovered_tools,
+                  path=str(options.scenario) if options.scenario else "")
         catalog = {s.name: s.members() for s in scenario.strategies}
-        grant = [*found.grant, *(m for name in found.strategies for m in catalog[name] if m not in found.grant)]
+        grant = arm_grant(found, scenario)
         deny = tuple(deny_list((*spec.static_tools, *options.discovered_tools), grant, found.withhold))
         arm = PlannedArm(name=found.name, grant=tuple(found.grant), withhold=tuple(found.withhold), deny=deny,
                          strategies=tuple(found.strategies), catalog=catalog)

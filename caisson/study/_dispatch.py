@@ -170,7 +170,7 @@ def dispatch(options: RecordOptions, *, around: Callable[[Path], contextlib.Abst
         As `caisson.run.record`.
     """
     if not options.syscall_witness_why:  # the strongest witness shown to work on this host
-        choice = default_syscall_witness(say=lambda line: print(line, file=sys.stderr))
+        choice = default_syscall_witness(say=lambda line: print(f"caisson study: {line}", file=sys.stderr))
         options = msgspec.structs.replace(options, syscall_witness=choice.witness, syscall_witness_why=choice.why)
     with around(options.out) if around is not None else contextlib.nullcontext():
         return record(options, witnesses=default_witnesses(weaken=options.weaken, syscall=options.syscall_witness))

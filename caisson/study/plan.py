@@ -20,7 +20,7 @@ import re
 
 import msgspec
 
-from caisson.agents import adapter, deny_list
+from caisson.agents import adapter, arm_grant, deny_list
 from caisson.scenario import Scenario
 from caisson.study.studyfile import Study, StudyAgent
 
@@ -93,13 +93,13 @@ def cell_id(arm: str, agent: str, model: str | None, question_id: str, repetitio
     return f"{combo_id(arm, agent, model)}--{_UNSAFE.sub('_', question_id)}--r{repetition}"
 
 
-def _combo(study_agent: StudyAgent, arm, model: str | None, cells: int) -> Combo | Refusal:
-    if study_agent.adapter is None:
+def _combo(study_agent: StudyAgent, arm, model: str | None, cells: int, scenario: Scenario) -> Combo | Refusal:
+    spec = adapter(study_agent.adapter) if study_agent.adapter is not None else None
+    if spec is None:
         gating, static, adapter_name = "ungated", (), None
     else:
-        spec = adapter(study_agent.adapter)
         gating, static, adapter_name = spec.gating, spec.static_tools, spec.name
-    deny = deny_list(static, arm.grant, arm.withhold)
+    deny = deny_list(static, arm_grant(arm, scenario), arm.withhold)
     if deny and gating != "enforced":
         kind = "cannot" if gating == "ungated" else "not_yet"
         why = ("its CLI has no way to withhold a tool" if kind == "cannot"
@@ -136,7 +136,7 @@ def plan_study(study: Study, scenario: Scenario, *, seed: int | None) -> StudyPl
     for arm in arms:
         for agent in study.agents:
             for model in agent.models or [None]:
-                got = _combo(agent, arm, model, per_combo)
+                got = _combo(agent, arm, model, per_combo, scenario)
                 if isinstance(got, Refusal):
                     refusals.append(got)
                     continue

@@ -297,6 +297,12 @@ def load_study(path: str | Path) -> tuple[Study, Scenario, bytes]:
         if arm not in arms:
             raise _error(f"arm {arm!r} is not in {study.scenario}; its arms: {', '.join(arms)}",
                          name, f"$.arms[{i}]", text)
+    from caisson.agents import adapter, check_arm
+
+    for arm in (scenario.arm(a) for a in study.arms or arms):  # a grant that names nothing configures nothing
+        for agent in study.agents:
+            check_arm(arm, scenario, agent=adapter(agent.adapter) if agent.adapter else None,
+                      path=str(scenario_path))
     for i, agent in enumerate(study.agents):
         if agent.command and redact_argv(agent.command, key=_PROBE_KEY, patterns=scenario.credential_patterns) \
                 != list(agent.command):

@@ -243,3 +243,26 @@ def test_a_measured_not_enforced_gating_refuses_a_withholding_arm_and_never_rais
     assert "its gating probe saw a denied tool run" in plan.refusal.reason
     plan = plan_run(RecordOptions(command=[], question="q1", agent="codex", measured_gating="enforced"), SCENARIO)
     assert plan.agent.gating == "ungated"
+
+
+@pytest.mark.parametrize("grant, message", [
+    ('["*"]', "'*' is not a tool name"),
+    ('["Bsah"]', "did you mean Bash"),
+])
+def test_record_refuses_an_arm_whose_grant_names_nothing(grant, message):
+    scenario = parse_scenario(f'''
+name = "plan"
+[[questions]]
+id = "q1"
+prompt = "Where is the function `answer` defined?"
+[[arms]]
+name = "full"
+grant = {grant}
+'''.encode(), "plan.toml")
+    with pytest.raises(UsageError, match="arms\\[0\\].grant\\[0\\]"):
+        plan_run(RecordOptions(command=[], agent="claude-code", arm="full", question="q1"), scenario, witnesses=WITNESSES)
+    with pytest.raises(UsageError, match=message):
+        plan_run(RecordOptions(command=[], agent="claude-code", arm="full", question="q1"), scenario, witnesses=WITNESSES)
+    discovered = RecordOptions(command=[], agent="claude-code", arm="full", question="q1", discovered_tools=["Bsah"])
+    if grant == '["Bsah"]':  # a tool a session of the agent showed is one of its names
+        assert plan_run(discovered, scenario, witnesses=WITNESSES).arm.grant == ("Bsah",)

@@ -329,3 +329,43 @@ def test_discovered_tools_reach_the_record_options_of_cells_not_of_baselines(tmp
         assert "Teleport" in plan_run(options, scenario).arm.deny
     with session_options(combo, session, **kwargs) as options:
         assert options.discovered_tools == [] and "Teleport" not in plan_run(options, scenario).arm.deny
+
+
+@pytest.mark.parametrize("grant, withhold, words", [
+    ('["*"]', "[]", ["'*' is not a tool name", "$.arms[1].grant[0]"]),  # taken for a literal tool name before
+    ('["Bsah", "Read"]', "[]", ["'Bsah' names no tool", "did you mean Bash", "$.arms[1].grant[0]"]),
+    ('["Bash(git log:*)", "Raed"]', "[]", ["'Raed' names no tool", "did you mean Read", "$.arms[1].grant[1]"]),
+    ('["Bash"]', '["Wirte"]', ["'Wirte' names no tool", "did you mean Write", "$.arms[1].withhold[0]"]),
+    ('["mcp__search"]', "[]", ["'mcp__search' names no tool", "$.arms[1].grant[0]"]),  # no such server
+])
+def test_a_grant_that_names_nothing_is_refused_with_its_field_and_what_is_valid(folder, grant, withhold, words):
+    """Issue 29, item 6: a setting that configures nothing is an error, never a plan that
+    prints like the intended one (``*`` denied every tool; ``Bsah`` denied Bash)."""
+    (folder / "scenario.toml").write_text(SCENARIO.replace('grant = ["Bash"]\nwithhold = ["Write"]',
+                                                           f"grant = {grant}\nwithhold = {withhold}"))
+    with pytest.raises(ScenarioError) as caught:
+        load_study(_write(folder, GOOD))
+    message = str(caught.value)
+    assert str(folder / "scenario.toml") in message and all(w in message for w in words), message
+    assert "claude-code's tools: Agent, Bash," in message  # what is valid, listed
+
+
+def test_a_shared_arm_a_strategy_and_a_server_it_lists_are_valid(folder):
+    """An arm a study's agents share names each agent's tools (Codex's beside Claude Code's);
+    a strategy's tools and an MCP server it lists as a backend are names too."""
+    text = SCENARIO.replace('grant = ["Bash"]\nwithhold = ["Write"]',
+                            'grant = ["Bash", "exec_command", "mcp__search", "Lookup"]\nwithhold = ["Write"]')
+    (folder / "scenario.toml").write_text(text + '[[strategies]]\nname = "search"\ntools = ["Lookup"]\n'
+                                                 'backends = ["search"]\n')
+    study, scenario, _ = load_study(_write(folder, GOOD))
+    plan = plan_study(study, scenario, seed=1)
+    combo = next(c for c in plan.combos if (c.arm, c.agent) == ("no-write", "claude-code"))
+    assert "Bash" not in combo.deny and "Write" in combo.deny
+
+
+def test_the_text_plan_shows_each_combinations_grant_and_deny_list(folder, capsys):
+    assert main(["study", "plan", str(_write(folder, GOOD))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index(next(line for line in out if line.startswith("RUN     no-write x claude-code")))
+    assert out[at + 1].split() == ["grant", "Bash"]
+    assert out[at + 2].startswith("          deny  Agent, BashOutput,") and "Write" in out[at + 2]
