@@ -1,9 +1,12 @@
 """The chamber: where a run happens, and what it is made of.
 
 The container runtime (Docker through aiodocker, confined to `caisson.chamber._docker`),
-the bridge firewall, the seccomp profile (`caisson.chamber.seccomp_profile`), the sandbox (a one-commit worktree minus the exclusion set) with its
-containment scan, the chamber's environment (`caisson.chamber.envpin`) and the images built
-offline from `images/` (`caisson.chamber.image`). Knows nothing of witnesses or detectors.
+the bridge firewall, the seccomp profile (`caisson.chamber.seccomp_profile`),
+the sandbox (a one-commit worktree minus the exclusion set) with its containment scan, the
+scratch directories that hold it (`caisson.chamber.scratch`) and the reaping of those whose
+recorder is dead (`caisson.chamber.reap`), the chamber's environment
+(`caisson.chamber.envpin`) and the images built offline from `images/`
+(`caisson.chamber.image`). Knows nothing of witnesses or detectors.
 """
 
 from caisson.chamber._containment import containment_hits, prompt_windows, scan_tree
