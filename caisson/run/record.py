@@ -202,6 +202,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
                               nano_cpus=int(limits.cpus * 1e9)),
                 network_mode="none",  # the session puts it on its witnessed network
+                etc_dir=str(scratch / "etc"),  # its own resolv.conf (no nameserver without a network), hosts, hostname
                 deadline_s=plan.timeout_s,
                 self_deadline_s=plan.timeout_s + CHAMBER_GRACE_S,
                 run_id=run_id,
