@@ -159,7 +159,7 @@ def orphan_reason(labels: dict[str, str], *, here: RecorderIdentity, started: Ca
         start, host, ns = labels[RECORDER_START_LABEL], labels[RECORDER_HOST_LABEL], labels[RECORDER_PIDNS_LABEL]
     except (KeyError, ValueError):
         return None
-    if not here.complete or not start or (host, ns) != (here.host, here.pid_ns):
+    if pid <= 0 or not here.complete or not start or (host, ns) != (here.host, here.pid_ns):
         return None
     try:
         now_start = started(pid)

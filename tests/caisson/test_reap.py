@@ -70,6 +70,7 @@ def _unreadable(pid: int) -> str | None:
     (labels(), {}.get, RecorderIdentity(pid=7, start="5", host=HERE.host, pid_ns=""), None),
     ({}, {}.get, HERE, None),  # no recorder labels (an older caisson, or by hand): never reaped
     ({**labels(), RECORDER_PID_LABEL: "x"}, {}.get, HERE, None),
+    ({**labels(), RECORDER_PID_LABEL: "0"}, {}.get, HERE, None),  # kill(0, 0) would ask its own group
 ])
 def test_orphan_reason_needs_proof_of_death(found, started, here, expected) -> None:
     assert orphan_reason(found, here=here, started=started) == expected
