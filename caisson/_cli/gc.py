@@ -1,9 +1,9 @@
 """`caisson gc [--dry-run]`: list and remove what dead recorders left behind.
 
 Chamber containers, run networks and scratch directories (sandbox and config home) whose
-recorder is gone (see `caisson.chamber.reap`); things without a recorder's labels are
-left alone. One line per orphan on stderr: `reaped ...`, `orphan ...` (with --dry-run) or
-`cannot reap ...`, and a summary line.
+recorder is provably dead (see `caisson.chamber.reap`); anything else, things without a
+recorder's labels among them, is left alone. One line per orphan on stderr: `reaped ...`,
+`orphan ...` (with --dry-run) or `cannot reap ...`, and a summary line.
 
 Exit codes: 0 every orphan removed (or listed, with --dry-run), also when there was none;
 1 one could not be removed; 2 the engine is not reachable.

@@ -21,7 +21,7 @@ from caisson.probes.witness_choice import outcome_path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("selftest", help="run the known-bad probes and print the detector x probe matrix")
-    p.add_argument("--out", type=Path, help="keep the runs here (default: a temp dir)")
+    p.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder, removed at the end)")
     p.add_argument("--syscall-witness", choices=["strace", "ebpf", "both"], default="strace",
                    help="the syscall witness of every run (default strace)")
     p.set_defaults(func=run)

@@ -1,11 +1,16 @@
 """The chamber: where a run happens, and what it is made of.
 
 The container runtime (Docker through aiodocker, confined to `caisson.chamber._docker`),
-the bridge firewall, the seccomp profile (`caisson.chamber.seccomp_profile`), the sandbox (a one-commit worktree minus the exclusion set) with its
-containment scan, the chamber's environment (`caisson.chamber.envpin`) and the images built
-offline from `images/` (`caisson.chamber.image`). Knows nothing of witnesses or detectors.
+what the chamber sees of the host (`caisson.chamber._view`: its own /etc network files,
+its mount table), the bridge firewall, the seccomp profile (`caisson.chamber.seccomp_profile`),
+the sandbox (a one-commit worktree minus the exclusion set) with its containment scan, the
+scratch directories that hold it (`caisson.chamber.scratch`) and the reaping of those whose
+recorder is dead (`caisson.chamber.reap`), the chamber's environment
+(`caisson.chamber.envpin`) and the images built offline from `images/`
+(`caisson.chamber.image`). Knows nothing of witnesses or detectors.
 """
 
+from caisson.chamber._view import CHAMBER_HOSTNAME, ETC_FILES, mountinfo_seen
 from caisson.chamber._containment import containment_hits, prompt_windows, scan_tree
 from caisson.chamber._docker import (
     LOG_CAP_BYTES,
@@ -28,6 +33,8 @@ from caisson.chamber.sandbox import ExcludedPath, Sandbox, build_sandbox, remove
 
 __all__ = [
     "BASE_PROFILE",
+    "CHAMBER_HOSTNAME",
+    "ETC_FILES",
     "SeccompProfile",
     "seccomp_profile",
     "INJECTION_SWITCHES",
@@ -52,6 +59,7 @@ __all__ = [
     "guard_bridge",
     "image_id",
     "image_tag",
+    "mountinfo_seen",
     "open_engine",
     "orphan_reason",
     "parse_env_assignments",

@@ -29,6 +29,7 @@ import msgspec
 import trio
 import trio_asyncio
 
+from caisson.chamber._view import CHAMBER_HOSTNAME, ETC_FILES, etc_files
 from caisson.errors import ChamberError
 
 
@@ -135,7 +136,14 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Run Docker's init (tini) as pid 1, so signals reach the command and zombies are
     reaped; without it the command is pid 1 and ignores signals it has no handler for."""
     dns: list[str] = msgspec.field(default_factory=list)
-    """Resolver addresses for the container (the DNS witness)."""
+    """Resolver addresses for the container (the DNS witness); with `etc_dir`, the only
+    nameservers of its resolv.conf (none when empty)."""
+    etc_dir: str | None = None
+    """Absolute host directory where `Engine.run` writes the chamber's own /etc/resolv.conf,
+    /etc/hostname and /etc/hosts (`caisson.chamber._view`), bound read-only over the
+    engine's, which name the container id and copy the host's resolver; None: the engine's."""
+    hostname: str = CHAMBER_HOSTNAME
+    """The chamber's host name; empty: the engine's (the container id's first 12 hex)."""
     cap_add: list[str] = msgspec.field(default_factory=list)
     """Extra capabilities for the container's root (e.g. SYS_PTRACE for an in-chamber tracer);
     a process that drops to an unprivileged user loses them."""
@@ -374,6 +382,7 @@ class Engine:
         """
         run_id = spec.run_id or uuid.uuid4().hex
         config = _create_config(spec, run_id)
+        _write_etc(spec)
         # Shielded: a cancellation between the engine creating the container and us
         # learning its id would leave it behind; it lands at the next checkpoint instead.
         with trio.move_on_after(_CLEANUP_S, shield=True) as create_scope:
@@ -536,21 +545,45 @@ def demux_stdcopy(data: bytes) -> tuple[bytes, bytes]:
     return bytes(out[1]), bytes(out[2])
 
 
+def _etc_binds(spec: ContainerSpec) -> list[tuple[str, str, bool]]:
+    """The binds of `ContainerSpec.etc_dir`'s files over the engine's (none without one)."""
+    if spec.etc_dir is None:
+        return []
+    return [(os.path.join(spec.etc_dir, name), f"/etc/{name}", True) for name in ETC_FILES]
+
+
+def _write_etc(spec: ContainerSpec) -> None:
+    """Write `ContainerSpec.etc_dir`'s files (`caisson.chamber._view.etc_files`), world-readable."""
+    if spec.etc_dir is None:
+        return
+    os.makedirs(spec.etc_dir, mode=0o755, exist_ok=True)
+    for name, data in etc_files(spec.hostname, spec.dns).items():
+        path = os.path.join(spec.etc_dir, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, 0o644)
+
+
 def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
-    for host, inside, _ in spec.binds:
+    binds = [*spec.binds, *_etc_binds(spec)]
+    for host, inside, _ in binds:
         if not os.path.isabs(host) or not os.path.isabs(inside):
             raise ChamberError(f"bind {host}:{inside} is not absolute on both sides: fix the spec")
     host_config: dict[str, Any] = {
         "NetworkMode": spec.network_mode,
-        "Binds": [f"{h}:{c}:{'ro' if ro else 'rw'}" for h, c, ro in spec.binds],
+        "Binds": [f"{h}:{c}:{'ro' if ro else 'rw'}" for h, c, ro in binds],
         "AutoRemove": False,
         "Init": spec.init,
+        # Its own cgroup namespace: /proc/self/cgroup and the cgroup mounts' roots are "/",
+        # not /docker/<container id> (cgroup_namespaces(7); the engine's default on cgroup v1
+        # is the host's). Docker API 1.41.
+        "CgroupnsMode": "private",
         # json-file stores lines as JSON strings, replacing invalid UTF-8: evidence lost.
         "LogConfig": {"Type": "local", "Config": {"max-size": str(_LOG_FILE_BYTES), "max-file": str(_LOG_FILES),
                                                   "compress": "false"}},
         "CapAdd": list(spec.cap_add),
     }
-    if spec.dns:
+    if spec.dns and spec.etc_dir is None:
         host_config["Dns"] = list(spec.dns)
     if spec.seccomp is not None:
         host_config["SecurityOpt"] = [f"seccomp={spec.seccomp}"]
@@ -566,6 +599,7 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
         cmd = ["timeout", "-s", "KILL", str(max(1, math.ceil(spec.self_deadline_s))), *cmd]
     config: dict[str, Any] = {
         "Image": spec.image,
+        "Hostname": spec.hostname,
         "Cmd": cmd,
         "Env": [f"{k}={v}" for k, v in spec.env.items()],
         "Labels": {**spec.labels, RUN_LABEL: run_id},

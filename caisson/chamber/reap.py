@@ -1,19 +1,21 @@
 """Chambers never outlive their recorder: who owns a chamber, and reaping the orphans.
 
-Every chamber container, network and scratch directory (the sandbox and config home) of
-a run carries its recorder's identity (`recorder_labels`): the recorder's pid, its start
+Every chamber container, network and scratch directory (`caisson.chamber.scratch`) of a
+run carries its recorder's identity (`recorder_labels`): the recorder's pid, its start
 time (`/proc/<pid>/stat` field 22, clock ticks since boot, so a reused pid is told
-apart), its host (host name and kernel boot id, so a reboot is told apart) and the
-chamber's own deadline (when it kills itself, see `ContainerSpec.self_deadline_s`).
+apart), its host (host name and kernel boot id) and its PID namespace (the namespace its
+pid means something in), and the chamber's own deadline (when it kills itself, see
+`ContainerSpec.self_deadline_s`).
 
-A thing is an **orphan** (`orphan_reason`) when its recorder is gone:
-- on this host: no process with that pid, or one with another start time;
-- on another host (a remote engine): its deadline passed more than `REMOTE_SLACK_S` ago,
-  since a recorder elsewhere cannot be asked.
-
-Things without recorder labels (made by an older caisson, or by hand) are never reaped:
-nothing tells whose they are. `reap` removes orphans (or only lists them, `dry_run`); the
-next `caisson record` calls it before it starts, and `caisson gc` on demand.
+A thing is an **orphan** (`orphan_reason`) only when its recorder is provably dead: on
+the same host and in the same PID namespace as the reaper, with no process of that pid,
+or one with another start time; and the lock of the run's scratch directory, when it has
+one here, free (`caisson.chamber.scratch.claim`). Everything else is alive: labels missing or malformed
+(an older caisson's, or made by hand), another host or PID namespace (its reaper is
+there), a reaper whose own view cannot be told (`/proc` of another namespace, no boot
+id), a process table entry that cannot be read, a scratch directory without its
+``recorder.json`` yet, or whose lock is held. `reap` removes orphans (or only lists them,
+`dry_run`); the next `caisson record` calls it before it starts, and `caisson gc` on demand.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,16 +31,14 @@ import trio
 
 from caisson.chamber._docker import RUN_LABEL, Engine
 from caisson.chamber._firewall import unguard_interface
-from caisson.chamber.sandbox import _rmtree
+from caisson.chamber.scratch import RECORDER_FILE, claim, remove_tree, scratch_root
 
 __all__ = [
     "DEADLINE_LABEL",
-    "RECORDER_FILE",
     "RECORDER_HOST_LABEL",
     "RECORDER_PID_LABEL",
+    "RECORDER_PIDNS_LABEL",
     "RECORDER_START_LABEL",
-    "REMOTE_SLACK_S",
-    "SCRATCH_PREFIX",
     "Reaped",
     "RecorderIdentity",
     "orphan_reason",
@@ -53,60 +51,79 @@ __all__ = [
 RECORDER_PID_LABEL = "caisson.recorder.pid"
 RECORDER_START_LABEL = "caisson.recorder.start"
 RECORDER_HOST_LABEL = "caisson.recorder.host"
+RECORDER_PIDNS_LABEL = "caisson.recorder.pidns"
 DEADLINE_LABEL = "caisson.deadline_ns"
-"""Label keys: the recorder's pid, start time (clock ticks since boot), host, and the
-chamber's own deadline (ns since the Unix epoch)."""
-
-RECORDER_FILE = "recorder.json"
-"""The file in a run's scratch directory that holds the same labels, as a JSON object."""
-
-SCRATCH_PREFIX = "caisson-"
-"""Scratch directories are `<tempdir>/caisson-<run id>-<random>`."""
-
-REMOTE_SLACK_S = 60.0
-"""How long past its deadline a chamber of another host is left before it is an orphan."""
+"""Label keys: the recorder's pid, start time (clock ticks since boot), host, PID namespace,
+and the chamber's own deadline (ns since the Unix epoch)."""
 
 
 class RecorderIdentity(msgspec.Struct, frozen=True, kw_only=True):
-    """Who is recording: enough to tell later whether that process still runs."""
+    """Who is recording: enough to tell later whether that process still runs. An empty
+    field is one this process could not tell: nothing it labels is ever reaped, and as a
+    reaper it judges nothing by pid."""
 
     pid: int
-    """The recorder's pid, in the host's (its own) PID namespace."""
+    """The recorder's pid, in its own PID namespace."""
     start: str
     """Its start time: `/proc/<pid>/stat` field 22 (clock ticks since boot), as text."""
     host: str
     """`<host name>/<kernel boot id>`."""
+    pid_ns: str
+    """Its PID namespace, as the link `/proc/self/ns/pid` reads (`pid:[<inode>]`,
+    namespaces(7)), when the `/proc` it reads is that namespace's; else empty."""
 
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown-boot"
+    @property
+    def complete(self) -> bool:
+        """Whether every field could be told."""
+        return bool(self.start and self.pid_ns and not self.host.endswith("/"))
 
 
 def process_start(pid: int) -> str | None:
     """A process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22,
-    proc(5)), as text; None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()  # the name in parentheses may hold spaces
-    return fields[19].decode() if len(fields) > 19 else None
-
-
-def recorder_identity(pid: int | None = None) -> RecorderIdentity:
-    """This process's (or `pid`'s) identity as a recorder.
+    proc(5)), as text; None only when there is provably no such process (no
+    `/proc/<pid>` and kill(2) with signal 0 says ESRCH).
 
     Raises:
-        OSError: the process does not exist.
+        OSError: the process table cannot be read for it (e.g. `/proc` mounted with
+            hidepid, a stat that cannot be parsed): whether it runs is unknown.
     """
-    pid = os.getpid() if pid is None else pid
-    start = process_start(pid)
-    if start is None:
-        raise OSError(f"no process {pid}")
-    return RecorderIdentity(pid=pid, start=start, host=f"{socket.gethostname()}/{_boot_id()}")
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # it exists, and is another user's
+        raise PermissionError(f"/proc/{pid} is hidden from this process, but pid {pid} runs") from None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # the name in parentheses may hold spaces
+    if len(fields) <= 19 or not fields[19].isdigit():
+        raise OSError(f"/proc/{pid}/stat: no start time in {stat[:200]!r}")
+    return fields[19].decode()
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace (`pid:[<inode>]`), or "" when the `/proc` it reads is
+    not that namespace's (`/proc/self` is then not its own pid) or cannot be read."""
+    try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return ""
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def recorder_identity() -> RecorderIdentity:
+    """This process's identity as a recorder (fields it cannot tell are empty)."""
+    pid = os.getpid()
+    try:
+        start = process_start(pid) or ""
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        start, boot = "", ""
+    ns = _pid_namespace()
+    return RecorderIdentity(pid=pid, start=start if ns else "", host=f"{socket.gethostname()}/{boot}", pid_ns=ns)
 
 
 def recorder_labels(identity: RecorderIdentity, deadline_ns: int) -> dict[str, str]:
@@ -117,39 +134,41 @@ def recorder_labels(identity: RecorderIdentity, deadline_ns: int) -> dict[str, s
         deadline_ns: when the chamber kills itself, ns since the Unix epoch.
     """
     return {RECORDER_PID_LABEL: str(identity.pid), RECORDER_START_LABEL: identity.start,
-            RECORDER_HOST_LABEL: identity.host, DEADLINE_LABEL: str(deadline_ns)}
+            RECORDER_HOST_LABEL: identity.host, RECORDER_PIDNS_LABEL: identity.pid_ns,
+            DEADLINE_LABEL: str(deadline_ns)}
 
 
-def orphan_reason(
-    labels: dict[str, str], *, here: str, started: Callable[[int], str | None], now_ns: int
-) -> str | None:
-    """Why a labelled thing is an orphan, or None when its recorder may be alive (pure).
+def orphan_reason(labels: dict[str, str], *, here: RecorderIdentity, started: Callable[[int], str | None]
+                  ) -> str | None:
+    """Why a labelled thing is an orphan by its recorder's identity, or None when that
+    recorder is not provably dead (pure).
 
     Args:
         labels: its labels (`recorder_labels`).
-        here: this host's `RecorderIdentity.host`.
-        started: pid -> its start time (`process_start`), None when no such process.
-        now_ns: the wall clock, ns since the Unix epoch.
+        here: the reaper's own identity (`recorder_identity`).
+        started: pid -> its start time, None when there is provably no such process,
+            OSError when it cannot be told (`process_start`).
 
     Returns:
-        A sentence for the report, or None (alive, or without recorder labels: unknown).
+        A sentence for the report, or None: alive, or unknown (labels missing, malformed or
+        incomplete, another host or PID namespace, ``here`` incomplete, the process
+        table unreadable).
     """
     try:
         pid = int(labels[RECORDER_PID_LABEL])
-        start, host = labels[RECORDER_START_LABEL], labels[RECORDER_HOST_LABEL]
-        deadline_ns = int(labels.get(DEADLINE_LABEL) or 0)
+        start, host, ns = labels[RECORDER_START_LABEL], labels[RECORDER_HOST_LABEL], labels[RECORDER_PIDNS_LABEL]
     except (KeyError, ValueError):
         return None
-    if host == here:
-        now_start = started(pid)
-        if now_start is None:
-            return f"its recorder (pid {pid}) is gone"
-        if now_start != start:
-            return f"its recorder (pid {pid}, started at tick {start}) is gone; the pid was reused"
+    if pid <= 0 or not here.complete or not start or (host, ns) != (here.host, here.pid_ns):
         return None
-    if deadline_ns and now_ns > deadline_ns + int(REMOTE_SLACK_S * 1e9):
-        late = (now_ns - deadline_ns) / 1e9
-        return f"its recorder is on another host ({host}) and its deadline passed {late:.0f} s ago"
+    try:
+        now_start = started(pid)
+    except OSError:
+        return None
+    if now_start is None:
+        return f"its recorder (pid {pid}) is gone"
+    if now_start != start:
+        return f"its recorder (pid {pid}, started at tick {start}) is gone; the pid was reused"
     return None
 
 
@@ -180,17 +199,18 @@ class Reaped(msgspec.Struct, frozen=True, kw_only=True):
         return f"{verb} {what}: {self.reason}{tail}"
 
 
-def _scratch_dirs(tmp: Path) -> list[tuple[Path, dict[str, str]]]:
+def _scratch_dirs(root: Path) -> list[tuple[Path, dict[str, str]]]:
+    """The scratch directories under ``root`` whose ``recorder.json`` is in place, with its labels."""
     out = []
     try:
-        candidates = sorted(tmp.glob(f"{SCRATCH_PREFIX}*"))
+        candidates = sorted(root.iterdir())
     except OSError:
         return out
     for d in candidates:
         try:
             labels = json.loads((d / RECORDER_FILE).read_text())
         except (OSError, ValueError):
-            continue  # not ours, or an older caisson's: left alone
+            continue  # not a directory of ours, or being made (its recorder.json not renamed in yet)
         if isinstance(labels, dict):
             out.append((d, {str(k): str(v) for k, v in labels.items()}))
     return out
@@ -200,20 +220,20 @@ async def reap(
     engine: Engine,
     *,
     dry_run: bool = False,
-    tmp: Path | None = None,
-    now_ns: int | None = None,
+    root: Path | None = None,
     started: Callable[[int], str | None] = process_start,
 ) -> list[Reaped]:
     """Find the orphaned chambers, networks and scratch directories, and remove them.
 
+    Scratch directories are judged first, each orphan's lock taken and held until it is
+    removed; a run whose scratch directory is held keeps its containers and networks too.
     Containers go first (a network in use cannot be removed), then networks (with the
     host's firewall rules for their bridge, `unguard_interface`), then scratch directories.
 
     Args:
         engine: the Docker engine.
         dry_run: only list them.
-        tmp: where scratch directories are (default: `tempfile.gettempdir()`).
-        now_ns: the wall clock (default: now), ns since the Unix epoch.
+        root: the scratch root (default `caisson.chamber.scratch.scratch_root`).
         started: pid -> start time (default `process_start`; tests pass their own).
 
     Returns:
@@ -222,38 +242,50 @@ async def reap(
     Raises:
         ChamberError: the engine cannot list containers or networks.
     """
-    now_ns = time.time_ns() if now_ns is None else now_ns
-    here = recorder_identity().host
-    containers, networks = await engine.labelled()
-    found: list[Reaped] = []
-    for kind, items in (("container", containers), ("network", networks)):
-        for item in items:
-            reason = orphan_reason(item["labels"], here=here, started=started, now_ns=now_ns)
-            if reason is None:
-                continue
-            entry = Reaped(kind=kind, name=item["name"], id=item["id"], run_id=item["labels"].get(RUN_LABEL, ""),
-                           reason=reason, state=item["state"])
+    here = recorder_identity()
+    held_runs: set[str] = set()
+    orphans: list[tuple[Path, dict[str, str], str, int]] = []
+    try:
+        for path, labels in _scratch_dirs(Path(root or scratch_root())):
+            reason = orphan_reason(labels, here=here, started=started)
+            fd = None if reason is None else claim(path)
+            if reason is None or fd is None:  # alive, or its holder still holds it
+                if labels.get(RUN_LABEL):
+                    held_runs.add(labels[RUN_LABEL])
+            else:
+                orphans.append((path, labels, reason, fd))
+        containers, networks = await engine.labelled()
+        found: list[Reaped] = []
+        for kind, items in (("container", containers), ("network", networks)):
+            for item in items:
+                reason = orphan_reason(item["labels"], here=here, started=started)
+                run_id = item["labels"].get(RUN_LABEL, "")
+                if reason is None or run_id in held_runs:
+                    continue
+                entry = Reaped(kind=kind, name=item["name"], id=item["id"], run_id=run_id, reason=reason,
+                               state=item["state"])
+                if not dry_run:
+                    with trio.CancelScope(shield=True):
+                        if kind == "container":
+                            error = await engine.remove_container(item["id"])
+                        else:
+                            error = await engine.remove_network_id(item["id"])
+                            if error is None and item.get("bridge"):  # the guard rules it left on the host
+                                await trio.to_thread.run_sync(unguard_interface, item["bridge"])
+                    entry = msgspec.structs.replace(entry, removed=error is None, error=error)
+                found.append(entry)
+        for path, labels, reason, _ in orphans:
+            entry = Reaped(kind="scratch", name=str(path), id=str(path), run_id=labels.get(RUN_LABEL, ""),
+                           reason=reason)
             if not dry_run:
-                with trio.CancelScope(shield=True):
-                    if kind == "container":
-                        error = await engine.remove_container(item["id"])
-                    else:
-                        error = await engine.remove_network_id(item["id"])
-                        if error is None and item.get("bridge"):  # the guard rules it left on the host
-                            await trio.to_thread.run_sync(unguard_interface, item["bridge"])
-                entry = msgspec.structs.replace(entry, removed=error is None, error=error)
+                try:
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(remove_tree, path)
+                    entry = msgspec.structs.replace(entry, removed=True)
+                except OSError as exc:
+                    entry = msgspec.structs.replace(entry, error=str(exc))
             found.append(entry)
-    for path, labels in _scratch_dirs(Path(tmp or tempfile.gettempdir())):
-        reason = orphan_reason(labels, here=here, started=started, now_ns=now_ns)
-        if reason is None:
-            continue
-        entry = Reaped(kind="scratch", name=str(path), id=str(path), run_id=labels.get(RUN_LABEL, ""),
-                       reason=reason)
-        if not dry_run:
-            try:
-                await trio.to_thread.run_sync(_rmtree, path)
-                entry = msgspec.structs.replace(entry, removed=True)
-            except OSError as exc:
-                entry = msgspec.structs.replace(entry, error=str(exc))
-        found.append(entry)
-    return found
+        return found
+    finally:
+        for *_, fd in orphans:
+            os.close(fd)

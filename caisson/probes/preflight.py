@@ -14,6 +14,7 @@ is a refusal, recorded. The checks are written to ``preflight.json`` in the outp
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +29,7 @@ from caisson.probes.gating import GatingVerdict, discovered_tools, judge_gating,
 from caisson.resources import resource_dir
 from caisson.run.plan import RecordOptions, plan_run
 from caisson.run.record import record
-from caisson.scenario import Egress, load_scenario
+from caisson.scenario import Egress, Scenario, load_scenario
 from caisson.run.witnesses import default_witnesses
 from caisson.probes.witness_choice import default_syscall_witness
 from ledger import locate, read_records
@@ -79,7 +80,9 @@ def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path |
         scenario_path: the scenario (its first question is the probes' prompt).
         repo: the repository the sandbox is built from.
         agents: adapter names.
-        out: where the runs and ``preflight.json`` go (default: a fresh temporary folder).
+        out: where the runs and ``preflight.json`` go, and stay; None: a temporary folder
+            (``caisson-preflight-*``), removed at the end whatever happens, and no check
+            then names a ``run_dir``.
         weaken: controls the probe sessions weaken on purpose (the selftest's wrong deny list).
 
     Raises:
@@ -88,7 +91,18 @@ def preflight(scenario_path: Path, repo: Path, agents: list[str], *, out: Path |
     scenario = load_scenario(scenario_path)
     if not scenario.questions or not scenario.arms:
         raise UsageError(f"{scenario_path}: a preflight needs at least one question and one arm")
-    root = Path(out) if out else Path(tempfile.mkdtemp(prefix="caisson-preflight-"))
+    if out is not None:
+        return _preflight(scenario_path, scenario, repo, agents, Path(out), weaken)
+    root = Path(tempfile.mkdtemp(prefix="caisson-preflight-"))
+    try:
+        checks = _preflight(scenario_path, scenario, repo, agents, root, weaken)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return [msgspec.structs.replace(c, run_dir=None) for c in checks]
+
+
+def _preflight(scenario_path: Path, scenario: Scenario, repo: Path, agents: list[str], root: Path,
+               weaken: tuple[str, ...]) -> list[Check]:
     root.mkdir(parents=True, exist_ok=True)
     model = scenario.agent.model or "claude-sonnet-4-5"
     checks = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -151,7 +152,7 @@ class SelftestResult(msgspec.Struct, kw_only=True):
     fired: dict[str, list[str]]  # case name -> detectors that voided it
     gating: dict[str, GatingVerdict] = {}  # agent case name -> what the gating probe measured on its run
     failures: list[str]  # one line per broken expectation; empty when the selftest passes
-    runs: dict[str, str]  # case name -> run directory
+    runs: dict[str, str]  # case name -> run directory (empty when the runs were not kept)
 
 
 def make_probe_repo(root: Path) -> Path:
@@ -260,6 +261,9 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
     """Record and replay every case; see the module docstring.
 
     Args:
+        workdir: where the probe repository, scenarios and runs go, and stay; None: a
+            temporary folder (``caisson-selftest-*``), removed at the end whatever happens
+            (a failure, Ctrl-C), and the result's ``runs`` is then empty.
         syscall: the syscall witness of every run (``strace``, ``ebpf`` or ``both``); only
             `cases_for` it run. When they are the whole matrix, its verdict on that witness
             is kept, signed, in the caisson home (`caisson.probes.witness_choice`), where
@@ -268,8 +272,19 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
     Raises:
         CaissonError: the chamber cannot run (engine, image), as `caisson record`.
     """
+    if workdir is not None:
+        return _run_selftest(Path(workdir), cases, progress, syscall)
+    root = Path(tempfile.mkdtemp(prefix="caisson-selftest-"))
+    try:
+        result = _run_selftest(root, cases, progress, syscall)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return msgspec.structs.replace(result, runs={})
+
+
+def _run_selftest(root: Path, cases: tuple[Case, ...], progress: Callable[[str], None], syscall: str
+                  ) -> SelftestResult:
     cases = cases_for(syscall, cases)
-    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="caisson-selftest-"))
     root.mkdir(parents=True, exist_ok=True)
     repo = make_probe_repo(root)
     key = ensure_operator_key()

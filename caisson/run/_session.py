@@ -26,7 +26,7 @@ import msgspec
 import trio
 
 from caisson.chamber import LOG_CAP_BYTES, ChamberNetwork, ContainerResult, ContainerSpec, ContainerStarted, Engine
-from caisson.chamber import guard_bridge, unguard_bridge
+from caisson.chamber import ETC_FILES, guard_bridge, mountinfo_seen, unguard_bridge
 from caisson._paths import SANDBOX_PATH
 from caisson.errors import ChamberError
 from caisson.chamber.sandbox import Sandbox
@@ -34,7 +34,7 @@ from caisson.run.sessionfiles import collect_session_files
 from caisson.run.stream import MonitorAddress
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
-from ledger.events import (AgentAnswer, AgentConfigFound, BlobStored, ChamberReaped, ExcludedPath, RunEnded,
+from ledger.events import (AgentAnswer, AgentConfigFound, BlobStored, ChamberReaped, ExcludedPath, Note, RunEnded,
                            RunStarted, RunStatus, SandboxBuilt, WitnessGap)
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
@@ -245,6 +245,7 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
                 result = exc
 
         async def on_start(started: ContainerStarted) -> None:
+            await _record_view(s, send, spec, started)
             for i, (witness, ctx) in enumerate(zip(s.witnesses, contexts)):
                 ctx.started = started
                 if alive[i]:
@@ -290,6 +291,30 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
         await send.send(Submission(source="recorder", event=event))
     end, outcome = _ended(result, run_id, s.run_dir)
     return outcome, end
+
+
+async def _record_view(s: Session, send: trio.MemorySendChannel[Submission], spec: ContainerSpec,
+                       started: ContainerStarted) -> None:
+    """What the chamber sees of the host, kept as blobs for a reviewer: its mount table
+    (``chamber.mountinfo``: `caisson.chamber.mountinfo_seen` of its pid 1, right after the
+    start) and the /etc files it was given (``chamber.etc.<name>``, `ContainerSpec.etc_dir`).
+    A mount table that cannot be read (the chamber already gone), or only as the host sees
+    it, is also a ``run.note``."""
+    assert s.writer.blobs is not None
+    found: list[tuple[str, bytes]] = []
+    try:
+        mountinfo, own_view = await trio.to_thread.run_sync(mountinfo_seen, started.host_pid)
+        found.append(("chamber.mountinfo", mountinfo))
+        if not own_view:
+            await send.send(Submission(source="recorder", event=Note(
+                text="chamber.mountinfo read as the host sees it: its cgroup mounts' roots are the host's paths")))
+    except OSError as exc:
+        await send.send(Submission(source="recorder", event=Note(text=f"chamber.mountinfo not kept: {exc}")))
+    for name in ETC_FILES if spec.etc_dir else ():
+        found.append((f"chamber.etc.{name}", (Path(spec.etc_dir) / name).read_bytes()))
+    for role, data in found:
+        await send.send(Submission(source="recorder", event=BlobStored(
+            sha256=s.writer.blobs.put(data), size_bytes=len(data), role=role, media_type="text/plain")))
 
 
 async def _gap(send: trio.MemorySendChannel[Submission], name: str, reason: str) -> None:

@@ -22,13 +22,11 @@ a run. This module keeps only the I/O: it carries the plan out.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import secrets
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,7 +42,8 @@ from caisson.chamber.envpin import ChamberEnv, build_env
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
 from caisson.chamber.image import image_tag
-from caisson.chamber.reap import RECORDER_FILE, SCRATCH_PREFIX, reap, recorder_identity, recorder_labels
+from caisson.chamber.reap import reap, recorder_identity, recorder_labels
+from caisson.chamber.scratch import open_scratch
 from caisson.chamber.sandbox import Sandbox, build_sandbox
 from caisson.run.plan import WEAKENABLE, RecordOptions, RunPlan, plan_run
 from caisson.scenario import Scenario, load_scenario, scenario_digest
@@ -120,7 +119,7 @@ def record(options: RecordOptions, *, witnesses: list[Witness] | None = None) ->
         UsageError: bad input, found before anything is written: an option
             (`caisson.run.plan.plan_run`), a refused arm x agent ("refused: ..."), the
             scenario file, strace without root, the run directory, the image missing,
-            the repository or commit.
+            the scratch root (`caisson.chamber.scratch`), the repository or commit.
         ContainmentError: the sandbox holds a question window or a leak term.
         ChamberError: the Docker engine is not reachable.
     """
@@ -152,9 +151,12 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
         identity = recorder_identity()
         deadline_ns = time.time_ns() + int((plan.timeout_s + CHAMBER_GRACE_S) * 1e9)
         owner = {**recorder_labels(identity, deadline_ns), RUN_LABEL: run_id}
-        scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{run_id}-"))
         try:
-            (scratch / RECORDER_FILE).write_text(json.dumps(owner))
+            held = open_scratch(owner)  # made with its owner in place, and held while this process lives
+        except OSError as exc:
+            raise UsageError(f"cannot make the run's scratch directory: {exc}") from exc
+        scratch = held.path
+        try:
             sandbox, binds = await _build_trees(plan, options, scenario, scratch)
             key = ensure_operator_key()
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -200,6 +202,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
                               nano_cpus=int(limits.cpus * 1e9)),
                 network_mode="none",  # the session puts it on its witnessed network
+                etc_dir=str(scratch / "etc"),  # its own resolv.conf (no nameserver without a network), hosts, hostname
                 deadline_s=plan.timeout_s,
                 self_deadline_s=plan.timeout_s + CHAMBER_GRACE_S,
                 run_id=run_id,
@@ -214,7 +217,7 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             return await run_session(session)
         finally:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(shutil.rmtree, scratch, True)
+                await trio.to_thread.run_sync(held.remove)
 
 
 async def _build_trees(plan: RunPlan, options: RecordOptions, scenario: Scenario,

@@ -31,11 +31,8 @@ held, each an infra-failed attempt that the runner places again on another host.
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -233,17 +230,17 @@ class HostService:
             return self._active
 
     def _session(self, job: SessionJob, files: dict[str, bytes], have: frozenset[str]) -> dict:
-        from caisson.chamber.reap import RECORDER_FILE, SCRATCH_PREFIX, recorder_identity, recorder_labels
+        from caisson.chamber.reap import recorder_identity, recorder_labels
+        from caisson.chamber.scratch import open_scratch
         from caisson.home import ensure_operator_key
         from caisson.study._dispatch import SessionResult, run_session_here
 
         host = _host_label()
-        # a scratch directory like the recorder's own, labelled with this process: when it dies
+        # a scratch directory like the recorder's own, held by this process: when it dies
         # mid-session (its node lost) the next record or `caisson gc` on this host reaps it
-        root = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}ray-"))
         budget_s = 2 * (job.timeout_s or job.scenario.limits.wall_seconds)
-        (root / RECORDER_FILE).write_text(json.dumps(recorder_labels(recorder_identity(),
-                                                                     time.time_ns() + int(budget_s * 1e9))))
+        held = open_scratch(recorder_labels(recorder_identity(), time.time_ns() + int(budget_s * 1e9)))
+        root = held.path
         try:
             run_dir = root / "s" / job.session.run_dir.name
             run_dir.parent.mkdir(parents=True)
@@ -273,7 +270,7 @@ class HostService:
                     "outcome": result.outcome, "error": result.error, "refused": result.refused,
                     "manifest": manifest, "blobs": blobs}
         finally:
-            shutil.rmtree(root, ignore_errors=True)
+            held.remove()
 
 
 _HostActor = ray.remote(concurrency_groups={"control": 4})(HostService)

@@ -164,6 +164,46 @@ def test_env_and_read_only_bind(chamber_image, tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+_VIEW = "cat /etc/resolv.conf; echo @; cat /etc/hostname; hostname; echo $HOSTNAME; echo @; cat /etc/hosts; echo @; " \
+        "cat /proc/self/cgroup; echo @; cat /proc/self/mountinfo"
+
+
+@pytest.mark.parametrize("nameservers", [[], ["10.9.8.7"]])
+def test_the_chamber_gets_its_own_etc_files_and_cgroup_view(chamber_image, tmp_path, nameservers):
+    """With ``etc_dir``, the chamber's resolv.conf names only the given resolvers (none: no
+    nameserver line, not the host's), its host name is ``chamber``, no path it can see names
+    its container id, and what it sees in mountinfo is what `mountinfo_seen` reads from the host."""
+    from caisson.chamber import mountinfo_seen
+
+    seen = []
+
+    async def on_start(started: ContainerStarted) -> None:
+        seen.append(mountinfo_seen(started.host_pid))
+
+    spec = ContainerSpec(image=chamber_image, cmd=["sh", "-c", f"{_VIEW}; sleep 1"], etc_dir=str(tmp_path / "etc"),
+                         dns=nameservers)
+    result = run_in_chamber(spec, on_start=on_start)
+    resolv, hostname, hosts, cgroup, mountinfo = result.stdout.decode().split("@\n")
+    assert resolv == "".join(f"nameserver {ns}\n" for ns in nameservers), result.stderr
+    assert hostname == "chamber\nchamber\nchamber\n" and "127.0.1.1\tchamber" in hosts
+    assert all(line.endswith(":/") for line in cgroup.splitlines())
+    cid, short = result.container_id, result.container_id[:12]
+    assert cid not in result.stdout.decode() and short not in result.stdout.decode()
+    [(host_read, own_view)] = seen
+    if os.geteuid() == 0:  # joining its cgroup namespace needs CAP_SYS_ADMIN
+        assert own_view and host_read.decode() == mountinfo
+
+
+def test_without_etc_dir_the_engine_names_the_container_and_copies_the_hosts_resolver(chamber_image):
+    """What ``etc_dir`` is for: the engine's own files name the container id in mountinfo, and
+    a chamber with no network gets the host's nameservers."""
+    spec = ContainerSpec(image=chamber_image, cmd=["sh", "-c", _VIEW], hostname="")
+    result = run_in_chamber(spec)
+    out = result.stdout.decode()
+    assert f"/var/lib/docker/containers/{result.container_id}/resolv.conf /etc/resolv.conf" in out
+    assert "nameserver " in out.split("@\n")[0]  # the host's (or Docker's stand-in for a loopback one)
+
+
 def test_on_start_reports_id_and_host_pid(chamber_image):
     seen: list[tuple[ContainerStarted, bool]] = []
 

@@ -84,3 +84,26 @@ def test_an_https_engine_is_verified_against_the_system_trust_store(monkeypatch)
     trio.run(connect_both)
     assert seen["https://engine.example:2376"].cert_store_stats()["x509_ca"] > 0
     assert seen["unix:///var/run/docker.sock"] is None
+
+
+def test_the_create_config_binds_the_chambers_own_etc_files_and_cgroup_namespace():
+    from caisson.chamber._docker import ContainerSpec, _create_config
+
+    spec = ContainerSpec(image="i", cmd=["x"], etc_dir="/s/etc", dns=["10.0.0.1"], binds=[("/s/sb", "/work", False)])
+    config = _create_config(spec, "r")
+    assert config["Hostname"] == "chamber" and config["HostConfig"]["CgroupnsMode"] == "private"
+    assert config["HostConfig"]["Binds"] == ["/s/sb:/work:rw", "/s/etc/resolv.conf:/etc/resolv.conf:ro",
+                                             "/s/etc/hostname:/etc/hostname:ro", "/s/etc/hosts:/etc/hosts:ro"]
+    assert "Dns" not in config["HostConfig"]  # its resolv.conf names them
+    plain = _create_config(ContainerSpec(image="i", cmd=["x"], dns=["10.0.0.1"]), "r")
+    assert plain["HostConfig"]["Dns"] == ["10.0.0.1"] and plain["HostConfig"]["Binds"] == []
+
+
+@pytest.mark.parametrize("nameservers, resolv", [([], b""), (["172.18.0.1"], b"nameserver 172.18.0.1\n"),
+                                                 (["a", "b"], b"nameserver a\nnameserver b\n")])
+def test_etc_files_give_no_nameserver_without_one(nameservers, resolv):
+    from caisson.chamber._view import etc_files
+
+    files = etc_files("chamber", nameservers)
+    assert files == {"resolv.conf": resolv, "hostname": b"chamber\n",
+                     "hosts": b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tchamber\n"}

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
@@ -18,52 +20,82 @@ from caisson.chamber import ContainerSpec, open_engine
 from caisson.chamber._docker import _create_config
 from caisson.chamber.reap import (
     DEADLINE_LABEL,
-    RECORDER_FILE,
     RECORDER_HOST_LABEL,
     RECORDER_PID_LABEL,
+    RECORDER_PIDNS_LABEL,
     RECORDER_START_LABEL,
+    RecorderIdentity,
     orphan_reason,
     process_start,
     reap,
     recorder_identity,
     recorder_labels,
 )
+from caisson.chamber.scratch import RECORDER_FILE, SCRATCH_ENV, open_scratch
 from caisson.cli import main
 from ledger import read_records
 from ledger.events import ChamberReaped
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = "host-a/boot-1"
+HERE = RecorderIdentity(pid=7, start="5", host="host-a/boot-1", pid_ns="pid:[4026531836]")
 NOW = 1_800_000_000 * 10**9
 
 
-def labels(pid: int = 42, start: str = "100", host: str = HERE, deadline_ns: int = NOW) -> dict[str, str]:
+def labels(pid: int = 42, start: str = "100", host: str = HERE.host, deadline_ns: int = NOW,
+           pid_ns: str = HERE.pid_ns) -> dict[str, str]:
     return {RECORDER_PID_LABEL: str(pid), RECORDER_START_LABEL: start, RECORDER_HOST_LABEL: host,
-            DEADLINE_LABEL: str(deadline_ns)}
+            RECORDER_PIDNS_LABEL: pid_ns, DEADLINE_LABEL: str(deadline_ns)}
 
 
-@pytest.mark.parametrize("found, started, expected", [
-    (labels(), {42: "100"}, None),  # its recorder runs
-    (labels(), {}, "its recorder (pid 42) is gone"),
-    (labels(), {42: "999"}, "its recorder (pid 42, started at tick 100) is gone; the pid was reused"),
-    (labels(host="host-b/boot-1"), {}, None),  # another host, deadline just now: wait
-    (labels(host="host-b/boot-1", deadline_ns=NOW - 61 * 10**9), {},
-     "its recorder is on another host (host-b/boot-1) and its deadline passed 61 s ago"),
-    (labels(host="host-a/boot-0"), {42: "100"}, None),  # rebooted: judged by the deadline only
-    ({}, {}, None),  # no recorder labels (an older caisson, or by hand): never reaped
-    ({**labels(), RECORDER_PID_LABEL: "x"}, {}, None),
+def _unreadable(pid: int) -> str | None:
+    raise PermissionError(f"/proc/{pid} is hidden")
+
+
+@pytest.mark.parametrize("found, started, here, expected", [
+    (labels(), {42: "100"}.get, HERE, None),  # its recorder runs
+    (labels(), {}.get, HERE, "its recorder (pid 42) is gone"),
+    (labels(), {42: "999"}.get, HERE, "its recorder (pid 42, started at tick 100) is gone; the pid was reused"),
+    # another host: its own reaper can tell, this one cannot, however long ago its deadline passed
+    (labels(host="host-b/boot-1"), {}.get, HERE, None),
+    (labels(host="host-b/boot-1", deadline_ns=NOW - 3600 * 10**9), {}.get, HERE, None),
+    (labels(host="host-a/boot-0"), {}.get, HERE, None),  # rebooted, or another machine of that name
+    # the same host, another PID namespace (a container sharing the host's name and files):
+    # its pid 42 is not this namespace's pid 42
+    (labels(pid_ns="pid:[4026532999]"), {}.get, HERE, None),
+    (labels(pid_ns="pid:[4026532999]"), {42: "999"}.get, HERE, None),
+    ({k: v for k, v in labels().items() if k != RECORDER_PIDNS_LABEL}, {}.get, HERE, None),  # an older caisson's
+    (labels(start=""), {}.get, HERE, None),  # its recorder could not tell its own start
+    (labels(), _unreadable, HERE, None),  # the process table cannot be read for it: unknown, alive
+    # the reaper's /proc is not its own namespace's: it cannot tell
+    (labels(), {}.get, RecorderIdentity(pid=7, start="5", host=HERE.host, pid_ns=""), None),
+    ({}, {}.get, HERE, None),  # no recorder labels (an older caisson, or by hand): never reaped
+    ({**labels(), RECORDER_PID_LABEL: "x"}, {}.get, HERE, None),
+    ({**labels(), RECORDER_PID_LABEL: "0"}, {}.get, HERE, None),  # kill(0, 0) would ask its own group
 ])
-def test_orphan_reason(found, started, expected) -> None:
-    assert orphan_reason(found, here=HERE, started=started.get, now_ns=NOW) == expected
+def test_orphan_reason_needs_proof_of_death(found, started, here, expected) -> None:
+    assert orphan_reason(found, here=here, started=started) == expected
 
 
-def test_process_start_tells_a_reused_pid() -> None:
+def test_process_start_tells_a_reused_pid_and_never_calls_a_hidden_process_gone(monkeypatch) -> None:
     me = recorder_identity()
-    assert me.pid == os.getpid() and me.start == process_start(os.getpid())
+    assert me.pid == os.getpid() and me.start == process_start(os.getpid()) and me.complete
+    assert me.pid_ns == os.readlink("/proc/self/ns/pid")
     child = subprocess.Popen(["sleep", "0"])
     child.wait()
     assert process_start(child.pid) is None  # reaped: no such process
     assert recorder_labels(me, 5)[DEADLINE_LABEL] == "5"
+    # /proc mounted with hidepid hides a running process's entry: ENOENT, yet it runs
+    real = Path.read_bytes
+
+    def hidden(path: Path) -> bytes:
+        if str(path) == f"/proc/{os.getpid()}/stat":
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real(path)
+
+    monkeypatch.setattr(Path, "read_bytes", hidden)
+    with pytest.raises(OSError):
+        process_start(os.getpid())
+    assert orphan_reason(recorder_labels(me, 0), here=me, started=process_start) is None
 
 
 def test_self_deadline_wraps_the_command_in_timeout() -> None:
@@ -97,7 +129,9 @@ def _inspect(cid: str) -> dict:
 
 
 @pytest.mark.engine_exclusive  # another run's `record` would reap the orphan first
-def test_a_sigkilled_recorder_leaves_no_chamber(chamber_image, tmp_path, capsys) -> None:
+def test_a_sigkilled_recorder_leaves_no_chamber(chamber_image, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "scratch"))  # the recorder's and the next one's
+    scratch_root = tmp_path / "scratch"
     scenario = tmp_path / "s.toml"
     scenario.write_text('name = "loop"\n[limits]\ncpus = 0.1\n')
     run_dir = tmp_path / "orphan"
@@ -121,7 +155,8 @@ def test_a_sigkilled_recorder_leaves_no_chamber(chamber_image, tmp_path, capsys)
         info = _inspect(found[0]["ID"])
     assert not info["State"]["Running"], "the chamber outlived its deadline with no recorder"
     run_id = info["Config"]["Labels"]["caisson.run"]
-    scratch = [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob(f"caisson-{run_id}-*")]
+    scratch = [p for p in scratch_root.iterdir()
+               if json.loads((p / RECORDER_FILE).read_text())["caisson.run"] == run_id]
     assert len(scratch) == 1 and (scratch[0] / RECORDER_FILE).exists()  # the dead recorder left it
 
     # The next record reaps what the dead one left, says so, and records it.
@@ -136,12 +171,60 @@ def test_a_sigkilled_recorder_leaves_no_chamber(chamber_image, tmp_path, capsys)
     assert _containers(run_dir) == [] and not scratch[0].exists()
 
 
+_UNSHARED_RECORDER = """
+import os, sys
+from pathlib import Path
+from caisson.run.record import RecordOptions, record
+print(os.getpid(), flush=True)
+outcome = record(RecordOptions(command=["sleep", "8"], out=Path(sys.argv[1]), timeout_s=60))
+print(outcome.status, outcome.reason, flush=True)
+"""
+
+
+@pytest.mark.long
+@pytest.mark.engine_exclusive  # each record reaps every orphan it finds on the engine
+def test_recorders_started_at_once_reap_none_of_the_living(chamber_image, tmp_path) -> None:
+    """Several recorders at once, one of them in a PID namespace of its own (as in a
+    container that shares the host's name and scratch directories, where its pid is 1):
+    none of the others reaps its chamber or scratch directory, nor each other's."""
+    from tests.caisson.conftest import require
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        require("a PID namespace of its own needs root and unshare(1)")
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, SCRATCH_ENV: str(tmp_path / "scratch"), "TMPDIR": str(tmp_path / "tmp")}
+    apart = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _UNSHARED_RECORDER,
+                              str(tmp_path / "apart")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        until = time.monotonic() + 60
+        while not any(c["State"] == "running" for c in _containers(tmp_path / "apart")):
+            assert time.monotonic() < until and apart.poll() is None, apart.communicate()
+            time.sleep(0.2)
+        many = [subprocess.Popen([sys.executable, "-m", "caisson.cli", "record", "--out", str(tmp_path / f"r{i}"), "--",
+                                  "sleep", "2"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for i in range(3)]
+        results = [(p.wait(timeout=120), p.communicate()[1]) for p in many]
+        out, err = apart.communicate(timeout=120)
+    finally:
+        for p in (apart, *locals().get("many", ())):
+            if p.poll() is None:
+                p.kill()
+    assert out.split()[0] == "1", out  # its pid in its own namespace
+    assert [code for code, _ in results] == [0, 0, 0], results
+    assert not [e for _, e in results if "reap" in e], results
+    assert out.split()[1] == "completed", (out, err)
+    for i in range(3):
+        assert not [r for r in read_records(tmp_path / f"r{i}") if isinstance(r.event, ChamberReaped)]
+    assert list((tmp_path / "scratch").iterdir()) == []  # each recorder removed its own
+
+
 @pytest.mark.engine_exclusive  # `gc` reaps every orphan; another run's `record` would reap ours first
 def test_gc_lists_then_removes(chamber_image, tmp_path, capsys) -> None:
     child = subprocess.Popen(["sleep", "0"])
     child.wait()  # a recorder that is gone
     me = recorder_identity()
-    dead = recorder_labels(type(me)(pid=child.pid, start="1", host=me.host), 0)
+    dead = recorder_labels(msgspec.structs.replace(me, pid=child.pid, start="1"), 0)
     run_id = f"gc-test-{os.getpid()}"
     flags = [x for k, v in {**dead, "caisson.run": run_id}.items() for x in ("--label", f"{k}={v}")]
     net = subprocess.run(["docker", "network", "create", "--internal", *flags, f"caisson-{run_id}"],
@@ -164,26 +247,95 @@ def test_gc_lists_then_removes(chamber_image, tmp_path, capsys) -> None:
         subprocess.run(["docker", "network", "rm", net], capture_output=True)
 
 
+class _Engine:
+    """An engine that lists the given containers and networks and removes them."""
+
+    def __init__(self, containers=(), networks=()):
+        self.containers, self.networks, self.removed = list(containers), list(networks), []
+
+    async def labelled(self):
+        return self.containers, self.networks
+
+    async def remove_container(self, cid):
+        self.removed.append(cid)
+
+    async def remove_network_id(self, nid):
+        self.removed.append(nid)
+
+
+def _dead_labels(run_id: str) -> dict[str, str]:
+    me = recorder_identity()
+    return {**recorder_labels(msgspec.structs.replace(me, start="0"), 0), "caisson.run": run_id}  # pid reused
+
+
 def test_reap_removes_orphan_scratch_dirs_only(tmp_path) -> None:
     me = recorder_identity()
-    gone = {**recorder_labels(type(me)(pid=me.pid, start="0", host=me.host), 0), "caisson.run": "r1"}
     alive = {**recorder_labels(me, 0), "caisson.run": "r2"}
-    for name, owner in (("caisson-r1-x", gone), ("caisson-r2-y", alive), ("caisson-r3-z", None)):
+    for name, owner in (("r1", _dead_labels("r1")), ("r2", alive), ("r3", None)):
         d = tmp_path / name
         (d / "sandbox").mkdir(parents=True)
         (d / "sandbox" / "f").write_text("x")
         os.chmod(d / "sandbox", 0o500)
         if owner is not None:
             (d / RECORDER_FILE).write_text(json.dumps(owner))
+    being_made = tmp_path / "r4"  # its recorder.json not renamed in place yet
+    being_made.mkdir()
+    (being_made / f"{RECORDER_FILE}.part").write_text(json.dumps(_dead_labels("r4"))[:20])
 
-    class NoEngine:
-        async def labelled(self):
-            return [], []
-
-    found = trio.run(lambda: reap(NoEngine(), tmp=tmp_path))  # type: ignore[arg-type]
+    found = trio.run(lambda: reap(_Engine(), root=tmp_path))  # type: ignore[arg-type]
     assert [(r.kind, r.run_id, r.removed) for r in found] == [("scratch", "r1", True)]
-    assert not (tmp_path / "caisson-r1-x").exists()
-    assert (tmp_path / "caisson-r2-y").exists() and (tmp_path / "caisson-r3-z").exists()
+    assert not (tmp_path / "r1").exists()
+    assert (tmp_path / "r2").exists() and (tmp_path / "r3").exists() and being_made.exists()
+
+
+def test_a_held_scratch_dir_and_its_runs_chambers_are_never_reaped(tmp_path) -> None:
+    """Labels that read as dead (a pid reused) do not make an orphan while the directory's
+    lock is held: nor its run's container and network."""
+    held = open_scratch(_dead_labels("held"), root=tmp_path)
+    engine = _Engine(
+        containers=[{"id": "c1", "name": "held-c", "labels": _dead_labels("held"), "state": "running"},
+                    {"id": "c2", "name": "dead-c", "labels": _dead_labels("dead"), "state": "exited"}],
+        networks=[{"id": "n1", "name": "caisson-held", "labels": _dead_labels("held"), "state": ""}])
+    try:
+        found = trio.run(lambda: reap(engine, root=tmp_path))  # type: ignore[arg-type]
+        assert [(r.kind, r.run_id) for r in found] == [("container", "dead")] and engine.removed == ["c2"]
+        assert (held.path / RECORDER_FILE).is_file()
+    finally:
+        held.remove()
+    assert not held.path.exists()
+
+
+def _hold_scratch(root: Path, ready: Path) -> subprocess.Popen:
+    """A process that makes a scratch directory under ``root`` labelled with its own identity
+    and holds it until killed; ``ready`` holds the directory's path once it is made."""
+    code = ("import sys, time; from pathlib import Path\n"
+            "from caisson.chamber.reap import recorder_identity, recorder_labels\n"
+            "from caisson.chamber.scratch import open_scratch\n"
+            "labels = {**recorder_labels(recorder_identity(), 0), 'caisson.run': 'child'}\n"
+            "held = open_scratch(labels, root=Path(sys.argv[1]))\n"
+            "Path(sys.argv[2]).write_text(str(held.path))\n"
+            "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root), str(ready)], cwd=ROOT)
+    until = time.monotonic() + 30
+    while not ready.exists() or not ready.read_text():
+        assert time.monotonic() < until and proc.poll() is None
+        time.sleep(0.05)
+    return proc
+
+
+def test_a_scratch_dir_is_reaped_once_its_recorder_is_dead_not_before(tmp_path) -> None:
+    root = tmp_path / "scratch"
+    proc = _hold_scratch(root, tmp_path / "ready")
+    path = Path((tmp_path / "ready").read_text())
+    try:
+        assert trio.run(lambda: reap(_Engine(), root=root)) == []  # type: ignore[arg-type]
+        assert path.is_dir()
+    finally:
+        proc.kill()
+        proc.wait()
+    [found] = trio.run(lambda: reap(_Engine(), root=root))  # type: ignore[arg-type]
+    assert (found.kind, found.run_id, found.removed) == ("scratch", "child", True)
+    assert found.reason == f"its recorder (pid {proc.pid}) is gone" and not path.exists()
 
 
 def test_unguard_interface_removes_a_dead_runs_firewall_rules() -> None:

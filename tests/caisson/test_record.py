@@ -265,6 +265,16 @@ def test_bad_input_is_one_line_exit_2_and_no_run_dir(chamber_image, live_repo, t
     assert not run_dir.exists()
 
 
+def test_a_scratch_root_others_may_write_is_exit_2_and_no_run_dir(chamber_image, tmp_path, capsys, monkeypatch):
+    root = tmp_path / "scratch"
+    root.mkdir()
+    os.chmod(root, 0o777)
+    monkeypatch.setenv("CAISSON_SCRATCH", str(root))
+    assert main(["record", "--out", str(tmp_path / "run"), "--", "true"]) == 2
+    assert "cannot make the run's scratch directory" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists() and list(root.iterdir()) == []
+
+
 def test_engine_not_reachable_is_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     assert main(["record", "--out", str(tmp_path / "run"), "--", "true"]) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -107,3 +108,62 @@ def test_the_host_staller_stops_its_target_once_the_command_shows_and_says_why_w
     finally:
         target.kill()
         target.wait()
+
+
+@pytest.mark.parametrize("fails", [None, RuntimeError("the engine died"), KeyboardInterrupt()])
+def test_the_selftest_leaves_no_temporary_folder_behind(tmp_path, monkeypatch, fails):
+    """Without --out, the selftest's folder (probe repository, scenarios, runs) goes at the
+    end: after a clean matrix, a failure, or Ctrl-C."""
+    import importlib
+    import tempfile
+
+    selftest = importlib.import_module("caisson.probes.selftest")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = []
+
+    def record(options, **_):
+        made.append(options.out)
+        if fails is not None:
+            raise fails
+        options.out.mkdir(parents=True)
+
+    monkeypatch.setattr(selftest, "record", record)
+    monkeypatch.setattr(selftest, "replay_runs", lambda runs, key: [SimpleNamespace(findings=[], status="ok")])
+    case = selftest.Case(name="honest", command=["true"])
+    if fails is None:
+        result = selftest.run_selftest(cases=(case,))
+        assert result.runs == {} and result.fired == {"honest": []}
+    else:
+        with pytest.raises(type(fails)):
+            selftest.run_selftest(cases=(case,))
+    assert made and str(made[0]).startswith(str(tmp_path))  # the run went into the temporary folder
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fails", [None, KeyboardInterrupt()])
+def test_the_preflight_leaves_no_temporary_folder_behind(tmp_path, monkeypatch, fails):
+    import tempfile
+
+    import importlib
+
+    pre = importlib.import_module("caisson.probes.preflight")  # the package exports the function by that name
+    from caisson.probes.selftest import PROBES
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(work))
+
+    def session(options, script, text):
+        if fails is not None:
+            raise fails
+        raise pre.UsageError("refused by the test")
+
+    monkeypatch.setattr(pre, "_session", session)
+    if fails is None:
+        checks = pre.preflight(PROBES / "selftest.toml", tmp_path, ["claude-code"])
+        assert checks and all(c.status == "refused" and c.run_dir is None for c in checks)
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            pre.preflight(PROBES / "selftest.toml", tmp_path, ["claude-code"])
+    assert list(work.iterdir()) == []

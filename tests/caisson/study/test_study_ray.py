@@ -18,8 +18,10 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from caisson.chamber.scratch import scratch_root
 from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.probes import make_probe_repo
@@ -514,9 +516,14 @@ def _node_running_a_chamber(homes: list[Path]) -> int | None:
     return None
 
 
+def _scratch_dirs() -> set[Path]:
+    root = scratch_root()
+    return set(root.iterdir()) if root.is_dir() else set()
+
+
 def _session_scratch(before: set[Path]) -> list[Path]:
     """Host scratch directories of sessions (a scenario.toml beside the run) made since ``before``."""
-    return [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before
+    return [p for p in _scratch_dirs() - before
             if p.is_dir() and (p / "scenario.toml").is_file() and (p / "s").is_dir()]
 
 
@@ -567,7 +574,7 @@ def test_each_host_reaps_orphaned_chambers_when_a_study_starts(ray_cluster, cham
     child = subprocess.Popen(["sleep", "0"])
     child.wait()  # a recorder that is gone
     me = recorder_identity()
-    dead = recorder_labels(type(me)(pid=child.pid, start="1", host=me.host), 0)
+    dead = recorder_labels(msgspec.structs.replace(me, pid=child.pid, start="1"), 0)
     flags = [x for k, v in {**dead, "caisson.run": f"ray-reap-{os.getpid()}"}.items() for x in ("--label", f"{k}={v}")]
     cid = subprocess.run(["docker", "run", "-d", "--network", "none", *flags, chamber_image, "sleep", "300"],
                          capture_output=True, text=True, check=True).stdout.strip()
@@ -587,7 +594,7 @@ def test_a_node_removed_mid_cell_is_an_infra_failed_attempt_run_again_on_the_oth
     study = _study(tmp_path, 'arms = ["plain"]\n' + GREP_AGENT.replace("SLEEP", "sleep 5;"), questions=ONE_QUESTION)
     out = tmp_path / "out"
     results = []
-    before = set(Path(tempfile.gettempdir()).iterdir())
+    before = _scratch_dirs()
     runner = threading.Thread(target=lambda: results.append(run_study(study, out, repo=repo, infra_retries=1,
                                                                       executor=_executor())))
     runner.start()
