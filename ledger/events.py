@@ -77,6 +77,10 @@ __all__ = [
     "AgentToolResult",
     "AgentAnswer",
     "AgentUsage",
+    "AgentError",
+    "AgentRetry",
+    "AgentCompaction",
+    "AgentModelSwitch",
     "AgentSessionFile",
     "StudyPlanned",
     "StudyResumed",
@@ -116,7 +120,9 @@ segment of its own, once closed; study directories written before have none, and
 removed); 13: ``host.sample.stall_ns`` (the procfs witness's stall clock); 14: ``process.fork``
 and ``proc.sample.ppid`` (the syscall witness's processes against procfs's); the Gemini API:
 providers ``gemini`` (Google AI Studio) and ``code_assist`` (gemini-cli's Code Assist back
-end), endpoints ``generateContent`` and ``streamGenerateContent`` (on ``vertex`` too)."""
+end), endpoints ``generateContent`` and ``streamGenerateContent`` (on ``vertex`` too);
+``agent.error``, ``agent.retry``, ``agent.compaction``, ``agent.model_switch`` and
+``agent.usage.cost_missing_reason`` (what the agent's transcript says went wrong)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -582,6 +588,62 @@ class AgentUsage(_Event, tag="agent.usage", frozen=True, kw_only=True):
     usage_missing_reason: str | None = None  # why normalized is None (incomplete transcript, unknown shape, ...)
     incomplete: str | None = None  # why the transcript is incomplete: no terminal event, a last line cut
     parser: str = ""  # the transcript parser that read it, "name@version"
+    # why cost_usd is None although the agent reported a cost field: a placeholder (OpenCode's 0
+    # for a provider without prices, mini-swe-agent's 0.0 under ignore_errors, Claude Code's
+    # costBasis "unknown": a guess at another model's price) is not a figure (schema 14)
+    cost_missing_reason: str | None = None
+
+
+class AgentError(_Event, tag="agent.error", frozen=True, kw_only=True):
+    """An error the agent or its provider reported in the agent's own transcript (schema
+    14): Claude Code's ``is_error`` result and its ``<synthetic>`` API-error message, Codex's
+    ``turn.failed`` and ``error`` lines, OpenCode's ``error`` line, Copilot's
+    ``session.error``, mini-swe-agent's exception exit. The agent's word, not evidence:
+    detectors weigh it against what the proxy witness saw."""
+
+    agent: str
+    said: str  # where the transcript says it, e.g. "result.is_error", "turn.failed", "session.error"
+    status: int | None = None  # the provider's HTTP status, as reported (e.g. 401, 529)
+    code: str | None = None  # the agent's or provider's error code, e.g. "oauth_org_not_allowed", "APIError"
+    message: str = ""  # as reported (cut to 2,000 characters)
+    terminal: bool = True  # the session ended on it; False: it went on (e.g. a context overflow it compacted)
+
+
+class AgentRetry(_Event, tag="agent.retry", frozen=True, kw_only=True):
+    """A model call the agent retried, as its transcript says (schema 14): Claude Code's
+    ``system``/``api_retry``, Codex's ``Reconnecting... N/M``, Copilot's turn retries."""
+
+    agent: str
+    said: str  # where, e.g. "system.api_retry", "error.reconnecting", "assistant.turn_retry"
+    attempt: int | None = None  # which retry this is, 1-based, as reported
+    max_attempts: int | None = None  # the agent's retry cap, as reported
+    status: int | None = None  # the HTTP status that caused it, when reported
+    delay_ns: int | None = None  # how long the agent waits before it, ns
+    code: str | None = None  # the reported cause, e.g. "overloaded", "rate_limit"
+    message: str = ""
+
+
+class AgentCompaction(_Event, tag="agent.compaction", frozen=True, kw_only=True):
+    """The agent compacted its context, as its transcript says (schema 14): Claude Code's
+    ``system``/``compact_boundary``. A silent stretch before it is the agent's own work."""
+
+    agent: str
+    trigger: str | None = None  # "auto" | "manual", as reported
+    tokens_before: int | None = None  # context tokens before, as reported (pre_tokens)
+    tokens_after: int | None = None  # context tokens after, as reported (post_tokens)
+    duration_ns: int | None = None  # how long it took, as reported
+
+
+class AgentModelSwitch(_Event, tag="agent.model_switch", frozen=True, kw_only=True):
+    """The agent answered with another model than it was asked to use, as its transcript
+    says (schema 14): Claude Code's ``system``/``model_fallback``, Codex's ``model rerouted``."""
+
+    agent: str
+    said: str  # where, e.g. "system.model_fallback", "item.error.model_rerouted"
+    requested: str | None = None  # the model the session was using
+    used: str | None = None  # the model it switched to
+    trigger: str | None = None  # why, as reported (e.g. "overloaded", "HighRiskCyberActivity")
+    message: str = ""
 
 
 class AgentSessionFile(_Event, tag="agent.session_file", frozen=True, kw_only=True):
@@ -868,6 +930,10 @@ Event = Union[
     AgentToolResult,
     AgentAnswer,
     AgentUsage,
+    AgentError,
+    AgentRetry,
+    AgentCompaction,
+    AgentModelSwitch,
     AgentSessionFile,
     StudyPlanned,
     StudyResumed,
