@@ -13,17 +13,20 @@ itself another attempt with words).
 
 ``model.switched``: the agent says it answered with another model (a fallback), or the
 proxy saw it ask for one other than the run's: the cell's numbers are another model's.
+``agent.session``: the retries and compactions a session explains itself, shown, so a
+report can count them and compare the arms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import VOID, DetectorConfig, Finding, reads
+from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
 from ledger import Record
-from ledger.events import AgentAnswer, AgentError, AgentModelSwitch, LlmCall, RunStarted, WitnessStarted
+from ledger.events import (AgentAnswer, AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, LlmCall, RunStarted,
+                           WitnessStarted)
 
-__all__ = ["IN_BAND", "MODEL_SWITCHED", "in_band_failure", "model_switched"]
+__all__ = ["IN_BAND", "MODEL_SWITCHED", "SESSION", "in_band_failure", "model_switched", "session_events"]
 
 IN_BAND = "infra.in_band@1"
 MODEL_SWITCHED = "model.switched@1"
@@ -155,3 +158,45 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
         yield Finding(detector=MODEL_SWITCHED, kind="model_switched", effect=VOID, evidence=[seq],
                       message=f"the last model call asked for {call.requested_model}; the run asked the agent for"
                       f" {want}")
+
+
+SESSION = "agent.session@1"
+
+
+@reads(LlmCall, AgentRetry, AgentCompaction)
+def session_events(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """What a session explains itself, shown (never voiding): its retries and compactions.
+
+    A retry is counted once whichever witness saw it: the proxy's failed model calls that
+    another call followed (evidence the agent does not control), or the agent's
+    ``agent.retry`` reports, whichever count is larger (a report beyond the proxy's count
+    is one the proxy did not see: a connection that never reached it). A compaction is
+    the agent's ``agent.compaction``: a silent stretch before it is the agent's own work.
+
+    Yields:
+        One ``retry`` finding per retry and one ``compaction`` finding per compaction, info;
+        a study's report counts them per cell and compares the arms' rates.
+    """
+    calls: list[tuple[int, LlmCall]] = []
+    said: list[tuple[int, AgentRetry]] = []
+    for record in records:
+        event = record.event
+        if isinstance(event, LlmCall):
+            calls.append((record.seq, event))
+        elif isinstance(event, AgentRetry):
+            said.append((record.seq, event))
+        elif isinstance(event, AgentCompaction):
+            before = f"{event.tokens_before} tokens" if event.tokens_before is not None else "?"
+            after = f"{event.tokens_after} tokens" if event.tokens_after is not None else "?"
+            yield Finding(detector=SESSION, kind="compaction", effect=INFO, evidence=[record.seq],
+                          message=f"{event.agent} compacted its context ({event.trigger or 'trigger unknown'}):"
+                          f" {before} -> {after}")
+    seen = [(seq, call) for i, (seq, call) in enumerate(calls[:-1]) if call.failed is not None]
+    for seq, call in seen:
+        yield Finding(detector=SESSION, kind="retry", effect=INFO, evidence=[seq],
+                      message=f"a model call failed and another followed (proxy): {call.failed}")
+    for seq, retry in said[len(seen):]:
+        status = f" {retry.status}" if retry.status is not None else ""
+        yield Finding(detector=SESSION, kind="retry", effect=INFO, evidence=[seq],
+                      message=f"{retry.agent} retried (attempt {retry.attempt or '?'} of {retry.max_attempts or '?'},"
+                      f"{status} {retry.code or ''}): {retry.said}".replace(" ,", ","))

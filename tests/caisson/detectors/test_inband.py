@@ -114,3 +114,18 @@ def test_model_switched_by_the_agents_word_or_by_the_last_call_it_made():
     snapshot = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5-20250929")
     assert list(model_switched(play(started(), snapshot), CONFIG)) == []
     assert list(model_switched(play(started(model=None), haiku), CONFIG)) == []  # the agent's default: no claim
+
+
+def test_retries_are_counted_once_whichever_witness_saw_them_and_compactions_shown():
+    from caisson.detectors.inband import session_events
+    from ledger.events import AgentCompaction, AgentRetry
+
+    retry = AgentRetry(agent="claude-code", said="system.api_retry", attempt=1, max_attempts=10, status=529,
+                       delay_ns=1_187_000_000, code="overloaded")
+    compaction = AgentCompaction(agent="claude-code", trigger="auto", tokens_before=167204, tokens_after=9120)
+    both = list(session_events(play(OVERLOADED, retry, OK, compaction), CONFIG))
+    assert [(f.kind, f.effect, f.evidence) for f in both] == [("compaction", "info", [3]), ("retry", "info", [0])]
+    told = list(session_events(play(retry, retry, OK), CONFIG))  # the proxy saw none: the agent's count
+    assert [(f.kind, f.evidence) for f in told] == [("retry", [0]), ("retry", [1])]
+    assert "attempt 1 of 10, 529 overloaded" in told[0].message
+    assert list(session_events(play(OK, OVERLOADED), CONFIG)) == []  # the last call: nothing followed it
