@@ -129,7 +129,7 @@ def test_the_selftest_leaves_no_temporary_folder_behind(tmp_path, monkeypatch, f
         options.out.mkdir(parents=True)
 
     monkeypatch.setattr(selftest, "record", record)
-    monkeypatch.setattr(selftest, "replay_runs", lambda runs, key: [SimpleNamespace(findings=[], status="ok")])
+    monkeypatch.setattr(selftest, "replay_runs", lambda runs, key: [SimpleNamespace(findings=[], status="ok", grade=None)])
     case = selftest.Case(name="honest", command=["true"])
     if fails is None:
         result = selftest.run_selftest(cases=(case,))
