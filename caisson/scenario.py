@@ -148,7 +148,9 @@ class Egress(_Strict):
     """
 
     allow_hosts: list[NonEmpty] = []
-    """Hosts the proxy lets through: exact names or ``*.suffix`` (default: none)."""
+    """What the proxy lets through: exact names or ``*.suffix``, either with ``:port``
+    (without one: ports 80 and 443); the resolver ignores ports (default: none;
+    `collectors.egress.parse_allow`)."""
     static_hosts: dict[str, list[str]] = {}
     """Names the DNS witness answers from this map (name -> addresses); others allowed by
     ``allow_hosts`` are answered with the proxy's address."""

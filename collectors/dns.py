@@ -13,8 +13,10 @@ get SERVFAIL when not. Any other name gets **REFUSED** (RFC 1035 §4.1.1: "refus
 perform the specified operation for policy reasons"), not NXDOMAIN: NXDOMAIN would assert
 the name does not exist, which is a lie a client may cache (RFC 2308). When the query
 carried EDNS (RFC 6891), the refusal also carries Extended DNS Error 18 "Prohibited"
-(RFC 8914 §4.19). Names compare case-insensitively (RFC 4343); ``*.suffix`` matches names
-strictly below ``suffix``, not ``suffix`` itself (as a wildcard does, RFC 4592 §2.1.1).
+(RFC 8914 §4.19). Names compare as `collectors.egress.canonical_host` spells them, the one
+function the proxy's policy and upstream rewrites use too (case-insensitive, RFC 4343; one
+trailing dot dropped); ``*.suffix`` matches names strictly below ``suffix``, not ``suffix``
+itself (as a wildcard does, RFC 4592 §2.1.1).
 
 Malformed input never raises. Fewer than 12 bytes (no header, RFC 1035 §4.1.1) or a
 response (QR=1) get no reply; any other unparseable query gets FORMERR with its id; an
@@ -45,6 +47,7 @@ import msgspec
 import trio
 
 from collectors._witness import WitnessFailed, Witnessing, witness_life
+from collectors.egress import canonical_host, host_allowed, parse_allow
 from ledger import Submission
 from ledger.events import DnsQuery, WitnessRaw
 
@@ -62,8 +65,8 @@ class DnsPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """What the chamber may resolve.
 
     Attributes:
-        allow: exact names (``pypi.org``) or ``*.suffix`` patterns; case-insensitive,
-            a trailing dot is ignored.
+        allow: the egress allow entries (`collectors.egress.parse_allow`: ``pypi.org``,
+            ``*.suffix``, either with a ``:port``, which names ignore).
         static: name -> IPv4/IPv6 addresses answered locally (such names are allowed).
         forward: ``(host, port)`` of an upstream resolver for allowed non-static names.
         ttl_s: TTL of static answers, seconds.
@@ -77,23 +80,15 @@ class DnsPolicy(msgspec.Struct, frozen=True, kw_only=True):
     forward_timeout_s: float = 2.0
 
     def allows(self, name: str) -> bool:
-        """Whether ``name`` (any case, trailing dot optional) is allowed."""
-        name = _norm(name)
-        if name in {_norm(n) for n in self.static}:
-            return True
-        for pattern in self.allow:
-            pattern = _norm(pattern)
-            if pattern.startswith("*.") and name.endswith(pattern[1:]) and name != pattern[2:]:
-                return True
-            if name == pattern:
-                return True
-        return False
+        """Whether ``name`` (any spelling: `collectors.egress.canonical_host`) is allowed."""
+        name = canonical_host(name)
+        return name in {canonical_host(n) for n in self.static} or host_allowed(name, parse_allow(self.allow))
 
     def addresses(self, name: str) -> list[str] | None:
         """The static addresses of ``name``, or None when it is not in the map."""
-        name = _norm(name)
+        name = canonical_host(name)
         for key, values in self.static.items():
-            if _norm(key) == name:
+            if canonical_host(key) == name:
                 return values
         return None
 
@@ -113,10 +108,6 @@ class DnsAnswer(NamedTuple):
     event: DnsQuery
     forward_needed: bool = False
     error: str | None = None
-
-
-def _norm(name: str) -> str:
-    return name.rstrip(".").lower() if name != "." else "."
 
 
 def _name_text(name: dns.name.Name) -> str:

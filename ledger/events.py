@@ -17,7 +17,7 @@ module, and decoded by one reused typed decoder (`decode_event`). Rules:
   Unix epoch) or a duration (``duration_ns``, ``cpu_ns``, ``timer_lateness_ns``); the
   name ``wall_ns`` means a record's timestamp (`ledger.Record.wall_ns`), never a duration.
 - Closed vocabularies are ``Literal`` types (`RunStatus`, `Category`, `FileAccess`,
-  `ToolOutcome`, `ToolSurface`, `Provider`, `LlmEndpoint`, `Gating`): a value outside one
+  `ToolOutcome`, `ToolSurface`, `TunnelVia`, `Provider`, `LlmEndpoint`, `Gating`): a value outside one
   does not decode, and the reader keeps such a record as a ``witness.raw`` describing it.
 - Processes carry both identities: ``pid`` as the chamber saw it and ``host_pid`` as the
   host did (a pid alone is not unique across namespaces).
@@ -40,6 +40,7 @@ __all__ = [
     "RunStatus",
     "ToolOutcome",
     "ToolSurface",
+    "TunnelVia",
     "Event",
     "EVENT_TYPES",
     "EVENT_KINDS",
@@ -66,6 +67,7 @@ __all__ = [
     "WitnessGap",
     "WitnessRaw",
     "HttpExchange",
+    "ProxyTunnel",
     "LlmCall",
     "LlmUsage",
     "DnsQuery",
@@ -123,7 +125,8 @@ providers ``gemini`` (Google AI Studio) and ``code_assist`` (gemini-cli's Code A
 end), endpoints ``generateContent`` and ``streamGenerateContent`` (on ``vertex`` too);
 ``agent.error``, ``agent.retry``, ``agent.compaction``, ``agent.model_switch`` and
 ``agent.usage.cost_missing_reason`` (what the agent's transcript says went wrong);
-``llm.call.failed`` (what the proxy saw go wrong)."""
+``llm.call.failed`` (what the proxy saw go wrong); ``proxy.tunnel`` (a CONNECT or protocol
+upgrade through the proxy witness, refused or relayed)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -465,6 +468,33 @@ class HttpExchange(_Event, tag="http.exchange", frozen=True, kw_only=True):
     ended_ns: int = 0  # wall ns, response end
     denied: str | None = None  # the policy that refused it, when refused
     error: str | None = None
+
+
+TunnelVia = Literal["connect", "upgrade"]
+"""How a tunnel was asked of the proxy: ``CONNECT`` (RFC 9110 §9.3.6), or an HTTP/1.1
+``Upgrade`` its server answered ``101 Switching Protocols`` (RFC 9110 §7.8, §15.2.2)."""
+
+
+class ProxyTunnel(_Event, tag="proxy.tunnel", frozen=True, kw_only=True):
+    """A tunnel the chamber asked of the proxy witness, refused or relayed (schema 14).
+
+    What a tunnel carries as HTTP is in its ``http.exchange`` events; what it carried
+    otherwise is only counted here.
+    """
+
+    via: TunnelVia
+    host: str  # the target as the chamber wrote it: CONNECT's authority, or the upgraded request's host
+    port: int
+    client: str | None = None  # "ip:port" of the chamber's end
+    denied: str | None = None  # why the proxy refused the tunnel or what it carried; None: let through
+    protocol: str = ""  # what the proxy found inside, outermost first, "/"-joined: "tls", "http",
+    # "websocket", "tcp" (bytes neither TLS nor HTTP), or an upgrade's token; "": nothing arrived
+    exchanges: int = 0  # HTTP requests it carried (each an http.exchange)
+    client_bytes: int = 0  # bytes relayed from the chamber other than as HTTP: raw TCP, WebSocket payloads
+    server_bytes: int = 0  # the same, relayed back to the chamber
+    started_ns: int = 0  # wall ns since the Unix epoch: when the tunnel was asked for
+    ended_ns: int = 0  # wall ns since the Unix epoch: when it closed (refused: when refused)
+    error: str | None = None  # it did not end by a close (the proxy stopped, a connection failed)
 
 
 class LlmUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -932,6 +962,7 @@ Event = Union[
     WitnessGap,
     WitnessRaw,
     HttpExchange,
+    ProxyTunnel,
     LlmCall,
     DnsQuery,
     NetFlow,

@@ -1,11 +1,13 @@
-"""The host's side of the chamber network: only the witnesses' ports answer.
+"""The host's side of the chamber network: only the run's own witnesses answer.
 
 Docker's ``Internal`` network has no route out, but the host itself is on it (the
-gateway): any host service listening on all addresses would be reachable from the
-chamber, around the proxy. `guard_bridge` inserts iptables INPUT rules for the run's
-bridge interface that accept the witnesses' ports and established traffic and reject
-everything else (TCP with a reset, the rest with ICMP port unreachable), so a direct
-attempt fails at once and is visible in the capture and in ``net.connect``.
+gateway), and a packet from the bridge may name any of the host's addresses: any host
+service listening on all addresses, or another run's witness on its own gateway (another
+run's resolver is on port 53 too), would be reachable from the chamber, around the proxy.
+`guard_bridge` inserts iptables INPUT rules for the run's bridge interface that accept
+established traffic and the witnesses' ports on the run's own gateway address only, and
+reject everything else (TCP with a reset, the rest with ICMP port unreachable), so a
+direct attempt fails at once and is visible in the capture and in ``net.connect``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from caisson.errors import ChamberError
 __all__ = ["guard_bridge", "unguard_bridge", "unguard_interface"]
 
 
-def _rules(bridge: str, allowed: Iterable[tuple[str, int]]) -> list[list[str]]:
+def _rules(bridge: str, gateway: str, allowed: Iterable[tuple[str, int]]) -> list[list[str]]:
     """The rules, in the order they must stand in the INPUT chain (first matches first)."""
     rules = [["-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]]
     for proto, port in sorted(set(allowed)):
-        rules.append(["-i", bridge, "-p", proto, "--dport", str(port), "-j", "ACCEPT"])
+        rules.append(["-i", bridge, "-d", f"{gateway}/32", "-p", proto, "--dport", str(port), "-j", "ACCEPT"])
     rules.append(["-i", bridge, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"])
     rules.append(["-i", bridge, "-j", "REJECT", "--reject-with", "icmp-port-unreachable"])
     return rules
@@ -35,7 +37,7 @@ def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([exe, "-w", "10", *args], capture_output=True, text=True, timeout=30)
 
 
-def guard_bridge(bridge: str, allowed: Iterable[tuple[str, int]]) -> list[list[str]]:
+def guard_bridge(bridge: str, gateway: str, allowed: Iterable[tuple[str, int]]) -> list[list[str]]:
     """Insert the rules at the top of INPUT; returns them for `unguard_bridge`.
 
     The rules go in last first, each at position 1, so they stand in order whatever other
@@ -47,12 +49,13 @@ def guard_bridge(bridge: str, allowed: Iterable[tuple[str, int]]) -> list[list[s
 
     Args:
         bridge: the host interface of the run's network.
+        gateway: the host's IPv4 address on it, where the run's witnesses listen.
         allowed: (protocol, port) pairs of the witnesses, e.g. ("tcp", 41234), ("udp", 53).
 
     Raises:
         ChamberError: iptables is missing or refused (the run must not start unguarded).
     """
-    rules = _rules(bridge, allowed)
+    rules = _rules(bridge, gateway, allowed)
     done: list[list[str]] = []
     for rule in reversed(rules):
         proc = _iptables("-I", "INPUT", "1", *rule)

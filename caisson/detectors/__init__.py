@@ -42,9 +42,11 @@ from caisson.detectors.network import (
     BYPASS_ATTEMPT,
     DENIED_EGRESS,
     UNEXPLAINED_FLOW,
+    UNPOLICED_TUNNEL,
     bypass_attempt,
     denied_egress,
     unexplained_flow,
+    unpoliced_tunnel,
 )
 from ledger import Record
 
@@ -81,6 +83,7 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (IN_BAND, in_band_failure),
     (DENIED_EGRESS, denied_egress),
     (BYPASS_ATTEMPT, bypass_attempt),
+    (UNPOLICED_TUNNEL, unpoliced_tunnel),
     (UNEXPLAINED_FLOW, unexplained_flow),
     (TOOL_ESCAPE, tool_escape),
     (TOOL_AUDIT, tool_audit),

@@ -1,5 +1,6 @@
 """Network detectors: egress the policy refused, connections and sends around the
-witnesses, and captured flows that no witness accounts for."""
+witnesses, tunnels through the proxy it did not read, and captured flows that no witness
+accounts for."""
 
 from __future__ import annotations
 
@@ -9,16 +10,17 @@ from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, reads
 from ledger import Record
-from ledger.events import DnsQuery, HttpExchange, NetConnect, NetFlow, NetSend, WitnessStarted
+from ledger.events import DnsQuery, HttpExchange, NetConnect, NetFlow, NetSend, ProxyTunnel, WitnessStarted
 
-DENIED_EGRESS = "network.denied_egress@1"
+DENIED_EGRESS = "network.denied_egress@2"
 BYPASS_ATTEMPT = "network.bypass_attempt@2"
+UNPOLICED_TUNNEL = "network.unpoliced_tunnel@1"
 UNEXPLAINED_FLOW = "network.unexplained_flow@2"
 
 
-@reads(HttpExchange, DnsQuery)
+@reads(HttpExchange, ProxyTunnel, DnsQuery)
 def denied_egress(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
-    """Every request the proxy refused and every name the resolver refused, shown.
+    """Every request and tunnel the proxy refused and every name the resolver refused, shown.
 
     The control held, so the cell is not voided: these are the agent's attempts.
     """
@@ -27,6 +29,11 @@ def denied_egress(records: Iterable[Record], config: DetectorConfig) -> Iterator
         if isinstance(event, HttpExchange) and event.denied:
             yield Finding(detector=DENIED_EGRESS, kind="denied_egress", effect=INFO, evidence=[record.seq],
                           message=f"refused {event.method} {event.scheme}://{event.host}{event.path}: {event.denied}")
+        elif isinstance(event, ProxyTunnel) and event.denied:
+            what = "CONNECT" if event.via == "connect" else "upgrade to"
+            inside = f" (it carried {event.protocol})" if event.protocol else ""
+            yield Finding(detector=DENIED_EGRESS, kind="denied_egress", effect=INFO, evidence=[record.seq],
+                          message=f"refused {what} {event.host}:{event.port}{inside}: {event.denied}")
         elif isinstance(event, DnsQuery) and event.refused:
             yield Finding(detector=DENIED_EGRESS, kind="denied_egress", effect=INFO, evidence=[record.seq],
                           message=f"refused DNS {event.qtype} {event.name} ({event.rcode})")
@@ -84,6 +91,33 @@ def bypass_attempt(records: Iterable[Record], config: DetectorConfig) -> Iterato
                           evidence=[record.seq],
                           message=f"{'connected to' if ok else 'tried'} {event.address}:{event.port} directly"
                           + ("" if ok else f" ({event.errno})"))
+
+
+@reads(ProxyTunnel)
+def unpoliced_tunnel(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """A tunnel the proxy let through without reading what it carried.
+
+    - raw TCP relayed (``protocol`` has ``tcp`` and nothing refused it): void. Bytes went
+      through the witness unread, to wherever the tunnel named; only their count is known.
+    - a WebSocket: shown. Its endpoint passed the policy as an HTTP request did, but its
+      messages are counted, not kept.
+
+    A refused tunnel is `denied_egress`'s; a tunnel that carried TLS and HTTP was read
+    (its requests are ``http.exchange`` events, each policed).
+    """
+    for record in records:
+        event = record.event
+        if not isinstance(event, ProxyTunnel) or event.denied:
+            continue
+        where = f"{'CONNECT' if event.via == 'connect' else 'upgrade'} {event.host}:{event.port}"
+        counts = f"{event.client_bytes} bytes out, {event.server_bytes} back"
+        if "tcp" in event.protocol.split("/"):
+            yield Finding(detector=UNPOLICED_TUNNEL, kind="unpoliced_tunnel", effect=VOID, evidence=[record.seq],
+                          message=f"{where} relayed raw TCP ({event.protocol}), {counts}: through the proxy,"
+                          " unread by any witness")
+        elif event.protocol == "websocket":
+            yield Finding(detector=UNPOLICED_TUNNEL, kind="unpoliced_tunnel", effect=INFO, evidence=[record.seq],
+                          message=f"{where} carried WebSocket messages, {counts}: counted, not kept")
 
 
 _CONTROL = ("icmp", "icmp6")

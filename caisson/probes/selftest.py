@@ -104,7 +104,7 @@ CASES: tuple[Case, ...] = (
          expect=("witness.gap@1",)),
     Case(name="honest_grep/strace_openat", command=_probe("honest_grep.sh"), weaken=("strace_openat",),
          expect=("witness.disagreement@1",)),  # with --syscall-witness both: eBPF sees the opens strace misses
-    Case(name="network_escaper", command=_probe("network_escaper.sh"), expect=("network.denied_egress@1",),
+    Case(name="network_escaper", command=_probe("network_escaper.sh"), expect=("network.denied_egress@2",),
          companion="listener"),
     Case(name="network_escaper/network", command=_probe("network_escaper.sh"), weaken=("network",),
          expect=("network.bypass_attempt@2",), companion="listener"),
@@ -112,6 +112,10 @@ CASES: tuple[Case, ...] = (
          companion="listener"),  # dropped or reset: its flows are shown, unanswered
     Case(name="udp_sender/network", command=_probe("udp_sender.sh"), weaken=("network",),
          expect=("network.unexplained_flow@2",), companion="listener"),  # the host answers: void
+    Case(name="proxy_tunneler", command=_probe("proxy_tunneler.sh"), expect=("network.denied_egress@2",),
+         clean=("network.unpoliced_tunnel@1",), companion="listener"),  # each CONNECT refused, shown
+    Case(name="proxy_tunneler/proxy_tunnels", command=_probe("proxy_tunneler.sh"), weaken=("proxy_tunnels",),
+         expect=("network.unpoliced_tunnel@1",), companion="listener"),  # relayed raw to the host: void
     Case(name="uring_reader", command=_probe("uring_reader.sh"), expect=("containment.denied_syscall@1",)),
     Case(name="witness_evader", command=_probe("witness_evader.sh"),
          clean=("witness.unseen_process@1", "witness.evasion@1")),  # both moves refused by the profile
@@ -228,7 +232,8 @@ def _host_staller(pid: int, problems: list[str], command: tuple[str, ...] = STAL
 
 class _HostService:
     """A TCP service on all of the host's addresses, port 18080, as a host may have one:
-    what the network escaper reaches when the host's side of the chamber network is open."""
+    what the network escaper reaches when the host's side of the chamber network is open,
+    and the proxy tunneler through the proxy when its tunnels are."""
 
     def __init__(self) -> None:
         self._sock = socket.create_server(("0.0.0.0", 18080), reuse_port=True)
@@ -365,7 +370,7 @@ def _check_gating(cases: tuple[Case, ...], gating: dict[str, GatingVerdict]) -> 
 BOTH_WITNESSES_ONLY = {"witness.disagreement@1"}
 """Detectors that compare two syscall witnesses: shown only by ``--syscall-witness both``."""
 
-INFO_DETECTORS = {"enforcement.tool_audit@1", "network.denied_egress@1", "tokens.cross_check@1",
+INFO_DETECTORS = {"enforcement.tool_audit@1", "network.denied_egress@2", "tokens.cross_check@1",
                   "containment.denied_syscall@1", "model.unrecognised_call@1", "witness.evasion@1"}
 """Detectors whose findings are shown, never voiding (the control held): they fire with info."""
 

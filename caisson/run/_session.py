@@ -240,7 +240,7 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
         if network is not None and not s.network:  # weakened: the host's services stay reachable
             ports = [p for w, ok in zip(s.witnesses, alive) if ok for p in getattr(w, "listen_ports", ())]
             try:
-                guard = await trio.to_thread.run_sync(guard_bridge, network.bridge, ports)
+                guard = await trio.to_thread.run_sync(guard_bridge, network.bridge, network.gateway, ports)
             except ChamberError as exc:
                 result = exc
 

@@ -35,6 +35,7 @@ import msgspec
 from caisson.errors import UsageError
 from caisson.run.stream import MonitorAddress, parse_monitor_address
 from caisson.scenario import Egress, Question, Scenario
+from collectors.egress import parse_allow
 from ledger.events import Gating
 
 __all__ = [
@@ -71,6 +72,8 @@ WEAKENABLE: dict[Control, str] = {
     "strace_openat": "the strace witness leaves openat out of its filter, so it silently misses file opens",
     "seccomp": "the chamber gets the engine's default seccomp profile, not caisson's (io_uring and the rest allowed"
                " as the installed engine allows them)",
+    "proxy_tunnels": "the proxy answers every CONNECT and relays bytes that are not HTTP as raw TCP, to any host and"
+                     " port (mitmproxy's defaults)",
 }
 """Controls `caisson selftest` weakens one at a time to show the detector behind each fires.
 A run with any weakened control records it in ``run.started`` and can never be clean."""
@@ -120,6 +123,7 @@ class Controls(msgspec.Struct, frozen=True, kw_only=True):
     ebpf_buffer: bool = False
     seccomp: bool = False
     strace_openat: bool = False
+    proxy_tunnels: bool = False
 
     @classmethod
     def from_names(cls, names: Sequence[str]) -> Controls:
@@ -308,6 +312,10 @@ def plan_run(options: RecordOptions, scenario: Scenario | None = None, *,
         env.update(CAISSON_QUESTION_ID=question.id, CAISSON_PROMPT=question.prompt)
     uid, gid = _user_ids(scenario.user)
     egress = scenario.egress
+    try:
+        parse_allow(egress.allow_hosts)
+    except ValueError as exc:
+        raise UsageError(f"[egress] allow_hosts: {exc}") from None
     networked = egress.witnessed if egress.witnessed is not None else bool(egress.allow_hosts)
     network: NetworkMode = "witnessed" if networked or weakened.network else "none"
     kept = tuple(w.name for w in witnesses if network == "witnessed" or not getattr(w, "needs_network", False))

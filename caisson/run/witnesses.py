@@ -145,12 +145,17 @@ class ProxyWitness:
     The chamber trusts the run's own CA (a fresh one per run, its key never enters the
     chamber): it replaces the system trust store and is named by every variable agents
     and libraries read. The egress policy is the scenario's ``[egress]``.
+
+    Args:
+        open_tunnels: the proxy answers every CONNECT and relays what is not HTTP as raw
+            TCP, anywhere (selftest only: the tunnels must then void the run).
     """
 
     name = "proxy"
     needs_network = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, open_tunnels: bool = False) -> None:
+        self.open_tunnels = open_tunnels
         self._info = None  # collectors.proxy.ProxyInfo once mitmdump listens
         self._ca_dir: Path | None = None
         self.listen_ports: list[tuple[str, int]] = []
@@ -172,7 +177,8 @@ class ProxyWitness:
             run_proxy_witness, ctx.send, blobs=ctx.blobs, fingerprint_key=ctx.fingerprint_key,
             confdir=confdir, listen_host=ctx.network.gateway, listen_port=0,
             allow_hosts=list(egress.allow_hosts), upstream=dict(egress.upstream),
-            upstream_trusted_ca=Path(egress.upstream_ca) if egress.upstream_ca else None))
+            upstream_trusted_ca=Path(egress.upstream_ca) if egress.upstream_ca else None,
+            open_tunnels=self.open_tunnels))
         ctx.facts["proxy"] = self._info
         self.listen_ports = [("tcp", self._info.port)]
 
@@ -216,13 +222,14 @@ class DnsWitness:
 
     async def before_start(self, ctx) -> None:
         from collectors.dns import DnsPolicy, run_dns_witness
+        from collectors.egress import canonical_host, parse_allow
 
         assert ctx.network is not None
         egress = ctx.scenario.egress
-        static = {name.lower(): list(addrs) for name, addrs in egress.static_hosts.items()}
-        for host in egress.allow_hosts:
-            if not host.startswith("*.") and host.lower() not in static:
-                static[host.lower()] = [ctx.network.gateway]  # clients that resolve reach the proxy
+        static = {canonical_host(name): list(addrs) for name, addrs in egress.static_hosts.items()}
+        for entry in parse_allow(egress.allow_hosts):
+            if not entry.pattern.startswith("*.") and entry.pattern not in static:
+                static[entry.pattern] = [ctx.network.gateway]  # clients that resolve reach the proxy
         policy = DnsPolicy(allow=list(egress.allow_hosts), static=static)
         port = await ctx.nursery.start(_serve_until_stop, ctx, functools.partial(
             run_dns_witness, ctx.send, listen_host=ctx.network.gateway, listen_port=53, policy=policy))
@@ -286,4 +293,5 @@ def default_witnesses(*, weaken: list[str] | tuple[str, ...] = (), syscall: str 
         small = "ebpf_buffer" in weaken  # a flood of syscalls overflows it; the command's exec still fits
         syscall_witnesses.append(EbpfWitness(beside_strace=syscall == "both", perf_rb_pages=1 if small else 1024,
                                              ring_bytes=1 << 16 if small else None))
-    return [PcapWitness(), DnsWitness(), ProxyWitness(), *syscall_witnesses, ProcfsWitness()]
+    return [PcapWitness(), DnsWitness(), ProxyWitness(open_tunnels="proxy_tunnels" in weaken), *syscall_witnesses,
+            ProcfsWitness()]

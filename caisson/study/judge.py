@@ -12,7 +12,7 @@ In order (docs/studies.md, "The judge"):
 3. A judge ledger ``DIR/judge/<NNN>/`` (signed with the operator key, source ``judge``)
    gets ``judge.started`` (the study ledger's final head: the state judged), then the proxy
    witness (`collectors.proxy.run_proxy_witness`, mitmdump on 127.0.0.1, the endpoint's
-   host its only allowed one) records each call: body blobs, ``http.exchange`` and
+   host and port its only allowed ones) records each call: body blobs, ``http.exchange`` and
    ``llm.call`` with the requested and served model. After each call, a ``judge.verdict``
    (`caisson.study.judging` reads the reply) and, when it disagrees with the score, a
    ``judge.alarm`` of kind ``disagreement``.
@@ -170,6 +170,18 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def _egress(endpoint: str) -> dict[str, object]:
+    """The proxy's policy for the judge: the endpoint's host and port its one allow entry;
+    a loopback endpoint (a scripted model on this host) named as the upstream rewrite of
+    itself, the one way the proxy reaches the host's own addresses."""
+    url = urlsplit(endpoint)
+    host = url.hostname or ""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return {"allow_hosts": [authority],
+            "upstream": {host: f"{url.scheme}://{authority}"} if _loopback(host) else {}}
+
+
 def _items(study_dir: Path, trusted) -> tuple[StudyPlanned, list[_Item]]:
     """The study's plan and every counting cell with a deterministic score, replayed now."""
     records = read_study(study_dir, trusted)
@@ -262,7 +274,7 @@ async def _session(writer: LedgerWriter, blobs: BlobStore, items: list[_Item], s
             async def proxy(task_status=trio.TASK_STATUS_IGNORED) -> None:
                 with proxy_scope:
                     await run_proxy_witness(send.clone(), blobs=blobs, fingerprint_key=key, confdir=Path(tmp),
-                                            allow_hosts=[host], task_status=task_status)
+                                            task_status=task_status, **_egress(spec.endpoint))
 
             try:
                 info = await nursery.start(proxy)

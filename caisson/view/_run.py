@@ -34,6 +34,7 @@ from ledger.events import (
     ProcessExec,
     ProcessExit,
     ProcSample,
+    ProxyTunnel,
     RunEnded,
     RunStarted,
     SandboxBuilt,
@@ -148,6 +149,12 @@ def summarize(record: Record, excluded: list[str]) -> tuple[str, str]:
         return (f"{e.method} {e.scheme}://{e.host}:{e.port}{e.path} -> {e.status}"
                 f" ({e.request_bytes} B sent, {e.response_bytes} B received)"
                 + (f" denied by {e.denied}" if e.denied else "") + (f" error {e.error}" if e.error else "")), mark
+    if isinstance(e, ProxyTunnel):
+        inside = f" carrying {e.protocol}" if e.protocol else ""
+        return (f"{'CONNECT' if e.via == 'connect' else 'upgrade'} {e.host}:{e.port}{inside}, {e.exchanges} exchanges,"
+                f" {e.client_bytes} B out, {e.server_bytes} B back unread"
+                + (f" denied by {e.denied}" if e.denied else "") + (f" error {e.error}" if e.error else "")), (
+            "denied" if e.denied else ("errored" if e.error else ""))
     if isinstance(e, LlmCall):
         usage = msgspec.json.encode(e.usage).decode() if e.usage is not None else f"none ({e.usage_missing_reason})"
         return (f"{e.provider} {e.endpoint}: requested {e.requested_model}, served {e.served_model};"

@@ -3,7 +3,8 @@
 Frames in (`collectors.proxy._frames`), outputs out: for each finished exchange, in this
 order, the request body blob and the response body blob (an `Output` whose ``blob`` is
 the bytes to store before its ``blob.stored`` event is appended), the ``http.exchange``,
-and for a model API (`collectors.llm.classify`) the ``llm.call``. Anything odd (a frame
+and for a model API (`collectors.llm.classify`) the ``llm.call``; for each tunnel, refused
+at once or closed, its ``proxy.tunnel``. Anything odd (a frame
 for an unknown exchange, an undecodable body, an LLM parsing problem, a client that spoke
 no HTTP) becomes a ``witness.raw`` line; lost frames become a ``witness.gap``. Nothing
 here raises on bad input, reads a clock or does I/O.
@@ -28,11 +29,11 @@ from typing import Final, NamedTuple
 from collectors.proxy._bodies import BodyDecoder
 from collectors.proxy._frames import (
     NEED_DATA, Chunk, ConnError, Denied, Dropped, Frame, FrameError, Hello, ProxyError,
-    Request, RequestBody, ResponseEnd, ResponseStart,
+    Request, RequestBody, ResponseEnd, ResponseStart, Tunnel, TunnelEnd,
 )
 from collectors.llm import LlmCallBuilder, classify, path_model
 from ledger import Redactor
-from ledger.events import BlobStored, Event, HttpExchange, WitnessGap, WitnessRaw
+from ledger.events import BlobStored, Event, HttpExchange, ProxyTunnel, WitnessGap, WitnessRaw
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ExchangeAssembler", "Output"]
 
@@ -137,6 +138,7 @@ class ExchangeAssembler:
     Attributes:
         hello: the addon's ``hello`` frame, once received.
         exchanges: ``http.exchange`` events produced.
+        tunnels: ``proxy.tunnel`` events produced.
         llm_calls: ``llm.call`` events produced.
         problems: ``witness.raw`` lines produced (bad frames, bodies, LLM parsing).
         dropped: frames the addon reported lost.
@@ -150,10 +152,12 @@ class ExchangeAssembler:
         self.calls_only = calls_only
         self.hello: Hello | None = None
         self.exchanges = 0
+        self.tunnels = 0
         self.llm_calls = 0
         self.problems = 0
         self.dropped = 0
         self._open: dict[str, _Exchange] = {}
+        self._tunnels: dict[str, Tunnel] = {}
         self._out: deque[Output] = deque()
 
     @property
@@ -197,6 +201,16 @@ class ExchangeAssembler:
                 witness=WITNESS, reason=f"the proxy addon dropped {frame.count} frames",
                 missing="http.exchange, llm.call, body blobs", since_ns=frame.ts_ns, dropped=frame.count),
                 frame.ts_ns, None))
+        elif isinstance(frame, Tunnel):
+            if frame.denied is not None:
+                self._tunnel(frame, frame.ts_ns, frame.mono_ns)
+            elif not self.calls_only:
+                self._tunnels[frame.id] = frame
+        elif isinstance(frame, TunnelEnd):
+            if (opened := self._tunnels.pop(frame.id, None)) is not None:
+                self._tunnel(opened, frame.ts_ns, frame.mono_ns, frame)
+            elif not self.calls_only:
+                self._raw(f"{frame.id}: tunnel_end frame for an unknown tunnel", frame.ts_ns, frame.mono_ns)
         elif isinstance(frame, ConnError):
             self._raw(f"connection from {frame.client or '?'} (sni {frame.sni or '-'}): {frame.message}",
                       frame.ts_ns, frame.mono_ns)
@@ -244,15 +258,31 @@ class ExchangeAssembler:
 
     def close(self, wall_ns: int, mono_ns: int | None = None,
               reason: str = "the proxy stopped before the exchange finished") -> None:
-        """Finish every open exchange as cut (the proxy stopped or died).
+        """Finish every open exchange and tunnel as cut (the proxy stopped or died).
 
         Args:
             wall_ns: when the stream of frames ended, ns since the Unix epoch.
             mono_ns: the same instant, CLOCK_MONOTONIC ns.
-            reason: the ``error`` recorded on each open exchange.
+            reason: the ``error`` recorded on each open exchange and tunnel.
         """
         for ex in list(self._open.values()):
             self._finish(ex, wall_ns, mono_ns, error=reason)
+        for tunnel in list(self._tunnels.values()):
+            self._tunnel(tunnel, wall_ns, mono_ns, error=reason)
+        self._tunnels.clear()
+
+    def _tunnel(self, opened: Tunnel, wall_ns: int, mono_ns: int | None, end: TunnelEnd | None = None,
+                error: str | None = None) -> None:
+        if self.calls_only:
+            return
+        self._out.append(Output(ProxyTunnel(
+            via=opened.via, host=opened.host, port=opened.port, client=opened.client,
+            denied=opened.denied or (end.denied if end else None),
+            protocol=end.protocol if end and end.protocol else opened.protocol,
+            exchanges=end.exchanges if end else 0, client_bytes=end.client_bytes if end else 0,
+            server_bytes=end.server_bytes if end else 0, started_ns=opened.ts_ns, ended_ns=wall_ns,
+            error=end.error if end else error), wall_ns, mono_ns))
+        self.tunnels += 1
 
     def _blob(self, body: _Body, direction: str, wall_ns: int, mono_ns: int | None) -> tuple[str | None, int, str | None]:
         data, size, problem = body.result()

@@ -16,11 +16,12 @@ import msgspec
 
 from collectors.sse import NEED_DATA
 from ledger import CaissonError
+from ledger.events import TunnelVia
 
 __all__ = [
     "MAX_FRAME_BYTES", "NEED_DATA", "Chunk", "ConnError", "Denied", "Dropped", "Frame",
     "FrameDecoder", "FrameError", "Hello", "ProxyError", "Request", "RequestBody",
-    "ResponseEnd", "ResponseStart", "encode_frame",
+    "ResponseEnd", "ResponseStart", "Tunnel", "TunnelEnd", "encode_frame",
 ]
 
 MAX_FRAME_BYTES: Final = 64 << 20
@@ -57,6 +58,9 @@ class Hello(_Frame, tag="hello", frozen=True, kw_only=True):
     confdir: str = ""
     allow: list[str] = []
     upstream: dict[str, str] = {}
+    tunnels: str = ""  # "policed" | "open"
+    rawtcp: bool | None = None  # mitmproxy's option as the addon saw it
+    egress: str = ""  # path of the collectors/egress.py the addon loaded
 
 
 class Request(_Frame, tag="request", frozen=True, kw_only=True):
@@ -132,6 +136,34 @@ class ProxyError(_Frame, tag="error", frozen=True, kw_only=True):
     message: str = ""
 
 
+class Tunnel(_Frame, tag="tunnel", frozen=True, kw_only=True):
+    """A CONNECT or an upgrade was asked of the proxy. Terminal when ``denied``."""
+
+    id: str
+    ts_ns: int
+    mono_ns: int
+    via: TunnelVia
+    host: str
+    port: int
+    client: str | None = None
+    protocol: str = ""  # an upgrade's protocol
+    denied: str | None = None
+
+
+class TunnelEnd(_Frame, tag="tunnel_end", frozen=True, kw_only=True):
+    """A tunnel closed: what it carried. Terminal."""
+
+    id: str
+    ts_ns: int
+    mono_ns: int
+    protocol: str = ""
+    exchanges: int = 0
+    client_bytes: int = 0
+    server_bytes: int = 0
+    denied: str | None = None
+    error: str | None = None
+
+
 class ConnError(_Frame, tag="conn_error", frozen=True, kw_only=True):
     """A client connection failed TLS or closed without one HTTP request."""
 
@@ -151,7 +183,7 @@ class Dropped(_Frame, tag="dropped", frozen=True, kw_only=True):
 
 
 Frame = Union[Hello, Request, RequestBody, Denied, ResponseStart, Chunk, ResponseEnd,
-              ProxyError, ConnError, Dropped]
+              ProxyError, Tunnel, TunnelEnd, ConnError, Dropped]
 """Every frame the addon sends."""
 
 _decoder = msgspec.msgpack.Decoder(Frame)

@@ -90,7 +90,7 @@ def mitmdump_command(
     *, socket_path: str, listen_host: str, listen_port: int, confdir: Path,
     allow_hosts: Sequence[str] = (), upstream: Mapping[str, str] = {},
     ssl_insecure_upstream: bool = False, upstream_trusted_ca: Path | None = None,
-    mitmdump: str | None = None,
+    open_tunnels: bool = False, mitmdump: str | None = None,
 ) -> list[str]:
     """The mitmdump command line of the witness.
 
@@ -99,11 +99,15 @@ def mitmdump_command(
         listen_host: address to listen on (the chamber's bridge gateway, or 127.0.0.1).
         listen_port: TCP port; 0 lets the kernel choose.
         confdir: mitmproxy's directory: its CA (created if absent) and generated certs.
-        allow_hosts: hosts the chamber may reach (names or ``*.suffix``); empty: none.
+        allow_hosts: what the chamber may reach (`collectors.egress.parse_allow`: names
+            or ``*.suffix``, either with ``:port``); empty: nothing.
         upstream: rewrites ``{host: "ip:port" | "http://ip:port" | "https://ip:port"}``.
         ssl_insecure_upstream: do not verify upstream TLS certificates.
         upstream_trusted_ca: PEM file of CAs trusted for upstream TLS, besides the
             system's (e.g. a local test server's).
+        open_tunnels: answer every CONNECT and relay what is not HTTP as raw TCP, to any
+            address, as mitmproxy does by default (the selftest's weakened control); the
+            tunnels are still recorded.
         mitmdump: the executable (default: beside the running Python, else on PATH).
 
     Raises:
@@ -112,10 +116,12 @@ def mitmdump_command(
     cmd = [
         mitmdump or _find_mitmdump(), "--listen-host", listen_host, "--listen-port", str(listen_port),
         "--set", f"confdir={confdir}", "--set", "connection_strategy=lazy",
+        "--set", f"rawtcp={'true' if open_tunnels else 'false'}",
         "--set", "termlog_verbosity=warn", "--set", "flow_detail=0",
         "-s", str(ADDON_PATH), "--set", f"caisson_socket={socket_path}",
         "--set", f"caisson_allow={','.join(allow_hosts)}",
         "--set", "caisson_upstream=" + ",".join(f"{h}={t}" for h, t in upstream.items()),
+        "--set", f"caisson_tunnels={'open' if open_tunnels else 'policed'}",
     ]
     if ssl_insecure_upstream:
         cmd += ["--set", "ssl_insecure=true"]
@@ -223,6 +229,7 @@ async def run_proxy_witness(
     upstream: Mapping[str, str] = {},
     ssl_insecure_upstream: bool = False,
     upstream_trusted_ca: Path | None = None,
+    open_tunnels: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     start_timeout_s: float = 30.0,
     mitmdump: str | None = None,
@@ -230,20 +237,20 @@ async def run_proxy_witness(
 ) -> None:
     """Run mitmdump with the witness addon and record every exchange until cancelled.
 
-    Sends ``witness.started`` (command, version, listen address, CA, allow list, rewrites),
-    then per exchange its body blobs, ``http.exchange`` and, for model APIs, ``llm.call``;
-    odd input as ``witness.raw``. mitmdump exiting on its own is a ``witness.gap`` and a
-    return (the run goes on, void). Cancelled, it stops mitmdump (SIGTERM, SIGKILL after
-    5 s), drains its last frames, finishes open exchanges as cut, then ``witness.stopped``
-    (``lines``: frames, ``parse_failures``: bad frames, ``bytes``: frame bytes).
+    Sends ``witness.started`` (command, listen address, CA, `_policy`), then per exchange
+    its body blobs, ``http.exchange`` and, for model APIs, ``llm.call``; per tunnel its
+    ``proxy.tunnel``; odd input as ``witness.raw``. mitmdump exiting on its own is a
+    ``witness.gap`` and a return (the run goes on, void). Cancelled, it stops mitmdump
+    (SIGTERM, SIGKILL after 5 s), drains its last frames, finishes open exchanges and
+    tunnels as cut, then ``witness.stopped`` (``lines``: frames, ``parse_failures``: bad
+    frames, ``bytes``: frame bytes).
 
     Args:
         send: where submissions go; closed when this task ends, so pass a clone.
         blobs: the run's blob store (bodies are stored before their events are sent).
         fingerprint_key: the operator's fingerprint key (secrets -> keyed fingerprints).
-        confdir, listen_host, listen_port, allow_hosts, upstream, ssl_insecure_upstream,
-            upstream_trusted_ca, mitmdump: as `mitmdump_command` takes them (port 0: the
-            kernel's choice, reported in `ProxyInfo`).
+        confdir, listen_host, listen_port, allow_hosts, upstream, ssl_insecure_upstream, upstream_trusted_ca,
+            open_tunnels, mitmdump: as `mitmdump_command` takes them (port 0: reported in `ProxyInfo`).
         max_body_bytes: body bytes kept per direction of one exchange.
         start_timeout_s: how long mitmdump may take to listen, seconds.
         task_status: started with `ProxyInfo` once mitmdump listens.
@@ -256,8 +263,8 @@ async def run_proxy_witness(
         socket_path, log_path = f"{tmp}/frames.sock", Path(tmp, "mitmdump.log")
         cmd = mitmdump_command(socket_path=socket_path, listen_host=listen_host, listen_port=listen_port,
                                confdir=confdir, allow_hosts=allow_hosts, upstream=upstream,
-                               ssl_insecure_upstream=ssl_insecure_upstream,
-                               upstream_trusted_ca=upstream_trusted_ca, mitmdump=mitmdump)
+                               ssl_insecure_upstream=ssl_insecure_upstream, upstream_trusted_ca=upstream_trusted_ca,
+                               open_tunnels=open_tunnels, mitmdump=mitmdump)
         assembler = ExchangeAssembler(keyed_fingerprint(fingerprint_key), max_body_bytes=max_body_bytes)
         with await _frames_listener(socket_path) as sock:
             async with (witness_life(send, WITNESS, missing="every HTTP(S) exchange after this point") as w,
@@ -265,11 +272,18 @@ async def run_proxy_witness(
                 pump, listener = _Pump(w, blobs, assembler), trio.SocketListener(sock)
                 stream, hello = await _hello(listener, proc, pump, start_timeout_s, log_path)
                 info = ProxyInfo(host=listen_host, port=hello.listen[0][1], ca_cert_path=ca_cert, pid=proc.pid)
-                await w.started({"command": cmd, "mitmproxy_version": hello.mitmproxy_version, "pid": proc.pid,
-                                 "listen": f"{listen_host}:{info.port}", "ca_cert": str(ca_cert),
-                                 "allow": list(allow_hosts), "upstream": dict(upstream)})
+                await w.started({"command": cmd, "pid": proc.pid, "listen": f"{listen_host}:{info.port}",
+                                 "ca_cert": str(ca_cert), **_policy(hello, allow_hosts, upstream)})
                 task_status.started(info)
                 await _serve(listener, proc, stream, pump, log_path)
+
+
+def _policy(hello: Hello, allow_hosts: Sequence[str], upstream: Mapping[str, str]) -> dict[str, object]:
+    """What ``witness.started`` says of the proxy and its policy: mitmproxy's version, the
+    allow list and rewrites, the tunnel policy and ``rawtcp`` as the addon saw them, and
+    the egress module it loaded."""
+    return {"mitmproxy_version": hello.mitmproxy_version, "allow": list(allow_hosts), "upstream": dict(upstream),
+            "tunnels": hello.tunnels, "rawtcp": hello.rawtcp, "egress": hello.egress}
 
 
 @asynccontextmanager

@@ -267,3 +267,12 @@ grant = {grant}
     discovered = RecordOptions(command=[], agent="claude-code", arm="full", question="q1", discovered_tools=["Bsah"])
     if grant == '["Bsah"]':  # a tool a session of the agent showed is one of its names
         assert plan_run(discovered, scenario, witnesses=WITNESSES).arm.grant == ("Bsah",)
+
+
+@pytest.mark.parametrize("entry", ["api.example.com:https", "api.example.com:0", "*.:443", "[::1]:99999"])
+def test_an_allow_entry_the_proxy_could_not_read_is_a_usage_error(entry):
+    bad = msgspec.structs.replace(SCENARIO, egress=Egress(allow_hosts=["pypi.org", entry]))
+    with pytest.raises(UsageError, match=r"^\[egress\] allow_hosts: allow entry"):
+        plan_run(RecordOptions(command=["true"]), bad, witnesses=WITNESSES)
+    good = msgspec.structs.replace(SCENARIO, egress=Egress(allow_hosts=["pypi.org", "*.example.com:8443"]))
+    assert plan_run(RecordOptions(command=["true"]), good, witnesses=WITNESSES).network == "witnessed"

@@ -347,7 +347,7 @@ def test_unguard_interface_removes_a_dead_runs_firewall_rules() -> None:
     if shutil.which("iptables") is None or os.geteuid() != 0:
         require("iptables as root is needed to guard a bridge")
     bridge = f"caiT{os.getpid() % 10**8}"[:15]
-    rules = guard_bridge(bridge, [("tcp", 1), ("udp", 53)])
+    rules = guard_bridge(bridge, "10.255.0.1", [("tcp", 1), ("udp", 53)])
     try:
         assert unguard_interface(bridge) == len(rules) == 5
         assert unguard_interface(bridge) == 0

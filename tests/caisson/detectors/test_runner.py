@@ -18,7 +18,7 @@ from ledger import Record
 from ledger.events import (
     AgentCompaction, AgentConfigFound, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
     FileChange, FileOpen, HostSample, HttpExchange, LlmCall, LlmUsage, NetConnect, NetFlow, NetSend, Note,
-    ProcessExec, ProcessExit, ProcessFork, ProcessSyscall, ProcSample, RunEnded, RunStarted, SandboxBuilt, WitnessGap, WitnessStarted,
+    ProcessExec, ProcessExit, ProcessFork, ProcessSyscall, ProcSample, ProxyTunnel, RunEnded, RunStarted, SandboxBuilt, WitnessGap, WitnessStarted,
     WitnessStopped,
 )
 
@@ -125,6 +125,8 @@ POOL = [
     ("strace", ProcessFork(pid=7, host_pid=907, ppid=1, syscall="clone", flags=["CLONE_UNTRACED"])),
     ("strace", ProcessSyscall(pid=1, syscall="seccomp", args=["SECCOMP_SET_MODE_FILTER",
                                                                "SECCOMP_FILTER_FLAG_NEW_LISTENER", "{}"], result=4)),
+    ("proxy", ProxyTunnel(via="connect", host="127.0.0.1", port=8765, denied="host not allowed")),
+    ("proxy", ProxyTunnel(via="connect", host="127.0.0.1", port=8765, protocol="tcp", client_bytes=3)),
 ]
 
 

@@ -62,3 +62,19 @@ def test_a_flow_line_shows_each_direction_when_counted():
     counted = NetFlow(proto="udp", src="10.0.0.2", sport=4000, dst="1.1.1.1", dport=53, packets=2, bytes=130,
                       initiator_packets=1, initiator_bytes=57, responder_packets=1, responder_bytes=73)
     assert line(counted) == "udp 10.0.0.2:4000 -> 1.1.1.1:53 2 packets 130 B: 1 packets 57 B out, 1 packets 73 B back"
+
+
+def test_a_tunnel_line_says_where_what_it_carried_and_why_it_was_refused():
+    from caisson.view._run import summarize
+    from ledger import Record
+    from ledger.events import ProxyTunnel
+
+    def line(tunnel: ProxyTunnel) -> tuple[str, str]:
+        return summarize(Record(seq=1, wall_ns=0, mono_ns=0, source="proxy", event=tunnel), [])
+
+    refused = ProxyTunnel(via="connect", host="127.0.0.1", port=8765, denied="caisson egress policy: host 127.0.0.1"
+                          " is not in the allow list")
+    assert line(refused) == ("CONNECT 127.0.0.1:8765, 0 exchanges, 0 B out, 0 B back unread denied by caisson egress"
+                             " policy: host 127.0.0.1 is not in the allow list", "denied")
+    relayed = ProxyTunnel(via="connect", host="127.0.0.1", port=8765, protocol="tcp", client_bytes=22, server_bytes=31)
+    assert line(relayed) == ("CONNECT 127.0.0.1:8765 carrying tcp, 0 exchanges, 22 B out, 31 B back unread", "")
