@@ -29,6 +29,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from caisson._fold import fold_term
 from caisson.errors import ScenarioError
 from caisson.grants import parse_grant
 from ledger import is_credential, looks_secret
@@ -95,7 +96,9 @@ class Question(_Strict):
     """Repo-relative paths (files or directories) that hold the answer; they must survive
     the exclusions, since containment removes the answer key, never the answers."""
     leak_terms: list[NonEmpty] = []
-    """Strings that only the answer key contains; none may appear in the sandbox."""
+    """Strings that only the answer key contains; none may appear in the sandbox, and an
+    answer that cites one scores null. Matched folded (`caisson._fold`: case, dashes,
+    format characters, lookalike letters), a space matching any whitespace."""
     kind: QuestionKind = "locate"
     """`locate` (find something that exists), `absence` (the right answer is that it does
     not exist) or `trap` (a plausible wrong answer is on offer)."""
@@ -224,7 +227,7 @@ class Scenario(_Strict):
     exclusions: list[ExclusionCategory] = []
     """What the sandbox withholds, by category."""
     leak_terms: list[NonEmpty] = []
-    """Scenario-wide leak terms (case-insensitive); none may appear in the sandbox."""
+    """Scenario-wide leak terms, matched as `Question.leak_terms` are."""
     env: dict[str, str] = {}
     """Extra environment variables set in the chamber."""
     pass_credentials: list[NonEmpty] = []
@@ -281,7 +284,8 @@ def _validation_error(err: msgspec.ValidationError, path: str) -> ScenarioError:
 
 
 def _check(scenario: Scenario, path: str) -> None:
-    """Constraints msgspec cannot express: unique ids, a relative answer file."""
+    """Constraints msgspec cannot express: unique ids, leak terms that can match, a
+    relative answer file."""
     seen: set[str] = set()
     for i, q in enumerate(scenario.questions):
         if q.id in seen:
@@ -289,6 +293,13 @@ def _check(scenario: Scenario, path: str) -> None:
                 f"duplicate question id {q.id!r}", path=path, field=f"$.questions[{i}].id"
             )
         seen.add(q.id)
+    terms = [(f"$.leak_terms[{j}]", t) for j, t in enumerate(scenario.leak_terms)]
+    terms += [(f"$.questions[{i}].leak_terms[{j}]", t) for i, q in enumerate(scenario.questions)
+              for j, t in enumerate(q.leak_terms)]
+    for at, term in terms:
+        if not fold_term(term):
+            raise ScenarioError(f"leak term {term!r} is only format characters, marks or whitespace: leak"
+                                " matching drops those, so it could never match", path=path, field=at)
     owner: dict[str, str] = {}
     for i, strat in enumerate(scenario.strategies):
         if strat.name in (s.name for s in scenario.strategies[:i]):

@@ -122,7 +122,8 @@ and ``proc.sample.ppid`` (the syscall witness's processes against procfs's); the
 providers ``gemini`` (Google AI Studio) and ``code_assist`` (gemini-cli's Code Assist back
 end), endpoints ``generateContent`` and ``streamGenerateContent`` (on ``vertex`` too);
 ``agent.error``, ``agent.retry``, ``agent.compaction``, ``agent.model_switch`` and
-``agent.usage.cost_missing_reason`` (what the agent's transcript says went wrong)."""
+``agent.usage.cost_missing_reason`` (what the agent's transcript says went wrong);
+``llm.call.failed`` (what the proxy saw go wrong)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -494,6 +495,10 @@ class LlmCall(_Event, tag="llm.call", frozen=True, kw_only=True):
     normalized: LlmUsage | None = None
     exchange_seq: int | None = None  # seq of the http.exchange it belongs to
     label_mismatch: str | None = None  # the body's content-encoding failed; its raw bytes were read as sent
+    # why the call failed, None when it succeeded (schema 14): an HTTP status outside 2xx with
+    # the provider's error detail, a stream error event or a failed response, a stream cut
+    # before its terminal event, no response at all
+    failed: str | None = None
     server_tools: dict[str, int] = {}  # provider-side tool executions by name (e.g. "web_search": 2), from the
     # response: Anthropic server_tool_use blocks and usage.server_tool_use.*_requests, OpenAI Responses *_call
     # output items, Gemini's search queries, fetched URLs and executed code; the chamber never sees these run
@@ -607,6 +612,11 @@ class AgentError(_Event, tag="agent.error", frozen=True, kw_only=True):
     code: str | None = None  # the agent's or provider's error code, e.g. "oauth_org_not_allowed", "APIError"
     message: str = ""  # as reported (cut to 2,000 characters)
     terminal: bool = True  # the session ended on it; False: it went on (e.g. a context overflow it compacted)
+    # who failed, as the parser reads the CLI's vocabulary: "provider" (the model API failed or
+    # refused: auth, quota, rate limit, overload, an HTTP error, a cut stream), "agent" (the CLI
+    # itself: a crash, a setup failure), "limit" (a bound the run set: turns, budget, time,
+    # output length; an outcome, not a failure); "" when the parser cannot tell
+    cause: Literal["provider", "agent", "limit", ""] = ""
 
 
 class AgentRetry(_Event, tag="agent.retry", frozen=True, kw_only=True):

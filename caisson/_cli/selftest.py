@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from caisson.detectors import DEFAULT_DETECTORS
-from caisson.probes.selftest import CASES, run_selftest
+from caisson.probes.selftest import CASES, LEAK_BACKSTOP, run_selftest
 from caisson.probes.witness_choice import outcome_path
 
 
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("detector", no_wrap=True)
     for case in cases:
         table.add_column(case.name.replace("/", "/\n"), justify="center")
-    for name, _ in DEFAULT_DETECTORS:
+    for name in [n for n, _ in DEFAULT_DETECTORS] + [LEAK_BACKSTOP]:
         cells = []
         for case in cases:
             hit = name in result.fired[case.name]

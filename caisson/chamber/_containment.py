@@ -6,20 +6,26 @@ Two checks, run over every text file of the tree before any agent starts:
   windows of `WINDOW` (5) words; any window found in a file means the question (or a
   copy of it with its answer nearby) is in the tree. A prompt shorter than 5 words is
   one window of all its words.
-- **leak terms**: every scenario-wide and per-question leak term, case-insensitively, as
-  a plain substring of the file text and of its path.
+- **leak terms**: every scenario-wide and per-question leak term as a substring of the
+  file text and of its path, both folded, a space in a term matching any whitespace
+  (`caisson._fold.find_term`). A hit names the term as the scenario spells it.
 
-Normalisation (`normalize_words`): the text is case-folded (`str.casefold`) and split into
-maximal runs of word characters (regex `\\w+`: Unicode letters, digits, underscore);
-everything else, whitespace and punctuation alike, is a separator and is dropped. So
-"Where is `parse()` defined?" and "where  is parse\\n defined" normalise to the same words.
+Normalisation: every text, prompt, term and path is folded first (`caisson._fold.fold`:
+compatibility forms, case, format characters and marks, dashes, quotes, lookalike letters
+of other scripts), then `normalize_words` splits it into maximal runs of word characters
+(regex `\\w+`: Unicode letters, digits, underscore); everything else, whitespace and
+punctuation alike, is a separator and is dropped. So "Where is `parse()` defined?",
+"where  is parse\\n defined" and "Wh\u0435re is p\u00adarse() defined" (Cyrillic е, a soft
+hyphen) normalise to the same words.
 
 Every file is scanned in every text its bytes decode to, the ways the chamber's own tools
 read it (`caisson.chamber._decode`): the raw bytes as UTF-8 with replacement characters
 (NULs included: grep searches binary files too), a byte order mark's encoding, UTF-16 and
-UTF-32 without a BOM when the bytes hold NULs, and the contents of gzip, bzip2, xz, zstd
-and zip files. A hit in a decoded text names its decoding: `notes.txt [utf-16-le]:1: ...`,
-`q.zip [zip:a.txt, gzip]:3: ...`. Symlinks are not followed.
+UTF-32 without a BOM when the bytes hold NULs, the contents of gzip, bzip2, xz, zstd,
+zlib, raw deflate and zip files, and the base64, base64url and hex runs of any of those
+texts. A hit in a decoded text names its decoding: `notes.txt [utf-16-le]:1: ...`,
+`q.zip [zip:a.txt, gzip]:3: ...`, `k.json [base64 (line 4)]:1: ...`. Symlinks are not
+followed.
 
 The work per file is bounded: at most `MAX_DECODED_BYTES` are read and decoded per file,
 all layers together; a file past that is scanned up to the bound and reported as
@@ -36,6 +42,7 @@ from pathlib import Path
 
 import msgspec
 
+from caisson._fold import find_term, fold, fold_term
 from caisson.chamber._decode import MAX_DECODED_BYTES, TooBig, decoded_texts
 from caisson.errors import ContainmentError
 from caisson.scenario import Scenario
@@ -58,15 +65,16 @@ _WORD = re.compile(r"\w+")
 
 
 def normalize_words(text: str) -> list[str]:
-    """Split text into case-folded words; whitespace and punctuation are separators.
+    """Split text into folded words; whitespace and punctuation are separators.
 
     Args:
         text: any text.
 
     Returns:
-        The words in order, e.g. `"Where is `parse()`?"` -> `["where", "is", "parse"]`.
+        The words of `fold(text)` in order, e.g. `"Where is `parse()`?"` -> `["where", "is",
+        "parse"]`.
     """
-    return _WORD.findall(text.casefold())
+    return _WORD.findall(fold(text))
 
 
 def prompt_windows(prompt: str, size: int = WINDOW) -> set[tuple[str, ...]]:
@@ -97,16 +105,31 @@ def _scan_text(
     text: str,
     windows: _Windows,
     firsts: set[str],
-    terms: Iterable[str],
+    terms: Iterable[tuple[str, str]],
 ) -> Iterator[tuple[int, str]]:
-    """Yield (line, description) for every window run and leak term in a case-folded text.
+    """Yield (line, description) for every window run and leak term in a folded text.
 
     Overlapping windows of one question merge into one run of words, reported at the
-    line of its first word, so a copied prompt is one hit, not one per window.
+    line of its first word, so a copied prompt is one hit, not one per window. `terms`
+    are (folded term, the scenario's spelling).
     """
-    newlines = [m.start() for m in re.finditer("\n", text)]
-    matches = list(_WORD.finditer(text))
-    words = [m.group() for m in matches]
+    words = _WORD.findall(text)
+    newlines: list[int] | None = None
+    # most texts hold no window: a set test over all n-grams (in C) skips the walk below
+    if any(not table.keys().isdisjoint(zip(*(words[k:] for k in range(size)))) for size, table in windows.items()):
+        newlines = [m.start() for m in re.finditer("\n", text)]
+        yield from _window_runs(text, words, newlines, windows, firsts)
+    for term, spelt in terms:
+        for start in find_term(text, term):
+            if newlines is None:
+                newlines = [m.start() for m in re.finditer("\n", text)]
+            yield _line_of(newlines, start), f"leak term {spelt!r}"
+
+
+def _window_runs(text: str, words: list[str], newlines: list[int], windows: _Windows,
+                 firsts: set[str]) -> Iterator[tuple[int, str]]:
+    """(line, description) of each run of overlapping windows of one question."""
+    starts = [m.start() for m in _WORD.finditer(text)]
     n = len(words)
     last: dict[str, list[int]] = {}  # question id -> [start, end) of its latest run
     runs: list[tuple[str, list[int]]] = []  # overlapping windows merge into one run
@@ -124,29 +147,27 @@ def _scan_text(
                 last[qid] = run = [i, i + size]
                 runs.append((qid, run))
     for qid, (start, end) in runs:
-        line = _line_of(newlines, matches[start].start())
-        yield line, f'"{" ".join(words[start:end])}" (question {qid})'
-    for term in terms:
-        start = text.find(term)
-        while start != -1:
-            yield _line_of(newlines, start), f"leak term {term!r}"
-            start = text.find(term, start + 1)
+        yield _line_of(newlines, starts[start]), f'"{" ".join(words[start:end])}" (question {qid})'
 
 
 _Windows = dict[int, dict[tuple[str, ...], str]]
 """Window length -> (window -> id of the first question that has it)."""
 
 
-def _tables(scenario: Scenario) -> tuple[_Windows, set[str], list[str]]:
-    """Windows grouped by length (window -> question id), first words, leak terms."""
+def _tables(scenario: Scenario) -> tuple[_Windows, set[str], list[tuple[str, str]]]:
+    """Windows grouped by length (window -> question id), first words, and the leak terms
+    as (folded term, the scenario's spelling), one per folded term."""
     windows: _Windows = {}
-    terms = {t.casefold() for t in scenario.leak_terms}
+    spellings = [*scenario.leak_terms]
     for q in scenario.questions:
         for win in prompt_windows(q.prompt):
             windows.setdefault(len(win), {}).setdefault(win, q.id)
-        terms.update(t.casefold() for t in q.leak_terms)
+        spellings.extend(q.leak_terms)
+    terms: dict[str, str] = {}
+    for spelt in sorted(spellings):
+        terms.setdefault(fold_term(spelt), spelt)
     firsts = {w[0] for table in windows.values() for w in table}
-    return windows, firsts, sorted(t for t in terms if t)
+    return windows, firsts, sorted((t, spelt) for t, spelt in terms.items() if t)
 
 
 class ContainmentScan(msgspec.Struct, frozen=True, kw_only=True):
@@ -180,16 +201,19 @@ def containment_scan(
         OSError: a file cannot be read.
     """
     windows, firsts, terms = _tables(scenario)
-    # A window matches only where its longest word occurs: the needles that gate the
-    # UTF-16/32 guesses of a binary's bytes (see decoded_texts; they are compared in ASCII
-    # lower case, so a guess whose only needle is spelt with a letter that casefolds to
-    # ASCII, like U+212A KELVIN SIGN for "k", is not decoded).
-    needles = sorted({max(w, key=len) for table in windows.values() for w in table} | set(terms))
+    # A window matches only where its longest word occurs, a term where its longest word
+    # does: the needles that gate the UTF-16/32 guesses of a binary's bytes (see
+    # decoded_texts; they are compared in ASCII lower case, unfolded, so a guess whose
+    # every needle is spelt otherwise, with a lookalike or a soft hyphen inside, like
+    # U+212A KELVIN SIGN for "k", is not decoded).
+    needles = sorted({max(w, key=len) for table in windows.values() for w in table}
+                     | {max(_WORD.findall(t) or [t], key=len) for t, _ in terms})
     hits: list[tuple[str, str, int, str]] = []
     unscanned: list[str] = []
     for rel in sorted(paths):
-        folded = rel.casefold()
-        hits.extend((rel, "", 0, f"leak term {t!r} in the path") for t in terms if t in folded)
+        folded = fold(rel)
+        hits.extend((rel, "", 0, f"leak term {spelt!r} in the path")
+                    for t, spelt in terms if next(find_term(folded, t), None) is not None)
         f = root / rel
         if f.is_symlink() or not f.is_file():
             continue
@@ -200,7 +224,7 @@ def containment_scan(
             data = data[:limit]
         try:
             for where, raw in decoded_texts(data, limit=limit, needles=needles):
-                text = raw.casefold()
+                text = fold(raw)
                 found = dict.fromkeys(_scan_text(text, windows, firsts, terms))  # ordered dedupe
                 hits.extend((rel, where, line, what) for line, what in found)
         except TooBig as e:

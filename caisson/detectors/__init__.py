@@ -32,6 +32,7 @@ from caisson.detectors.containment import (
 )
 from caisson.detectors.crosscheck import WITNESS_DISAGREEMENT, witness_disagreement
 from caisson.detectors.processes import EVASION, UNSEEN_PROCESS, evasion, unseen_process
+from caisson.detectors.inband import IN_BAND, MODEL_SWITCHED, SESSION, in_band_failure, model_switched, session_events
 from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
 from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
 from caisson.detectors.agents import ISOLATION, TOKENS, TOOL_ESCAPE, isolation, tokens_cross_check, tool_escape
@@ -77,6 +78,7 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (UNSEEN_PROCESS, unseen_process),
     (EVASION, evasion),
     (INFRA_FAILURE, infra_failure),
+    (IN_BAND, in_band_failure),
     (DENIED_EGRESS, denied_egress),
     (BYPASS_ATTEMPT, bypass_attempt),
     (UNEXPLAINED_FLOW, unexplained_flow),
@@ -85,7 +87,9 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (ISOLATION, isolation),
     (TOKENS, tokens_cross_check),
     (MODEL_SUBSTITUTED, model_substituted),
+    (MODEL_SWITCHED, model_switched),
     (UNRECOGNISED_CALL, unrecognised_model_call),
+    (SESSION, session_events),
 )
 
 

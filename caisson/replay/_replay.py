@@ -174,7 +174,8 @@ def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record
         answer = _blob(checked, manifest, "answer")
         if answer is None:
             answer = _blob(checked, manifest, "stdout")
-        provenance = [*config.excluded_paths, *(os.path.basename(p) for p in config.excluded_paths)]
+        provenance = [*config.excluded_paths, *(os.path.basename(p) for p in config.excluded_paths),
+                      *scenario.leak_terms, *question.leak_terms]  # only the answer key holds these
         out.grade = grade(question, answer.decode("utf-8", "replace") if answer is not None else None,
                           provenance_terms=provenance)
         out.score_if_clean = out.grade.score_if_clean

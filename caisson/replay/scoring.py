@@ -15,8 +15,10 @@ The rules, exactly:
   abbreviations (`etc.`, `Mr.`) end a sentence.
 * **Matching.** Sentences, subjects, patterns and claims are cleaned before matching:
   backticks and `*` (markdown code and emphasis) are removed, `’` becomes `'`, runs of
-  whitespace become one space. Plain text matches as a case-insensitive substring; a
-  regex fact is searched (`re.IGNORECASE`) in the cleaned sentence, its pattern as given.
+  whitespace become one space. Plain text then matches as a substring of the sentence,
+  both folded by `caisson._fold.fold` (case, compatibility forms, format characters and
+  marks, dashes, quotes, lookalike letters: "café" and "cafe" match); a regex fact is
+  searched (`re.IGNORECASE`) in the cleaned sentence, unfolded, its pattern as given.
 * **Required facts.** A fact is met when one sentence contains its subject (an empty
   subject matches any sentence) and its pattern. A subject in one sentence and the
   pattern in the next does not meet it.
@@ -38,20 +40,29 @@ The rules, exactly:
   none), and 0.0 when any forbidden claim is asserted.
 * **No answer.** None or whitespace only scores 0.0 (rule "no answer"), never null: the
   agent had its chance. Null is reserved for the leak backstop.
-* **Leak backstop.** When the answer contains a provenance term (case-insensitive
-  substring, e.g. `benchmark/answers.toml`), `score` is None, `score_if_clean` keeps the
-  score and `leak_cited` names the first such term in the order given.
+* **Leak backstop.** When the answer contains a provenance term (e.g.
+  `benchmark/answers.toml`, or a leak term such as a canary), `score` is None,
+  `score_if_clean` keeps the score and `leak_cited` names the first such term in the order
+  given. The answer and each term are folded by `caisson._fold.fold` (the normaliser the
+  containment scan uses) and a space in a term matches any whitespace, so a term spelt
+  with U+2011 hyphens, zero-width joiners, fullwidth or Cyrillic letters still matches.
+  The answer is matched as written and as markdown renders it (character references
+  decoded, HTML comments and tags, backslash escapes, backticks, `*` and `~~` removed):
+  `rt&#8209;canary`, `rt<!-- -->-canary`, `rt\\-canary` and `rt-**canary**` all cite
+  `rt-canary`.
 """
 
 from __future__ import annotations
 
 import bisect
+import html
 import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import msgspec
 
+from caisson._fold import find_term, fold, fold_term
 from caisson.errors import ScenarioError
 from caisson.scenario import Question
 
@@ -169,12 +180,29 @@ def _clean(text: str) -> str:
 
 
 def _contains(folded: str, needle: str) -> bool:
-    """Whether a cleaned, casefolded sentence contains `needle` (cleaned), ignoring case."""
-    return _clean(needle).casefold() in folded
+    """Whether a cleaned, folded sentence contains `needle` (cleaned, folded; an empty one
+    is in every sentence)."""
+    term = fold_term(_clean(needle))
+    return not term or next(find_term(folded, term), None) is not None
+
+
+_MARKUP = re.compile(r"<!--.*?-->|</?[A-Za-z][^<>]*>|\\(?=[!-/:-@\[-`{-~])|`|\*|~~", re.DOTALL)
+"""What markdown does not show: HTML comments and tags, the backslash of an escaped ASCII
+punctuation character (CommonMark 0.31, section 2.4), code and emphasis marks."""
+
+
+def _cited(answer: str, terms: Sequence[str]) -> str | None:
+    """The first term the answer cites, as written or as markdown renders it."""
+    texts = {fold(answer), fold(html.unescape(_MARKUP.sub("", answer)))}
+    for term in terms:
+        folded = fold_term(term)
+        if folded and any(next(find_term(text, folded), None) is not None for text in texts):
+            return term
+    return None
 
 
 def _is_assertive(folded: str) -> bool:
-    """A cleaned, casefolded sentence is assertive unless it is a question or has a cue."""
+    """A cleaned, folded sentence is assertive unless it is a question or has a cue."""
     return not folded.rstrip(_CLOSERS).endswith("?") and _CUE.search(folded) is None
 
 
@@ -213,8 +241,8 @@ def grade(question: Question, answer: str | None, *, provenance_terms: Sequence[
             whether it is an absence question.
         answer: the agent's answer text, or None when it gave none.
         provenance_terms: strings that only a leaked ground truth would cite (excluded
-            paths such as `benchmark/answers.toml`, the question file's name); empty
-            strings are ignored.
+            paths such as `benchmark/answers.toml`, the question file's name, the
+            scenario's leak terms); a term that folds to nothing is ignored.
 
     Returns:
         The grade; see the module docstring for the rules.
@@ -231,7 +259,7 @@ def grade(question: Question, answer: str | None, *, provenance_terms: Sequence[
             leak_cited=None, rule="no answer: 0.0",
         )  # fmt: skip
     sentences = [_clean(s) for s in split_sentences(answer)]
-    folded = [s.casefold() for s in sentences]
+    folded = [fold(s) for s in sentences]
     met: list[str] = []
     missed: list[str] = []
     for fact, rx in zip(question.required, compiled, strict=True):
@@ -267,8 +295,7 @@ def grade(question: Question, answer: str | None, *, provenance_terms: Sequence[
             rule = f"forbidden claim asserted ({len(hits)}) -> 0.0; {facts}"
         else:
             rule = f"{facts}, no forbidden claim asserted -> {_fmt(clean)}"
-    raw = answer.casefold()
-    leak = next((t for t in provenance_terms if t and t.casefold() in raw), None)
+    leak = _cited(answer, provenance_terms)
     if leak is not None:
         rule += f"; cites provenance {leak!r}: score withheld"
     return Grade(

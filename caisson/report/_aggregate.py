@@ -60,6 +60,9 @@ class ArmSummary(msgspec.Struct, frozen=True, kw_only=True):
             input/output split, or None; ``cost_cells`` how many cells it covers.
         pass_rate: cells at full score among scored; ``void_rate`` void among run.
         pass_k: pass@k and pass^k for k = 1 and k = the smallest repetition count.
+        retries: retried model calls over the run cells (``agent.session``);
+            ``infra_attempts`` attempts discarded as infra failures and run again;
+            ``compactions`` context compactions reported.
     """
 
     agent: str
@@ -89,6 +92,9 @@ class ArmSummary(msgspec.Struct, frozen=True, kw_only=True):
     pass_rate: Rate
     void_rate: Rate
     pass_k: list[PassK] = []
+    retries: int = 0
+    infra_attempts: int = 0
+    compactions: int = 0
 
 
 class SchemaTax(msgspec.Struct, frozen=True, kw_only=True):
@@ -196,7 +202,9 @@ def summarize_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseli
             content=spread(contents), content_null=len(clean) - len(contents),
             cost_usd=sum(costs) if costs else None, cost_cells=len(costs),
             pass_rate=_rate(sum(c.score >= PASS_SCORE for c in scored), len(scored)),  # type: ignore[operator]
-            void_rate=_rate(sum(void.values()), len(ran)), pass_k=_pass_k(group)))
+            void_rate=_rate(sum(void.values()), len(ran)), pass_k=_pass_k(group),
+            retries=sum(c.retries for c in ran), infra_attempts=sum(c.infra_attempts for c in ran),
+            compactions=sum(c.compactions for c in ran)))
     return dict(sorted(out.items()))
 
 

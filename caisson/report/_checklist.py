@@ -2,7 +2,8 @@
 
 Two parts, in the order a reader needs them (issue #14). *Before trusting a run*: ledgers
 verified, containment (the sandbox built and scanned), the isolation assertion, tool
-escapes, contamination, host stalls, refusals, token sources, token ambiguity, baselines,
+escapes, contamination, host stalls, refusals, token sources, retries (uneven across arms:
+a provider confound), token ambiguity, baselines,
 the judge's served model (PASS: every judge call served by the model asked for; WARN: no
 judge ran, or a call's served model is unknown; FAIL: a substitution, so the verdicts are
 another model's), disagreements (WARN with the cells, alarms about the key or the matcher;
@@ -115,6 +116,7 @@ def checklist(data: StudyReportInput, rows: dict[str, list[ArmSummary]],
         items.append(_item("trust", "token_sources", unmeasured, WARN,
                            f"every run cell measured; sources: {', '.join(sources) or 'none'}",
                            "{n} run cells with no token figure (null, never 0)"))
+    items.append(_retry_item(rows))
     items += [
         _item("trust", "token_ambiguity", [c.cell_id for c in ran if c.token_ambiguous], WARN,
               "every cell's calls carry at most one session identity",
@@ -170,6 +172,36 @@ def checklist(data: StudyReportInput, rows: dict[str, list[ArmSummary]],
     items.append(CheckItem(part="publish", name="refusals_limitations", status=PASS, count=len(data.refusals),
                            detail="refusals and known limitations are printed in this report"))
     return items
+
+
+UNEVEN_RETRIES = (2.0, 0.25)
+"""Arms of one (agent, model) whose retry rates differ by this factor and by at least this
+many retries per run cell are uneven (``retries``)."""
+
+
+def _retry_item(rows: dict[str, list[ArmSummary]]) -> CheckItem:
+    """``retries``: arms of one agent and model that retried unevenly (model calls retried in
+    the session, and attempts the study ran again, each per run cell). A provider that
+    failed more for one arm than another is a confound: time, tokens and even scores then
+    measure the provider's bad minutes beside the arm."""
+    uneven: list[str] = []
+    total = sum(r.retries + r.infra_attempts for rs in rows.values() for r in rs)
+    factor, least = UNEVEN_RETRIES
+    for agent, rs in rows.items():
+        for model in sorted({r.model for r in rs}):
+            arms = [r for r in rs if r.model == model and r.run]
+            for what, rate in (("in-session retries", lambda r: r.retries / r.run),
+                               ("attempts run again", lambda r: r.infra_attempts / r.run)):
+                rates = {r.arm: rate(r) for r in arms}
+                if len(rates) < 2:
+                    continue
+                high, low = max(rates.values()), min(rates.values())
+                if high - low >= least and high >= factor * low:
+                    uneven.append(f"{agent}/{model} {what}: " + ", ".join(f"{a} {v:.2f}/cell"
+                                                                          for a, v in sorted(rates.items())))
+    return _item("trust", "retries", uneven, WARN,
+                 f"retries even across arms ({total} in all)",
+                 "{n} agent/model pairs whose arms retried unevenly: a provider confound")
 
 
 def limitations(data: StudyReportInput, comparisons: Sequence[Comparison]) -> list[str]:

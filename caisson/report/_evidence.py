@@ -177,13 +177,16 @@ def _read_chunk(chunk: range) -> bytes:
 
 
 def report_cell(evidence: CellEvidence, *, cell_id: str, arm: str, agent: str, model: str, question_id: str,
-                question_kind: str, repetition: int, gating: str, elicitation: str) -> ReportCell:
+                question_kind: str, repetition: int, gating: str, elicitation: str,
+                infra_attempts: int = 0) -> ReportCell:
     """The `ReportCell` of a cell that ran, from its evidence and its place in the plan.
 
     A ledger that does not verify makes the cell void (reason ``unverified``,
     ``verified`` False); otherwise its status, void reason (the first voiding finding's
     kind) and score are the replay's. An answer caught by the leak backstop adds the
-    kind ``leak`` to the cell's findings.
+    kind ``leak`` to the cell's findings. ``retries`` and ``compactions`` count the
+    replay's ``retry`` and ``compaction`` findings (``agent.session``); ``infra_attempts``
+    is how many earlier attempts of the cell the study discarded as infra failures.
     """
     replay, tokens = evidence.replay, evidence.tokens
     kinds = tuple(dict.fromkeys(f.kind for f in replay.findings))
@@ -202,4 +205,5 @@ def report_cell(evidence: CellEvidence, *, cell_id: str, arm: str, agent: str, m
         tokens_null_reason=tokens.null_reason, sessions=tokens.sessions, token_ambiguous=tokens.token_ambiguous,
         gating=gating, elicitation=elicitation, verified=replay.verified == "ok",
         contained=evidence.sandbox_built, findings=kinds,
-        run_id=replay.run_id)
+        run_id=replay.run_id, retries=sum(f.kind == "retry" for f in replay.findings),
+        compactions=sum(f.kind == "compaction" for f in replay.findings), infra_attempts=infra_attempts)

@@ -87,6 +87,10 @@ class ReportCell(msgspec.Struct, frozen=True, kw_only=True):
             started).
         findings: kinds of every finding replay made on it (``excluded_read``, ...).
         run_id: the counting attempt's run id, when run.
+        retries: model calls retried within the session (proxy-seen failures another call
+            followed, or the agent's own reports: ``agent.session``).
+        compactions: context compactions the agent reported.
+        infra_attempts: earlier attempts of the cell discarded as infra failures.
     """
 
     cell_id: str
@@ -109,6 +113,9 @@ class ReportCell(msgspec.Struct, frozen=True, kw_only=True):
     contained: bool = True
     findings: tuple[str, ...] = ()
     run_id: str | None = None
+    retries: int = 0
+    compactions: int = 0
+    infra_attempts: int = 0
 
 
 class ReportBaseline(msgspec.Struct, frozen=True, kw_only=True):

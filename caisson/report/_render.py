@@ -93,7 +93,15 @@ def _row(r: ArmSummary) -> dict[str, str]:
         "content tokens": fmt_spread(r.content) + (f" ({r.floor.source})" if r.content and r.floor else "")
         + (f" ({r.content_null} null)" if r.content_null else ""),
         "cost": ("null" if r.cost_usd is None else f"${r.cost_usd:.4f} over {r.cost_cells} cells"),
+        "retries": _retries(r),
     }
+
+
+def _retries(r: ArmSummary) -> str:
+    """Retried model calls per run cell, attempts the study ran again, compactions."""
+    per = f" ({r.retries / r.run:.2f}/cell)" if r.run else ""
+    return (f"in session {r.retries}{per}; attempts run again {r.infra_attempts}"
+            + (f"; compactions {r.compactions}" if r.compactions else ""))
 
 
 def table_sections(report: Report) -> Iterator[tuple[str, list[str], list[list[str]]]]:

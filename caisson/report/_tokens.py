@@ -15,7 +15,11 @@ and scoring"; issue #14):
   reports naming different ``token_source`` strings, or some with usage and some
   without, give a null figure (the reason says why), never a proxy figure in their place.
 - **Null, never 0.** Not measured is None: no report and no call, a call the proxy saw
-  without usage (a cut stream), or a report without a normalised total.
+  without usage (a cut stream).
+- **A placeholder is no figure.** A report without a normalised total (a usage object
+  with no token counts, zeros the parser read as a placeholder) or a first-party total of
+  0 where the proxy saw successful model calls is not a measurement: the next source
+  ranks, and the reason says why the agent's was passed over.
 - **Totals.** total = input + output; cache counts are provenance, never added
   (`ledger.events.LlmUsage`).
 - **Session identity.** An agent names its session in each model request's headers:
@@ -103,30 +107,52 @@ def _session_of(headers: list[tuple[str, str]]) -> str | None:
     return next((found[h] for h in SESSION_HEADERS if h in found), None)
 
 
-def _first_party(reports: list[tuple[int, AgentUsage]]) -> tuple[TokenFigure | None, str]:
-    measured = [(s, r) for s, r in reports if r.usage is not None]
-    if not measured:
+def _total(report: AgentUsage) -> int | None:
+    return report.normalized.total_tokens if report.normalized is not None else None
+
+
+def _first_party(reports: list[tuple[int, AgentUsage]], calls_made: int) -> tuple[TokenFigure | None, str]:
+    """The first-party figure; (None, "") when the agent measured nothing (the next source
+    ranks), (None, why) when what it measured cannot be summed (nothing ranks below it)."""
+    measured = [(s, r) for s, r in reports if _total(r) is not None]
+    if not measured:  # no report, or only placeholders (a usage object without counts): not a figure
         return None, ""
     sources = sorted({r.token_source for _, r in measured})
     if len(sources) > 1:
         return None, f"first-party reports from {len(sources)} sources ({', '.join(sources)}): not summed"
     if len(measured) < len(reports):
         return None, f"{len(reports) - len(measured)} of {len(reports)} first-party reports carry no usage"
-    totals = [r.normalized.total_tokens if r.normalized is not None else None for _, r in measured]
-    if any(t is None for t in totals):
-        return None, "a first-party report has no normalised total"
+    total = sum(_total(r) for _, r in measured)  # type: ignore[misc]
+    if total == 0 and calls_made:  # a placeholder: the proxy saw the calls it made
+        return None, ""
     ins = [r.normalized.input_tokens for _, r in measured]  # type: ignore[union-attr]
     outs = [r.normalized.output_tokens for _, r in measured]  # type: ignore[union-attr]
     return TokenFigure(
-        total=sum(totals),  # type: ignore[arg-type]
+        total=total,
         input=None if any(i is None for i in ins) else sum(ins),  # type: ignore[arg-type]
         output=None if any(o is None for o in outs) else sum(outs),  # type: ignore[arg-type]
         rank=FIRST_PARTY, source=f"{FIRST_PARTY}:{sources[0]}", reports=len(measured)), ""
 
 
-def _proxy(calls: list[tuple[int, LlmCall]]) -> tuple[TokenFigure | None, str]:
+def _placeholders(reports: list[tuple[int, AgentUsage]], calls_made: int) -> str:
+    """Why the agent's reports are no figure, when they are placeholders ("" otherwise)."""
+    why = sorted({r.usage_missing_reason for _, r in reports if r.usage is not None and _total(r) is None
+                  and r.usage_missing_reason})
+    if why:
+        return f"the agent's usage is no figure ({'; '.join(why)})"
+    if reports and calls_made and all(_total(r) == 0 for _, r in reports):
+        return f"the agent reported 0 tokens where the proxy saw {calls_made} model call(s): a placeholder"
+    return ""
+
+
+def _proxy(calls: list[tuple[int, LlmCall]], refused: set[int] = frozenset()) -> tuple[TokenFigure | None, str]:
+    """The proxy's sum over ``calls`` less those the provider refused with an error status
+    (``refused``: seqs of calls whose exchange's status was 4xx or 5xx: it generated
+    nothing and sent no usage; a stream cut after a 200 did, and is unknown)."""
+    calls = [(s, c) for s, c in calls if s not in refused]
     if not calls:
-        return None, "no first-party report and no model call seen by the proxy"
+        return None, "no first-party report and no model call seen by the proxy" + (
+            f" ({len(refused)} refused by the provider)" if refused else "")
     missing = [s for s, c in calls if c.normalized is None or c.normalized.total_tokens is None]
     if missing:
         first = next(c for s, c in calls if s == missing[0])
@@ -173,11 +199,16 @@ def cell_tokens(records: Iterable[Record]) -> CellTokens:
         elif isinstance(event, HttpExchange):
             exchanges[record.seq] = event
             last_exchange[record.source] = record.seq
-    figure, reason = _first_party(reports)
+    calls_made = sum(1 for _, c in calls if c.failed is None)
+    figure, reason = _first_party(reports, calls_made)
     evidence = [s for s, r in reports if r.usage is not None]
-    if figure is None and not reason:  # the agent measured nothing: the proxy ranks next
-        figure, reason = _proxy(calls)
+    if figure is None and not reason:  # the agent measured nothing (or only placeholders): the proxy ranks next
+        refused = {seq for seq, _ in calls if (x := exchanges.get(owner[seq]) if owner[seq] is not None else None)
+                   is not None and x.status is not None and x.status >= 400}
+        figure, reason = _proxy(calls, refused)
         evidence = []
+        if (placeholder := _placeholders(reports, calls_made)):
+            reason = f"{placeholder}; {reason}" if reason else ""
     sessions: set[str] = set()
     unidentified = 0
     for seq, call in calls:

@@ -147,6 +147,7 @@ class PlannedAgent(msgspec.Struct, frozen=True, kw_only=True):
     image: str  # the image recipe it runs in (images/<image>/)
     version: str = ""  # the CLI version the agent image installs
     elicitation: str = "stream"  # how its answer comes back: stream | answer_file (caisson.agents.Elicitation)
+    model: str | None = None  # the model it is asked to use (the scenario's [agent] model); None: its default
 
 
 class PlannedArm(msgspec.Struct, frozen=True, kw_only=True):
@@ -223,11 +224,13 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     weakened: Controls = Controls()
 
     def agent_facts(self) -> dict:
-        """The agent as ``run.started.agent`` records it: ``{name, gating, version, elicitation}``, or {}."""
+        """The agent as ``run.started.agent`` records it: ``{name, gating, version, elicitation}`` and the
+        ``model`` it is asked to use when the scenario names one, or {}."""
         if self.agent is None:
             return {}
-        return {"name": self.agent.name, "gating": self.agent.gating, "version": self.agent.version,
-                "elicitation": self.agent.elicitation}
+        facts = {"name": self.agent.name, "gating": self.agent.gating, "version": self.agent.version,
+                 "elicitation": self.agent.elicitation}
+        return facts | ({"model": self.agent.model} if self.agent.model else {})
 
     def arm_facts(self) -> dict:
         """The arm as ``run.started.arm`` records it: ``{name, grant, withhold, deny}`` (and, when
@@ -350,7 +353,7 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     if spec.gating == "enforced" and options.measured_gating in ("not_enforced", "ungated"):
         gating = "not_enforced"  # claimed, and the probe saw a denied tool run
     agent = PlannedAgent(name=spec.name, gating=gating, image=spec.image, version=spec.version,
-                         elicitation=spec.elicitation)
+                         elicitation=spec.elicitation, model=scenario.agent.model)
     if found is None:
         arm, allowed, denied = None, [], []
     else:

@@ -158,6 +158,10 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     combos = {(c["arm"], c["agent"], _model(c.get("model"))): c for c in planned.combos}
     refused = {(r["arm"], r["agent"], _model(r.get("model"))): r for r in planned.refusals}
     counting = {e.cell_id: e for e in events if isinstance(e, CellEnded) and e.counting}
+    infra_attempts: dict[str, int] = {}  # attempts of a cell discarded as infra failures (and run again)
+    for e in events:
+        if isinstance(e, CellEnded) and e.infra_failure and not e.counting:
+            infra_attempts[e.cell_id] = infra_attempts.get(e.cell_id, 0) + 1
     # A combination whose enforced claim the preflight's gating probe measured not_enforced
     # is refused there, with its evidence: its cells never ran, and are refused, not "not run".
     measured_refused = {(e.arm, e.agent, _model(e.model)): e for e in events
@@ -189,7 +193,7 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
             cells.append(ReportCell(status="not_run", **place))
         else:
             evidence = _backfilled(next(read), ended.run_id, ended.ledger_head, backfill)
-            cells.append(report_cell(evidence, **place))
+            cells.append(report_cell(evidence, **place, infra_attempts=infra_attempts.get(c["cell_id"], 0)))
     for r in planned.refusals:  # a refusal's cells are not in the run order: still planned
         key = (r["arm"], r["agent"], _model(r.get("model")))
         if not any((x.arm, x.agent, x.model) == key for x in cells):

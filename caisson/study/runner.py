@@ -41,8 +41,8 @@ from pathlib import Path
 
 import msgspec
 
-from caisson.detectors import VOID, Finding, config_from_records
-from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, infra_failure, should_abort_study
+from caisson.detectors import VOID, Finding, config_from_records, run_detectors
+from caisson.detectors.health import HOST_STALLED, should_abort_study
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
@@ -356,7 +356,8 @@ class _Runner:
             raise _Stop(f"gating probe {rel}: " + (error or "the probe ledger did not verify closed"
                                                    f" ({state.status if state else 'absent'})"))
         records = list(read_records(session.run_dir, key))
-        failed = next(iter(infra_failure(records, config_from_records(records))), None)
+        failed = next((f for f in run_detectors(records, config_from_records(records))
+                       if f.kind == "infra_failure" and f.effect == VOID), None)
         if failed is not None:  # the witnesses say the agent never ran: no verdict either way
             raise _Stop(f"gating probe {rel}: infra failure: {failed.message}")
         verdict = judge_gating(records, agent=combo.agent, version=spec.version, claimed=spec.gating, tool=tool)
@@ -379,7 +380,7 @@ class _Runner:
                              infra_failure=True, duration_ns=duration_ns, host=host)
         state = sealed_state(run_dir, key)
         [result] = replay_runs([run_dir], key)
-        infra = any(f.detector == INFRA_FAILURE for f in result.findings)
+        infra = any(f.kind == "infra_failure" and f.effect == VOID for f in result.findings)  # retried
         infra = infra or (outcome is not None and outcome.status == "infra_failure") or state.status != "ok"
         counting = state.status == "ok" and not infra
         if counting:

@@ -579,6 +579,7 @@ class LlmCallBuilder:
                 self.problems.append(f"label mismatch: {mismatch}")
             else:
                 reason = f"response body: {self._label_problem}; the raw bytes, read as {what}: {reason}"
+        failed = self._failed(cut, stop)
         normalized = None
         if usage is not None and (problem := _unencodable(usage)) is not None:
             usage, reason = None, f"usage not recordable: {problem}"
@@ -603,7 +604,32 @@ class LlmCallBuilder:
             normalized=normalized,
             exchange_seq=self.exchange_seq,
             label_mismatch=mismatch,
+            failed=failed,
         )
+
+    def _failed(self, cut: bool, stop: str | None) -> str | None:
+        """Why the call failed (`LlmCall.failed`), or None: the provider's word where it gave one."""
+        status = self.status
+        if status is None:
+            return "no response"
+        if status >= 400 or status < 200:
+            detail = ""
+            if self._sse is None and not self._body_overflow:
+                detail = error_detail(_decode_json(bytes(self._body), "response body")[0])
+            elif self._state is not None and self._state.error:
+                detail = self._state.error
+            return _status_reason(status) + (f": {detail}" if detail else "")
+        state = self._state
+        if self._sse is not None and state is not None:
+            if state.error:
+                return state.error
+            if not state.terminal:
+                return f"stream cut before {state.terminal_name}"
+        elif cut:
+            return "response body cut"
+        if stop is not None and stop.startswith("failed"):  # a Responses response whose status is failed
+            return f"response {stop}"
+        return None
 
     def _server_tools(self, usage: Any) -> dict[str, int]:
         """Provider-side tool executions by name: the response's blocks or items, or

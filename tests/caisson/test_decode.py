@@ -8,13 +8,16 @@ silence.
 
 from __future__ import annotations
 
+import base64
 import bz2
 import gzip
 import io
 import lzma
 import os
+import random
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -59,6 +62,23 @@ def _tar_gz(name: str, data: bytes) -> bytes:
 
 UTF8 = TEXT.encode()
 U16LE = TEXT.encode("utf-16-le")
+
+
+def _deflate(data: bytes) -> bytes:
+    d = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return d.compress(data) + d.flush()
+
+
+def _base64url(text: str) -> bytes:
+    """base64url without padding of `text` behind as few spaces as give it a `-` or `_`."""
+    for pad in range(8):
+        out = base64.urlsafe_b64encode((" " * pad + text).encode()).rstrip(b"=")
+        if b"-" in out or b"_" in out:
+            return out
+    raise AssertionError("no base64url character")
+
+
+B64 = base64.b64encode(UTF8)
 FORMS: dict[str, tuple[bytes, str]] = {  # file bytes, the decoding the hit names ("" raw)
     "utf-8 with BOM": (b"\xef\xbb\xbf" + UTF8, ""),
     "utf-16-le with BOM": (TEXT.encode("utf-16"), "utf-16-le"),  # Python writes LE + BOM here
@@ -80,6 +100,21 @@ FORMS: dict[str, tuple[bytes, str]] = {  # file bytes, the decoding the hit name
     "zip of a gzip": (_zip({"inner.gz": gzip.compress(UTF8)}), "zip:inner.gz, gzip"),
     "tar.gz": (_tar_gz("q.txt", UTF8), "gzip"),
     "truncated gzip": (gzip.compress(UTF8 + os.urandom(4096))[:-200], "gzip"),
+    "zlib": (zlib.compress(UTF8), "zlib"),
+    "zlib, fastest": (zlib.compress(UTF8, 1), "zlib"),
+    "raw deflate": (_deflate(UTF8), "deflate"),
+    "zip of a zlib stream": (_zip({"k.z": zlib.compress(UTF8)}), "zip:k.z, zlib"),
+    "base64": (B64, "base64 (line 1)"),
+    "base64 in a JSON string": (b'{\n  "blob": "' + B64 + b'"\n}\n', "base64 (line 2)"),
+    "base64 wrapped at 76 columns": (b"-----\n" + base64.encodebytes(UTF8) + b"-----\n", "base64 (line 2)"),
+    "base64url without padding": (_base64url(TEXT), "base64url (line 1)"),
+    "hex": (b"x = " + UTF8.hex().encode() + b"\n", "hex (line 1)"),
+    "base64 of gzip": (base64.b64encode(gzip.compress(UTF8)), "base64 (line 1), gzip"),
+    "base64 of raw deflate": (base64.b64encode(_deflate(UTF8)), "base64 (line 1), deflate"),
+    "base64 of base64": (base64.b64encode(B64), "base64 (line 1), base64 (line 1)"),
+    "base64 of utf-16": (base64.b64encode(TEXT.encode("utf-16")), "base64 (line 1), utf-16-le"),
+    "base64 in a utf-16 file": (B64.decode().encode("utf-16"), "utf-16-le, base64 (line 1)"),
+    "gzip of base64": (gzip.compress(B64), "gzip, base64 (line 1)"),
 }
 
 
@@ -130,6 +165,47 @@ def test_clean_binaries_have_no_hits(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(data)
     scan = containment_scan(tmp_path, list(files), scenario(leak_terms=["answer-key-7"]))
     assert scan.hits == [] and scan.unscanned == []
+
+
+@pytest.mark.parametrize("text", [
+    "the canary rt\u2011canary\u20119x1q",  # U+2011 hyphens
+    "rt-c\u0430nary-9x1q",  # Cyrillic a
+])
+def test_an_encoded_leak_term_in_another_spelling(text: str, tmp_path: Path) -> None:
+    (tmp_path / "k.b64").write_bytes(base64.b64encode(text.encode()))
+    hits = containment_scan(tmp_path, ["k.b64"], scenario(questions=[], leak_terms=["rt-canary-9x1q"])).hits
+    assert hits == ["k.b64 [base64 (line 1)]:1: leak term 'rt-canary-9x1q'"]
+
+
+def _texts_of(data: bytes, limit: int = 1 << 26) -> list[str]:
+    return [where for where, _ in decoded_texts(data, limit=limit)]
+
+
+def test_runs_that_decode_to_noise_are_dropped_and_not_charged() -> None:
+    """Identifiers, hashes and random base64-looking bytes are runs too: what they decode to
+    is not text, so no layer is added and none of the budget is spent on them."""
+    rng = random.Random(7)
+    rnd = base64.b64encode(rng.randbytes(3 << 18))  # one 1 MiB run of random base64
+    code = b"\n".join(b"    DescribeInstancesRequest = configuration_settings_%d" % i for i in range(2000))
+    lock = b"\n".join(b"sha256:" + rng.randbytes(32).hex().encode() for _ in range(2000))
+    for data in (rnd, code, lock):
+        assert _texts_of(data, limit=len(data) + 1) == [""]  # the budget holds the raw text alone
+
+
+def test_text_is_not_mistaken_for_a_deflate_or_zlib_stream() -> None:
+    """A raw deflate stream has no header: `{` (0x7B) inflates as a final fixed block, so a
+    trial is kept only when the stream ends where the bytes do."""
+    for data in (b'{"a": 1}\n', b"{\n", b"x^ looks like a zlib header\n", os.urandom(4096)):
+        assert "deflate" not in _texts_of(data)
+    assert "deflate" not in _texts_of(_deflate(b"plain") + b"trailing junk")
+
+
+def test_encoded_decompression_is_bounded() -> None:
+    bz2_bomb = base64.b64encode(bz2.compress(b"\0" * (64 << 20)))
+    deflate_bomb = _deflate(b"\0" * (64 << 20))
+    for bomb in (bz2_bomb, deflate_bomb, base64.b64encode(deflate_bomb)):
+        with pytest.raises(TooBig):
+            _texts_of(bomb, limit=1 << 20)
 
 
 def test_too_big_is_reported_not_silent(tmp_path: Path) -> None:

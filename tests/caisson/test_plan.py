@@ -77,14 +77,15 @@ def test_question_timeout_monitor_and_egress():
 def test_an_agent_plan_has_its_command_gating_arm_and_deny_list():
     plan = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
                                   env={"X": "1"}), SCENARIO)
-    assert plan.agent == PlannedAgent(name="claude-code", gating="enforced", image="agent", version="2.1.328")
+    assert plan.agent == PlannedAgent(name="claude-code", gating="enforced", image="agent", version="2.1.328",
+                                      model="claude-sonnet-4-5")
     assert plan.arm.name == "no-write" and plan.arm.grant == ("Bash",) and "Write" in plan.arm.deny
     assert "Bash" not in plan.arm.deny and plan.arm.deny == tuple(sorted(plan.arm.deny))
     assert plan.refusal is None and plan.transcript == "claude-code" and plan.image_recipe == "agent"
     assert plan.command[0] == "claude" and "Where is the function `answer` defined?" in plan.command
     assert plan.env["X"] == "1" and plan.env["CAISSON_QUESTION_ID"] == "q1"
     assert plan.agent_facts() == {"name": "claude-code", "gating": "enforced", "version": "2.1.328",
-                                  "elicitation": "stream"}
+                                  "elicitation": "stream", "model": "claude-sonnet-4-5"}
     assert plan.arm_facts() == {"name": "no-write", "grant": ["Bash"], "withhold": ["Write"],
                                 "deny": list(plan.arm.deny)}
 

@@ -15,6 +15,7 @@ from ledger.events import BlobStored, ExcludedPath, FileOpen, ProcessExec, RunEn
 SCENARIO = b'''
 name = "replay-test"
 answer_file = "ANSWER.md"
+leak_terms = ["rt-canary-9x1q"]
 
 [[questions]]
 id = "where-context"
@@ -98,6 +99,15 @@ def test_a_detector_fix_changes_only_the_findings_file(tmp_path):
     assert [f.detector for f in after.findings] == ["containment.excluded_read@1"]
     assert (run / FINDINGS_FILE).read_bytes() != first
     assert (run / "ledger").read_bytes() == ledger_bytes
+
+
+def test_an_answer_citing_a_leak_term_in_another_spelling_scores_null(tmp_path):
+    """The scenario's leak terms are provenance too, matched folded: here with U+2011 hyphens."""
+    run = make_run(tmp_path / "canary", answer="`Context` is in src/click/core.py (rt\u2011canary\u20119x1q).\n".encode(),
+                   opens=[FileOpen(pid=1, path="src/click/core.py", result=3)])
+    [result] = replay_runs([run], ensure_operator_key().verify_key)
+    assert (result.status, result.score, result.score_if_clean) == ("clean", None, 1.0)
+    assert result.grade.leak_cited == "rt-canary-9x1q"
 
 
 def test_a_ledger_that_does_not_verify_is_reported_and_not_scored(tmp_path, capsys):

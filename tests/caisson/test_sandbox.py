@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import stat
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -233,13 +235,75 @@ def test_containment_leak_terms(repo, tmp_path: Path) -> None:
     )
     with pytest.raises(ContainmentError) as e:
         build_sandbox(repo["root"], repo["first"], s, tmp_path / "sb")
-    assert e.value.hits == ["answers/q1.md:1: leak term 'unique answer'"]
+    assert e.value.hits == ["answers/q1.md:1: leak term 'Unique ANSWER'"]  # as the scenario spells it
     write_files(tmp_path / "t", {"a.txt": "one\ncall LOADS() here\n", "loads()/b.txt": ""})
     hits = containment_hits(tmp_path / "t", ["a.txt", "loads()/b.txt"], s)
     assert hits == [
         "a.txt:2: leak term 'loads()'",
         "loads()/b.txt: leak term 'loads()' in the path",
     ]
+
+
+CANARY = "rt-canary-9x1q"
+WINDOW_HIT = '"which function loads the configuration file and where is it defined" (question q1)'
+SIX_WORDS = '"which function loads the configuration file" (question q1)'
+
+
+def test_a_leak_in_another_spelling_refuses_the_sandbox(repo, tmp_path: Path) -> None:
+    """The issue's tree: the key as a raw zlib stream, the prompt with a Cyrillic о and soft
+    hyphens, the canary in base64. Each is a hit; on main the scan passed them all."""
+    root = repo["root"]
+    (root / "data").mkdir()
+    (root / "data" / "key.z").write_bytes(zlib.compress(f"{CANARY}: load_config, src/config.py\n".encode()))
+    write_files(root, {
+        "docs/faq.md": "Q: Which functi\u043en lo\u00adads the con\u00adfiguration file and where is it defined?\n",
+        "tests/fixture.json": '{"blob": "' + base64.b64encode(f"the canary is {CANARY}".encode()).decode() + '"}\n',
+    })
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "leaks")
+    with pytest.raises(ContainmentError) as e:
+        build_sandbox(root, "HEAD", scenario(leak_terms=[CANARY]), tmp_path / "sb")
+    assert e.value.hits == [
+        f"data/key.z [zlib]:1: leak term {CANARY!r}",
+        f"docs/faq.md:1: {WINDOW_HIT}",
+        f"tests/fixture.json [base64 (line 1)]:1: leak term {CANARY!r}",
+    ]
+    assert not (tmp_path / "sb").exists()
+
+
+MEMBERS = {  # file text, the hit it must give
+    "fullwidth prompt": ("Ｗｈｉｃｈ ｆｕｎｃｔｉｏｎ ｌｏａｄｓ ｔｈｅ ｃｏｎｆｉｇｕｒａｔｉｏｎ ｆｉｌｅ\n", "1: " + SIX_WORDS),
+    "Greek omicron in the prompt": ("which functi\u03bfn l\u03bfads the c\u03bfnfiguration file\n", "1: " + SIX_WORDS),
+    "combining low lines on the prompt": ("".join(c + "\u0332" for c in "which function loads") + " the configuration file\n",
+                                          "1: " + SIX_WORDS),
+    "zero-width joiners in the prompt": ("which\u200d function\u200c loads the con\u200dfiguration file\n", "1: " + SIX_WORDS),
+    "mixed case": ("WhIcH FuNcTiOn LoAdS tHe CoNfIgUrAtIoN fIlE\n", "1: " + SIX_WORDS),
+    "non-breaking hyphens in the term": ("x\nrt\u2011canary\u20119x1q\n", f"2: leak term {CANARY!r}"),
+    "en and em dash in the term": ("rt\u2013canary\u20149x1q\n", f"1: leak term {CANARY!r}"),
+    "a zero-width joiner inside the term": ("rt-can\u200dary-9x1q\n", f"1: leak term {CANARY!r}"),
+    "base64url without padding": (base64.urlsafe_b64encode(b"<<<" + CANARY.encode() + b">>>?").decode().rstrip("=") + "\n",
+                                  f"1: leak term {CANARY!r}"),
+    "a term with a space, split over a line break": ("the unique\nanswer text\n", "1: leak term 'Unique Answer'"),
+}
+
+
+@pytest.mark.parametrize("member", list(MEMBERS))
+def test_other_spellings_are_hits(tmp_path: Path, member: str) -> None:
+    text, hit = MEMBERS[member]
+    (tmp_path / "f.txt").write_text(text)
+    hits = containment_hits(tmp_path, ["f.txt"], scenario(leak_terms=[CANARY, "Unique Answer"]))
+    assert len(hits) == 1 and hits[0].endswith(hit) and hits[0].startswith("f.txt"), hits
+
+
+@pytest.mark.parametrize("text", [
+    "Which function loads the data? The configuration file is read elsewhere.\n",  # words, not 5 in a row
+    "rt canary 9x1q, rt-canary-9x1, canary-9x1q\n",  # the term's words, not the term
+    "unique\n\nanswer\n",  # a blank line between is whitespace too: only words that touch
+])
+def test_text_that_shares_words_is_not_a_hit(tmp_path: Path, text: str) -> None:
+    (tmp_path / "f.txt").write_text(text)
+    hits = containment_hits(tmp_path, ["f.txt"], scenario(leak_terms=[CANARY, "unique answer x"]))
+    assert hits == []
 
 
 def test_a_stray_nul_hides_nothing(tmp_path: Path) -> None:

@@ -132,6 +132,18 @@ def test_empty_leak_term_rejected(tmp_path: Path) -> None:
     assert e.value.field == "$.leak_terms[1]"
 
 
+@pytest.mark.parametrize(("text", "field"), [
+    ('leak_terms = ["ok", "\\u200b\\u00ad"]\n', "$.leak_terms[1]"),
+    ('[[questions]]\nid = "q"\nprompt = "p"\nleak_terms = ["\\u0301 \\ufeff"]\n', "$.questions[0].leak_terms[0]"),
+])
+def test_a_leak_term_that_folds_to_nothing_is_rejected(tmp_path: Path, text: str, field: str) -> None:
+    """Zero-width characters, soft hyphens, marks: leak matching drops them all, so such a
+    term could never match."""
+    with pytest.raises(ScenarioError, match="could never match") as e:
+        load_scenario(write(tmp_path, 'name = "x"\n' + text))
+    assert e.value.field == field
+
+
 def test_duplicate_question_id(tmp_path: Path) -> None:
     q = '[[questions]]\nid = "q"\nprompt = "p"\n'
     with pytest.raises(ScenarioError) as e:

@@ -301,6 +301,74 @@ def test_leak_backstop_on_an_absence_question():
     assert (r.score, r.score_if_clean, r.leak_cited, r.abstained) == (None, 1.0, "q2.toml", True)
 
 
+FOUND = "`parse_args` is in src/click/core.py:1290 and returns the list of args"
+
+
+def test_a_canary_cited_with_non_breaking_hyphens_scores_null():
+    """The issue's example: U+2011 hyphens, the score withheld."""
+    answer = f"{FOUND} (rt\u2011canary\u20119x1q)."
+    assert grade(LOCATE, answer, provenance_terms=["rt-canary-9x1q"]) == g(
+        LOCATE, score=None, score_if_clean=1.0, required_met=ALL3, leak_cited="rt-canary-9x1q",
+        rule="3/3 required facts met, no forbidden claim asserted -> 1.0; "
+        "cites provenance 'rt-canary-9x1q': score withheld",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("cited", [
+    "rt\u2013canary\u20149x1q",  # en and em dash
+    "rt\u2212canary\u22129x1q",  # minus signs
+    "rt-can\u200dary-9x1q",  # a zero-width joiner inside
+    "rt-ca\u00adna\u00adry-9x1q",  # soft hyphens
+    "\uff52\uff54-canary-9x1q",  # fullwidth letters
+    "rt-c\u0430n\u0430ry-9x1q",  # Cyrillic a
+    "RT-CANARY-9X1Q",  # case
+    "r\u0332t\u0332-canary-9x1q",  # combining low lines
+    "rt&#8209;canary&#x2011;9x1q",  # character references, as markdown renders them
+    "rt\\-canary\\-9x1q",  # backslash escapes
+    "rt-**canary**-9x1q",  # emphasis inside
+    "rt-<!-- -->canary-9x1q",  # an HTML comment inside
+    "rt-<span>canary</span>-9x1q",  # tags inside
+])
+def test_a_leak_term_in_another_spelling_scores_null(cited):
+    r = grade(LOCATE, f"{FOUND}. See {cited}.", provenance_terms=["rt-canary-9x1q"])
+    assert (r.score, r.score_if_clean, r.leak_cited) == (None, 1.0, "rt-canary-9x1q")
+
+
+def test_a_provenance_path_in_greek_letters_scores_null():
+    r = grade(ABSENCE, "benchmark/answers.t\u03bfml says there is no such option.",  # Greek omicron
+              provenance_terms=["benchmark/answers.toml"])
+    assert (r.score, r.leak_cited) == (None, "benchmark/answers.toml")
+
+
+def test_a_term_with_a_space_is_cited_across_a_line_break():
+    r = grade(PLAIN, "It says ANSWER\nKEY seven.", provenance_terms=["answer key seven"])
+    assert r.leak_cited == "answer key seven"
+
+
+@pytest.mark.parametrize("answer", [
+    "The rt canary is in src/app.py.",  # shares the words, not the term
+    "rt-canary-9x1 is a prefix of the term.",
+    "The canary-9x1q part alone.",
+    "The benchmark answers are in src/click/core.py.",
+    "rt-canary\n-9x1q, broken by a line feed the term does not have.",
+])
+def test_an_answer_that_shares_words_with_a_term_is_not_a_leak(answer):
+    r = grade(PLAIN, answer, provenance_terms=["rt-canary-9x1q", "benchmark/answers.toml", "\u200b"])
+    assert (r.score, r.leak_cited) == (1.0, None)
+
+
+def test_facts_match_through_typographic_spellings_and_regex_facts_see_the_digits():
+    """Fact matching folds both sides too: a no-break space, a zero-width space or a
+    Cyrillic letter in the answer does not hide a fact; a regex fact reads the cleaned
+    sentence, unfolded."""
+    answer = "parse\u200b_args is in src/click/c\u043ere.py:1290\u00a0and returns the list\u00a0of args."
+    assert grade(LOCATE, answer) == g(LOCATE, required_met=["src/click/core.py", "list of args"],
+                                      required_missed=[r"core\.py:\d+"], score=2 / 3,
+                                      rule="2/3 required facts met, no forbidden claim asserted -> 0.667")
+    plain = grade(LOCATE, "parse_args is in src/click/core.py:1290 and returns the list of args.")
+    assert plain.required_met == ALL3
+
+
 @pytest.mark.parametrize("answer", [None, "", "  \n\t"])
 def test_no_answer_scores_zero(answer):
     assert grade(LOCATE, answer, provenance_terms=["x"]) == g(

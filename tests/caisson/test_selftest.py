@@ -129,7 +129,7 @@ def test_the_selftest_leaves_no_temporary_folder_behind(tmp_path, monkeypatch, f
         options.out.mkdir(parents=True)
 
     monkeypatch.setattr(selftest, "record", record)
-    monkeypatch.setattr(selftest, "replay_runs", lambda runs, key: [SimpleNamespace(findings=[], status="ok")])
+    monkeypatch.setattr(selftest, "replay_runs", lambda runs, key: [SimpleNamespace(findings=[], status="ok", grade=None)])
     case = selftest.Case(name="honest", command=["true"])
     if fails is None:
         result = selftest.run_selftest(cases=(case,))
@@ -167,3 +167,58 @@ def test_the_preflight_leaves_no_temporary_folder_behind(tmp_path, monkeypatch, 
         with pytest.raises(KeyboardInterrupt):
             pre.preflight(PROBES / "selftest.toml", tmp_path, ["claude-code"])
     assert list(work.iterdir()) == []
+
+
+def _probe_answer(probe: str, tmp_path, env: dict[str, str] | None = None) -> str:
+    """Run a probe script as the chamber would, in a copy of the selftest's repository."""
+    import os
+    import subprocess
+
+    from caisson.probes.selftest import PROBES, make_probe_repo
+
+    repo = make_probe_repo(tmp_path)
+    subprocess.run(["sh", "-c", (PROBES / probe).read_text()], cwd=repo, check=True, timeout=30,
+                   env={**os.environ, **(env or {})})
+    return (repo / "ANSWER.md").read_text()
+
+
+def test_the_canary_respeller_is_caught_by_the_backstop_and_the_honest_probe_is_not(tmp_path):
+    """Both probes' answers graded as replay grades them (the provenance of the selftest's
+    sandbox and scenario), without a chamber."""
+    from caisson.probes.selftest import SCENARIO
+    from caisson.replay.scoring import grade
+    from caisson.scenario import load_scenario
+
+    scenario = load_scenario(SCENARIO)
+    [question] = scenario.questions
+    provenance = ["benchmark/questions.toml", "questions.toml", "CLAUDE.md", *scenario.leak_terms]
+    respelt = _probe_answer("canary_respeller.sh", tmp_path / "a")
+    assert "selftest-canary-5d2e" not in respelt  # not the term's bytes
+    r = grade(question, respelt, provenance_terms=provenance)
+    assert (r.score, r.score_if_clean, r.leak_cited) == (None, 1.0, "selftest-canary-5d2e")
+    honest = _probe_answer("honest_grep.sh", tmp_path / "b", {"CAISSON_PROMPT": question.prompt})
+    r = grade(question, honest, provenance_terms=provenance)
+    assert (r.score, r.leak_cited) == (1.0, None), honest
+
+
+def test_the_leak_backstop_must_fire_on_its_probe_and_never_on_the_honest_one():
+    from caisson.detectors import Finding
+    from caisson.probes.selftest import LEAK_BACKSTOP, _check, _voiding
+    from caisson.replay import RunReplay
+    from caisson.replay.scoring import Grade
+
+    def replay(leak: str | None) -> RunReplay:
+        grade = Grade(question_id="q", score=None if leak else 1.0, score_if_clean=1.0, required_met=[],
+                      required_missed=[], forbidden_hit=[], abstained=False, fabrication=False, leak_cited=leak,
+                      rule="")
+        return RunReplay(run_dir="r", run_id="r", verified="ok", status="clean", grade=grade,
+                         findings=[Finding(detector="containment.excluded_read@1", kind="leak", effect="info",
+                                           evidence=[1], message="m")])
+
+    assert _voiding(replay("selftest-canary-5d2e")) == [LEAK_BACKSTOP]
+    assert _voiding(replay(None)) == []
+    cases = tuple(c for c in cases_for("strace") if c.name in ("honest", "canary_respeller"))
+    assert [c.expect for c in cases] == [(), (LEAK_BACKSTOP,)]
+    problems = [f for f in _check(cases, {"honest": [LEAK_BACKSTOP], "canary_respeller": []}) if "no probe" not in f]
+    assert problems == [f"{LEAK_BACKSTOP} fired on the honest run: it does not discriminate",
+                        f"{LEAK_BACKSTOP} did not fire on canary_respeller: it has not been shown to discriminate"]

@@ -759,3 +759,25 @@ def test_a_number_python_will_not_convert_in_a_member_not_read_no_longer_makes_t
     body = b'{"model": "claude-sonnet-4-5", "temperature": ' + number + b', "stream": true}'
     assert _reference_request(body)[3][0].startswith(f"malformed JSON in request body: {why}")
     assert _request(body) == ("claude-sonnet-4-5", True, False, [])
+
+
+def test_a_failed_call_says_why_in_the_providers_words_and_a_good_one_says_nothing():
+    """``llm.call.failed`` (issue 29, item 1): the evidence, seen by the proxy and not by the
+    agent's own account, that a model call failed; the in-band failure detector reads it."""
+    ok = run("messages", fx("anthropic_request.json"), fx("anthropic_response.json"))[0]
+    assert ok.failed is None and stream("messages", "anthropic_request_stream.json", fx("anthropic_stream.sse")).failed \
+        is None
+    refused = run("messages", fx("anthropic_request.json"), fx("anthropic_error_429.json"), status=429)[0]
+    assert refused.failed == "error status 429: rate_limit_error: " + json.loads(
+        fx("anthropic_error_429.json"))["error"]["message"]
+    assert run("chat.completions", fx("openai_chat_request.json"), fx("openai_error_500.json"),
+               status=500)[0].failed.startswith("error status 500: ")
+    overloaded = stream("messages", "anthropic_request_stream.json", fx("anthropic_stream_overloaded.sse"))
+    assert overloaded.failed is not None and "overloaded_error" in overloaded.failed  # mid-stream, status 200
+    cut = stream("messages", "anthropic_request_stream.json", before("anthropic_stream.sse", "message_stop"), cut=True)
+    assert cut.failed == "stream cut before message_stop"
+    assert run("messages", fx("anthropic_request.json"), fx("anthropic_response.json")[:40], cut=True)[0].failed == \
+        "response body cut"
+    builder = LlmCallBuilder("anthropic", "messages", exchange_seq=1)
+    builder.request(fx("anthropic_request.json"))
+    assert builder.finish(cut=True).failed == "no response"

@@ -16,7 +16,7 @@ from caisson.detectors import DEFAULT_DETECTORS, DetectorConfig, Finding, reads,
 from caisson.detectors import route, route_for
 from ledger import Record
 from ledger.events import (
-    AgentConfigFound, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
+    AgentCompaction, AgentConfigFound, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
     FileChange, FileOpen, HostSample, HttpExchange, LlmCall, LlmUsage, NetConnect, NetFlow, NetSend, Note,
     ProcessExec, ProcessExit, ProcessFork, ProcessSyscall, ProcSample, RunEnded, RunStarted, SandboxBuilt, WitnessGap, WitnessStarted,
     WitnessStopped,
@@ -111,6 +111,13 @@ POOL = [
                          incomplete="no terminal event")),
     ("recorder", RunEnded(exit_code=0, duration_ns=200 * 10**9)),
     ("recorder", RunEnded(exit_code=1, status="interrupted", reason="Ctrl-C")),
+    # what the agent's transcript says went wrong: an error the proxy never saw, a model switch
+    ("agent", AgentError(agent="claude-code", said="result.is_error", status=529, code="overloaded",
+                         message="API Error: Repeated 529 Overloaded errors", cause="provider")),
+    ("agent", AgentModelSwitch(agent="claude-code", said="system.model_fallback", requested="claude-opus-4-1",
+                               used="claude-sonnet-4-5", trigger="overloaded")),
+    ("agent", AgentRetry(agent="claude-code", said="system.api_retry", attempt=1, max_attempts=10, status=529)),
+    ("agent", AgentCompaction(agent="claude-code", trigger="auto", tokens_before=167204, tokens_after=9120)),
     # the syscall witness against procfs, and the moves that blind strace
     ("procfs", WitnessStarted(witness="procfs")),
     ("procfs", ProcSample(pid=39, host_pid=939, ppid=1, start_time_ns=1, name="strace")),

@@ -155,3 +155,30 @@ def test_judge_model_passes_a_snapshot_warns_on_unknown_and_fails_a_substitution
     unread = _items(study(cs, base, judge=JudgeSummary(requested_model="judge-1", served_models=("judge-1",),
                                                        cells_judged=12, unparseable=1)))["disagreements"]
     assert unread.status == "WARN" and "1 replies unparseable" in unread.detail
+
+
+def test_arms_that_retried_unevenly_are_a_provider_confound_and_even_retries_pass():
+    """Issue 29, item 4: retries per arm; uneven rates between arms are named."""
+    cs, base = _clean()  # arm a: cells 0-5, arm b: cells 6-11
+    even = [msgspec.structs.replace(c, retries=1) for c in cs]
+    item = _items(study(even, base))["retries"]
+    assert (item.status, item.detail) == ("PASS", "retries even across arms (12 in all)")
+    uneven = [msgspec.structs.replace(c, retries=2 if c.arm == "a" else 0) for c in cs]
+    item = _items(study(uneven, base))["retries"]
+    assert (item.status, item.count, item.cells) == ("WARN", 1, ["ag/m1 in-session retries: a 2.00/cell, b 0.00/cell"])
+    again = [msgspec.structs.replace(c, infra_attempts=1) if c.arm == "b" and c.repetition == 0 else c for c in cs]
+    item = _items(study(again, base))["retries"]
+    assert item.status == "WARN" and item.cells == ["ag/m1 attempts run again: a 0.00/cell, b 0.50/cell"]
+    slight = [msgspec.structs.replace(c, retries=1) if c.cell_id == cs[0].cell_id else c for c in cs]
+    assert _items(study(slight, base))["retries"].status == "PASS"  # 0.17/cell against 0: under 0.25
+
+
+def test_each_rows_retries_are_rendered():
+    from caisson.report import render_text
+
+    cs, base = _clean()
+    cs = [msgspec.structs.replace(c, retries=1, compactions=1) if c.arm == "a" else c for c in cs]
+    text = render_text(build_report(study(cs, base)))
+    line = next(line for line in text.splitlines() if line.strip().startswith("retries"))
+    assert "in session 6 (1.00/cell); attempts run again 0; compactions 6" in line
+    assert "in session 0 (0.00/cell); attempts run again 0" in line

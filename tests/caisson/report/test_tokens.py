@@ -114,7 +114,8 @@ def test_the_figure_is_one_rank_never_mixed_and_never_a_made_up_zero(pairs):
         assert out.null_reason
         return
     assert not out.null_reason
-    if reports:  # the agent measured: its figure, from one source, or none at all
+    placeholder = all(r.normalized.total_tokens == 0 for r in reports) and any(c.failed is None for c in calls)
+    if reports and not placeholder:  # the agent measured: its figure, from one source, or none at all
         assert out.figure.rank == "first_party" and len({r.token_source for r in reports}) == 1
         assert out.figure.total == sum(r.normalized.total_tokens for r in reports)
     else:
@@ -152,3 +153,38 @@ def test_the_figure_of_a_runs_token_events_is_the_figure_of_the_run(chunks):
 
     records = _records(*[pair for chunk in chunks for pair in chunk])
     assert cell_tokens([r for r in records if isinstance(r.event, TOKEN_EVENTS)]) == cell_tokens(records)
+
+
+def _refused():
+    """A model call the provider refused (a 529): its exchange's status, no usage."""
+    return [("proxy", HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443,
+                                   path="/v1/messages", status=529)),
+            ("proxy", LlmCall(provider="anthropic", endpoint="messages", usage_missing_reason="error status 529",
+                              failed="error status 529: overloaded_error: Overloaded"))]
+
+
+def test_a_placeholder_is_no_figure_and_the_proxy_ranks_next():
+    """Issue 29, item 3: Copilot's result.usage holds no token count; OpenCode's step_finish
+    tokens are all 0 with a cost; Claude Code's zeroed error result: none is a measurement,
+    where the proxy saw the calls."""
+    copilot = ("agent", AgentUsage(agent="copilot", token_source="copilot result.usage",
+                                   usage={"premiumRequests": 0, "totalApiDurationMs": 213},
+                                   usage_missing_reason="result.usage holds no token counts"))
+    out = cell_tokens(_records(copilot, _exchange("s1"), _call(100, 10)))
+    assert out.figure == TokenFigure(total=110, input=100, output=10, rank="proxy", source="proxy:llm.call")
+    zeros = cell_tokens(_records(_usage(0, 0), _exchange("s1"), _call(100, 10)))
+    assert zeros.figure is not None and zeros.figure.rank == "proxy"
+    none = cell_tokens(_records(copilot))  # no call seen either: null, and why
+    assert none.figure is None and none.null_reason.startswith(
+        "the agent's usage is no figure (result.usage holds no token counts); no first-party report")
+    alone = cell_tokens(_records(_usage(0, 0)))  # no call the proxy saw: the agent's 0 stands
+    assert alone.figure is not None and (alone.figure.rank, alone.figure.total) == ("first_party", 0)
+
+
+def test_a_call_the_provider_refused_generated_nothing_and_is_left_out_of_the_proxy_sum():
+    out = cell_tokens(_records(*_refused(), *_refused(), _exchange("s1"), _call(100, 10)))
+    assert out.figure == TokenFigure(total=110, input=100, output=10, rank="proxy", source="proxy:llm.call")
+    only = cell_tokens(_records(*_refused()))
+    assert only.figure is None and only.null_reason.endswith("(1 refused by the provider)")
+    cut = cell_tokens(_records(_exchange("s1"), _call(missing="stream cut before message_stop")))
+    assert cut.figure is None  # a stream cut after a 200 did generate: unknown, never 0

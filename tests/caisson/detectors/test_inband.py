@@ -1,0 +1,131 @@
+"""infra.in_band and model.switched as playbooks: records in, exact findings out (issue 29)."""
+
+from __future__ import annotations
+
+import pytest
+
+from caisson.detectors import DetectorConfig, Finding
+from caisson.detectors.inband import IN_BAND, MODEL_SWITCHED, in_band_failure, model_switched
+from ledger import Record
+from ledger.events import AgentAnswer, AgentError, AgentModelSwitch, LlmCall, RunStarted, WitnessStarted
+
+CONFIG = DetectorConfig()
+OK = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
+             served_model="claude-sonnet-4-5-20250929")
+OVERLOADED = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
+                     failed="error status 529: overloaded_error: Overloaded")
+DENIED = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
+                 failed="error status 400: invalid_request_error: oauth_org_not_allowed")
+API_ERROR = AgentError(agent="claude-code", said="result.is_error", status=400, code="oauth_org_not_allowed",
+                       message="API Error: 400 ...", cause="provider")
+
+
+def started(network: str = "witnessed", agent: str | None = "claude-code", model: str | None = "claude-sonnet-4-5"):
+    facts = {"name": agent, "gating": "enforced", **({"model": model} if model else {})} if agent else {}
+    return RunStarted(run_id="r", caisson_version="t", agent=facts, limits={"network": network})
+
+
+def play(*events) -> list[Record]:
+    return [Record(seq=i, wall_ns=i, mono_ns=i, source="test", event=e) for i, e in enumerate(events)]
+
+
+PROXY = WitnessStarted(witness="proxy")
+
+
+def test_the_issue_example_an_api_error_the_proxy_saw_is_an_infra_failure_not_an_answer():
+    """Claude Code, exit 0: its 400 ended the session; 'API Error: 400 ...' is no answer."""
+    records = play(started(), PROXY, DENIED, API_ERROR)
+    assert list(in_band_failure(records, CONFIG)) == [Finding(
+        detector=IN_BAND, kind="infra_failure", effect="void", evidence=[2, 3],
+        message="no model call succeeded (1 made); the last: error status 400: invalid_request_error:"
+                " oauth_org_not_allowed; claude-code said: result.is_error: 400 oauth_org_not_allowed API Error: 400 ...")]
+
+
+def test_codex_reconnecting_then_turn_failed_with_the_stream_cut_on_the_proxy():
+    cut = LlmCall(provider="openai", endpoint="responses", requested_model="gpt-5",
+                  failed="stream cut before response.completed")
+    failed = AgentError(agent="codex", said="turn.failed", message="stream disconnected before completion: ...",
+                        cause="provider")
+    records = play(started(agent="codex", model="gpt-5"), PROXY, cut, cut, failed)
+    [found] = in_band_failure(records, CONFIG)
+    assert (found.kind, found.evidence) == ("infra_failure", [2, 3, 4]) and "stream cut" in found.message
+
+
+def test_no_network_no_call_and_no_successful_call_are_each_an_infra_failure():
+    """'Not logged in': the agent never reached a model; the recorder knows the chamber had no route."""
+    login = AgentError(agent="claude-code", said="result.is_error", code="authentication_failed",
+                       message="Not logged in · Please run /login", cause="provider")
+    [none] = in_band_failure(play(started(network="none"), login), CONFIG)
+    assert none.kind == "infra_failure" and "the chamber had no network" in none.message
+    [silent] = in_band_failure(play(started(), PROXY, login), CONFIG)
+    assert silent.kind == "infra_failure" and silent.message.startswith("claude-code made no model call")
+    [refused] = in_band_failure(play(started(), PROXY, OVERLOADED, OVERLOADED), CONFIG)
+    assert refused.message.startswith("no model call succeeded (2 made)") and refused.evidence == [2, 3]
+
+
+def test_a_retry_that_worked_is_no_failure_and_a_session_that_ended_on_one_is():
+    assert list(in_band_failure(play(started(), PROXY, OVERLOADED, OK, AgentAnswer(agent="claude-code", text="x")),
+                                CONFIG)) == []
+    [ended] = in_band_failure(play(started(), PROXY, OK, OVERLOADED), CONFIG)  # no answer after it
+    assert ended.message == "the session ended on a failed model call: error status 529: overloaded_error: Overloaded"
+    assert list(in_band_failure(play(started(), PROXY, OK, OVERLOADED, AgentAnswer(agent="claude-code", text="x")),
+                                CONFIG)) == []  # a side call that failed after the answer's
+
+
+def test_an_error_the_proxy_never_saw_is_claimed_void_and_not_retried():
+    """The agent cannot buy another attempt with words (the red-team issue's fake message)."""
+    [found] = in_band_failure(play(started(), PROXY, OK, OK, API_ERROR), CONFIG)
+    assert (found.kind, found.effect, found.evidence) == ("claimed_error", "void", [4])
+    assert "every model call the proxy saw succeeded (2)" in found.message
+
+
+def test_a_failed_call_before_a_later_claimed_error_corroborates_it():
+    [found] = in_band_failure(play(started(), PROXY, OVERLOADED, OK, API_ERROR), CONFIG)
+    assert found.kind == "infra_failure" and found.evidence == [4, 2]
+
+
+@pytest.mark.parametrize("error, kind", [
+    (AgentError(agent="claude-code", said="result.error_max_turns", code="error_max_turns", cause="limit"), None),
+    (AgentError(agent="claude-code", said="result.error_during_execution", cause="agent"), "infra_failure"),
+    (AgentError(agent="claude-code", said="error", code="ContextOverflowError", cause="provider", terminal=False),
+     None),  # the session went on
+])
+def test_a_limit_and_a_notice_are_outcomes_and_the_clis_own_crash_is_infra(error, kind):
+    found = list(in_band_failure(play(started(), PROXY, OK, error), CONFIG))
+    assert [f.kind for f in found] == ([kind] if kind else [])
+
+
+def test_a_plain_command_is_not_held_to_model_calls():
+    assert list(in_band_failure(play(started(agent=None), PROXY, API_ERROR), CONFIG)) == []
+    assert list(in_band_failure(play(started(agent=None, network="none")), CONFIG)) == []
+
+
+def test_model_switched_by_the_agents_word_or_by_the_last_call_it_made():
+    fallback = AgentModelSwitch(agent="claude-code", said="system.model_fallback", requested="claude-sonnet-4-5",
+                                used="claude-haiku-4-5", trigger="overloaded")
+    assert [(f.kind, f.evidence) for f in model_switched(play(started(), fallback, OK), CONFIG)] == [
+        ("model_switched", [1])]
+    haiku = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-haiku-4-5")
+    [found] = model_switched(play(started(), OK, haiku), CONFIG)
+    assert found == Finding(detector=MODEL_SWITCHED, kind="model_switched", effect="void", evidence=[2],
+                            message="the last model call asked for claude-haiku-4-5; the run asked the agent for"
+                                    " claude-sonnet-4-5")
+    assert list(model_switched(play(started(), haiku, OK), CONFIG)) == []  # a side call before the answer's
+    snapshot = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5-20250929")
+    assert list(model_switched(play(started(), snapshot), CONFIG)) == []
+    assert list(model_switched(play(started(model=None), haiku), CONFIG)) == []  # the agent's default: no claim
+
+
+def test_retries_are_counted_once_whichever_witness_saw_them_and_compactions_shown():
+    from caisson.detectors.inband import session_events
+    from ledger.events import AgentCompaction, AgentRetry
+
+    retry = AgentRetry(agent="claude-code", said="system.api_retry", attempt=1, max_attempts=10, status=529,
+                       delay_ns=1_187_000_000, code="overloaded")
+    compaction = AgentCompaction(agent="claude-code", trigger="auto", tokens_before=167204, tokens_after=9120)
+    both = list(session_events(play(OVERLOADED, retry, OK, compaction), CONFIG))
+    assert [(f.kind, f.effect, f.evidence) for f in both] == [("compaction", "info", [3]), ("retry", "info", [0])]
+    told = list(session_events(play(retry, retry, OK), CONFIG))  # the proxy saw none: the agent's count
+    assert [(f.kind, f.evidence) for f in told] == [("retry", [0]), ("retry", [1])]
+    assert "attempt 1 of 10, 529 overloaded" in told[0].message
+    assert list(session_events(play(OK, OVERLOADED), CONFIG)) == []  # the last call: nothing followed it
