@@ -98,6 +98,17 @@ ERROR_REASONS = frozenset({
 """``result.terminal_reason`` values 2.1.328 counts as an error or an abort (``Qnt`` and the
 abort pair): a result with one ended on a failure even where ``is_error`` is false
 (``turn_setup_failed`` writes ``subtype`` success, ``is_error`` false)."""
+PROVIDER_ERRORS = frozenset({
+    "authentication_failed", "oauth_org_not_allowed", "account_on_hold", "verification_required", "billing_error",
+    "rate_limit", "overloaded", "invalid_request", "model_not_found", "server_error", "cloud_credential_error"})
+"""The ``error`` values (2.1.328's ``SDKAssistantMessageError``) of a model API that failed or
+refused; ``max_output_tokens`` is a limit, ``unknown`` could be either."""
+CAUSE_OF_REASON = {"api_error": "provider", "model_error": "provider", "prompt_too_long": "provider",
+                   "max_turns": "limit", "budget_exhausted": "limit"}
+"""``terminal_reason`` -> who failed; the other error reasons are the CLI's own (an abort, a
+setup failure, a breaker, a retry bound of its own)."""
+CAUSE_OF_SUBTYPE = {"error_max_turns": "limit", "error_max_budget_usd": "limit",
+                    "error_during_execution": "agent", "error_max_structured_output_retries": "agent"}
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 TOKEN_SOURCE = "claude-code result.usage"
 MS = 1_000_000  # ns per ms
@@ -126,12 +137,12 @@ def command(prompt: str, *, allowed: list[str], denied: list[str], model: str | 
     return argv
 
 
-
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
+        return "\n".join(part["text"] for part in content
+                         if isinstance(part, dict) and isinstance(part.get("text"), str))
     return ""
 
 
@@ -220,7 +231,7 @@ class TranscriptParser(JsonLinesParser):
             return self._system(obj)
         message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
         if kind == "assistant":
-            if obj.get("is_api_error_message") is True or "error" in obj:
+            if obj.get("is_api_error_message") is True or isinstance(obj.get("error"), str):
                 self._api_error(obj, message)
                 return True
             if message.get("model") == SYNTHETIC_MODEL:
@@ -277,14 +288,15 @@ class TranscriptParser(JsonLinesParser):
                 if obj.get("choice") not in ("consent", "switch_default"):
                     return False  # cancelled (or unknown): no switch; kept raw
                 trigger = f"consent ({obj['choice']})"
-            self.emit(AgentModelSwitch(agent=NAME, said=f"system.{subtype}", requested=_model(obj.get("original_model")),
-                                       used=_model(obj.get("fallback_model")), trigger=trigger,
+            self.emit(AgentModelSwitch(agent=NAME, said=f"system.{subtype}", trigger=trigger,
+                                       requested=_model(obj.get("original_model")),
+                                       used=_model(obj.get("fallback_model")),
                                        message=str(obj.get("content", ""))))
         elif subtype == "permission_denied":
             said = str(obj.get("message", ""))
             self._denied.setdefault(str(obj.get("tool_use_id", "")), f"system permission_denied: {said}"[:300])
         elif subtype == "status" and obj.get("compact_result") == "failed":
-            self.hold_error(AgentError(agent=NAME, said="system.status.compact_result",
+            self.hold_error(AgentError(agent=NAME, said="system.status.compact_result", cause="agent",
                                        message=str(obj.get("compact_error") or "compaction failed")))
         else:
             return False  # kept raw: another system notice
@@ -294,10 +306,13 @@ class TranscriptParser(JsonLinesParser):
         """The message Claude Code writes when a model call failed (``li()``, model
         ``<synthetic>``): its text is the error, its zero usage no measurement. The session
         ended on it unless a model's message follows."""
+        error = obj.get("error")
+        cause = ("provider" if error in PROVIDER_ERRORS else
+                 "limit" if error == "max_output_tokens" or obj.get("api_error") == "max_output_tokens" else "")
         self.hold_error(AgentError(agent=NAME, said="assistant.is_api_error_message",
                                    status=_int(obj.get("api_error_status")),
-                                   code=_code(obj.get("error"), obj.get("api_error")),
-                                   message=_text(message.get("content"))))
+                                   code=_code(error, obj.get("api_error")),
+                                   message=_text(message.get("content")), cause=cause))
 
     def _result(self, obj: dict[str, Any]) -> None:
         """The terminal ``result`` line: denials, the answer or the failure, the session's usage."""
@@ -321,12 +336,26 @@ class TranscriptParser(JsonLinesParser):
                 agent=NAME, said=said, status=_int(obj.get("api_error_status")),
                 code=_code(subtype if subtype != "success" else None, reason, obj.get("api_error"),
                            obj.get("startup_failure_reason")),
-                message=text if isinstance(text, str) and text else "; ".join(str(e) for e in errors)))
+                message=text if isinstance(text, str) and text else "; ".join(str(e) for e in errors),
+                cause=self._cause(subtype, reason)))
         elif isinstance(text, str):
             self._answer = text
         self._usage = self._figures(obj, failed)
 
+    def _cause(self, subtype: str | None, reason: str | None) -> str:
+        """Who failed, for a result that reports a failure: its error subtype, else its
+        ``terminal_reason``, else the API error message it ended on (``is_error`` is that
+        message's flag in 2.1.328), else unknown."""
+        if subtype in CAUSE_OF_SUBTYPE:
+            return CAUSE_OF_SUBTYPE[subtype]
+        if reason in ERROR_REASONS or reason in CAUSE_OF_REASON:
+            return CAUSE_OF_REASON.get(reason, "agent")
+        if self.failed is not None and self.failed.said == "assistant.is_api_error_message":
+            return self.failed.cause
+        return ""
+
     def _figures(self, obj: dict[str, Any], failed: bool) -> AgentUsage:
+        """The ``agent.usage`` of a result line: usage and cost as reported, placeholders unknown."""
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
         by_model = obj.get("modelUsage") if isinstance(obj.get("modelUsage"), dict) else {}
         by_model = {m: u for m, u in by_model.items() if m != SYNTHETIC_MODEL}

@@ -98,14 +98,23 @@ REFUSAL_WORDINGS = wordings(
     "This action was rejected due to unacceptable risk.",
 )
 """How Codex words a command it refused, read from a ``failed`` command item's output when
-no process exit code came with it (a ``declined`` item is refused whatever it says). A declined patch is a ``file_change``
-``failed`` with no text (0.171.0 maps ``Declined`` to ``Failed``): it stays errored."""
+no process exit code came with it (a ``declined`` item is refused whatever it says). A
+declined patch is a ``file_change`` ``failed`` with no text (0.171.0 maps ``Declined`` to
+``Failed``): it stays errored."""
 RECONNECTING = re.compile(r"Reconnecting\.\.\. (\d+)/(\d+)(?: \((.*)\))?\Z", re.DOTALL)
 """A stream retry (core ``responses_retry.rs``: ``Reconnecting... {retry_count}/{max_retries}``,
 then the cause in parentheses)."""
 STATUS = re.compile(r"\b(?:unexpected status|last status:) (\d{3})\b")
 """The HTTP status in a ``CodexErr`` text (``unexpected status 401 Unauthorized: ...``,
 ``exceeded retry limit, last status: 429 ...``)."""
+PROVIDER_TEXTS = ("stream disconnected before completion", "unexpected status ", "exceeded retry limit",
+                  "Error while reading the server response", "Connection failed", "Selected model is at capacity",
+                  "Quota exceeded", "You've hit your usage limit",
+                  "Codex ran out of room in the model's context window", "request timed out")
+"""``CodexErr`` texts of a model API that failed or refused (protocol/src/error.rs; all but the
+timeout checked in the 0.171.0 binary), as an error message begins."""
+AGENT_TEXTS = ("turn aborted", "Fatal error", "sandbox error")
+"""``CodexErr`` texts of the CLI's own failures."""
 REROUTED = re.compile(r"model rerouted: (\S+) -> (\S+)(?: \((.*)\))?\Z", re.DOTALL)
 """An ``error`` item of a model switch (``model rerouted: <from> -> <to> (<reason:?>)``)."""
 
@@ -134,6 +143,13 @@ def _outcome(item: dict[str, Any]) -> tuple[str, str]:
         if not isinstance(code, int) or isinstance(code, bool):
             return "unknown", (excerpt + " " if excerpt else "") + "[status completed without an exit code]"
     return "executed", excerpt
+
+
+def _cause(message: str) -> str:
+    """Who failed, by the ``CodexErr`` text the message begins with; "" when it is none of them."""
+    if message.startswith(PROVIDER_TEXTS):
+        return "provider"
+    return "agent" if message.startswith(AGENT_TEXTS) else ""
 
 
 def _status(message: str) -> int | None:
@@ -264,7 +280,8 @@ class TranscriptParser(JsonLinesParser):
             error = obj.get("error")
             message = str(error.get("message", "")) if isinstance(error, dict) else "turn.failed"
             self._failed.append(message)
-            self.hold_error(AgentError(agent=NAME, said="turn.failed", status=_status(message), message=message))
+            self.hold_error(AgentError(agent=NAME, said="turn.failed", status=_status(message), message=message,
+                                       cause=_cause(message)))
         elif kind.startswith("item."):
             return self._item(kind, obj.get("item"))
         return True
@@ -280,7 +297,8 @@ class TranscriptParser(JsonLinesParser):
             self.emit(AgentRetry(agent=NAME, said="error.reconnecting", attempt=int(retry.group(1)),
                                  max_attempts=int(retry.group(2)), status=_status(cause), message=cause))
         else:
-            self.hold_error(AgentError(agent=NAME, said="error", status=_status(message), message=message))
+            self.hold_error(AgentError(agent=NAME, said="error", status=_status(message), message=message,
+                                       cause=_cause(message)))
         return True
 
     def _item(self, kind: str, item: Any) -> bool:

@@ -91,6 +91,10 @@ REFUSAL_WORDINGS = wordings(
 case-insensitively. A tool that ran and failed words its own error (``Path does not
 exist``, ``Parent directory ... does not exist``; a sandbox's block of a command it
 started): errored. Copilot lists no denials elsewhere, so the wording is the one witness."""
+PROVIDER_ERRORS = frozenset({"authentication", "authorization", "quota", "rate_limit", "context_limit", "model_call"})
+"""``session.error`` types of a model API that failed or refused (the schema's examples and
+``model_call``); ``policy``, ``hook``, ``execution`` and ``session`` are the CLI's own; others unknown."""
+AGENT_ERRORS = frozenset({"policy", "hook", "execution", "session"})
 TERMINAL_ERRORS_EXCEPT = frozenset({"model_call", "hook"})
 """``session.error`` types after which 1.0.102 still exits 0 (``Zao``): the session may go on."""
 TERMINAL_WARNINGS = frozenset({"compaction_static_context_blocked", "policy_blocked"})
@@ -185,8 +189,10 @@ class TranscriptParser(JsonLinesParser):
         status = _int(data.get("statusCode"))
         if kind == "session.error":
             kind_of = _str(data.get("errorType"))
+            cause = "provider" if kind_of in PROVIDER_ERRORS else "agent" if kind_of in AGENT_ERRORS else ""
             error = AgentError(agent=NAME, said=kind, status=status, message=str(data.get("message", "")),
-                               code=":".join(filter(None, [kind_of, _str(data.get("errorCode"))])) or None)
+                               code=":".join(filter(None, [kind_of, _str(data.get("errorCode"))])) or None,
+                               cause=cause)  # type: ignore[arg-type]
             if kind_of in TERMINAL_ERRORS_EXCEPT:
                 self.hold_error(error)
             else:
@@ -194,16 +200,16 @@ class TranscriptParser(JsonLinesParser):
         elif kind == "session.warning":
             if data.get("warningType") in TERMINAL_WARNINGS:
                 self.emit(AgentError(agent=NAME, said=kind, code=str(data["warningType"]),
-                                     message=str(data.get("message", ""))))
+                                     message=str(data.get("message", "")), cause="agent"))
         elif kind == "model.call_failure":
             code = _str(data.get("errorCode")) or _str(data.get("errorType")) or _str(data.get("failureKind"))
-            self.hold_error(AgentError(agent=NAME, said=kind, status=status, code=code,
+            self.hold_error(AgentError(agent=NAME, said=kind, status=status, code=code, cause="provider",
                                        message=str(data.get("errorMessage", ""))))
         elif kind == "model.call_final_result":
             result = _str(data.get("result"))
             if result is not None and result != "success":
                 model = _str(data.get("model"))
-                self.hold_error(AgentError(agent=NAME, said=kind, code=result,
+                self.hold_error(AgentError(agent=NAME, said=kind, code=result, cause="provider",
                                            message=f"model {model}: {result}" if model else result))
         else:
             model = _str(data.get("model"))
@@ -218,7 +224,8 @@ class TranscriptParser(JsonLinesParser):
         self.ended()
         if _int(obj.get("exitCode")) not in (0, None):
             said = {k: obj[k] for k in ("exitCode", "outcome", "blocker") if k in obj}
-            self.emit(AgentError(agent=NAME, said="result.exitCode", code=_str(obj.get("outcome")),
+            outcome = _str(obj.get("outcome"))  # blocked (autopilot): the CLI's own; else it does not say who
+            self.emit(AgentError(agent=NAME, said="result.exitCode", code=outcome, cause="agent" if outcome else "",
                                  message=json.dumps(said, sort_keys=True, default=str)))
 
     def _call(self, call_id: str, tool: str, args: dict[str, Any]) -> None:

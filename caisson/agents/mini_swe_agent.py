@@ -66,6 +66,18 @@ ENV = {
 """Variables mini-swe-agent needs in the chamber (no secrets)."""
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 """The first output line by which a command submits the answer (``environments/local.py``)."""
+LIMITS = frozenset({"LimitsExceeded", "TimeExceeded", "RepeatedFormatError"})
+"""Exit statuses of a bound the run's configuration set (step and cost limits, wall time,
+``max_consecutive_format_errors``)."""
+PROVIDER_EXCEPTIONS = frozenset({
+    "AuthenticationError", "CallerCredentialAuthenticationError", "NotFoundError", "BadRequestError",
+    "UnprocessableEntityError", "Timeout", "PermissionDeniedError", "RateLimitError", "CallerCredentialRateLimitError",
+    "ContextWindowExceededError", "PaymentRequiredError", "RejectedRequestError", "ContentPolicyViolationError",
+    "ServiceUnavailableError", "BadGatewayError", "InternalServerError", "APIError", "APIConnectionError",
+    "APIResponseValidationError", "MidStreamFallbackError"})
+"""Exception classes of litellm 1.110.2 (in the agent image beside mini-swe-agent 2.4.6:
+``litellm/exceptions.py``) raised for a model API that failed or refused; an exit whose text
+begins ``litellm.`` counts too (litellm's messages do)."""
 TOKEN_SOURCE = "mini-swe-agent trajectory extra.response.usage (per call, summed)"
 _SCRIPT = ('mini -y --exit-immediately -c mini.yaml "$@" -o "$TRAJ" >&2; status=$?;'
            ' cat "$TRAJ" 2>/dev/null; exit $status')
@@ -243,10 +255,10 @@ class TranscriptParser:
             self._out.append(AgentAnswer(agent=NAME, text=str(exit_extra.get("submission", ""))))
         elif exit_extra is not None:  # a limit, repeated format errors, or an exception (then its class)
             raised = "exception_str" in exit_extra or "traceback" in exit_extra
-            said = exit_extra.get("exception_str") if raised else exit_text
+            said = str(exit_extra.get("exception_str") if raised else exit_text or "")
             self._out.append(AgentError(agent=NAME, said="exit.exception" if raised else "exit.exit_status",
                                         code=status if isinstance(status, str) else None,
-                                        message=str(said if said is not None else "")[:MESSAGE_CHARS]))
+                                        message=said[:MESSAGE_CHARS], cause=_cause(status, said)))
         why = None if submitted else (f"the agent exited with {status!r}, not 'Submitted'" if status
                                       else "the trajectory has no exit message")
         if junk:  # kept raw, never dropped; the trajectory's own figures stand
@@ -306,6 +318,15 @@ class TranscriptParser:
         self._out.append(AgentUsage(agent=NAME, token_source=f"{TOKEN_SOURCE}, mini-swe-agent {self.version}",
                                     usage=usage, normalized=view, usage_missing_reason=missing, cost_usd=cost,
                                     incomplete=incomplete, parser=self.PARSER, cost_missing_reason=cost_missing))
+
+
+def _cause(status: Any, message: str) -> Any:
+    """Who ended the run, by its exit status (a limit, a litellm error, the agent's own exception)."""
+    if status in LIMITS or message.startswith("Global cost/call limit exceeded"):
+        return "limit"
+    if status in PROVIDER_EXCEPTIONS or message.startswith("litellm."):
+        return "provider"
+    return "agent" if isinstance(status, str) and status else ""
 
 
 def _outcome(extra: dict[str, Any]) -> dict[str, Any]:

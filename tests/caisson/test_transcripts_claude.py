@@ -42,8 +42,9 @@ def test_issue_example_an_api_error_result_is_an_error_never_an_answer_and_its_z
     assert events[:3] == [
         AgentTools(agent=NAME, surface="init", tools=["Bash", "Read", "Write"], model="claude-sonnet-4-5"),
         AgentError(agent=NAME, said="assistant.is_api_error_message", status=400, code="oauth_org_not_allowed",
-                   message=text, terminal=True),
-        AgentError(agent=NAME, said="result.is_error", status=400, code="api_error", message=text, terminal=True)]
+                   message=text, terminal=True, cause="provider"),
+        AgentError(agent=NAME, said="result.is_error", status=400, code="api_error", message=text, terminal=True,
+                   cause="provider")]
     assert not kinds(events, AgentAnswer)  # the text is kept (stdout blob, the error's message), never scored
     use = usage_of(events)
     assert events[3:] == [use] and use.usage == last_line("api_error_oauth_org.jsonl")["usage"]
@@ -60,9 +61,9 @@ def test_an_invalid_key_is_the_same_kind_with_its_status_from_the_result():
     events = parse(GOLDEN["api_error_401.jsonl"])
     assert kinds(events, AgentError) == [
         AgentError(agent=NAME, said="assistant.is_api_error_message", code="authentication_failed",
-                   message="Invalid API key · Fix external API key"),
+                   message="Invalid API key · Fix external API key", cause="provider"),
         AgentError(agent=NAME, said="result.is_error", status=401, code="api_error",
-                   message="Invalid API key · Fix external API key")]
+                   message="Invalid API key · Fix external API key", cause="provider")]
     assert not kinds(events, AgentAnswer) and usage_of(events).normalized is None
 
 
@@ -77,9 +78,9 @@ def test_retries_that_gave_up_are_retries_then_the_error():
         AgentRetry(agent=NAME, said="system.api_retry", attempt=3, max_attempts=10, status=None, delay_ns=2210 * ms,
                    code="server_error", message="no response headers within 60000 ms"),
         AgentError(agent=NAME, said="assistant.is_api_error_message", status=529, code="server_error",
-                   message=last_line("repeated_529.jsonl")["result"]),
+                   message=last_line("repeated_529.jsonl")["result"], cause="provider"),
         AgentError(agent=NAME, said="result.is_error", status=529, code="api_error",
-                   message=last_line("repeated_529.jsonl")["result"])]
+                   message=last_line("repeated_529.jsonl")["result"], cause="provider")]
 
 
 def test_retries_that_succeeded_leave_the_answer_and_the_figures():
@@ -122,7 +123,8 @@ def test_issue_example_a_read_refused_by_a_path_rule_in_words_only_is_refused_an
 
 def test_a_turn_limit_is_an_error_result_whose_measured_figures_stand():
     events = parse(GOLDEN["max_turns.jsonl"])
-    assert kinds(events, AgentError) == [AgentError(agent=NAME, said="result.is_error", code="error_max_turns:max_turns",
+    assert kinds(events, AgentError) == [AgentError(agent=NAME, said="result.is_error", cause="limit",
+                                                    code="error_max_turns:max_turns",
                                                     message="Reached maximum number of turns (3)")]
     use = usage_of(events)
     assert (use.normalized.total_tokens, use.cost_usd) == (24776, 0.01873) and not kinds(events, AgentAnswer)
@@ -132,7 +134,7 @@ def test_a_start_up_failure_is_an_error_and_its_zeroed_result_no_measurement():
     events = parse(GOLDEN["startup_failure.jsonl"])
     [error, use] = events
     assert error == AgentError(agent=NAME, said="result.is_error", code="error_during_execution:cwd_unavailable",
-                               message="Current working directory is unavailable: /work/sandbox")
+                               message="Current working directory is unavailable: /work/sandbox", cause="agent")
     assert isinstance(use, AgentUsage) and use.normalized is None and use.cost_usd is None
     assert use.usage_missing_reason.startswith("result.usage reports 0 tokens on a result that reports a failure,"
                                                " num_turns 0: a placeholder")
@@ -220,12 +222,14 @@ def test_a_permission_denied_system_line_is_a_second_witness():
 
 
 def test_a_synthetic_error_the_session_went_on_from_is_not_terminal_and_the_answer_stands():
-    cut = {"type": "assistant", "error": "max_output_tokens", "is_api_error_message": True, "api_error": "max_output_tokens",
-           "message": {"model": "<synthetic>", "content": [{"type": "text", "text": "API Error: output cut Try again."}]}}
+    text = "API Error: output cut Try again."
+    cut = {"type": "assistant", "error": "max_output_tokens", "is_api_error_message": True,
+           "api_error": "max_output_tokens",
+           "message": {"model": "<synthetic>", "content": [{"type": "text", "text": text}]}}
     events = parse(lines(INIT, cut, call("t1"), answered("t1", "ok", False), result()))
     assert kinds(events, AgentError) == [AgentError(agent=NAME, said="assistant.is_api_error_message",
-                                                    code="max_output_tokens", message="API Error: output cut Try again.",
-                                                    terminal=False)]
+                                                    code="max_output_tokens", message=text,
+                                                    terminal=False, cause="limit")]
     assert kinds(events, AgentAnswer) == [AgentAnswer(agent=NAME, text="done")]
 
 
@@ -233,7 +237,7 @@ def test_a_turn_setup_failure_is_an_error_although_is_error_is_false():
     events = parse(lines(INIT, result(terminal_reason="turn_setup_failed", num_turns=0, total_cost_usd=0,
                                       usage={"input_tokens": 0, "output_tokens": 0}, result="")))
     assert kinds(events, AgentError) == [AgentError(agent=NAME, said="result.terminal_reason",
-                                                    code="turn_setup_failed", message="")]
+                                                    code="turn_setup_failed", message="", cause="agent")]
     use = usage_of(events)
     assert not kinds(events, AgentAnswer) and use.normalized is None and use.cost_usd is None
 
@@ -270,7 +274,7 @@ def test_a_failed_compaction_is_an_error_the_session_may_go_on_from():
               "compact_error": "Conversation too long"}
     events = parse(lines(INIT, failed, call("t1"), answered("t1", "ok", False), result()))
     assert kinds(events, AgentError) == [AgentError(agent=NAME, said="system.status.compact_result",
-                                                    message="Conversation too long", terminal=False)]
+                                                    message="Conversation too long", terminal=False, cause="agent")]
 
 
 # --- framing: every golden whole, byte at a time, any split, trailing junk -----------------
@@ -294,3 +298,15 @@ def test_trailing_junk_is_kept_raw_and_the_rest_stands(name):
     assert [e for e in events if not isinstance(e, (WitnessRaw, AgentUsage))] == [
         e for e in parse(GOLDEN[name]) if not isinstance(e, (WitnessRaw, AgentUsage))]
     assert "its last line was cut mid-way" in usage_of(events).incomplete
+
+
+@pytest.mark.parametrize(("line", "cause"), [
+    (result(is_error=True, subtype="error_max_budget_usd", terminal_reason="budget_exhausted", result=None), "limit"),
+    (result(is_error=True, terminal_reason="prompt_too_long", result="Prompt is too long"), "provider"),
+    (result(is_error=True, terminal_reason="aborted_streaming", result=""), "agent"),
+    (result(is_error=True, subtype="error_max_structured_output_retries", result=None), "agent"),
+    (result(is_error=True, result="?"), ""),  # no subtype, reason, or API error message to tell who
+])
+def test_who_failed_is_read_from_the_result(line, cause):
+    [error] = kinds(parse(lines(INIT, line)), AgentError)
+    assert error.cause == cause

@@ -21,8 +21,8 @@ from tests.caisson.transcripts import parse as _parse
 GOLDEN = goldens(Path(__file__).with_suffix(""))
 NAME = "codex"
 DISC = "stream disconnected before completion: error sending request for url (https://api.openai.com/v1/responses)"
-U401 = ("unexpected status 401 Unauthorized: Incorrect API key provided: sk-test****, url: https://api.openai.com/v1/responses,"
-        " request id: req_0a1b2c3d")
+U401 = ("unexpected status 401 Unauthorized: Incorrect API key provided: sk-test****,"
+        " url: https://api.openai.com/v1/responses, request id: req_0a1b2c3d")
 
 
 def parse(data: bytes, sizes: list[int] | None = None) -> list:
@@ -32,8 +32,9 @@ def parse(data: bytes, sizes: list[int] | None = None) -> list:
 def test_issue_example_reconnects_are_retries_and_the_failed_turn_the_error():
     events = parse(GOLDEN["stream_disconnected.jsonl"])
     assert events[:-1] == [
-        *(AgentRetry(agent=NAME, said="error.reconnecting", attempt=n, max_attempts=5, message=DISC) for n in range(1, 6)),
-        AgentError(agent=NAME, said="turn.failed", message=DISC, terminal=True)]
+        *(AgentRetry(agent=NAME, said="error.reconnecting", attempt=n, max_attempts=5, message=DISC)
+          for n in range(1, 6)),
+        AgentError(agent=NAME, said="turn.failed", message=DISC, terminal=True, cause="provider")]
     use = events[-1]
     assert isinstance(use, AgentUsage) and use.normalized is None and use.parser == "codex.transcript@3"
     assert use.usage_missing_reason == f"a turn failed without usage: {DISC}"
@@ -43,8 +44,8 @@ def test_an_error_line_and_the_failed_turn_carry_the_status_and_an_agent_message
     events = parse(GOLDEN["unauthorized.jsonl"])
     assert kinds(events, AgentRetry, AgentError) == [
         AgentRetry(agent=NAME, said="error.reconnecting", attempt=1, max_attempts=5, status=401, message=U401),
-        AgentError(agent=NAME, said="error", status=401, message=U401),
-        AgentError(agent=NAME, said="turn.failed", status=401, message=U401)]
+        AgentError(agent=NAME, said="error", status=401, message=U401, cause="provider"),
+        AgentError(agent=NAME, said="turn.failed", status=401, message=U401, cause="provider")]
     assert not kinds(events, AgentAnswer)  # "Searching." came before the failure: not the agent's answer
 
 
@@ -102,6 +103,7 @@ def test_a_failed_turn_followed_by_another_turn_was_not_the_end():
                                                                                " Too Many Requests"}},
                          {"type": "turn.started"}, turn()))
     assert kinds(events, AgentError) == [AgentError(agent=NAME, said="turn.failed", status=429, terminal=False,
+                                                    cause="provider",
                                                     message="exceeded retry limit, last status: 429 Too Many Requests")]
 
 
@@ -145,3 +147,15 @@ def test_trailing_junk_is_kept_raw_and_the_rest_stands(name):
     assert [e for e in events if not isinstance(e, (WitnessRaw, AgentUsage))] == [
         e for e in parse(GOLDEN[name]) if not isinstance(e, (WitnessRaw, AgentUsage))]
     assert "its last line was cut mid-way" in usage_of(events).incomplete
+
+
+@pytest.mark.parametrize(("message", "cause"), [
+    ("Quota exceeded. Check your plan and billing details.", "provider"),
+    ("Selected model is at capacity. Please try a different model.", "provider"),
+    ("turn aborted. Something went wrong? Hit `/feedback` to report the issue.", "agent"),
+    ("sandbox error: landlock", "agent"),
+    ("something else", ""),
+])
+def test_who_failed_is_read_from_the_codex_error_text(message, cause):
+    [error] = kinds(parse(lines(*START, {"type": "turn.failed", "error": {"message": message}})), AgentError)
+    assert error.cause == cause

@@ -103,12 +103,13 @@ def test_issue_kind_a_failed_model_call_at_exit_0_is_a_terminal_error_never_an_a
     events = parse(GOLDENS["model_call_error.jsonl"])
     assert kinds(events, AgentRetry, AgentError) == [
         AgentError(agent="copilot", said="model.call_failure", status=401, code="api",
-                   message="401 Incorrect API key provided", terminal=False),  # retried
+                   message="401 Incorrect API key provided", terminal=False, cause="provider"),  # retried
         AgentRetry(agent="copilot", said="assistant.turn_retry", code="api_error", message="model gpt-5"),
         AgentError(agent="copilot", said="model.call_failure", status=401, code="api",
-                   message="401 Incorrect API key provided", terminal=True),
-        AgentError(agent="copilot", said="model.call_final_result", code="http_4xx", message="model gpt-5: http_4xx"),
-        AgentError(agent="copilot", said="session.error", status=401, code="model_call", terminal=True,
+                   message="401 Incorrect API key provided", terminal=True, cause="provider"),
+        AgentError(agent="copilot", said="model.call_final_result", code="http_4xx", message="model gpt-5: http_4xx",
+                   cause="provider"),
+        AgentError(agent="copilot", said="session.error", status=401, code="model_call", cause="provider",
                    message="Failed to get response from the AI model; retried 5 times (total retry wait time: 31"
                            " seconds) Last error: 401 Incorrect API key provided")]
     assert json.loads(GOLDENS["model_call_error.jsonl"].splitlines()[-1])["exitCode"] == 0
@@ -126,8 +127,8 @@ def test_an_error_the_cli_counts_as_terminal_and_a_non_zero_exit_code_are_errors
     events = parse(GOLDENS["auth_error.jsonl"])
     assert kinds(events, AgentError) == [
         AgentError(agent="copilot", said="session.error", status=401, code="authentication",
-                   message="Authentication failed: the provider rejected the API key."),
-        AgentError(agent="copilot", said="result.exitCode", message='{"exitCode": 1}')]
+                   message="Authentication failed: the provider rejected the API key.", cause="provider"),
+        AgentError(agent="copilot", said="result.exitCode", message='{"exitCode": 1}')]  # who: not said
 
 
 def test_issue_example_result_usage_is_no_token_report():
@@ -187,3 +188,24 @@ def test_a_tools_own_failure_stays_errored(message):
 @given(name=st.sampled_from(sorted(GOLDENS)), cuts=st.lists(st.integers(0, 3000), max_size=8))
 def test_every_golden_at_any_split_gives_the_same_events(name, cuts):
     assert parse(GOLDENS[name], cuts) == parse(GOLDENS[name]) == parse(GOLDENS[name], [1] * len(GOLDENS[name]))
+
+
+@pytest.mark.parametrize(("error_type", "cause", "terminal"), [
+    ("quota", "provider", True), ("policy", "agent", True), ("hook", "agent", True), ("query", "", True),
+])
+def test_a_session_error_says_who_failed_and_whether_it_ended_the_session(error_type, cause, terminal):
+    data = b"".join(json.dumps(o).encode() + b"\n" for o in [
+        {"type": "session.error", "data": {"errorType": error_type, "message": "x"}},
+        {"type": "result", "exitCode": 0 if error_type == "hook" else 1}])
+    [error, *_] = kinds(parse(data), AgentError)
+    assert (error.code, error.cause, error.terminal) == (error_type, cause, terminal)
+
+
+def test_a_hook_error_the_session_went_on_from_is_not_terminal():
+    data = b"".join(json.dumps(o).encode() + b"\n" for o in [
+        {"type": "session.error", "data": {"errorType": "hook", "message": "hook failed"}},
+        {"type": "assistant.message", "data": {"content": "done", "toolRequests": []}},
+        {"type": "result", "exitCode": 0}])
+    events = parse(data)
+    assert [e.terminal for e in kinds(events, AgentError)] == [False]
+    assert kinds(events, AgentAnswer) == [AgentAnswer(agent="copilot", text="done")]

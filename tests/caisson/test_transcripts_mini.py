@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,14 +145,16 @@ GOLDENS = goldens(GOLDEN)
 
 def test_a_limit_is_an_error_at_the_exit():
     assert kinds(parse(STEP_LIMIT), AgentError) == [AgentError(
-        agent="mini-swe-agent", said="exit.exit_status", code="LimitsExceeded", message="LimitsExceeded")]
+        agent="mini-swe-agent", said="exit.exit_status", code="LimitsExceeded", message="LimitsExceeded",
+        cause="limit")]
 
 
 def test_an_exception_exit_is_an_error_with_its_class_and_text_and_its_zero_cost_no_figure():
     events = parse(GOLDENS["auth_error.json"])
     [error] = kinds(events, AgentError)
-    assert (error.said, error.code, error.terminal) == ("exit.exception", "AuthenticationError", True)
-    assert error.message.startswith("litellm.AuthenticationError: AuthenticationError: OpenAIException - Incorrect API key")
+    assert (error.said, error.code, error.terminal, error.cause) == ("exit.exception", "AuthenticationError", True,
+                                                                     "provider")
+    assert error.message.startswith("litellm.AuthenticationError: AuthenticationError: OpenAIException - Incorrect")
     assert not kinds(events, AgentAnswer)
     use = usage_of(events)
     assert use.cost_usd is None and use.cost_missing_reason.startswith("instance_cost 0.0 after 1 model call(s)")
@@ -184,3 +187,21 @@ def test_a_cost_of_zero_with_no_call_made_stands():
 @given(name=st.sampled_from(sorted(GOLDENS)), cuts=st.lists(st.integers(0, 6000), max_size=8))
 def test_every_golden_at_any_split_gives_the_same_events(name, cuts):
     assert parse(GOLDENS[name], cuts) == parse(GOLDENS[name])
+
+
+@pytest.mark.parametrize(("status", "text", "cause"), [
+    ("RuntimeError", "Global cost/call limit exceeded: $3.0100 / 12", "limit"),
+    ("RuntimeError", "Error calculating cost for model openai/x: ...", "agent"),
+    ("RateLimitError", "litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached", "provider"),
+    ("KeyError", "'choices'", "agent"),
+    ("TimeExceeded", None, "limit"),
+    ("RepeatedFormatError", None, "limit"),
+])
+def test_who_ended_the_run_is_read_from_the_exit(status, text, cause):
+    doc = json.loads(STEP_LIMIT)
+    extra = {"exit_status": status, "submission": ""}
+    if text is not None:
+        extra.update(exception_str=text, traceback="Traceback (most recent call last): ...")
+    doc["messages"][-1] = {"role": "exit", "content": text or status, "extra": extra}
+    [error] = kinds(parse(json.dumps(doc).encode()), AgentError)
+    assert (error.code, error.cause, error.message) == (status, cause, text or status)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,7 +132,7 @@ def test_a_cost_of_zero_from_a_provider_without_prices_is_no_figure():
 def test_a_context_overflow_the_session_went_on_from_is_not_terminal_nor_incomplete():
     events = parse(GOLDENS["context_overflow.jsonl"])
     [error] = kinds(events, AgentError)
-    assert (error.said, error.code, error.terminal) == ("error", "ContextOverflowError", False)
+    assert (error.said, error.code, error.terminal, error.cause) == ("error", "ContextOverflowError", False, "provider")
     assert error.message.startswith("This model's maximum context length is 128000 tokens.")
     assert kinds(events, AgentAnswer) == [AgentAnswer(agent="opencode", text=ANSWER)]
     use = usage_of(events)
@@ -140,14 +141,14 @@ def test_a_context_overflow_the_session_went_on_from_is_not_terminal_nor_incompl
 
 def test_a_failed_model_call_is_a_terminal_error_with_its_status():
     assert kinds(parse(MODEL_ERROR), AgentError) == [AgentError(
-        agent="opencode", said="error", status=400, code="APIError", terminal=True,
+        agent="opencode", said="error", status=400, code="APIError", terminal=True, cause="provider",
         message="caisson scripted model: turn 1 does not match: no tool result contains 'def answer' (1 tool results)")]
 
 
 def test_a_provider_auth_error_ends_the_session():
     events = parse(GOLDENS["provider_auth.jsonl"])
     [error, use] = events
-    assert (error.said, error.code, error.terminal) == ("error", "ProviderAuthError", True)
+    assert (error.said, error.code, error.terminal, error.cause) == ("error", "ProviderAuthError", True, "provider")
     assert isinstance(use, AgentUsage) and use.usage is None and "error: " in use.incomplete
 
 
@@ -174,3 +175,14 @@ def test_a_refusal_with_an_error_class_prefix_is_refused_too():
 @given(name=st.sampled_from(sorted(GOLDENS)), cuts=st.lists(st.integers(0, 1500), max_size=8))
 def test_every_golden_at_any_split_gives_the_same_events(name, cuts):
     assert parse(GOLDENS[name], cuts) == parse(GOLDENS[name]) == parse(GOLDENS[name], [1] * len(GOLDENS[name]))
+
+
+@pytest.mark.parametrize(("error", "cause"), [
+    ({"name": "MessageOutputLengthError", "data": {}}, "limit"),
+    ({"name": "MessageAbortedError", "data": {"message": "aborted"}}, "agent"),
+    ({"name": "UnknownError", "data": {"message": "?"}}, ""),
+    ({"message": "a prompt's error body"}, ""),  # not a NamedError (shape unconfirmed): its message is read
+])
+def test_who_failed_is_read_from_the_error_name(error, cause):
+    [said] = kinds(parse(json.dumps({"type": "error", "error": error}).encode() + b"\n"), AgentError)
+    assert said.cause == cause and said.message
