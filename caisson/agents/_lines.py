@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -17,6 +17,8 @@ RAW_CHARS = 4000
 """A raw line is kept up to this many characters."""
 MESSAGE_CHARS = 2000
 """An error's message is kept up to this many characters (``agent.error.message``)."""
+Cause = Literal["provider", "agent", "limit", ""]
+"""Who failed, as ``agent.error.cause`` names it."""
 ANY = "<*>"
 """In a refusal wording, the part the CLI fills in (a tool name, a path): any text on one line."""
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from caisson.agents._lines import ANY, JsonLinesParser, says, wordings
+from caisson.agents._lines import ANY, Cause, JsonLinesParser, says, wordings
 from collectors.llm import normalize_usage
 from ledger.events import (
     AgentAnswer, AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult,
@@ -103,12 +103,12 @@ PROVIDER_ERRORS = frozenset({
     "rate_limit", "overloaded", "invalid_request", "model_not_found", "server_error", "cloud_credential_error"})
 """The ``error`` values (2.1.328's ``SDKAssistantMessageError``) of a model API that failed or
 refused; ``max_output_tokens`` is a limit, ``unknown`` could be either."""
-CAUSE_OF_REASON = {"api_error": "provider", "model_error": "provider", "prompt_too_long": "provider",
-                   "max_turns": "limit", "budget_exhausted": "limit"}
+CAUSE_OF_REASON: dict[str, Cause] = {"api_error": "provider", "model_error": "provider",
+                                     "prompt_too_long": "provider", "max_turns": "limit", "budget_exhausted": "limit"}
 """``terminal_reason`` -> who failed; the other error reasons are the CLI's own (an abort, a
 setup failure, a breaker, a retry bound of its own)."""
-CAUSE_OF_SUBTYPE = {"error_max_turns": "limit", "error_max_budget_usd": "limit",
-                    "error_during_execution": "agent", "error_max_structured_output_retries": "agent"}
+CAUSE_OF_SUBTYPE: dict[str, Cause] = {"error_max_turns": "limit", "error_max_budget_usd": "limit",
+                                      "error_during_execution": "agent", "error_max_structured_output_retries": "agent"}
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 TOKEN_SOURCE = "claude-code result.usage"
 MS = 1_000_000  # ns per ms
@@ -307,7 +307,7 @@ class TranscriptParser(JsonLinesParser):
         ``<synthetic>``): its text is the error, its zero usage no measurement. The session
         ended on it unless a model's message follows."""
         error = obj.get("error")
-        cause = ("provider" if error in PROVIDER_ERRORS else
+        cause: Cause = ("provider" if error in PROVIDER_ERRORS else
                  "limit" if error == "max_output_tokens" or obj.get("api_error") == "max_output_tokens" else "")
         self.hold_error(AgentError(agent=NAME, said="assistant.is_api_error_message",
                                    status=_int(obj.get("api_error_status")),
@@ -342,7 +342,7 @@ class TranscriptParser(JsonLinesParser):
             self._answer = text
         self._usage = self._figures(obj, failed)
 
-    def _cause(self, subtype: str | None, reason: str | None) -> str:
+    def _cause(self, subtype: str | None, reason: str | None) -> Cause:
         """Who failed, for a result that reports a failure: its error subtype, else its
         ``terminal_reason``, else the API error message it ended on (``is_error`` is that
         message's flag in 2.1.328), else unknown."""

@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from caisson.agents._lines import ANY, JsonLinesParser, says, wordings
+from caisson.agents._lines import ANY, Cause, JsonLinesParser, says, wordings
 from collectors.llm import normalize_usage
 from ledger.events import (
     AgentAnswer, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentUsage, Gating,
@@ -145,7 +145,7 @@ def _outcome(item: dict[str, Any]) -> tuple[str, str]:
     return "executed", excerpt
 
 
-def _cause(message: str) -> str:
+def _cause(message: str) -> Cause:
     """Who failed, by the ``CodexErr`` text the message begins with; "" when it is none of them."""
     if message.startswith(PROVIDER_TEXTS):
         return "provider"

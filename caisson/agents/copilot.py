@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from caisson.agents._lines import ANY, JsonLinesParser, says, wordings
+from caisson.agents._lines import ANY, Cause, JsonLinesParser, says, wordings
 from ledger.events import AgentAnswer, AgentError, AgentRetry, AgentToolCall, AgentToolResult, AgentUsage, Gating
 
 __all__ = ["NAME", "VERSION", "GATING", "ELICITATION", "STATIC_TOOLS", "ENV", "REFUSAL_WORDINGS", "command",
@@ -189,10 +189,10 @@ class TranscriptParser(JsonLinesParser):
         status = _int(data.get("statusCode"))
         if kind == "session.error":
             kind_of = _str(data.get("errorType"))
-            cause = "provider" if kind_of in PROVIDER_ERRORS else "agent" if kind_of in AGENT_ERRORS else ""
+            cause: Cause = "provider" if kind_of in PROVIDER_ERRORS else "agent" if kind_of in AGENT_ERRORS else ""
             error = AgentError(agent=NAME, said=kind, status=status, message=str(data.get("message", "")),
                                code=":".join(filter(None, [kind_of, _str(data.get("errorCode"))])) or None,
-                               cause=cause)  # type: ignore[arg-type]
+                               cause=cause)
             if kind_of in TERMINAL_ERRORS_EXCEPT:
                 self.hold_error(error)
             else:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from caisson.agents._lines import MESSAGE_CHARS, RAW_CHARS
+from caisson.agents._lines import MESSAGE_CHARS, RAW_CHARS, Cause
 from collectors.llm import normalize_usage
 from ledger.events import (
     AgentAnswer, AgentError, AgentToolCall, AgentToolResult, AgentUsage, Event, Gating, WitnessRaw,
@@ -320,7 +320,7 @@ class TranscriptParser:
                                     incomplete=incomplete, parser=self.PARSER, cost_missing_reason=cost_missing))
 
 
-def _cause(status: Any, message: str) -> Any:
+def _cause(status: Any, message: str) -> Cause:
     """Who ended the run, by its exit status (a limit, a litellm error, the agent's own exception)."""
     if status in LIMITS or message.startswith("Global cost/call limit exceeded"):
         return "limit"

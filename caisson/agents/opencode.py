@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from caisson.agents._lines import ANY, JsonLinesParser, says, wordings
+from caisson.agents._lines import ANY, Cause, JsonLinesParser, says, wordings
 from collectors.llm import normalize_usage
 from ledger.events import AgentAnswer, AgentError, AgentToolCall, AgentToolResult, AgentUsage, Gating
 
@@ -98,10 +98,10 @@ REFUSAL_WORDINGS = wordings(
 )
 """How OpenCode words a call it refused, matched at the start of ``state.error`` (after an
 error-class prefix such as ``PermissionRejectedError: ``, should the text carry one)."""
-CAUSE_OF_ERROR = {"APIError": "provider", "ProviderAuthError": "provider", "ContextOverflowError": "provider",
-                  "ContentFilterError": "provider", "MessageOutputLengthError": "limit",
-                  "MessageAbortedError": "agent", "StructuredOutputError": "agent", "ProviderInitError": "agent",
-                  "ProviderModelNotFoundError": "agent"}
+CAUSE_OF_ERROR: dict[str, Cause] = {
+    "APIError": "provider", "ProviderAuthError": "provider", "ContextOverflowError": "provider",
+    "ContentFilterError": "provider", "MessageOutputLengthError": "limit", "MessageAbortedError": "agent",
+    "StructuredOutputError": "agent", "ProviderInitError": "agent", "ProviderModelNotFoundError": "agent"}
 """NamedError name -> who failed (1.18.33's definitions; ``UnknownError`` could be either; a
 model the configuration does not name is the configuration's failure)."""
 ERROR_PREFIX = re.compile(r"\A\s*[A-Za-z.]*Error: ")
@@ -196,7 +196,7 @@ class TranscriptParser(JsonLinesParser):
         message = str(data.get("message") or error.get("message") or name or "error")
         status = data.get("statusCode")
         self.hold_error(AgentError(agent=NAME, said="error", code=name, message=message,
-                                   cause=CAUSE_OF_ERROR.get(name or "", ""),  # type: ignore[arg-type]
+                                   cause=CAUSE_OF_ERROR.get(name or "", ""),
                                    status=status if isinstance(status, int) and not isinstance(status, bool) else None))
 
     def _tool(self, part: dict[str, Any]) -> None:

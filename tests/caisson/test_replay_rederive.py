@@ -438,6 +438,7 @@ def record_run_read_by_the_old_parser(run_dir: Path, stdout: bytes, live: list, 
     blobs = BlobStore(run_dir / "blobs")
     with LedgerWriter(run_dir / "ledger", run_id=run_dir.name, key=key, blobs=blobs) as w:
         w.append(RunStarted(run_id=run_dir.name, caisson_version="0", arm=arm or {},
+                            env={"CODING_KNOWLEDGE_INJECTION": "0"},  # the chamber's pinned switch: env_inheritance clean
                             agent={"name": "claude-code", "gating": "enforced", "version": "2.1.328"}),
                  source="recorder")
         for event in live:
@@ -484,6 +485,9 @@ def test_replay_of_an_old_api_error_run_drops_its_answer_adds_the_errors_and_nam
     ]
     saved = json.loads((run / FINDINGS_FILE).read_text())["rederived"]
     assert saved["changed"] == done.changed and saved["usage"][0]["cost_missing_reason"].startswith("total_cost_usd 0")
+    # the verdict: read live, an answer and no error (clean); re-read, the agent's own error voids it
+    assert result.status == "void"
+    assert [(f.detector, f.evidence) for f in result.findings if f.effect == "void"] == [("infra.in_band@1", [4])]
     report, records = verify_and_read(run, key)
     _, [rebuilt] = replay_streams(run, report, records, extra=[(AgentAnswer, AgentError)])
     assert [type(r.event).__name__ for r in rebuilt] == ["AgentError", "AgentError"]  # what the detectors read
@@ -512,7 +516,7 @@ def test_replay_of_an_old_run_whose_refused_read_was_read_as_errored_is_no_longe
     assert result.rederived.changed == [
         "seq 12 stdout: re-read by claude-code.transcript@3 (live: claude-code.transcript@2)",
         "seq 12 stdout agent.tool_result toolu_01Read: errored -> refused"]
-    assert not [r for r in result.reasons if r.startswith("tool_escape")], result.reasons  # was void: Read (errored)
+    assert result.status == "clean", result.reasons  # read live: void, tool_escape of Read (errored)
     assert [(f.kind, f.evidence) for f in result.findings if f.kind.startswith("tool_")] == [("tool_refused", [12])]
 
 
