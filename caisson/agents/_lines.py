@@ -1,15 +1,43 @@
-"""The line framing shared by the agents' sans-IO transcript parsers."""
+"""The line framing shared by the agents' sans-IO transcript parsers, and what they share
+in reading an agent's own account: refusal wordings and errors held until the session
+says whether it went on."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from ledger.events import Event, WitnessRaw
+import msgspec
+
+from ledger.events import AgentError, Event, WitnessRaw
 
 RAW_CHARS = 4000
 """A raw line is kept up to this many characters."""
+MESSAGE_CHARS = 2000
+"""An error's message is kept up to this many characters (``agent.error.message``)."""
+Cause = Literal["provider", "agent", "limit", ""]
+"""Who failed, as ``agent.error.cause`` names it."""
+ANY = "<*>"
+"""In a refusal wording, the part the CLI fills in (a tool name, a path): any text on one line."""
+
+
+def wordings(*templates: str) -> tuple[re.Pattern[str], ...]:
+    """Refusal wordings as patterns: each template, `ANY` standing for the filled-in part,
+    matches at the start of a text, case-insensitively.
+
+    A wording is anchored at the start: the CLI writes it as the whole tool result, while
+    a tool that ran writes its own output first (Claude Code's Bash results begin with
+    ``Exit code N``), so a command that prints a refusal's words is not read as refused.
+    """
+    return tuple(re.compile(r"[^\n]*?".join(map(re.escape, t.split(ANY))), re.IGNORECASE) for t in templates)
+
+
+def says(text: str, patterns: tuple[re.Pattern[str], ...]) -> bool:
+    """Whether ``text`` (leading blanks dropped) begins with one of the wordings."""
+    text = text.lstrip()
+    return any(p.match(text) for p in patterns)
 
 
 class JsonLinesParser:
@@ -21,11 +49,17 @@ class JsonLinesParser:
     never dropped. A subclass sets `terminal` when the transcript's terminal event
     arrives; `incomplete` then says whether (and why) the transcript ended early.
 
+    An error the agent reports is held (`hold_error`) until the transcript says whether
+    the session went on after it (`went_on`: ``terminal`` False) or ended on it (the end
+    of the transcript: ``terminal`` True); then it is emitted. `failed` is the first
+    error the session ended on.
+
     Attributes:
         lines: lines read so far.
         terminal: the terminal event (``TERMINAL``) arrived.
         cut_line: the start of a last line that ended without a newline and did not
             parse (the process exited mid-line), or None.
+        failed: the first ``agent.error`` emitted with ``terminal`` True, or None.
     """
 
     PARSER: ClassVar[str] = "jsonlines@1"
@@ -40,6 +74,8 @@ class JsonLinesParser:
         self.lines = 0
         self.terminal = False
         self.cut_line: str | None = None
+        self.failed: AgentError | None = None
+        self._held: list[AgentError] = []
 
     def feed(self, data: bytes) -> None:
         """Add stdout bytes; complete lines are parsed at once."""
@@ -57,6 +93,7 @@ class JsonLinesParser:
             if not self._line(self._buf):
                 self.cut_line = self._buf.decode("utf-8", "replace").strip()[:80]
         self._buf = b""
+        self._settle(terminal=True)
         self.on_close()
 
     def events(self) -> Iterator[Event]:
@@ -65,7 +102,28 @@ class JsonLinesParser:
         yield from out
 
     def emit(self, event: Event) -> None:
+        if isinstance(event, AgentError):
+            event = msgspec.structs.replace(event, message=event.message[:MESSAGE_CHARS])
+            if event.terminal and self.failed is None:
+                self.failed = event
         self._out.append(event)
+
+    def hold_error(self, error: AgentError) -> None:
+        """An error whose ``terminal`` the rest of the transcript decides (see the class)."""
+        self._held.append(error)
+
+    def went_on(self) -> None:
+        """The session did more work: every held error was not the end of it."""
+        self._settle(terminal=False)
+
+    def ended(self) -> None:
+        """The session ended here (its terminal line): every held error was the end of it."""
+        self._settle(terminal=True)
+
+    def _settle(self, *, terminal: bool) -> None:
+        held, self._held = self._held, []
+        for error in held:
+            self.emit(msgspec.structs.replace(error, terminal=terminal))
 
     @property
     def incomplete(self) -> str | None:

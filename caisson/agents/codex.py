@@ -19,19 +19,31 @@ Transcript: ``item.started``/``item.completed`` lines whose ``item`` is an
 including ``cached_input_tokens``, ``output_tokens`` including ``reasoning_output_tokens``:
 OpenAI's breakdown semantics) that is the thread's running total in the versions we know
 (`USAGE_SHAPES`): the last one counts, turns are never summed.
+
+What the session says about itself (codex-cli 0.171.0's exec JSONL processor,
+``codex-rs/exec/src/event_processor_with_jsonl_output.rs``; literals checked in its binary:
+/work/research/agents/REPORT.md section 2): an ``error`` line reading ``Reconnecting...
+N/M (cause)`` is a stream retry (``agent.retry``), any other ``error`` line and
+``turn.failed`` an ``agent.error``; an ``error`` item ``model rerouted: A -> B (reason)`` a
+model switch. A ``turn.completed.usage`` of zeros is Codex's ``Usage::default()`` when no
+token count arrived: unknown, not a measured 0.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
 
-from caisson.agents._lines import JsonLinesParser
+from caisson.agents._lines import ANY, Cause, JsonLinesParser, says, wordings
 from collectors.llm import normalize_usage
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, Gating
+from ledger.events import (
+    AgentAnswer, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentUsage, Gating,
+)
 
-__all__ = ["NAME", "GATING", "STATIC_TOOLS", "USAGE_SHAPES", "VERSION", "command", "TranscriptParser", "usage_shape"]
+__all__ = ["NAME", "GATING", "STATIC_TOOLS", "USAGE_SHAPES", "VERSION", "REFUSAL_WORDINGS", "command",
+           "TranscriptParser", "usage_shape"]
 
 NAME = "codex"
 GATING: Gating = "ungated"
@@ -67,11 +79,44 @@ not listed has an unknown shape: one turn reads the same either way; several giv
 ITEM_TOOLS = {"command_execution": "exec_command", "file_change": "apply_patch", "web_search": "web_search",
               "mcp_tool_call": "mcp"}
 ANSWER_ITEMS = frozenset({"agent_message", "assistant_message"})  # assistant_message: older versions
-QUIET_ITEMS = frozenset({"reasoning", "todo_list", "error"})  # known items that carry no tool call or answer
+QUIET_ITEMS = frozenset({"reasoning", "todo_list"})  # known items that carry no tool call or answer
 KNOWN_TYPES = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed", "item.started",
-                         "item.updated", "item.completed"})
-"""Line types the parser reads; others (``error`` notices included) are kept raw."""
+                         "item.updated", "item.completed", "error"})
+"""Line types the parser reads; others are kept raw."""
 TOKEN_SOURCE = "codex turn.completed usage"
+TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
+                "reasoning_output_tokens")
+REFUSAL_WORDINGS = wordings(
+    # codex-cli 0.171.0 (@openai/codex linux-x64 vendor binary, string literals), what a command
+    # item that did not run holds: a human or approver's denial, normalised ...
+    "exec command rejected by user",
+    "patch rejected by user",
+    # ... the approval policy (core), an exec policy rule, the guardian's review
+    "approval required by policy",
+    f"approval policy is {ANY}; reject command",
+    f"`{ANY}` rejected: policy forbids commands starting with",
+    "This action was rejected due to unacceptable risk.",
+)
+"""How Codex words a command it refused, read from a ``failed`` command item's output when
+no process exit code came with it (a ``declined`` item is refused whatever it says). A
+declined patch is a ``file_change`` ``failed`` with no text (0.171.0 maps ``Declined`` to
+``Failed``): it stays errored."""
+RECONNECTING = re.compile(r"Reconnecting\.\.\. (\d+)/(\d+)(?: \((.*)\))?\Z", re.DOTALL)
+"""A stream retry (core ``responses_retry.rs``: ``Reconnecting... {retry_count}/{max_retries}``,
+then the cause in parentheses)."""
+STATUS = re.compile(r"\b(?:unexpected status|last status:) (\d{3})\b")
+"""The HTTP status in a ``CodexErr`` text (``unexpected status 401 Unauthorized: ...``,
+``exceeded retry limit, last status: 429 ...``)."""
+PROVIDER_TEXTS = ("stream disconnected before completion", "unexpected status ", "exceeded retry limit",
+                  "Error while reading the server response", "Connection failed", "Selected model is at capacity",
+                  "Quota exceeded", "You've hit your usage limit",
+                  "Codex ran out of room in the model's context window", "request timed out")
+"""``CodexErr`` texts of a model API that failed or refused (protocol/src/error.rs; all but the
+timeout checked in the 0.171.0 binary), as an error message begins."""
+AGENT_TEXTS = ("turn aborted", "Fatal error", "sandbox error")
+"""``CodexErr`` texts of the CLI's own failures."""
+REROUTED = re.compile(r"model rerouted: (\S+) -> (\S+)(?: \((.*)\))?\Z", re.DOTALL)
+"""An ``error`` item of a model switch (``model rerouted: <from> -> <to> (<reason:?>)``)."""
 
 
 def usage_shape(version: str | None) -> str | None:
@@ -84,11 +129,13 @@ def _outcome(item: dict[str, Any]) -> tuple[str, str]:
     exit code was abandoned: its outcome is unknown (counted as executed by the audit, never
     called a success)."""
     status = item.get("status")
-    excerpt = str(item.get("aggregated_output", ""))[:300]
+    output = str(item.get("aggregated_output", ""))
+    excerpt = output[:300]
     if status in ("declined", "rejected"):
         return "refused", excerpt
-    if status == "failed":
-        return "errored", excerpt
+    if status == "failed":  # worded as a refusal, and no process exit (None; -1 in codex's app-server tests)
+        unrun = item.get("exit_code") in (None, -1)
+        return ("refused" if unrun and says(output, REFUSAL_WORDINGS) else "errored"), excerpt
     if status != "completed":
         return "unknown", excerpt
     if item.get("type", item.get("item_type")) == "command_execution":
@@ -96,6 +143,24 @@ def _outcome(item: dict[str, Any]) -> tuple[str, str]:
         if not isinstance(code, int) or isinstance(code, bool):
             return "unknown", (excerpt + " " if excerpt else "") + "[status completed without an exit code]"
     return "executed", excerpt
+
+
+def _cause(message: str) -> Cause:
+    """Who failed, by the ``CodexErr`` text the message begins with; "" when it is none of them."""
+    if message.startswith(PROVIDER_TEXTS):
+        return "provider"
+    return "agent" if message.startswith(AGENT_TEXTS) else ""
+
+
+def _status(message: str) -> int | None:
+    found = STATUS.search(message)
+    return int(found.group(1)) if found else None
+
+
+def _zeroed(usage: dict[str, Any]) -> bool:
+    """Every token count reported is 0 (and at least one is)."""
+    counts = [usage[k] for k in TOKEN_FIELDS if k in usage]
+    return bool(counts) and all(isinstance(c, int) and not isinstance(c, bool) and c == 0 for c in counts)
 
 
 def _as_responses(usage: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +178,8 @@ class TranscriptParser(JsonLinesParser):
     Items are read whether their kind is spelled ``type`` or ``item_type`` (older
     versions). The terminal event is the last turn's ``turn.completed`` (or
     ``turn.failed``): a turn started and never completed, or no turn at all, makes the
-    transcript incomplete and its usage null. Lines and items of unknown types are kept raw.
+    transcript incomplete and its usage null. A failure the session ended on (`failed`)
+    leaves no answer. Lines and items of unknown types are kept raw.
 
     Args:
         version: the Codex version that wrote the transcript (`USAGE_SHAPES`).
@@ -124,7 +190,7 @@ class TranscriptParser(JsonLinesParser):
         ValueError: ``shape`` is neither (our misuse).
     """
 
-    PARSER = "codex.transcript@2"
+    PARSER = "codex.transcript@3"
     TERMINAL = "turn.completed"
 
     def __init__(self, version: str | None = VERSION, shape: str | None = None) -> None:
@@ -142,7 +208,7 @@ class TranscriptParser(JsonLinesParser):
     def on_close(self) -> None:
         for call_id, tool in self._open.items():
             self.emit(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome="unknown"))
-        if self._answer is not None:
+        if self._answer is not None and self.failed is None:
             self.emit(AgentAnswer(agent=NAME, text=self._answer))
         self.terminal = bool(self._turns or self._failed) and not self._in_turn
         usage, view, sources, missing = self._usage()
@@ -160,6 +226,11 @@ class TranscriptParser(JsonLinesParser):
             return (turns[-1] if turns else None), None, {}, self.incomplete
         if self._failed:
             return (turns[-1] if turns else None), None, {}, f"a turn failed without usage: {self._failed[0]}"
+        zeroed = [i for i, t in enumerate(turns, 1) if _zeroed(t)]
+        if zeroed and (self.shape != CUMULATIVE or zeroed[-1] == len(turns)):
+            which = f"turn.completed #{zeroed[-1]}" if len(turns) > 1 else "turn.completed"
+            return turns[-1], None, {}, (f"{which} usage is all zeros: what codex writes when no token count"
+                                         " arrived (Usage::default()), not a measurement")
         if len(turns) == 1:
             usage, sources = turns[0], {"usage": "turn.completed #1 (the only turn)"}
         elif self.shape == CUMULATIVE:
@@ -191,6 +262,10 @@ class TranscriptParser(JsonLinesParser):
         kind = obj.get("type")
         if not isinstance(kind, str) or kind not in KNOWN_TYPES:
             return False
+        if kind == "error":
+            return self._error(obj.get("message"))
+        if kind in ("turn.started", "turn.completed"):
+            self.went_on()
         if kind == "turn.started":
             self._in_turn = True
         elif kind == "turn.completed":
@@ -203,9 +278,27 @@ class TranscriptParser(JsonLinesParser):
         elif kind == "turn.failed":
             self._in_turn = False
             error = obj.get("error")
-            self._failed.append(str(error.get("message", "")) if isinstance(error, dict) else "turn.failed")
+            message = str(error.get("message", "")) if isinstance(error, dict) else "turn.failed"
+            self._failed.append(message)
+            self.hold_error(AgentError(agent=NAME, said="turn.failed", status=_status(message), message=message,
+                                       cause=_cause(message)))
         elif kind.startswith("item."):
             return self._item(kind, obj.get("item"))
+        return True
+
+    def _error(self, message: Any) -> bool:
+        """An ``error`` line: a stream retry, or an error the rest of the transcript shows
+        the session ended on or went on from."""
+        if not isinstance(message, str):
+            return False
+        retry = RECONNECTING.match(message)
+        if retry:
+            cause = retry.group(3) or ""
+            self.emit(AgentRetry(agent=NAME, said="error.reconnecting", attempt=int(retry.group(1)),
+                                 max_attempts=int(retry.group(2)), status=_status(cause), message=cause))
+        else:
+            self.hold_error(AgentError(agent=NAME, said="error", status=_status(message), message=message,
+                                       cause=_cause(message)))
         return True
 
     def _item(self, kind: str, item: Any) -> bool:
@@ -214,6 +307,14 @@ class TranscriptParser(JsonLinesParser):
         item_kind = item.get("type", item.get("item_type"))
         if not isinstance(item_kind, str):
             return False
+        if item_kind == "error":  # a notice (config warning, deprecation) or a model switch
+            rerouted = REROUTED.match(str(item.get("message", "")))
+            if rerouted and kind == "item.completed":
+                self.emit(AgentModelSwitch(agent=NAME, said="item.error.model_rerouted", requested=rerouted.group(1),
+                                           used=rerouted.group(2), trigger=rerouted.group(3),
+                                           message=str(item["message"])))
+            return True
+        self.went_on()
         tool = ITEM_TOOLS.get(item_kind)
         if tool is None:
             if item_kind in ANSWER_ITEMS:

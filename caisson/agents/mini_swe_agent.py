@@ -26,6 +26,13 @@ carry ``extra.returncode`` and ``extra.exception_info``; a ``user`` message with
 (that response is in its ``extra.response``); the last message, role ``exit``, has
 ``extra.exit_status`` (``Submitted`` when the agent finished) and ``extra.submission``
 (the answer). ``info.model_stats`` reports the cost and the number of model calls.
+
+How 2.4.6 ends (``agents/default.py``, ``environments/local.py``: /work/research/agents/REPORT.md
+section 5): an exit status other than ``Submitted`` (a step, cost or time limit, repeated
+format errors, or an uncaught exception, named by its class: ``AuthenticationError``, ...)
+is an ``agent.error``. Under ``MSWEA_COST_TRACKING=ignore_errors`` (`ENV`) a call litellm
+cannot price costs 0.0 silently, so an ``instance_cost`` of 0.0 after model calls is no
+figure. Retries are logged on stderr only.
 """
 
 from __future__ import annotations
@@ -33,9 +40,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from caisson.agents._lines import RAW_CHARS
+from caisson.agents._lines import MESSAGE_CHARS, RAW_CHARS, Cause
 from collectors.llm import normalize_usage
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, Event, Gating, WitnessRaw
+from ledger.events import (
+    AgentAnswer, AgentError, AgentToolCall, AgentToolResult, AgentUsage, Event, Gating, WitnessRaw,
+)
 
 __all__ = ["NAME", "GATING", "ELICITATION", "STATIC_TOOLS", "VERSION", "ENV", "command", "TranscriptParser"]
 
@@ -57,6 +66,18 @@ ENV = {
 """Variables mini-swe-agent needs in the chamber (no secrets)."""
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 """The first output line by which a command submits the answer (``environments/local.py``)."""
+LIMITS = frozenset({"LimitsExceeded", "TimeExceeded", "RepeatedFormatError"})
+"""Exit statuses of a bound the run's configuration set (step and cost limits, wall time,
+``max_consecutive_format_errors``)."""
+PROVIDER_EXCEPTIONS = frozenset({
+    "AuthenticationError", "CallerCredentialAuthenticationError", "NotFoundError", "BadRequestError",
+    "UnprocessableEntityError", "Timeout", "PermissionDeniedError", "RateLimitError", "CallerCredentialRateLimitError",
+    "ContextWindowExceededError", "PaymentRequiredError", "RejectedRequestError", "ContentPolicyViolationError",
+    "ServiceUnavailableError", "BadGatewayError", "InternalServerError", "APIError", "APIConnectionError",
+    "APIResponseValidationError", "MidStreamFallbackError"})
+"""Exception classes of litellm 1.110.2 (in the agent image beside mini-swe-agent 2.4.6:
+``litellm/exceptions.py``) raised for a model API that failed or refused; an exit whose text
+begins ``litellm.`` counts too (litellm's messages do)."""
 TOKEN_SOURCE = "mini-swe-agent trajectory extra.response.usage (per call, summed)"
 _SCRIPT = ('mini -y --exit-immediately -c mini.yaml "$@" -o "$TRAJ" >&2; status=$?;'
            ' cat "$TRAJ" 2>/dev/null; exit $status')
@@ -83,6 +104,12 @@ def command(prompt: str, *, allowed: list[str], denied: list[str], model: str | 
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _zeroed(usage: dict[str, Any]) -> bool:
+    """A Chat Completions usage object whose prompt and completion counts are both 0."""
+    counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    return all(_is_count(c) and c == 0 for c in counts)
 
 
 def _sum_usage(calls: list[Any]) -> dict[str, Any]:
@@ -141,7 +168,7 @@ class TranscriptParser:
             ``token_source``).
     """
 
-    PARSER = "mini-swe-agent.trajectory@1"
+    PARSER = "mini-swe-agent.trajectory@2"
     TERMINAL = "exit message with exit_status Submitted"
 
     def __init__(self, version: str | None = VERSION) -> None:
@@ -186,6 +213,7 @@ class TranscriptParser:
         commands: dict[int, str] = {}
         usages: list[Any] = []
         exit_extra: dict[str, Any] | None = None
+        exit_text: Any = None
         for message in doc["messages"]:
             if not isinstance(message, dict):
                 continue
@@ -216,7 +244,7 @@ class TranscriptParser:
                     self._out.append(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome="refused",
                                                       excerpt=str(message.get("content", ""))[:300]))
             elif role == "exit":
-                exit_extra = extra
+                exit_extra, exit_text = extra, message.get("content")
         status = exit_extra.get("exit_status") if exit_extra is not None else None
         submitted = status == "Submitted"
         if submitted:
@@ -225,6 +253,12 @@ class TranscriptParser:
             self._out.append(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome="unknown"))
         if submitted:
             self._out.append(AgentAnswer(agent=NAME, text=str(exit_extra.get("submission", ""))))
+        elif exit_extra is not None:  # a limit, repeated format errors, or an exception (then its class)
+            raised = "exception_str" in exit_extra or "traceback" in exit_extra
+            said = str(exit_extra.get("exception_str") if raised else exit_text or "")
+            self._out.append(AgentError(agent=NAME, said="exit.exception" if raised else "exit.exit_status",
+                                        code=status if isinstance(status, str) else None,
+                                        message=said[:MESSAGE_CHARS], cause=_cause(status, said)))
         why = None if submitted else (f"the agent exited with {status!r}, not 'Submitted'" if status
                                       else "the trajectory has no exit message")
         if junk:  # kept raw, never dropped; the trajectory's own figures stand
@@ -232,7 +266,7 @@ class TranscriptParser:
             why = "; ".join(filter(None, [why, f"text after the trajectory document: {junk[:80]!r}"]))
         info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
         stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
-        self._usage(stats.get("instance_cost"), usages, why, submitted)
+        self._usage(stats.get("instance_cost"), usages, why, submitted, stats.get("api_calls"))
 
     def _submitting_step(self, unrun: list[int], commands: dict[int, str]) -> None:
         """Correct the last step's results. The command that submits ends the step by an
@@ -252,23 +286,47 @@ class TranscriptParser:
             self._out[index] = AgentToolResult(agent=NAME, call_id=old.call_id, tool=old.tool, outcome=outcome,
                                                excerpt=excerpt)
 
-    def _usage(self, cost: Any, usages: list[Any], incomplete: str | None, submitted: bool = False) -> None:
+    def _usage(self, cost: Any, usages: list[Any], incomplete: str | None, submitted: bool = False,
+               calls: Any = None) -> None:
         """Emit ``agent.usage``: the calls' usage summed; normalised only when the agent
-        submitted (a trajectory that stopped early is null, with ``incomplete`` saying why)."""
+        submitted (a trajectory that stopped early is null, with ``incomplete`` saying why).
+        A call whose usage is all zeros measured nothing (whether litellm fills zeros for a
+        provider that sent none is unconfirmed): the sum is unknown. A cost of 0.0 after
+        model calls (``api_calls``, or responses in the trajectory) is unknown."""
         self.incomplete = incomplete
         usage = view = None
         missing = None if submitted else incomplete
+        zeroed = [i for i, u in enumerate(usages, 1) if isinstance(u, dict) and _zeroed(u)]
         if usages:
             usage = _sum_usage(usages)
-            if submitted:
+            if submitted and zeroed:
+                missing = (f"model call #{', #'.join(map(str, zeroed))} reports 0 tokens: no call is measured at"
+                           " 0 tokens, so its usage is unknown")
+            elif submitted:
                 view, problem = normalize_usage("chat.completions", usage, streamed=False)
                 missing = f"usage not normalisable: {problem}" if problem else None
         elif submitted:
             missing = "the trajectory holds no model response"
         cost = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
+        cost_missing = None
+        called = (_is_count(calls) and calls > 0) or bool(usages)
+        if cost == 0 and called:
+            cost, cost_missing = None, (
+                f"instance_cost 0.0 after {calls if _is_count(calls) else len(usages)} model call(s): what"
+                " mini-swe-agent adds for a call litellm cannot price under MSWEA_COST_TRACKING=ignore_errors (or a"
+                " call that raised), not a computed cost")
         self._out.append(AgentUsage(agent=NAME, token_source=f"{TOKEN_SOURCE}, mini-swe-agent {self.version}",
                                     usage=usage, normalized=view, usage_missing_reason=missing, cost_usd=cost,
-                                    incomplete=incomplete, parser=self.PARSER))
+                                    incomplete=incomplete, parser=self.PARSER, cost_missing_reason=cost_missing))
+
+
+def _cause(status: Any, message: str) -> Cause:
+    """Who ended the run, by its exit status (a limit, a litellm error, the agent's own exception)."""
+    if status in LIMITS or message.startswith("Global cost/call limit exceeded"):
+        return "limit"
+    if status in PROVIDER_EXCEPTIONS or message.startswith("litellm."):
+        return "provider"
+    return "agent" if isinstance(status, str) and status else ""
 
 
 def _outcome(extra: dict[str, Any]) -> dict[str, Any]:

@@ -21,23 +21,32 @@ Transcript: ``step_start``; ``text`` (``part.text``); ``tool_use`` (``part.tool`
 ``part.callID``, ``part.state.status`` completed or error, its ``input`` and ``output``);
 ``step_finish`` (``part.reason``: ``tool-calls`` or ``stop``; ``part.tokens``: that step's
 model call: ``input`` without the cached tokens, ``cache.read``/``cache.write`` beside it,
-``output``, ``reasoning``); ``error``. The terminal event is a ``step_finish`` whose reason
-is ``stop``. Steps are separate model calls: their tokens add up.
+``output``, ``reasoning``; ``part.cost``); ``error``. The terminal event is a ``step_finish``
+whose reason is ``stop``. Steps are separate model calls: their tokens add up.
+
+What 1.18.33 writes and what it means (its run loop and ``Session.getUsage``, read out of
+its binary: /work/research/agents/REPORT.md section 3): an ``error`` line (a NamedError
+``{name, data}``) is an ``agent.error``; a ``ContextOverflowError`` is not the end (the
+session compacts and goes on). A step whose token counts are all 0 had no usage from its
+provider (``getUsage`` fills 0): its tokens are unknown. A ``cost`` of 0 is what a
+provider without a ``cost`` block gets (caisson's ``caisson`` provider has none): no
+figure. Retries and compactions are not written by ``run --format json``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import msgspec
 
-from caisson.agents._lines import JsonLinesParser
+from caisson.agents._lines import ANY, Cause, JsonLinesParser, says, wordings
 from collectors.llm import normalize_usage
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, Gating
+from ledger.events import AgentAnswer, AgentError, AgentToolCall, AgentToolResult, AgentUsage, Gating
 
-__all__ = ["NAME", "VERSION", "GATING", "ELICITATION", "STATIC_TOOLS", "ENV", "CONFIG", "command", "permissions",
-           "TranscriptParser"]
+__all__ = ["NAME", "VERSION", "GATING", "ELICITATION", "STATIC_TOOLS", "ENV", "CONFIG", "REFUSAL_WORDINGS", "command",
+           "permissions", "TranscriptParser"]
 
 NAME = "opencode"
 VERSION = "1.18.33"
@@ -75,6 +84,29 @@ OUTPUT_RULE = "opencode.output_plus_reasoning@1"
 """OpenCode's ``tokens.output`` leaves out ``tokens.reasoning`` (1.18.33 on the scripted
 model: a call of 25 completion tokens, 5 of them reasoning, is reported as output 20,
 reasoning 5), so the generated count is their sum, as the provider's completion count is."""
+
+
+REFUSAL_WORDINGS = wordings(
+    # OpenCode 1.18.33 (opencode-linux-x64, bin/opencode: strings of its JS), a tool part's
+    # state.error when the call did not run: the run's auto-reject of a permission it asked
+    # (PermissionRejectedError, PermissionCorrectedError with feedback) ...
+    "The user rejected permission to use this specific tool call",
+    # ... a rule that denies it at call time (PermissionDeniedError)
+    "The user has specified a rule which prevents you from using this specific tool call",
+    # ... a call to a tool the session lacks, as the `invalid` tool words it (AI SDK NoSuchToolError)
+    f"The arguments provided to the tool are invalid: Model tried to call unavailable tool '{ANY}'",
+)
+"""How OpenCode words a call it refused, matched at the start of ``state.error`` (after an
+error-class prefix such as ``PermissionRejectedError: ``, should the text carry one)."""
+CAUSE_OF_ERROR: dict[str, Cause] = {
+    "APIError": "provider", "ProviderAuthError": "provider", "ContextOverflowError": "provider",
+    "ContentFilterError": "provider", "MessageOutputLengthError": "limit", "MessageAbortedError": "agent",
+    "StructuredOutputError": "agent", "ProviderInitError": "agent", "ProviderModelNotFoundError": "agent"}
+"""NamedError name -> who failed (1.18.33's definitions; ``UnknownError`` could be either; a
+model the configuration does not name is the configuration's failure)."""
+ERROR_PREFIX = re.compile(r"\A\s*[A-Za-z.]*Error: ")
+NO_COST = ("opencode reports cost 0: what a provider without a cost block gets (caisson's provider has none),"
+           " not a computed cost")
 
 
 def permissions(allowed: list[str], denied: list[str]) -> dict[str, str]:
@@ -117,7 +149,7 @@ class TranscriptParser(JsonLinesParser):
         version: the OpenCode version that wrote the transcript (recorded in the token source).
     """
 
-    PARSER = "opencode.transcript@1"
+    PARSER = "opencode.transcript@2"
     TERMINAL = "step_finish (reason stop)"
     KNOWN_TYPES = frozenset({"step_start", "text", "tool_use", "step_finish", "error"})
 
@@ -125,15 +157,17 @@ class TranscriptParser(JsonLinesParser):
         super().__init__()
         self.version = version
         self._steps: list[dict[str, Any]] = []  # step_finish tokens, in order
+        self._costs: list[Any] = []  # step_finish costs, in order
         self._texts: list[str] = []  # texts of the current step
         self._answer: str | None = None
-        self._errors: list[str] = []
 
     def on_object(self, obj: dict[str, Any]) -> bool:
         kind = obj.get("type")
         if not isinstance(kind, str) or kind not in self.KNOWN_TYPES:
             return False
         part = obj.get("part") if isinstance(obj.get("part"), dict) else {}
+        if kind != "error":
+            self.went_on()
         if kind == "step_start":
             self._texts = []
             self.terminal = False
@@ -144,15 +178,26 @@ class TranscriptParser(JsonLinesParser):
         elif kind == "step_finish":
             tokens = part.get("tokens")
             self._steps.append(tokens if isinstance(tokens, dict) else {})
+            self._costs.append(part.get("cost"))
             self.terminal = part.get("reason") == "stop"
             if self.terminal:
                 self._answer = "".join(self._texts)
         else:
-            error = obj.get("error") if isinstance(obj.get("error"), dict) else {}
-            data = error.get("data") if isinstance(error.get("data"), dict) else {}
-            self._errors.append(str(data.get("message") or error.get("name") or "error"))
+            self._error(obj.get("error"))
             self.terminal = False
         return True
+
+    def _error(self, error: Any) -> None:
+        """An ``error`` line: a NamedError ``{name, data: {message, statusCode?, ...}}``, or
+        the error body of a failed prompt (shape unconfirmed: a ``message`` read where found)."""
+        error = error if isinstance(error, dict) else {"message": error} if isinstance(error, str) else {}
+        data = error.get("data") if isinstance(error.get("data"), dict) else {}
+        name = error.get("name") if isinstance(error.get("name"), str) else None
+        message = str(data.get("message") or error.get("message") or name or "error")
+        status = data.get("statusCode")
+        self.hold_error(AgentError(agent=NAME, said="error", code=name, message=message,
+                                   cause=CAUSE_OF_ERROR.get(name or "", ""),
+                                   status=status if isinstance(status, int) and not isinstance(status, bool) else None))
 
     def _tool(self, part: dict[str, Any]) -> None:
         state = part.get("state") if isinstance(part.get("state"), dict) else {}
@@ -166,19 +211,34 @@ class TranscriptParser(JsonLinesParser):
             return
         status = state.get("status")
         outcome = {"completed": "executed", "error": "errored"}.get(status, "unknown")
+        if status == "error" and says(ERROR_PREFIX.sub("", str(state.get("error", "")), count=1), REFUSAL_WORDINGS):
+            outcome = "refused"
         self.emit(AgentToolCall(agent=NAME, call_id=call_id, tool=tool, input=shown))
         self.emit(AgentToolResult(agent=NAME, call_id=call_id, tool=tool, outcome=outcome, excerpt=output))
 
     def on_close(self) -> None:
-        if self._answer is not None and self.terminal:
+        if self._answer is not None and self.terminal and self.failed is None:
             self.emit(AgentAnswer(agent=NAME, text=self._answer))
         incomplete = self.incomplete
-        if self._errors:
-            incomplete = "; ".join(filter(None, [incomplete, f"error: {self._errors[0]}"]))
+        if self.failed is not None:  # an error the session went on from does not make it incomplete
+            incomplete = "; ".join(filter(None, [incomplete, f"error: {self.failed.message}"]))
         usage, view, missing = self._usage(incomplete)
+        cost, cost_missing = self._cost()
         self.emit(AgentUsage(agent=NAME, token_source=f"{TOKEN_SOURCE}, opencode {self.version}", usage=usage,
                              normalized=view, usage_missing_reason=missing, incomplete=incomplete,
-                             parser=self.PARSER))
+                             parser=self.PARSER, cost_usd=cost, cost_missing_reason=cost_missing))
+
+    def _cost(self) -> tuple[float | None, str | None]:
+        """(the steps' costs summed, why it is null): a step without a cost number, or with
+        a cost of 0 (`NO_COST`), leaves the sum unknown."""
+        if not self._costs:
+            return None, None
+        if any(not isinstance(c, (int, float)) or isinstance(c, bool) for c in self._costs):
+            return None, "a step_finish without a cost number"
+        if any(c == 0 for c in self._costs):
+            zero = [i for i, c in enumerate(self._costs, 1) if c == 0]
+            return None, f"step_finish #{', #'.join(map(str, zero))}: {NO_COST}"
+        return float(sum(self._costs)), None
 
     def _usage(self, incomplete: str | None) -> tuple[dict[str, Any] | None, Any, str | None]:
         """(the steps' tokens summed per field as OpenCode names them; the normalised view;
@@ -187,6 +247,11 @@ class TranscriptParser(JsonLinesParser):
         is null, never 0; an incomplete transcript has a null view."""
         if not self._steps:
             return None, None, incomplete or "no step_finish: no usage reported"
+        counts = [[_count(s.get(k)) for k in ("input", "output", "reasoning")] + [
+            _count(s["cache"].get(k)) if isinstance(s.get("cache"), dict) else None for k in ("read", "write")]
+            for s in self._steps]
+        zeroed = [i for i, step in enumerate(counts, 1) if any(c is not None for c in step)
+                  and all(c in (0, None) for c in step)]
 
         def total(*path: str) -> int | None:
             values = []
@@ -201,6 +266,9 @@ class TranscriptParser(JsonLinesParser):
                  "cache_read": total("cache", "read"), "cache_write": total("cache", "write")}
         if incomplete:
             return usage, None, incomplete
+        if zeroed:
+            return usage, None, (f"step_finish #{', #'.join(map(str, zeroed))} reports 0 tokens: what opencode writes"
+                                 " when the provider sent no usage (Session.getUsage), not a measurement")
         output, reasoning = usage["output"], usage["reasoning"]
         shaped = {"input_tokens": usage["input"], "cache_read_input_tokens": usage["cache_read"],
                   "cache_creation_input_tokens": usage["cache_write"],

@@ -33,7 +33,10 @@ from caisson.agents import ADAPTERS
 from collectors.llm import USAGE_RULES_VERSION
 from collectors.proxy import rederive_llm_call
 from ledger import Record
-from ledger.events import AgentToolResult, AgentUsage, BlobStored, HttpExchange, LlmCall, LlmUsage, RunStarted
+from ledger.events import (
+    AgentAnswer, AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, AgentToolResult, AgentUsage, BlobStored,
+    HttpExchange, LlmCall, LlmUsage, RunStarted,
+)
 
 __all__ = ["Rederived", "rederive", "rederive_kinds"]
 
@@ -218,7 +221,7 @@ def rederive_kinds(records: Sequence[Record], blob: Callable[[str], bytes | None
             result[at:at] = transcript
             result_kinds[at:at] = map(type, map(_EVENT, transcript))
         out.changed += _transcript_changes([r.event for r in live_transcript], [r.event for r in transcript],
-                                           stdout_record.seq if stdout_record else -1)
+                                           stdout_record.seq if stdout_record else -1, out.versions[name])
         out.usage += [r.event for r in transcript if isinstance(r.event, AgentUsage)]
     return result, result_kinds, out
 
@@ -257,7 +260,18 @@ def _replace_call(record: Record, live: LlmCall, pending: list, out: Rederived) 
     return msgspec.structs.replace(record, event=call)
 
 
-def _transcript_changes(live: list, rebuilt: list, seq: int) -> list[str]:
+def _said(error: AgentError) -> str:
+    status = f" status {error.status}" if error.status is not None else ""
+    return f"{error.said}{f' {error.code}' if error.code else ''}{status}{' (terminal)' if error.terminal else ''}"
+
+
+def _short(text: str | None) -> str:
+    return "null" if text is None else repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _transcript_changes(live: list, rebuilt: list, seq: int, parser: str) -> list[str]:
+    """What the rebuilt transcript events change, one line each; the first names the parser
+    that read them and the one that read them live (``agent.usage.parser``)."""
     where = f"seq {seq} stdout"
     out: list[str] = []
     old = next((e for e in live if isinstance(e, AgentUsage)), None)
@@ -267,13 +281,34 @@ def _transcript_changes(live: list, rebuilt: list, seq: int) -> list[str]:
     if (old.incomplete if old else None) != (new.incomplete if new else None):
         out.append(f"{where} agent.usage: incomplete {_fmt(old.incomplete if old else None)}"
                    f" -> {_fmt(new.incomplete if new else None)}")
+    if (old.cost_usd if old else None) != (new.cost_usd if new else None):
+        out.append(f"{where} agent.usage: cost_usd {_fmt(old.cost_usd if old else None)}"
+                   f" -> {_fmt(new.cost_usd if new else None)}")
+    if (old.cost_missing_reason if old else None) != (new.cost_missing_reason if new else None):
+        out.append(f"{where} agent.usage: cost missing reason {_fmt(old.cost_missing_reason if old else None)}"
+                   f" -> {_fmt(new.cost_missing_reason if new else None)}")
+    answer = [(e.text for e in events if isinstance(e, AgentAnswer)) for events in (live, rebuilt)]
+    before_answer, after_answer = (next(texts, None) for texts in answer)
+    if before_answer != after_answer:
+        out.append(f"{where} agent.answer: {_short(before_answer)} -> {_short(after_answer)}")
     before = {e.call_id: e.outcome for e in live if isinstance(e, AgentToolResult)}
     after = {e.call_id: e.outcome for e in rebuilt if isinstance(e, AgentToolResult)}
     for call_id in sorted(before.keys() | after.keys()):
         if before.get(call_id) != after.get(call_id):
             out.append(f"{where} agent.tool_result {call_id}: {_fmt(before.get(call_id))}"
                        f" -> {_fmt(after.get(call_id))}")
+    old_errors = [_said(e) for e in live if isinstance(e, AgentError)]
+    new_errors = [_said(e) for e in rebuilt if isinstance(e, AgentError)]
+    if old_errors != new_errors:
+        out.append(f"{where} agent.error: {'; '.join(old_errors) or 'none'} -> {'; '.join(new_errors) or 'none'}")
+    for kind, label in ((AgentRetry, "agent.retry"), (AgentCompaction, "agent.compaction"),
+                        (AgentModelSwitch, "agent.model_switch")):
+        counts = [sum(isinstance(e, kind) for e in events) for events in (live, rebuilt)]
+        if counts[0] != counts[1]:
+            out.append(f"{where} {label}: {counts[0]} live -> {counts[1]} rebuilt")
     kinds = lambda events: sorted(type(e).__name__ for e in events)  # noqa: E731
     if kinds(live) != kinds(rebuilt):
         out.append(f"{where} transcript events: {len(live)} live -> {len(rebuilt)} rebuilt")
+    if out:
+        out.insert(0, f"{where}: re-read by {parser} (live: {(old.parser if old else '') or 'unknown'})")
     return out

@@ -87,12 +87,13 @@ def test_replay_rebuilds_the_faulty_figure_from_the_raw_body_and_leaves_the_ledg
     key = ensure_operator_key().verify_key
     [result] = replay_runs([run], key)
     done = result.rederived
-    assert done.versions == {"llm": "llm.usage@3", "claude-code": "claude-code.transcript@2",
+    assert done.versions == {"llm": "llm.usage@3", "claude-code": "claude-code.transcript@3",
                              "agent": "claude-code 2.1.328"}  # the run did not record it: the image's pin
     assert done.llm_calls == 1 and done.transcript == "claude-code" and done.kept_live == []
     assert done.changed == [
         "seq 4 llm.call: input_tokens 1800 -> 1812",
         "seq 4 llm.call: total_tokens 1950 -> 1962",
+        "seq 8 stdout: re-read by claude-code.transcript@3 (live: unknown)",
         "seq 8 stdout agent.usage: usage missing reason null -> transcript ended without its terminal result"
         " event; its last line was cut mid-way: '{\"type\":\"resu'",
         "seq 8 stdout agent.usage: incomplete null -> transcript ended without its terminal result event;"
@@ -179,9 +180,10 @@ def test_replay_reads_a_transcript_with_the_agent_version_the_run_recorded(tmp_p
         [runs[version]] = replay_runs([run], key.verify_key, write=False)
     known, unknown = runs["0.171.0"].rederived, runs["0.0.1"].rederived
     assert known.versions["agent"] == "codex 0.171.0" and unknown.versions["agent"] == "codex 0.0.1"
-    assert known.changed[:2] == ["seq 2 stdout agent.usage: input_tokens 9500 -> 6500",
+    assert known.changed[:3] == ["seq 2 stdout: re-read by codex.transcript@3 (live: unknown)",
+                                 "seq 2 stdout agent.usage: input_tokens 9500 -> 6500",
                                  "seq 2 stdout agent.usage: output_tokens 30 -> 20"]
-    assert unknown.changed[0] == "seq 2 stdout agent.usage: input_tokens 9500 -> null"
+    assert unknown.changed[1] == "seq 2 stdout agent.usage: input_tokens 9500 -> null"
     assert unknown.usage[0].usage_missing_reason.startswith("2 turns and the meaning of turn.completed.usage")
 
 
@@ -419,3 +421,111 @@ def test_a_gemini_exchange_recorded_without_a_call_gets_it_on_replay(tmp_path):
     assert (call.normalized.input_tokens, call.normalized.output_tokens, call.normalized.total_tokens) == (
         219, 171, 390)
     assert not [f for f in result.findings if f.detector.startswith("model.unrecognised_call")]
+
+
+# --- issue 29: an old ledger whose transcript says it failed, refused, or gave placeholders --
+
+CLAUDE_GOLDEN = Path(__file__).parent / "test_transcripts_claude"
+ZEROS = LlmUsage(input_tokens=0, output_tokens=0, total_tokens=0, cache_read_tokens=0, cache_write_tokens=0,
+                 rule="anthropic.messages (old rule)")
+
+
+def record_run_read_by_the_old_parser(run_dir: Path, stdout: bytes, live: list, arm: dict | None = None) -> Path:
+    """A Claude Code run as claude-code.transcript@2 recorded it: ``live`` are the events it
+    wrote from ``stdout``, which the run kept as its stdout blob."""
+    key = ensure_operator_key()
+    run_dir.mkdir(parents=True)
+    blobs = BlobStore(run_dir / "blobs")
+    with LedgerWriter(run_dir / "ledger", run_id=run_dir.name, key=key, blobs=blobs) as w:
+        w.append(RunStarted(run_id=run_dir.name, caisson_version="0", arm=arm or {},
+                            env={"CODING_KNOWLEDGE_INJECTION": "0"},  # the chamber's pinned switch: env_inheritance clean
+                            agent={"name": "claude-code", "gating": "enforced", "version": "2.1.328"}),
+                 source="recorder")
+        for event in live:
+            w.append(event, source="transcript")
+        w.append(BlobStored(sha256=blobs.put(stdout), size_bytes=len(stdout), role="stdout", media_type="text/plain"),
+                 source="recorder")
+        w.append(RunEnded(exit_code=0, duration_ns=10**9), source="recorder")
+    return run_dir
+
+
+def test_replay_of_an_old_api_error_run_drops_its_answer_adds_the_errors_and_names_the_parsers(tmp_path):
+    from caisson.replay import replay_streams
+    from ledger import verify_and_read
+    from ledger.events import AgentAnswer, AgentError, AgentTools
+
+    stdout = (CLAUDE_GOLDEN / "api_error_oauth_org.jsonl").read_bytes()
+    text = json.loads(stdout.splitlines()[-1])["result"]
+    live = [AgentTools(agent="claude-code", surface="init", tools=["Bash", "Read", "Write"], model="claude-sonnet-4-5"),
+            AgentAnswer(agent="claude-code", text=text),  # the error's text, scored as the answer
+            AgentUsage(agent="claude-code", token_source="claude-code result.usage", parser="claude-code.transcript@2",
+                       usage=json.loads(stdout.splitlines()[-1])["usage"], normalized=ZEROS, cost_usd=0.0)]
+    run = record_run_read_by_the_old_parser(tmp_path / "api_error", stdout, live)
+    key = ensure_operator_key().verify_key
+    [result] = replay_runs([run], key)
+    done = result.rederived
+    assert done.versions["claude-code"] == "claude-code.transcript@3"
+    zeros = ("result.usage reports 0 tokens on a result that reports a failure: a placeholder (Claude Code writes zeros"
+             " where no call's usage was counted), not a measurement")
+    assert done.changed == [
+        "seq 4 stdout: re-read by claude-code.transcript@3 (live: claude-code.transcript@2)",
+        "seq 4 stdout agent.usage: input_tokens 0 -> null",
+        "seq 4 stdout agent.usage: output_tokens 0 -> null",
+        "seq 4 stdout agent.usage: total_tokens 0 -> null",
+        "seq 4 stdout agent.usage: cache_read_tokens 0 -> null",
+        "seq 4 stdout agent.usage: cache_write_tokens 0 -> null",
+        f"seq 4 stdout agent.usage: usage missing reason null -> {zeros}",
+        "seq 4 stdout agent.usage: cost_usd 0.0 -> null",
+        "seq 4 stdout agent.usage: cost missing reason null -> total_cost_usd 0 on a result that reports a failure:"
+        " a placeholder (Claude Code writes 0 where no call was priced), not a computed cost",
+        f"seq 4 stdout agent.answer: {text[:77]!r}"[:-1] + "...' -> null",
+        "seq 4 stdout agent.error: none -> assistant.is_api_error_message oauth_org_not_allowed status 400 (terminal);"
+        " result.is_error api_error status 400 (terminal)",
+        "seq 4 stdout transcript events: 3 live -> 4 rebuilt",
+    ]
+    saved = json.loads((run / FINDINGS_FILE).read_text())["rederived"]
+    assert saved["changed"] == done.changed and saved["usage"][0]["cost_missing_reason"].startswith("total_cost_usd 0")
+    # the verdict: read live, an answer and no error (clean); re-read, the agent's own error voids it
+    assert result.status == "void"
+    assert [(f.detector, f.evidence) for f in result.findings if f.effect == "void"] == [("infra.in_band@1", [4])]
+    report, records = verify_and_read(run, key)
+    _, [rebuilt] = replay_streams(run, report, records, extra=[(AgentAnswer, AgentError)])
+    assert [type(r.event).__name__ for r in rebuilt] == ["AgentError", "AgentError"]  # what the detectors read
+    assert all(r.seq == 4 for r in rebuilt)  # the stdout blob is their evidence
+
+
+def test_replay_of_an_old_run_whose_refused_read_was_read_as_errored_is_no_longer_void(tmp_path):
+    """Issue 29 item 2: the arm does not grant Read; the old parser called the refused Read
+    errored, so tool_escape voided the cell; today's parser reads the refusal's words."""
+    from ledger.events import AgentAnswer, AgentTools, AgentToolResult
+
+    stdout = (CLAUDE_GOLDEN / "path_deny_read.jsonl").read_bytes()
+    calls = [json.loads(line) for line in stdout.splitlines() if b'"tool_use"' in line]
+    live = [AgentTools(agent="claude-code", surface="init", tools=["Bash", "Read", "Write"], model="claude-sonnet-4-5")]
+    live += [AgentToolCall(agent="claude-code", call_id=b["id"], tool=b["name"], input=b["input"])
+             for c in calls for b in c["message"]["content"]]
+    live += [AgentToolResult(agent="claude-code", call_id="toolu_01Read", tool="Read", outcome="errored"),
+             AgentToolResult(agent="claude-code", call_id="toolu_01Cat", tool="Bash", outcome="errored"),
+             AgentToolResult(agent="claude-code", call_id="toolu_01Echo", tool="Bash", outcome="errored"),
+             AgentToolResult(agent="claude-code", call_id="toolu_01Curl", tool="Bash", outcome="refused"),
+             AgentAnswer(agent="claude-code", text="I could not read secretdir/key.txt."),
+             usage_of_golden(stdout)]
+    arm = {"name": "bash-only", "grant": ["Bash"], "deny": []}  # Read is in the session; a settings path rule denies it
+    run = record_run_read_by_the_old_parser(tmp_path / "refused", stdout, live, arm=arm)
+    [result] = replay_runs([run], ensure_operator_key().verify_key, write=False)
+    assert result.rederived.changed == [
+        "seq 12 stdout: re-read by claude-code.transcript@3 (live: claude-code.transcript@2)",
+        "seq 12 stdout agent.tool_result toolu_01Read: errored -> refused"]
+    assert result.status == "clean", result.reasons  # read live: void, tool_escape of Read (errored)
+    assert [(f.kind, f.evidence) for f in result.findings if f.kind.startswith("tool_")] == [("tool_refused", [12])]
+
+
+def usage_of_golden(stdout: bytes) -> AgentUsage:
+    """The agent.usage today's parser gives, as the old one wrote it (its parser name)."""
+    import msgspec
+
+    from caisson.agents import claude_code
+    from tests.caisson.transcripts import parse, usage_of
+
+    return msgspec.structs.replace(usage_of(parse(claude_code.TranscriptParser, stdout)),
+                                   parser="claude-code.transcript@2")

@@ -43,7 +43,7 @@ def test_issue_example_codex_running_totals_are_not_summed():
     assert use.normalized.sources == {"usage": "turn.completed #2 (cumulative: the last, never summed)"}
     assert use.normalized.rules["input_tokens"] == "codex.turn_usage.cumulative@1+openai.responses.input_tokens@1"
     assert use.token_source == "codex turn.completed usage (cumulative, codex 0.171.0)"
-    assert use.parser == "codex.transcript@2" and use.incomplete is None and use.usage_missing_reason is None
+    assert use.parser == "codex.transcript@3" and use.incomplete is None and use.usage_missing_reason is None
 
 
 def test_codex_per_turn_shape_sums_turns_and_an_unreported_count_stays_unknown():
@@ -153,7 +153,7 @@ def test_issue_example_claude_code_cut_mid_line_is_incomplete_and_its_usage_null
     assert use.incomplete == ("transcript ended without its terminal result event; its last line was cut"
                               " mid-way: '{\"type\":\"resu'")
     assert use.usage_missing_reason == use.incomplete
-    assert use.parser == "claude-code.transcript@2"
+    assert use.parser == "claude-code.transcript@3"
 
 
 def test_claude_code_without_a_result_line_is_incomplete_even_when_every_line_is_whole():
@@ -248,15 +248,24 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_s
                                             "input_tokens", "output_tokens", "result", "message", "subtype",
                                             "content", "tools", "model", "name", "input", "text", "is_error",
                                             "tool_use_id", "permission_denials", "modelUsage", "total_cost_usd",
-                                            "error", "aggregated_output", "command"]),
+                                            "error", "aggregated_output", "command", "is_api_error_message",
+                                            "api_error_status", "terminal_reason", "compact_metadata", "pre_tokens",
+                                            "attempt", "max_retries", "retry_delay_ms", "error_status",
+                                            "original_model", "fallback_model", "costBasis", "num_turns", "errors",
+                                            "direction", "choice", "compact_result", "no_response", "waited_ms"]),
                            inner, max_size=5), max_leaves=14)
 TYPES = st.sampled_from(["system", "assistant", "user", "result", "item.started", "item.completed",
                          "turn.started", "turn.completed", "turn.failed", "tool_use", "tool_result", "init",
-                         "command_execution", "agent_message", "completed"])
+                         "command_execution", "agent_message", "completed", "error", "api_retry",
+                         "compact_boundary", "model_fallback", "model_refusal_fallback", "model_consent_fallback",
+                         "permission_denied", "status", "failed", "<synthetic>", "unknown",
+                         "Reconnecting... 1/5 (x)", "model rerouted: a -> b (c)"])
 SHAPED = st.recursive(TYPES | JSONISH, lambda inner: st.dictionaries(
     st.sampled_from(["type", "subtype", "item", "message", "content", "usage", "status", "exit_code", "id",
                      "item_type", "text", "tools", "result", "input", "name", "model", "permission_denials",
-                     "modelUsage", "total_cost_usd", "is_error", "tool_use_id"]), inner, max_size=6), max_leaves=12)
+                     "modelUsage", "total_cost_usd", "is_error", "tool_use_id", "error", "is_api_error_message",
+                     "terminal_reason", "compact_metadata", "costBasis", "num_turns", "attempt", "original_model",
+                     "fallback_model", "compact_result", "choice", "direction"]), inner, max_size=6), max_leaves=12)
 
 
 @settings(max_examples=300, deadline=None)

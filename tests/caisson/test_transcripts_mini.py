@@ -1,7 +1,10 @@
 """mini-swe-agent's trajectory parser on golden trajectories recorded from the real agent
 (mini-swe-agent 2.4.6 in the agent image, on the scripted model: scenarios/model/mini_grep.toml
-and mini_refused_errored.toml; step_limit.json is mini_grep with ``max_turns = 1``). Fed
-whole, byte at a time, at any split, with trailing junk, and cut mid-way."""
+and mini_refused_errored.toml; step_limit.json is mini_grep with ``max_turns = 1``); the
+issue 29 goldens are built from them in 2.4.6's shapes (/work/research/agents/REPORT.md
+section 5): unpriced.json its cost 0.0 under ignore_errors, auth_error.json an exception exit,
+zero_usage.json a call with zeroed usage. Fed whole, byte at a time, at any split, with
+trailing junk, and cut mid-way."""
 
 from __future__ import annotations
 
@@ -9,13 +12,14 @@ import json
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson.agents import ADAPTERS, mini_swe_agent
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, AgentUsage, WitnessRaw, decode_event
+from ledger.events import AgentAnswer, AgentError, AgentToolCall, AgentToolResult, AgentUsage, WitnessRaw, decode_event
+from tests.caisson.transcripts import goldens, kinds, usage_of
 from tests.caisson.transcripts import parse as _parse
-from tests.caisson.transcripts import usage_of
 
 GOLDEN = Path(__file__).with_suffix("")
 SUBMITTED = (GOLDEN / "submitted.json").read_bytes()
@@ -45,7 +49,7 @@ def test_a_submitted_run_gives_its_calls_answer_and_summed_usage():
                          "prompt_tokens_details": {"cached_tokens": 1300},
                          "completion_tokens_details": {"reasoning_tokens": 5}}
     assert (use.normalized.input_tokens, use.normalized.output_tokens) == (2090, 55)
-    assert use.incomplete is None and use.cost_usd == 0.0017 and use.parser == "mini-swe-agent.trajectory@1"
+    assert use.incomplete is None and use.cost_usd == 0.0017 and use.parser == "mini-swe-agent.trajectory@2"
 
 
 def test_a_failing_command_is_errored_and_an_unoffered_tool_is_refused():
@@ -132,3 +136,72 @@ def test_the_adapter_is_registered_ungated_with_an_answer_file_and_bash_only():
     assert (spec.gating, spec.elicitation, spec.static_tools) == ("ungated", "answer_file", ("bash",))
     argv = spec.command("Where?", allowed=["bash"], denied=["Write"], model="gpt-5", max_turns=3)
     assert argv[-6:] == ["-t", "Where?", "-m", "openai/gpt-5", "-c", "agent.step_limit=3"]
+
+
+# --- issue 29: exits that are not a submission, placeholder cost and usage -----------------
+
+GOLDENS = goldens(GOLDEN)
+
+
+def test_a_limit_is_an_error_at_the_exit():
+    assert kinds(parse(STEP_LIMIT), AgentError) == [AgentError(
+        agent="mini-swe-agent", said="exit.exit_status", code="LimitsExceeded", message="LimitsExceeded",
+        cause="limit")]
+
+
+def test_an_exception_exit_is_an_error_with_its_class_and_text_and_its_zero_cost_no_figure():
+    events = parse(GOLDENS["auth_error.json"])
+    [error] = kinds(events, AgentError)
+    assert (error.said, error.code, error.terminal, error.cause) == ("exit.exception", "AuthenticationError", True,
+                                                                     "provider")
+    assert error.message.startswith("litellm.AuthenticationError: AuthenticationError: OpenAIException - Incorrect")
+    assert not kinds(events, AgentAnswer)
+    use = usage_of(events)
+    assert use.cost_usd is None and use.cost_missing_reason.startswith("instance_cost 0.0 after 1 model call(s)")
+
+
+def test_issue_example_an_unpriced_model_costs_unknown_not_zero():
+    use = usage_of(parse(GOLDENS["unpriced.json"]))
+    assert use.cost_usd is None and use.cost_missing_reason == (
+        "instance_cost 0.0 after 2 model call(s): what mini-swe-agent adds for a call litellm cannot price under"
+        " MSWEA_COST_TRACKING=ignore_errors (or a call that raised), not a computed cost")
+    assert use.normalized.total_tokens == 2145 and use.parser == "mini-swe-agent.trajectory@2"
+
+
+def test_a_call_with_zero_usage_leaves_the_sum_unknown():
+    use = usage_of(parse(GOLDENS["zero_usage.json"]))
+    assert use.normalized is None and use.usage_missing_reason == (
+        "model call #2 reports 0 tokens: no call is measured at 0 tokens, so its usage is unknown")
+    assert use.cost_usd == 0.0017  # priced by litellm: a figure
+
+
+def test_a_cost_of_zero_with_no_call_made_stands():
+    doc = json.loads(STEP_LIMIT)
+    doc["messages"] = [m for m in doc["messages"] if m["role"] in ("system", "user", "exit")]
+    doc["info"]["model_stats"] = {"instance_cost": 0.0, "api_calls": 0}
+    use = usage_of(parse(json.dumps(doc).encode()))
+    assert use.cost_usd == 0.0 and use.cost_missing_reason is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(sorted(GOLDENS)), cuts=st.lists(st.integers(0, 6000), max_size=8))
+def test_every_golden_at_any_split_gives_the_same_events(name, cuts):
+    assert parse(GOLDENS[name], cuts) == parse(GOLDENS[name])
+
+
+@pytest.mark.parametrize(("status", "text", "cause"), [
+    ("RuntimeError", "Global cost/call limit exceeded: $3.0100 / 12", "limit"),
+    ("RuntimeError", "Error calculating cost for model openai/x: ...", "agent"),
+    ("RateLimitError", "litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached", "provider"),
+    ("KeyError", "'choices'", "agent"),
+    ("TimeExceeded", None, "limit"),
+    ("RepeatedFormatError", None, "limit"),
+])
+def test_who_ended_the_run_is_read_from_the_exit(status, text, cause):
+    doc = json.loads(STEP_LIMIT)
+    extra = {"exit_status": status, "submission": ""}
+    if text is not None:
+        extra.update(exception_str=text, traceback="Traceback (most recent call last): ...")
+    doc["messages"][-1] = {"role": "exit", "content": text or status, "extra": extra}
+    [error] = kinds(parse(json.dumps(doc).encode()), AgentError)
+    assert (error.code, error.cause, error.message) == (status, cause, text or status)
