@@ -119,7 +119,8 @@ def test_codex_runs_a_scripted_task_ungated_and_its_usage_is_kept_as_reported(co
     assert not (tmp_path / "refused").exists()  # an ungated agent cannot run an arm that withholds
     events = [r.event for r in read_records(run_dir)]
     started = events[0]
-    assert started.agent == {"name": "codex", "gating": "ungated", "version": "0.171.0", "elicitation": "stream"}
+    assert started.agent == {"name": "codex", "gating": "ungated", "version": "0.171.0", "elicitation": "stream",
+                             "model": "gpt-5"}
     assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("exec_command", "executed")]
     assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
     calls = [e for e in events if isinstance(e, LlmCall)]
@@ -154,7 +155,7 @@ def test_mini_swe_agent_runs_a_scripted_task_ungated_from_its_trajectory_file(ag
         os.environ.pop("OPENAI_API_KEY")
     events = [r.event for r in read_records(tmp_path / "run")]
     assert events[0].agent == {"name": "mini-swe-agent", "gating": "ungated", "version": "2.4.6",
-                               "elicitation": "answer_file"}
+                               "elicitation": "answer_file", "model": "gpt-5"}
     assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("bash", "executed")] * 2
     assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
     calls = [e for e in events if isinstance(e, LlmCall)]
