@@ -150,6 +150,7 @@ CASES: tuple[Case, ...] = (
     Case(name="token_liar", command=_probe("token_liar.sh"), model_script="grep_then_answer.toml",
          transcript="claude-code", expect=("tokens.cross_check@1",)),
     Case(name="missing_agent", command=["/opt/agent/bin/not-installed"], expect=("infra.failure@1",)),
+    Case(name="fake_start_failure", command=_probe("fake_start_failure.sh"), clean=("infra.failure@1",)),
     Case(name="host_staller", command=list(STALLED_COMMAND), companion="host_staller", expect=("host.stalled@2",)),
 )
 """The matrix. Probes under intact controls must not trip their detector's void."""
