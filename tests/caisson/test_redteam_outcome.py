@@ -133,3 +133,40 @@ def test_the_clis_exit_status_tells_a_command_status_from_a_chamber_failure(cham
     if code == status:  # README: 124 timeout, 125 chamber failure, 130 Ctrl-C
         raise Bought(f"`caisson record` exited {code}, its own code for a chamber that "
                      f"{ {124: 'timed out', 125: 'failed', 130: 'was interrupted'}[status] }")
+
+
+@pytest.fixture
+def small_filesystem(tmp_path, monkeypatch):
+    """A 96 MiB tmpfs holding the scratch root and the run directory, as the default layout
+    has both on the host's root filesystem (/var/lib/caisson/scratch and the study
+    directory), only smaller; unmounted after the test."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(mnt)], check=True)
+    monkeypatch.setenv("CAISSON_SCRATCH", str(mnt / "scratch"))
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.xfail(strict=True, raises=Bought, reason="caisson#28 item 4: the agent fills the filesystem its tree is"
+                   " bound from (no quota); the recorder's own ledger write then fails, the run is unclosed, and a"
+                   " study counts that as an infra failure and retries")
+def test_filling_the_disk_from_the_tree_does_not_unseal_the_run(chamber_image, small_filesystem):
+    from ledger import verify_ledger
+
+    run_dir = small_filesystem / "run"
+    error = None
+    try:
+        main(["record", "--out", str(run_dir), "--", "sh", "-c",
+              "echo my answer; dd if=/dev/zero of=/work/sandbox/fill bs=1M 2>/dev/null; exit 0"])
+    except OSError as exc:  # the recorder itself died of it
+        error = exc
+    status = verify_ledger(run_dir, ensure_operator_key().verify_key).status
+    if error is not None or status != "ok":  # caisson.study.runner._conclude: state.status != "ok" is infra, retried
+        raise Bought(f"the run's ledger is {status}" + (f"; the recorder raised {error!r}" if error else ""))
