@@ -170,3 +170,47 @@ def test_filling_the_disk_from_the_tree_does_not_unseal_the_run(chamber_image, s
     status = verify_ledger(run_dir, ensure_operator_key().verify_key).status
     if error is not None or status != "ok":  # caisson.study.runner._conclude: state.status != "ok" is infra, retried
         raise Bought(f"the run's ledger is {status}" + (f"; the recorder raised {error!r}" if error else ""))
+
+
+# Turn 1 runs one Bash command: a model call of the tool's own, with the CLI's key from the
+# environment, that the scripted model answers with 50,000 + 20,000 tokens; then the answer.
+SIDE_CALL = '''
+name = "side_call"
+models = ["claude-sonnet-4-5"]
+
+[[turns]]
+match = { last_user_contains = "answer" }
+text = "Let me think elsewhere."
+tool_calls = [{ name = "Bash", arguments = { command = """curl -s -o /dev/null -X POST https://api.anthropic.com/v1/messages -H 'content-type: application/json' -H "x-api-key: $ANTHROPIC_API_KEY" -H 'anthropic-version: 2023-06-01' -d '{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"SIDE work"}]}'; echo SIDE-DONE""" } }]
+stop_reason = "tool_use"
+usage = { input = 900, output = 40 }
+
+[[turns]]
+match = { last_user_contains = "SIDE work" }
+text = "the side model did the work"
+stop_reason = "end_turn"
+usage = { input = 50000, output = 20000 }
+
+[[turns]]
+match = { tool_result_contains = "SIDE-DONE" }
+text = "`answer` is defined in src/app.py:1"
+stop_reason = "end_turn"
+usage = { input = 60, output = 12 }
+''' + _BACKGROUND
+
+
+@pytest.mark.xfail(strict=True, raises=Bought, reason="token figures: model calls the agent's tools make with its key"
+                   " are outside the CLI's result.usage, which outranks the proxy's sum; the disagreement is info only")
+def test_model_calls_made_by_the_agents_tools_are_not_left_out_of_its_figure(agent_image, tmp_path):
+    run_dir = _record_claude(tmp_path, SIDE_CALL)
+    kept: dict[str, bytes] = {}
+    report, records = verify_and_read(run_dir, ensure_operator_key().verify_key, kept_blobs=kept)
+    calls = [r.event for r in records if isinstance(r.event, LlmCall)]
+    measured = sum(c.normalized.total_tokens for c in calls if c.normalized and c.normalized.total_tokens)
+    assert len(calls) == 3 and measured == 71012, [c.normalized for c in calls]  # the set-up: the side call seen
+    live = cell_tokens(rebuilt_records(report, records, kept))
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    voided = [f for f in result.findings if f.effect == VOID]
+    if live.figure is not None and live.figure.total < measured and not live.token_ambiguous and not voided:
+        raise Bought(f"the cell's figure is {live.figure.total} tokens ({live.figure.source}); the proxy saw"
+                     f" {measured} in this run's model calls")
