@@ -50,3 +50,18 @@ def test_a_failure_the_session_recovered_from_does_not_corroborate_a_later_claim
                        cause="provider")
     if "infra_failure" in _verdict(STARTED, PROXY, OVERLOADED, OK, OK, claim):
         raise Bought("a 529 retried successfully at the start made an API error claimed at the end an infra failure")
+
+
+@pytest.mark.xfail(strict=True, raises=Bought, reason="model.switched@1 holds only the last call to the run's model:"
+                   " a tool's own call to a bigger model mid-session (the CLI's key is in its environment) passes")
+def test_a_call_to_a_bigger_model_before_the_last_is_a_switch():
+    from caisson.detectors.inband import model_switched
+
+    started = RunStarted(run_id="r", caisson_version="t", limits={"network": "witnessed"},
+                         agent={"name": "claude-code", "gating": "enforced", "model": "claude-sonnet-4-5"})
+    opus = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-opus-4-1",
+                   served_model="claude-opus-4-1-20250805")
+    records = [Record(seq=i, wall_ns=i, mono_ns=i, source="test", event=e)
+               for i, e in enumerate((started, PROXY, OK, opus, OK))]
+    if not list(model_switched(records, DetectorConfig())):
+        raise Bought("claude-opus-4-1 did the work between two claude-sonnet-4-5 calls: no model_switched")
