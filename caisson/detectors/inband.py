@@ -19,35 +19,39 @@ report can count them and compare the arms.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
 from ledger import Record
-from ledger.events import (AgentAnswer, AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, LlmCall, RunStarted,
+from ledger.events import (AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, LlmCall, RunStarted,
                            WitnessStarted)
 
-__all__ = ["IN_BAND", "MODEL_SWITCHED", "SESSION", "in_band_failure", "model_switched", "session_events"]
+__all__ = ["IN_BAND", "MODEL_SWITCHED", "SESSION", "SIDE_MODELS", "in_band_failure", "model_switched",
+           "session_events"]
 
 IN_BAND = "infra.in_band@1"
 MODEL_SWITCHED = "model.switched@1"
 
 
-@reads(RunStarted, WitnessStarted, LlmCall, AgentError, AgentAnswer)
+@reads(RunStarted, WitnessStarted, LlmCall, AgentError)
 def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
-    """A run of a real agent that never had a working model, or that says it failed.
+    """A run of a real agent that never had a working model, or says its provider failed.
 
     Only runs of an adapter (``run.started.agent`` names one): a plain command may make no
-    model call at all. In order:
+    model call at all. Evidence first, the agent's word second:
 
     - the chamber had no network (``run.started.limits.network`` ``none``): no model could
       be reached; infra failure;
     - the proxy witness ran and saw no model call, or no successful one: infra failure,
-      with the last failure as the provider said it;
-    - the proxy saw the last call fail and the agent gave no answer: infra failure;
-    - the transcript reports a failure (``agent.error``, terminal, not a limit the run set):
-      with a failed call seen by the proxy, infra failure; with every call seen succeeding,
-      a ``claimed_error`` (void, not retried); with no proxy, the agent's own failure
-      (``cause`` agent) is an infra failure and a provider failure it claims is not.
+      with the last failure as the provider said it (the agent cannot act before its first
+      call succeeds);
+    - the transcript says the session ended on a failure (``agent.error``, terminal, not a
+      limit the run set): an infra failure only when the proxy saw the session's last call
+      fail for a reason that is not the request's own (a context overflow, a request too
+      large: the agent's doing, an outcome); otherwise a ``claimed_error``, void and not
+      retried (an earlier failure the session recovered from corroborates nothing, nor
+      does a call a tool made fail). With no proxy, it is a claim.
 
     Yields:
         At most one finding, void: kind ``infra_failure`` or ``claimed_error``.
@@ -57,7 +61,6 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
     proxy = False
     calls: list[tuple[int, LlmCall]] = []
     errors: list[tuple[int, AgentError]] = []
-    answered = False
     for record in records:
         event = record.event
         if isinstance(event, RunStarted):
@@ -68,8 +71,6 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
             calls.append((record.seq, event))
         elif isinstance(event, AgentError) and event.terminal and event.cause != "limit":
             errors.append((record.seq, event))
-        elif isinstance(event, AgentAnswer):
-            answered = True
     if started is None or not started.agent.get("name"):
         return
     agent = started.agent["name"]
@@ -81,45 +82,60 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
         yield infra(f"{agent} had no route to a model: the chamber had no network (the scenario's [egress]"
                     " allows no provider host)", [started_seq])
         return
-    failed = [(seq, call) for seq, call in calls if call.failed is not None]
     said = errors[-1] if errors else None
-    if proxy:
-        if not calls:
-            yield infra(f"{agent} made no model call through the proxy"
-                        + (f"; it said: {_said(said[1])}" if said else ""), [started_seq] + ([said[0]] if said else []))
-            return
-        if len(failed) == len(calls):
-            seq, call = failed[-1]
-            yield infra(f"no model call succeeded ({len(calls)} made); the last: {call.failed}"
-                        + (f"; {agent} said: {_said(said[1])}" if said else ""),
-                        [s for s, _ in failed] + ([said[0]] if said else []))
-            return
-        last_seq, last = calls[-1]
-        if last.failed is not None and not answered:
-            yield infra(f"the session ended on a failed model call: {last.failed}"
-                        + (f"; {agent} said: {_said(said[1])}" if said else ""),
-                        [last_seq] + ([said[0]] if said else []))
-            return
+    tail = [said[0]] if said else []
+    if proxy and not calls:
+        yield infra(f"{agent} made no model call through the proxy"
+                    + (f"; it said: {_said(said[1])}" if said else ""), [started_seq, *tail])
+        return
+    if proxy and all(call.failed is not None for _, call in calls):
+        failed = [seq for seq, _ in calls]
+        yield infra(f"no model call succeeded ({len(calls)} made); the last: {calls[-1][1].failed}"
+                    + (f"; {agent} said: {_said(said[1])}" if said else ""), failed + tail)
+        return
     if said is None:
         return
     seq, error = said
-    if failed:
-        fseq, call = failed[-1]
-        yield infra(f"{agent} said: {_said(error)}; the proxy saw the call fail: {call.failed}", [seq, fseq])
-    elif error.cause == "agent" or (not proxy and error.cause == ""):
-        yield infra(f"{agent} failed: {_said(error)}", [seq])
-    elif proxy:
-        yield Finding(detector=IN_BAND, kind="claimed_error", effect=VOID, evidence=[seq],
-                      message=f"{agent} said its provider failed ({_said(error)}), but every model call the proxy"
-                      f" saw succeeded ({len(calls)}): not an answer, and not an infrastructure failure either")
-    else:
-        yield Finding(detector=IN_BAND, kind="claimed_error", effect=VOID, evidence=[seq],
-                      message=f"{agent} said its provider failed ({_said(error)}); no proxy witness saw its calls")
+    last_seq, last = calls[-1] if calls else (None, None)
+    if last is not None and last.failed is not None and not _requests_own(last.failed):
+        yield infra(f"{agent} said: {_said(error)}; the proxy saw the session's last call fail: {last.failed}",
+                    [seq, last_seq])
+        return
+    why = ("the last call failed for the request's own reason (an outcome, not the provider's failure):"
+           f" {last.failed}" if last is not None and last.failed is not None
+           else f"every model call the proxy saw end the session succeeded ({len(calls)} in all)" if proxy
+           else "no proxy witness saw its calls")
+    yield Finding(detector=IN_BAND, kind="claimed_error", effect=VOID, evidence=[seq],
+                  message=f"{agent} said it failed ({_said(error)}), but {why}: not an answer, and not an"
+                  " infrastructure failure either")
+
+
+_OWN = re.compile(r"prompt is too long|context.{0,24}(?:length|window|limit)|too many tokens|maximum.{0,40}tokens"
+                  r"|request (?:entity )?too large|exceeds? the (?:maximum|limit)", re.IGNORECASE)
+_STATUS = re.compile(r"^error status (\d{3})")
+
+
+def _requests_own(failed: str) -> bool:
+    """Whether a call failed for the request's own reason: a 400, 413 or 422 whose detail says
+    the prompt or request was too long (the context the agent built), not the provider's
+    failure (overload, rate limit, credentials, a server error, a cut stream)."""
+    status = _STATUS.match(failed)
+    return status is not None and status[1] in ("400", "413", "422") and _OWN.search(failed) is not None
 
 
 def _said(error: AgentError) -> str:
     parts = [p for p in (str(error.status) if error.status is not None else None, error.code, error.message) if p]
     return f"{error.said}: " + " ".join(parts)[:300]
+
+
+SIDE_MODELS: dict[str, tuple[str, ...]] = {
+    "claude-code": ("claude-haiku-", "claude-3-5-haiku", "claude-3-haiku"),
+}
+"""Model name prefixes an adapter's CLI asks for itself beside the run's model, for side
+work (Claude Code's "Haiku-class model for background functionality":
+``ANTHROPIC_DEFAULT_HAIKU_MODEL``, formerly ``ANTHROPIC_SMALL_FAST_MODEL``, in its model
+configuration docs; titles and topic checks, as the scripted model's ``[[background]]``
+turns serve). A call for one of them is no switch; any other model is."""
 
 
 @reads(RunStarted, LlmCall, AgentModelSwitch)
@@ -128,36 +144,39 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
 
     - the transcript says the agent switched (``agent.model_switch``: a fallback model, a
       reroute), whatever the proxy saw;
-    - the last successful call the proxy saw (the one the answer came from) asked for
-      another model than ``run.started.agent.model``, the model the run asked the agent to
-      use, by ``model.substituted``'s rule (a dated snapshot of the alias is the same
-      model). Calls before it may ask for a small model of the agent's own (a CLI's side
-      calls), so only the last is held to the run's model.
+    - the proxy saw a successful call ask for another model than ``run.started.agent.model``
+      (the model the run asked the agent to use), by ``model.substituted``'s rule (a dated
+      snapshot of the alias is the same model), other than the small models the adapter's
+      CLI asks for side work (`SIDE_MODELS`).
 
     Yields:
-        A void ``model_switched`` finding per switch reported, and one for the last call.
+        A void ``model_switched`` finding per switch reported, and one per other model asked
+        for (every call's record as evidence).
     """
     from caisson.detectors.model import same_model
 
     want: str | None = None
-    last: tuple[int, LlmCall] | None = None
+    agent = ""
+    asked: dict[str, list[int]] = {}
     for record in records:
         event = record.event
         if isinstance(event, RunStarted):
-            want = event.agent.get("model") or None
+            want, agent = event.agent.get("model") or None, event.agent.get("name") or ""
         elif isinstance(event, AgentModelSwitch):
             yield Finding(detector=MODEL_SWITCHED, kind="model_switched", effect=VOID, evidence=[record.seq],
                           message=f"{event.agent} switched from {event.requested or '?'} to {event.used or '?'}"
                           f" ({event.said}{': ' + event.trigger if event.trigger else ''})")
-        elif isinstance(event, LlmCall) and event.failed is None and event.requested_model:
-            last = (record.seq, event)
-    if want is None or last is None or last[1].provider == "azure":  # Azure's URL names a deployment
+        elif (isinstance(event, LlmCall) and event.failed is None and event.requested_model
+              and event.provider != "azure"):  # Azure's URL names a deployment, not a model
+            asked.setdefault(event.requested_model, []).append(record.seq)
+    if want is None:
         return
-    seq, call = last
-    if not same_model(want, call.requested_model):
-        yield Finding(detector=MODEL_SWITCHED, kind="model_switched", effect=VOID, evidence=[seq],
-                      message=f"the last model call asked for {call.requested_model}; the run asked the agent for"
-                      f" {want}")
+    side = SIDE_MODELS.get(agent, ())
+    for model, seqs in asked.items():
+        if same_model(want, model) or model.startswith(side):
+            continue
+        yield Finding(detector=MODEL_SWITCHED, kind="model_switched", effect=VOID, evidence=seqs,
+                      message=f"{len(seqs)} model call(s) asked for {model}; the run asked the agent for {want}")
 
 
 SESSION = "agent.session@1"

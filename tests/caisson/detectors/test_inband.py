@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from caisson.detectors import DetectorConfig, Finding
@@ -63,34 +64,48 @@ def test_no_network_no_call_and_no_successful_call_are_each_an_infra_failure():
     assert refused.message.startswith("no model call succeeded (2 made)") and refused.evidence == [2, 3]
 
 
-def test_a_retry_that_worked_is_no_failure_and_a_session_that_ended_on_one_is():
+def test_a_retry_that_worked_is_no_failure_and_a_session_that_ended_on_one_is_only_with_the_agents_word():
     assert list(in_band_failure(play(started(), PROXY, OVERLOADED, OK, AgentAnswer(agent="claude-code", text="x")),
                                 CONFIG)) == []
-    [ended] = in_band_failure(play(started(), PROXY, OK, OVERLOADED), CONFIG)  # no answer after it
-    assert ended.message == "the session ended on a failed model call: error status 529: overloaded_error: Overloaded"
-    assert list(in_band_failure(play(started(), PROXY, OK, OVERLOADED, AgentAnswer(agent="claude-code", text="x")),
-                                CONFIG)) == []  # a side call that failed after the answer's
+    # a failed last call and no word from the CLI: a call a tool may have made fail before it killed its CLI
+    assert list(in_band_failure(play(started(), PROXY, OK, OVERLOADED), CONFIG)) == []
+    [ended] = in_band_failure(play(started(), PROXY, OK, OVERLOADED, API_ERROR), CONFIG)
+    assert (ended.kind, ended.evidence) == ("infra_failure", [4, 3])
+    assert ended.message.endswith("the proxy saw the session's last call fail: error status 529: overloaded_error:"
+                                  " Overloaded")
 
 
 def test_an_error_the_proxy_never_saw_is_claimed_void_and_not_retried():
     """The agent cannot buy another attempt with words (the red-team issue's fake message)."""
     [found] = in_band_failure(play(started(), PROXY, OK, OK, API_ERROR), CONFIG)
     assert (found.kind, found.effect, found.evidence) == ("claimed_error", "void", [4])
-    assert "every model call the proxy saw succeeded (2)" in found.message
+    assert "every model call the proxy saw end the session succeeded (2 in all)" in found.message
 
 
-def test_a_failed_call_before_a_later_claimed_error_corroborates_it():
+def test_a_failure_recovered_from_corroborates_nothing_and_a_request_too_long_is_the_agents_own():
     [found] = in_band_failure(play(started(), PROXY, OVERLOADED, OK, API_ERROR), CONFIG)
-    assert found.kind == "infra_failure" and found.evidence == [4, 2]
+    assert found.kind == "claimed_error"
+    too_long = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
+                       failed="error status 400: invalid_request_error: prompt is too long: 210000 tokens > 200000"
+                              " maximum")
+    [own] = in_band_failure(play(started(), PROXY, OK, too_long, API_ERROR), CONFIG)
+    assert own.kind == "claimed_error" and "the request's own reason" in own.message
+    large = msgspec.structs.replace(too_long, failed="error status 413: request_too_large: Request exceeds the"
+                                                     " maximum size")
+    assert [f.kind for f in in_band_failure(play(started(), PROXY, OK, large, API_ERROR), CONFIG)] == [
+        "claimed_error"]
+    auth = msgspec.structs.replace(too_long, failed="error status 401: authentication_error: invalid x-api-key")
+    assert [f.kind for f in in_band_failure(play(started(), PROXY, OK, auth, API_ERROR), CONFIG)] == [
+        "infra_failure"]
 
 
 @pytest.mark.parametrize("error, kind", [
     (AgentError(agent="claude-code", said="result.error_max_turns", code="error_max_turns", cause="limit"), None),
-    (AgentError(agent="claude-code", said="result.error_during_execution", cause="agent"), "infra_failure"),
+    (AgentError(agent="claude-code", said="result.error_during_execution", cause="agent"), "claimed_error"),
     (AgentError(agent="claude-code", said="error", code="ContextOverflowError", cause="provider", terminal=False),
      None),  # the session went on
 ])
-def test_a_limit_and_a_notice_are_outcomes_and_the_clis_own_crash_is_infra(error, kind):
+def test_a_limit_and_a_notice_are_outcomes_and_the_clis_own_crash_alone_is_a_claim(error, kind):
     found = list(in_band_failure(play(started(), PROXY, OK, error), CONFIG))
     assert [f.kind for f in found] == ([kind] if kind else [])
 
@@ -105,12 +120,15 @@ def test_model_switched_by_the_agents_word_or_by_the_last_call_it_made():
                                 used="claude-haiku-4-5", trigger="overloaded")
     assert [(f.kind, f.evidence) for f in model_switched(play(started(), fallback, OK), CONFIG)] == [
         ("model_switched", [1])]
-    haiku = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-haiku-4-5")
-    [found] = model_switched(play(started(), OK, haiku), CONFIG)
+    opus = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-opus-4-1")
+    [found] = model_switched(play(started(), OK, opus, OK), CONFIG)
     assert found == Finding(detector=MODEL_SWITCHED, kind="model_switched", effect="void", evidence=[2],
-                            message="the last model call asked for claude-haiku-4-5; the run asked the agent for"
+                            message="1 model call(s) asked for claude-opus-4-1; the run asked the agent for"
                                     " claude-sonnet-4-5")
-    assert list(model_switched(play(started(), haiku, OK), CONFIG)) == []  # a side call before the answer's
+    haiku = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-haiku-4-5")
+    assert list(model_switched(play(started(), haiku, OK, haiku), CONFIG)) == []  # Claude Code's side calls
+    assert [f.kind for f in model_switched(play(started(agent="codex", model="gpt-5"), haiku), CONFIG)] == [
+        "model_switched"]  # no side model of Codex's
     snapshot = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5-20250929")
     assert list(model_switched(play(started(), snapshot), CONFIG)) == []
     assert list(model_switched(play(started(model=None), haiku), CONFIG)) == []  # the agent's default: no claim

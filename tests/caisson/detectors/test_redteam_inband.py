@@ -35,16 +35,12 @@ def _verdict(*events) -> list[str]:
     return [f.kind for f in in_band_failure(records, DetectorConfig())]
 
 
-@pytest.mark.xfail(strict=True, raises=Bought, reason="#29 item 1: a transcript saying the CLI itself failed (cause"
-                   " 'agent') is an infra_failure although the proxy saw every call succeed")
 def test_the_clis_own_word_that_it_failed_buys_no_retry_when_every_call_succeeded():
     said = AgentError(agent="claude-code", said="result.error_during_execution", cause="agent")
     if "infra_failure" in _verdict(STARTED, PROXY, OK, OK, said):
         raise Bought("an error only the transcript reports, every proxy call a success: retried")
 
 
-@pytest.mark.xfail(strict=True, raises=Bought, reason="#29 item 1: one transient failure the agent already retried"
-                   " past corroborates any provider error it claims at the end")
 def test_a_failure_the_session_recovered_from_does_not_corroborate_a_later_claim():
     claim = AgentError(agent="claude-code", said="result.is_error", status=400, message="API Error: 400 ...",
                        cause="provider")
@@ -52,8 +48,6 @@ def test_a_failure_the_session_recovered_from_does_not_corroborate_a_later_claim
         raise Bought("a 529 retried successfully at the start made an API error claimed at the end an infra failure")
 
 
-@pytest.mark.xfail(strict=True, raises=Bought, reason="model.switched@1 holds only the last call to the run's model:"
-                   " a tool's own call to a bigger model mid-session (the CLI's key is in its environment) passes")
 def test_a_call_to_a_bigger_model_before_the_last_is_a_switch():
     from caisson.detectors.inband import model_switched
 
