@@ -204,7 +204,11 @@ class ContainerResult(msgspec.Struct, frozen=True, kw_only=True):
     ended_ns: int
     """Wall clock when the exit (or the engine failure) was seen, ns since the epoch."""
     error: str | None = None
-    """Set when the engine failed mid-run or the container could not be removed."""
+    """Set when the engine failed mid-run (the run is then an infrastructure failure)."""
+    cleanup_error: str | None = None
+    """Set when the container could not be removed after it ended (e.g. a writable layer
+    the chamber filled with files outlasted the removal's time): the run stands as it
+    ended, and the container, labelled, is reaped later."""
 
 
 class _EngineFailure(ChamberError):
@@ -408,10 +412,9 @@ class Engine:
             removal_error: str | None = f"removal took over {_CLEANUP_S:.0f} s"
             with trio.move_on_after(_CLEANUP_S, shield=True):
                 removal_error = await self._remove(container)
-        if removal_error is not None:
-            note = f"container {container.id[:12]} not removed ({removal_error})"
-            error = f"{result.error}; {note}" if result.error else note
-            result = msgspec.structs.replace(result, error=error)
+        if removal_error is not None:  # the run is over whatever its removal does: the reaper takes it later
+            result = msgspec.structs.replace(
+                result, cleanup_error=f"container {container.id[:12]} not removed ({removal_error})")
         return result
 
     async def _supervise(

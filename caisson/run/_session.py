@@ -397,6 +397,8 @@ def _ended(result: ContainerResult, run_id: str, run_dir: Path) -> tuple[RunEnde
     reason = result.error or ("wall deadline reached; the chamber was killed" if result.timed_out else "")
     if result.oom_killed:  # a process of the chamber, maybe not the command itself (see process.exit)
         reason = (reason + "; " if reason else "") + "the kernel's OOM killer killed a process of the chamber"
+    if result.cleanup_error:  # after the end: no verdict about the run
+        reason = (reason + "; " if reason else "") + result.cleanup_error + " (it is reaped later)"
     if result.output_truncated:
         reason = (reason + "; " if reason else "") + (
             f"stdout and stderr reached the engine's log cap ({LOG_CAP_BYTES // 2**20} MiB): the oldest may be lost")

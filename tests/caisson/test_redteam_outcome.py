@@ -216,9 +216,6 @@ def test_model_calls_made_by_the_agents_tools_are_not_left_out_of_its_figure(age
                      f" {measured} in this run's model calls")
 
 
-@pytest.mark.xfail(strict=True, raises=Bought, reason="caisson#28 item 4: files the agent leaves in its container's"
-                   " own layer make `docker rm` outlast _CLEANUP_S; 'container not removed' is then the run's error,"
-                   " infra_failure, retried. Scaled down here (1 s, 200,000 files); at 30 s about 3 million files do it")
 def test_files_left_in_the_container_layer_do_not_make_the_run_an_infra_failure(chamber_image, tmp_path, monkeypatch):
     import caisson.chamber._docker as docker
 
