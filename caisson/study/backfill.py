@@ -43,7 +43,7 @@ from caisson import __version__
 from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
 from caisson.errors import UsageError
 from caisson.replay import BLOB_ROLES, rebuilt_records
-from caisson.report import FIRST_PARTY, CellTokens, TokenFigure, backfill_figure, cell_tokens
+from caisson.report import FIRST_PARTY, PROXY, CellTokens, TokenFigure, backfill_figure, cell_tokens
 from caisson.study.studyledger import (announce, enrolled_keys, read_study, run_trust, sealed_state, segments,
                                       study_lock)
 from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, locate
@@ -176,6 +176,13 @@ def derive(run_dir: Path, records: list[Record], live: CellTokens) -> tuple[Toke
         return None, "no session file of a known layout"
     if usage.normalized is None or usage.normalized.total_tokens is None:
         return None, usage.usage_missing_reason or "no figure"
+    total, seen = usage.normalized.total_tokens, live.figure
+    if seen is not None and seen.rank == PROXY and abs(total - seen.total) > max(10, seen.total // 100):
+        # The files are written in the chamber, where the agent's tools can rewrite them; the
+        # proxy's figure is what the provider sent for the same calls: the files must agree.
+        return None, (f"the agent's session files give {total} tokens where the proxy measured {seen.total} for its"
+                      " calls: not backfilled (the files are the agent's to write, the proxy's figure is the"
+                      " provider's)")
     event = TokenBackfilled(target="cell", run_id="", run_dir="", ledger_head="", token_source=usage.token_source,
                             parser=usage.parser, usage=usage.usage, normalized=usage.normalized,
                             cost_usd=usage.cost_usd, blobs=sorted({f.blob_sha256 for f in stored

@@ -105,8 +105,6 @@ usage = { input = 900, cache_write = 2048, output = 40 }
 ''' + _BACKGROUND
 
 
-@pytest.mark.xfail(strict=True, raises=Bought, reason="token figures: a session file the agent rewrote outranks the"
-                   " proxy's measured sum once `caisson study backfill` runs (caisson.report.with_backfill)")
 def test_a_session_file_the_agent_rewrote_does_not_replace_the_proxys_figure(agent_image, tmp_path):
     run_dir = _record_claude(tmp_path, FORGE_SESSION_FILE)
     kept: dict[str, bytes] = {}

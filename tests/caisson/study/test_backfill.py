@@ -34,8 +34,12 @@ PATH = ".claude/projects/-work-sandbox/s.jsonl"
 LATE = "first_party_backfill:claude-code session files (messages[].usage)"
 
 
-RESPONSE = (b'{"type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [],'
-            b' "stop_reason": "end_turn", "usage": {"input_tokens": 700, "output_tokens": 7}}')
+def _response(session: bytes | None) -> bytes:
+    """The response the proxy kept: the calls the session file counts (the files must agree
+    with the proxy to be backfilled), or 700 + 7 for a run without one."""
+    i, o = {CLAUDE: (5956, 52), BASE: (5956, 42)}.get(session, (700, 7))  # type: ignore[arg-type]
+    return (b'{"type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [],'
+            b' "stop_reason": "end_turn", "usage": {"input_tokens": %d, "output_tokens": %d}}' % (i, o))
 
 
 def _run(run_dir: Path, key, *, session: bytes | None = None, first_party: int | None = None) -> tuple[str, int, str]:
@@ -47,14 +51,15 @@ def _run(run_dir: Path, key, *, session: bytes | None = None, first_party: int |
         # the bodies the proxy kept: replay and the report rebuild the call from them
         request = w.put_blob(b'{"model": "claude-sonnet-4-5", "messages": []}', role="http.request_body",
                              media_type="application/json")
-        response = w.put_blob(RESPONSE, role="http.response_body", media_type="application/json")
+        body = _response(session)
+        response = w.put_blob(body, role="http.response_body", media_type="application/json")
         w.append(HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
                               status=200, request_headers=[("x-claude-code-session-id", "s1")],
                               response_headers=[("content-type", "application/json")],
-                              request_bytes=46, response_bytes=len(RESPONSE), request_body_sha256=request,
+                              request_bytes=46, response_bytes=len(body), request_body_sha256=request,
                               response_body_sha256=response), source="proxy")
         # as a parser with a bug wrote it live (70 for 700): backfill and the report read the call
-        # rebuilt from the bodies, 707 tokens, as every figure below says
+        # rebuilt from the bodies (the figures below say so)
         w.append(LlmCall(provider="anthropic", endpoint="messages", usage={"input_tokens": 70, "output_tokens": 7},
                          normalized=LlmUsage(input_tokens=70, output_tokens=7, total_tokens=77)), source="proxy")
         if first_party is not None:
@@ -107,8 +112,8 @@ def test_backfill_fills_proxy_only_figures_once_and_never_a_first_party_one(stud
     assert main(["study", "backfill", str(study)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        f"BACKFILL baseline a/claude-code/m: 707 (proxy:llm.call) -> 5998 ({LATE})",
-        f"BACKFILL cell late: 707 (proxy:llm.call) -> 6008 ({LATE})",
+        f"BACKFILL baseline a/claude-code/m: 5998 (proxy:llm.call) -> 5998 ({LATE})",
+        f"BACKFILL cell late: 6008 (proxy:llm.call) -> 6008 ({LATE})",
         "         cell none: 707 (proxy:llm.call) -> no figure: no session file collected",
         f"wrote 2 figure(s) to {study / BACKFILL_DIR / '000'}",
     ]  # cell live (first-party 4000) is not even listed: never touched
@@ -119,7 +124,7 @@ def test_backfill_fills_proxy_only_figures_once_and_never_a_first_party_one(stud
     assert verify_study(study, key.verify_key).status == "ok"
     latest = read_backfill(study, key.verify_key)
     assert sorted((e.target, e.cell_id, e.previous_total, e.normalized.total_tokens) for e in latest.values()) == [
-        ("baseline", "", 707, 5998), ("cell", "late", 707, 6008)]
+        ("baseline", "", 5998, 5998), ("cell", "late", 6008, 6008)]
     # Twice: nothing new, no new segment, no byte changed.
     assert main(["study", "backfill", str(study)]) == 0
     again = capsys.readouterr().out.splitlines()
@@ -281,3 +286,25 @@ wall_seconds = 120
     # the agent's own count (5956 in, 52 out: test_agents.py's live result.usage), now first-party
     assert (cell.tokens.input, cell.tokens.output, cell.tokens.source) == (5956, 52, LATE)
     assert main(["verify", str(tmp_path / "study")]) == 0
+
+
+def test_session_files_the_proxy_contradicts_are_not_backfilled(tmp_path):
+    """The files are written in the chamber, where the agent's tools can rewrite them (the
+    red team's test_a_session_file_the_agent_rewrote...): where the proxy measured the run's
+    calls, a backfilled figure must agree with it, else it is not taken."""
+    from caisson.report import CellTokens, TokenFigure
+    from caisson.study.backfill import derive
+    from ledger import read_records
+
+    key = ensure_operator_key()
+    run = tmp_path / "run"
+    _run(run, key, session=CLAUDE)
+    records = list(read_records(run, key.verify_key))
+    agree = CellTokens(figure=TokenFigure(total=6008, rank="proxy", source="proxy:llm.call"))
+    event, why = derive(run, records, agree)
+    assert event is not None and event.normalized.total_tokens == 6008 and why == ""
+    measured = CellTokens(figure=TokenFigure(total=2988, rank="proxy", source="proxy:llm.call"))
+    event, why = derive(run, records, measured)
+    assert event is None and why.startswith("the agent's session files give 6008 tokens where the proxy measured 2988")
+    nothing = CellTokens(null_reason="1 of 1 proxy-observed calls without usage (seq 3: stream cut)")
+    assert derive(run, records, nothing)[0] is not None  # nothing measured: the files fill the null
