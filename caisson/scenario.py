@@ -138,6 +138,10 @@ class Limits(_Strict):
     """Memory limit of the chamber, in bytes (default 2 GiB)."""
     cpus: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     """CPU quota, in CPUs."""
+    disk_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4 * 1024**3
+    """Space the chamber may write, in bytes (default 4 GiB): its tree and config home, and
+    its /tmp and /var/tmp, are each a tmpfs of this size, never the host's disk (what it
+    writes there is charged to its memory as well)."""
 
 
 class Egress(_Strict):

@@ -144,6 +144,10 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     engine's, which name the container id and copy the host's resolver; None: the engine's."""
     hostname: str = CHAMBER_HOSTNAME
     """The chamber's host name; empty: the engine's (the container id's first 12 hex)."""
+    tmpfs: dict[str, str] = msgspec.field(default_factory=dict)
+    """Paths in the container mounted as a tmpfs of their own, with their mount options
+    (``HostConfig.Tmpfs``): what the chamber writes there (its /tmp) is bounded and never
+    reaches the host's disk through the container's writable layer."""
     cap_add: list[str] = msgspec.field(default_factory=list)
     """Extra capabilities for the container's root (e.g. SYS_PTRACE for an in-chamber tracer);
     a process that drops to an unprivileged user loses them."""
@@ -586,6 +590,8 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
                                                   "compress": "false"}},
         "CapAdd": list(spec.cap_add),
     }
+    if spec.tmpfs:
+        host_config["Tmpfs"] = dict(spec.tmpfs)
     if spec.dns and spec.etc_dir is None:
         host_config["Dns"] = list(spec.dns)
     if spec.seccomp is not None:

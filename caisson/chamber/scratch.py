@@ -17,6 +17,7 @@ that can take the lock (`claim`) holds the proof that no process holds the direc
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import json
@@ -28,8 +29,8 @@ from pathlib import Path
 
 from caisson.chamber.sandbox import _rmtree
 
-__all__ = ["RECORDER_FILE", "SCRATCH_ENV", "SCRATCH_ROOT", "ScratchDir", "claim", "open_scratch", "remove_tree",
-           "scratch_root"]
+__all__ = ["CHAMBER_DIR", "RECORDER_FILE", "SCRATCH_ENV", "SCRATCH_ROOT", "ScratchDir", "claim", "mount_chamber_fs",
+           "open_scratch", "remove_tree", "scratch_root"]
 
 RECORDER_FILE = "recorder.json"
 """The file in a scratch directory that holds its recorder's labels, as a JSON object."""
@@ -137,14 +138,78 @@ def claim(path: Path) -> int | None:
     return fd
 
 
+CHAMBER_DIR = "chamber"
+"""The subdirectory of a scratch directory that holds what the chamber is given (tree,
+config home, /etc files, witness FIFOs): a tmpfs of its own where the recorder may mount one."""
+
+
+def mount_chamber_fs(path: Path, size_bytes: int) -> tuple[Path, bool]:
+    """Make ``path/chamber`` and, as root and in the engine's mount namespace, mount a tmpfs
+    there of ``size_bytes`` (mode 0711).
+
+    What the chamber writes into it (its tree, its config home) is then bounded and kept off
+    the host's disk, where the run's ledger is written: an agent that fills it fills its own
+    space, charged to its memory as it writes (tmpfs pages are charged to the writer's
+    memory cgroup), never the recorder's disk. And the chamber's mount table names only
+    ``/sandbox``, ``/home``...: paths within the tmpfs, nothing of the host's.
+
+    Returns:
+        (the directory, whether a tmpfs is mounted there); not as root, or where the engine
+        would not see the mount: a plain directory.
+
+    Raises:
+        OSError: the directory cannot be made, or the mount failed as root.
+    """
+    chamber = path / CHAMBER_DIR
+    chamber.mkdir(mode=0o711)
+    if os.geteuid() != 0 or not _engine_shares_mounts():
+        return chamber, False
+    ms_nosuid, ms_nodev = 2, 4  # mount(2) flags; tmpfs(5) takes size and mode as data
+    options = f"size={size_bytes},mode=0711".encode()
+    if _libc().mount(b"tmpfs", os.fsencode(chamber), b"tmpfs", ms_nosuid | ms_nodev, options) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot mount a tmpfs at {chamber}: {os.strerror(err)}")
+    return chamber, True
+
+
+ENGINE_PIDFILES = ("/run/docker.pid", "/var/run/docker.pid")
+"""Where dockerd writes its pid (its ``--pidfile`` default)."""
+
+
+def _engine_shares_mounts() -> bool:
+    """Whether a mount made here is seen by the engine: this process and dockerd are in one
+    mount namespace. A recorder in a namespace of its own (``unshare -m``, a container) would
+    hand the engine an empty directory; unknown (no pidfile, dockerd not visible) is no."""
+    for pidfile in ENGINE_PIDFILES:
+        try:
+            pid = int(Path(pidfile).read_text().strip())
+            return os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _unmount(chamber: Path) -> None:
+    """Detach a tmpfs mounted at ``chamber`` (MNT_DETACH: it goes once no one uses it)."""
+    if os.path.ismount(chamber) and _libc().umount2(os.fsencode(chamber), 2) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot unmount {chamber}: {os.strerror(err)}")
+
+
 def remove_tree(path: Path) -> None:
-    """Delete the scratch directory ``path``, read-only parts too, its ``recorder.json`` last.
+    """Delete the scratch directory ``path``, read-only parts too, its ``recorder.json`` last
+    (its chamber tmpfs unmounted first).
 
     Raises:
         OSError: something could not be removed (``recorder.json`` is then still there).
     """
     if not path.is_dir() or path.is_symlink():
         return
+    _unmount(path / CHAMBER_DIR)
     for child in path.iterdir():
         if child.name == RECORDER_FILE:
             continue

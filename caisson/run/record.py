@@ -43,7 +43,7 @@ from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
 from caisson.chamber.image import image_tag
 from caisson.chamber.reap import reap, recorder_identity, recorder_labels
-from caisson.chamber.scratch import open_scratch
+from caisson.chamber.scratch import mount_chamber_fs, open_scratch
 from caisson.chamber.sandbox import Sandbox, build_sandbox
 from caisson.run.plan import WEAKENABLE, RecordOptions, RunPlan, plan_run
 from caisson.scenario import Scenario, load_scenario, scenario_digest
@@ -155,8 +155,11 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             held = open_scratch(owner)  # made with its owner in place, and held while this process lives
         except OSError as exc:
             raise UsageError(f"cannot make the run's scratch directory: {exc}") from exc
-        scratch = held.path
         try:
+            try:
+                scratch, _ = mount_chamber_fs(held.path, scenario.limits.disk_bytes)
+            except OSError as exc:
+                raise UsageError(f"cannot make the chamber's filesystem: {exc}") from exc
             sandbox, binds = await _build_trees(plan, options, scenario, scratch)
             key = ensure_operator_key()
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -178,7 +181,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 scenario_digest=scenario_digest(options.scenario) if options.scenario else None,
                 env=chamber_env.recorded,
                 limits={"wall_seconds": plan.timeout_s, "pids": limits.pids, "memory_bytes": limits.memory_bytes,
-                        "cpus": limits.cpus, "network": plan.network, "user": plan.user},
+                        "cpus": limits.cpus, "disk_bytes": limits.disk_bytes, "network": plan.network,
+                        "user": plan.user},
                 image_id=image_id,
                 host=_host_facts(engine_info),
                 question_id=plan.question.id if plan.question else None,
@@ -201,6 +205,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 labels={"caisson.run_dir": str(run_dir.resolve()), **owner},
                 limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
                               nano_cpus=int(limits.cpus * 1e9)),
+                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={limits.disk_bytes}",
+                       "/var/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={limits.disk_bytes}"},
                 network_mode="none",  # the session puts it on its witnessed network
                 etc_dir=str(scratch / "etc"),  # its own resolv.conf (no nameserver without a network), hosts, hostname
                 deadline_s=plan.timeout_s,
