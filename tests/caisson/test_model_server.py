@@ -640,3 +640,15 @@ def test_player_answers_any_body_without_raising(endpoint: str, body: Any) -> No
     assert reply.status in (200, 400)
     if reply.status == 400:
         assert p.unexpected and p.next_turn["default"] == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(endpoint=st.sampled_from(list(ENDPOINTS)), bodies=st.lists(json_values, min_size=1, max_size=4))
+def test_a_failing_script_answers_any_bodies_without_raising(endpoint: str, bodies: list[Any]) -> None:
+    """Failures are played only to requests the turn matches, and never more than ``times``."""
+    p = ScriptPlayer(load_model_script(ROOT / "scenarios" / "model" / "overloaded_then_answer.toml"),
+                     log=lambda line: None)
+    statuses = [p.handle("POST", ENDPOINTS[endpoint], {}, msgspec.json.encode(b)).status for b in bodies]
+    assert set(statuses) <= {200, 400, 529}
+    assert statuses.count(529) == sum(s.failed for s in p.served) <= 2
+    assert p.failures["default"] <= 2 and p.next_turn["default"] <= 1
