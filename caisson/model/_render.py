@@ -44,7 +44,8 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
         headers: (name, value) pairs, without Content-Length / Transfer-Encoding.
         body: the whole body when not streamed, bytes.
         events: the SSE chunks when streamed, each one complete event (ends ``\\n\\n``).
-        cut: see below.
+        cut: the server closes the connection after ``events`` without ending the body
+            (a chunked body with no last chunk): a stream cut before its terminal event.
     """
 
     status: int
@@ -52,8 +53,6 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     body: bytes = b""
     events: tuple[bytes, ...] | None = None
     cut: bool = False
-    """The server closes the connection after ``events`` without ending the body (a chunked
-    body with no last chunk): a stream cut before its terminal event."""
 
     def payload(self) -> bytes:
         """The body as sent: ``body``, or the SSE chunks joined."""
