@@ -157,7 +157,8 @@ CASES: tuple[Case, ...] = (
     Case(name="claude_code/midstream_error", command=[], agent="claude-code", model_script="midstream_error.toml",
          expect=("infra.in_band@1",)),
     Case(name="claude_code/overloaded", command=[], agent="claude-code", arm="no-write",
-         model_script="overloaded_then_answer.toml", clean=("infra.in_band@1", "model.switched@1")),  # retried: clean
+         model_script="overloaded_then_answer.toml", expect=("agent.session@1",),  # its two retries, shown
+         clean=("infra.in_band@1", "model.switched@1")),  # an honest retry: not void
     Case(name="codex/stream_failed", command=[], agent="codex", model_script="codex_stream_failed.toml",
          expect=("infra.in_band@1",)),
     Case(name="claude_code/no_model", command=[], agent="claude-code", expect=("infra.in_band@1",),
@@ -385,7 +386,8 @@ BOTH_WITNESSES_ONLY = {"witness.disagreement@1"}
 """Detectors that compare two syscall witnesses: shown only by ``--syscall-witness both``."""
 
 INFO_DETECTORS = {"enforcement.tool_audit@1", "network.denied_egress@2", "tokens.cross_check@1",
-                  "containment.denied_syscall@1", "model.unrecognised_call@1", "witness.evasion@1"}
+                  "containment.denied_syscall@1", "model.unrecognised_call@1", "witness.evasion@1",
+                  "agent.session@1"}
 """Detectors whose findings are shown, never voiding (the control held): they fire with info."""
 
 
