@@ -17,7 +17,9 @@ list of SSE chunks) out. Shapes follow the providers' API references:
   ``.done``, ``response.output_item.done``, ``response.completed`` or
   ``response.incomplete``, each with ``sequence_number``).
 
-Text and tool arguments are split into a few deltas so clients exercise reassembly.
+Text and tool arguments are split into a few deltas so clients exercise reassembly. A
+scripted failure (`render_error`) is an HTTP error in the provider's shape, or a stream that
+opens and then fails (an error event, ``response.failed``, or a cut).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from typing import Any
 
 import msgspec
 
-from caisson.model.script import Turn, render_usage
+from caisson.model.script import ScriptedError, Turn, render_usage
 
-__all__ = ["Reply", "error_reply", "json_reply", "render_turn"]
+__all__ = ["Reply", "error_reply", "json_reply", "render_error", "render_turn"]
 
 _FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 """Anthropic stop reason -> OpenAI Chat ``finish_reason``."""
@@ -42,12 +44,15 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
         headers: (name, value) pairs, without Content-Length / Transfer-Encoding.
         body: the whole body when not streamed, bytes.
         events: the SSE chunks when streamed, each one complete event (ends ``\\n\\n``).
+        cut: the server closes the connection after ``events`` without ending the body
+            (a chunked body with no last chunk): a stream cut before its terminal event.
     """
 
     status: int
     headers: tuple[tuple[str, str], ...]
     body: bytes = b""
     events: tuple[bytes, ...] | None = None
+    cut: bool = False
 
     def payload(self) -> bytes:
         """The body as sent: ``body``, or the SSE chunks joined."""
@@ -64,7 +69,9 @@ def json_reply(status: int, obj: Any, headers: tuple[tuple[str, str], ...] = ())
                  body=_json(obj))
 
 
-def error_reply(provider: str, status: int, kind: str, message: str, request_id: str) -> Reply:
+def error_reply(provider: str, status: int, kind: str, message: str, request_id: str, *,
+                code: str | None = None, param: str | None = None,
+                headers: tuple[tuple[str, str], ...] = ()) -> Reply:
     """An error in the provider's shape (Anthropic, else OpenAI).
 
     Args:
@@ -72,14 +79,16 @@ def error_reply(provider: str, status: int, kind: str, message: str, request_id:
         status: HTTP status, 4xx or 5xx.
         kind: the error ``type`` (e.g. ``invalid_request_error``).
         message: the human-readable message.
-        request_id: sent as ``request-id`` / ``x-request-id``.
+        request_id: sent as ``request-id`` / ``x-request-id`` (and Anthropic's body ``request_id``).
+        code, param: OpenAI's ``error.code`` and ``error.param`` (null when None).
+        headers: more response headers (``retry-after``, ``x-should-retry``).
     """
     if provider == "anthropic":
         obj: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message},
                                "request_id": request_id}
-        return json_reply(status, obj, (("request-id", request_id),))
-    obj = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
-    return json_reply(status, obj, (("x-request-id", request_id),))
+        return json_reply(status, obj, (("request-id", request_id), *headers))
+    obj = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return json_reply(status, obj, (("x-request-id", request_id), *headers))
 
 
 def _pieces(text: str, parts: int = 3) -> list[str]:
@@ -95,10 +104,10 @@ def _sse(obj: dict[str, Any], named: bool = True) -> bytes:
     return head + b"data: " + _json(obj) + b"\n\n"
 
 
-def _stream_reply(events: list[bytes], request_id_header: tuple[str, str]) -> Reply:
+def _stream_reply(events: list[bytes], request_id_header: tuple[str, str], cut: bool = False) -> Reply:
     headers = (("content-type", "text/event-stream; charset=utf-8"),
                ("cache-control", "no-cache"), request_id_header)
-    return Reply(status=200, headers=headers, events=tuple(events))
+    return Reply(status=200, headers=headers, events=tuple(events), cut=cut)
 
 
 def _tool_id(turn: Turn, i: int, prefix: str, seq: int) -> str:
@@ -220,23 +229,13 @@ def _responses(turn: Turn, model: str, stream: bool, seq: int, created: int) -> 
         items.append({"id": f"fc_caisson{seq:06d}x{i}", "type": "function_call",
                       "status": item_status, "call_id": _tool_id(turn, i, "call_", seq),
                       "name": call.name, "arguments": call.arguments_json()})
-    response = {
-        "id": rid, "object": "response", "created_at": created,
-        "status": "incomplete" if incomplete else "completed", "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "instructions": None, "max_output_tokens": None, "model": model, "output": items,
-        "parallel_tool_calls": True, "previous_response_id": None,
-        "reasoning": {"effort": None, "summary": None}, "store": False, "temperature": 1.0,
-        "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "top_p": 1.0,
-        "truncation": "disabled", "usage": render_usage("responses", turn.usage),
-        "user": None, "metadata": {},
-    }
+    response = dict(_response_object(rid, model, created),
+                    status="incomplete" if incomplete else "completed",
+                    incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
+                    output=items, usage=render_usage("responses", turn.usage))
     if not stream:
         return json_reply(200, response, (("x-request-id", req_id),))
-    events: list[dict[str, Any]] = []
-    pending = dict(response, status="in_progress", incomplete_details=None, output=[], usage=None)
-    events.append({"type": "response.created", "response": pending})
-    events.append({"type": "response.in_progress", "response": pending})
+    events = _responses_opening(rid, model, created)
     for n, item in enumerate(items):
         where = {"item_id": item["id"], "output_index": n}
         if item["type"] == "message":
@@ -262,8 +261,108 @@ def _responses(turn: Turn, model: str, stream: bool, seq: int, created: int) -> 
         events.append({"type": "response.output_item.done", "output_index": n, "item": item})
     terminal = "response.incomplete" if incomplete else "response.completed"
     events.append({"type": terminal, "response": response})
-    chunks = [_sse({"type": e["type"], "sequence_number": i, **e}) for i, e in enumerate(events)]
-    return _stream_reply(chunks, ("x-request-id", req_id))
+    return _stream_reply(_numbered(events), ("x-request-id", req_id))
+
+
+def _response_object(rid: str, model: str, created: int) -> dict[str, Any]:
+    """A ``response`` object in progress: no output, no usage yet."""
+    return {
+        "id": rid, "object": "response", "created_at": created, "status": "in_progress", "error": None,
+        "incomplete_details": None, "instructions": None, "max_output_tokens": None, "model": model,
+        "output": [], "parallel_tool_calls": True, "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None}, "store": False, "temperature": 1.0,
+        "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "top_p": 1.0,
+        "truncation": "disabled", "usage": None, "user": None, "metadata": {},
+    }
+
+
+def _responses_opening(rid: str, model: str, created: int) -> list[dict[str, Any]]:
+    """``response.created`` and ``response.in_progress``, each with the response in progress."""
+    pending = _response_object(rid, model, created)
+    return [{"type": "response.created", "response": pending},
+            {"type": "response.in_progress", "response": pending}]
+
+
+def _numbered(events: list[dict[str, Any]]) -> list[bytes]:
+    """Responses stream events as SSE, each with its ``sequence_number`` from 0."""
+    return [_sse({"type": e["type"], "sequence_number": i, **e}) for i, e in enumerate(events)]
+
+
+# --- scripted failures ---------------------------------------------------------------
+
+
+def render_error(endpoint: str, error: ScriptedError, *, model: str, stream: bool, seq: int = 0,
+                 created: int = 0) -> Reply:
+    """Render a scripted failure in the request's API shape.
+
+    An HTTP error: the status with the provider's error body (Anthropic ``{"type": "error",
+    "error": {"type", "message"}, "request_id"}`` with a ``request-id`` header, "Errors",
+    https://docs.anthropic.com/en/api/errors; OpenAI ``{"error": {"message", "type", "param",
+    "code"}}`` with ``x-request-id``, "Error codes",
+    https://platform.openai.com/docs/guides/error-codes), plus ``retry-after`` and
+    ``x-should-retry`` when the script sets them (the headers @anthropic-ai/sdk 0.128.0,
+    bundled in Claude Code 2.1.328, reads in ``shouldRetry`` / ``retryRequest``, as the
+    openai SDKs do).
+
+    With ``midstream`` and a streamed request, a 200 stream that opens and then fails:
+
+    - ``messages``: ``message_start`` and ``ping``, then (``error``) the ``error`` event,
+      ``{"type": "error", "error": {"type", "message"}}`` ("Streaming Messages", Error
+      events: an ``overloaded_error`` mid-stream is what a 529 is elsewhere);
+    - ``chat.completions``: the first chunk (the assistant role), then (``error``) a chunk
+      that is an error object, ``{"error": {...}}`` (what the openai SDKs raise on in a stream);
+    - ``responses``: ``response.created`` and ``response.in_progress``, then (``error``) the
+      ``error`` event ``{"type": "error", "code", "message", "param", "sequence_number"}``, or
+      (``response.failed``) ``response.failed`` whose response has ``status: failed`` and
+      ``error: {"code", "message"}`` ("Streaming events", Responses API reference);
+    - ``cut`` on any API: the opening only, then the connection closes (`Reply.cut`).
+
+    Args:
+        endpoint: ``"messages"``, ``"chat.completions"`` or ``"responses"``.
+        error: the failure.
+        model: the model the stream's opening names.
+        stream: the request asked for a stream.
+        seq: a response counter, for ids (``req_caisson000001``).
+        created: Unix time for ``created`` / ``created_at``, seconds.
+    """
+    req_id = f"req_caisson{seq:06d}"
+    if not stream or error.midstream is None:
+        extra = ((("retry-after", str(error.retry_after)),) if error.retry_after is not None else ()) + (
+            (("x-should-retry", "true" if error.should_retry else "false"),) if error.should_retry is not None else ())
+        provider = "anthropic" if endpoint == "messages" else "openai"
+        return error_reply(provider, error.status, error.type, error.message, req_id, code=error.code,
+                           param=error.param, headers=extra)
+    cut = error.midstream == "cut"
+    openai_error = {"message": error.message, "type": error.type, "param": error.param, "code": error.code}
+    if endpoint == "messages":
+        start = {"id": f"msg_caisson{seq:06d}", "type": "message", "role": "assistant", "model": model,
+                 "content": [], "stop_reason": None, "stop_sequence": None,
+                 "usage": {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                           "output_tokens": 0, "service_tier": "standard"}}
+        events = [_sse({"type": "message_start", "message": start}), _sse({"type": "ping"})]
+        if not cut:
+            events.append(_sse({"type": "error", "error": {"type": error.type, "message": error.message}}))
+        return _stream_reply(events, ("request-id", req_id), cut=cut)
+    if endpoint == "chat.completions":
+        first = {"id": f"chatcmpl-caisson{seq:06d}", "object": "chat.completion.chunk", "created": created,
+                 "model": model, "service_tier": "default", "system_fingerprint": None, "choices": [
+                     {"index": 0, "delta": {"role": "assistant", "content": "", "refusal": None},
+                      "logprobs": None, "finish_reason": None}]}
+        events = [b"data: " + _json(first) + b"\n\n"]
+        if not cut:
+            events.append(b"data: " + _json({"error": openai_error}) + b"\n\n")
+        return _stream_reply(events, ("x-request-id", req_id), cut=cut)
+    if endpoint == "responses":
+        rid = f"resp_caisson{seq:06d}"
+        opening = _responses_opening(rid, model, created)
+        if error.midstream == "error":
+            opening.append({"type": "error", "code": error.code, "message": error.message, "param": error.param})
+        elif error.midstream == "response.failed":
+            failed = dict(_response_object(rid, model, created), status="failed",
+                          error={"code": error.code, "message": error.message})
+            opening.append({"type": "response.failed", "response": failed})
+        return _stream_reply(_numbered(opening), ("x-request-id", req_id), cut=cut)
+    raise ValueError(f"unknown endpoint {endpoint!r}")
 
 
 def render_turn(endpoint: str, turn: Turn, *, model: str, stream: bool,

@@ -23,6 +23,17 @@ Example:
 
 Usage is given once per turn in a provider-neutral form (`Usage`) and rendered per API by
 `render_usage`, whose docstring states the rules.
+
+A turn's ``error`` (`ScriptedError`) answers the turn's first ``error.times`` requests
+instead of its response: an HTTP error in the provider's shape, or with ``midstream`` a
+stream that opens and then fails. Then the response plays, so a CLI that retries gets it;
+a turn with only an ``error`` fails its requests and is done. Overloaded twice, then the
+grep above:
+
+    [[turns]]
+    match = { last_user_contains = "answer" }
+    error = { status = 529, type = "overloaded_error", message = "Overloaded", times = 2 }
+    tool_calls = [{ name = "Bash", arguments = { command = "grep -rn 'def answer' ." } }]
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 Tokens = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 StopReason = Literal["end_turn", "tool_use", "max_tokens"]
 Endpoint = Literal["messages", "chat.completions", "responses"]
+Midstream = Literal["error", "response.failed", "cut"]
 
 
 class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -123,15 +135,46 @@ class ToolCall(_Strict):
 
 
 class ScriptedError(_Strict):
-    """An error the endpoint answers instead of a message (to exercise retries)."""
+    """A failure the endpoint answers instead of a turn's response, ``times`` requests in a row.
+
+    Rendered in the request's API shape (`caisson.model._render.render_error`): an HTTP
+    error status with the provider's error body, or, with ``midstream`` and a streamed
+    request, a 200 stream that starts and then fails (a request that does not stream gets
+    the HTTP error).
+    """
 
     status: Annotated[int, msgspec.Meta(ge=400, le=599)] = 529
+    """The HTTP status (529 ``overloaded_error``, 429, 400, 401, 500, ...)."""
     type: NonEmpty = "overloaded_error"
-    message: str = "scripted error"
+    """The error's ``type``: Anthropic ``error.type``, OpenAI ``error.type``."""
+    message: str = "Overloaded"
+    """The error's ``message``."""
+    code: NonEmpty | None = None
+    """OpenAI ``error.code`` (``rate_limit_exceeded``, ``invalid_api_key``, ``server_error``;
+    null when not given); Anthropic errors have none."""
+    param: NonEmpty | None = None
+    """OpenAI ``error.param`` (null when not given)."""
+    retry_after: Annotated[int, msgspec.Meta(ge=0, le=86400)] | None = None
+    """Seconds, sent as a ``retry-after`` header with the HTTP error (RFC 9110 delay-seconds)."""
+    should_retry: bool | None = None
+    """Sent as ``x-should-retry: true|false`` with the HTTP error: the anthropic and openai
+    SDKs (Node and Python) obey it before their own status rules (``shouldRetry``)."""
+    midstream: Midstream | None = None
+    """How a streamed request fails after the stream opened: ``error``, the API's error
+    event; ``response.failed``, the Responses API's failed terminal event (needs ``code`` and
+    the turn's ``match.endpoint = "responses"``); ``cut``, the connection closes before the
+    stream's terminal event. None: the HTTP error, streamed request or not."""
+    times: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1
+    """How many requests in a row get this failure before the turn's response plays."""
 
 
 class Turn(_Strict):
-    """One model response. Needs ``text``, ``tool_calls`` or ``error``."""
+    """One model response. Needs ``text``, ``tool_calls`` or ``error``.
+
+    With ``error``, the first ``error.times`` requests the turn answers get the failure,
+    then the next gets the response (a CLI that retries succeeds); a turn with only an
+    ``error`` is played once the failures are.
+    """
 
     match: Match | None = None
     text: str | None = None
@@ -146,8 +189,14 @@ class Turn(_Strict):
     before the text: tool executions the chamber never sees."""
     usage: Usage = Usage()
     error: ScriptedError | None = None
+    """Failures played before the response (see the class docstring)."""
     note: str = ""
     """For the script's reader; never sent."""
+
+    @property
+    def responds(self) -> bool:
+        """The turn has a response to play (text or tool calls), not only failures."""
+        return bool(self.text or self.tool_calls)
 
     @property
     def stop(self) -> str:
@@ -262,8 +311,18 @@ def _check_turn(turn: Turn, where: str, path: str, *, background: bool) -> None:
         fail(".match", "a background turn needs a match (it would answer every request)")
     if turn.match is not None and not any(msgspec.structs.astuple(turn.match)):
         fail(".match", "an empty match; give last_user_contains, tool_result_contains, ...")
-    if turn.error is None and not turn.text and not turn.tool_calls:
+    if turn.error is None and not turn.responds:
         fail("", "a turn needs text, tool_calls or error")
+    if (err := turn.error) is not None:
+        if background and (turn.responds or err.times != 1):
+            fail(".error", "a background turn answers every request it matches: an error or a response,"
+                 " and no times")
+        if err.midstream == "response.failed":
+            if err.code is None:
+                fail(".error.code", "response.failed needs a code (the Responses API's response.error.code)")
+            if turn.match is None or turn.match.endpoint != "responses":
+                fail(".error.midstream", 'response.failed is the Responses API\'s own event: give the turn'
+                     ' match = { endpoint = "responses" }')
     if turn.stop_reason == "tool_use" and not turn.tool_calls:
         fail(".stop_reason", "tool_use needs tool_calls")
     if turn.stop_reason == "end_turn" and turn.tool_calls:
@@ -342,7 +401,8 @@ def _validation_error(err: msgspec.ValidationError, obj: dict[str, Any], name: s
     if unknown := _UNKNOWN.match(msg):
         at, msg = f"{at}.{unknown['name']}", f"unknown field `{unknown['name']}`"
     elif msg.startswith("Invalid enum value"):
-        choices = StopReason if at.endswith(".stop_reason") else Endpoint
+        choices = (StopReason if at.endswith(".stop_reason") else Midstream if at.endswith(".midstream")
+                   else Endpoint)
         msg += "; expected one of: " + ", ".join(choices.__args__)  # type: ignore[attr-defined]
     return ScenarioError(msg, path=name, field=at)
 

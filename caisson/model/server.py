@@ -18,7 +18,10 @@ Routes (a base-URL prefix such as ``/api`` is tolerated; a query string is ignor
 Turn state: each conversation has one turn pointer for the whole server (not per TCP
 connection). A request joins the conversation named by its ``x-caisson-conversation``
 header, else ``default``. Before the pointer's turn, the script's ``background`` turns
-are tried; one that matches answers without advancing. A request that nothing expects
+are tried; one that matches answers without advancing. A turn with an ``error`` answers
+its first ``error.times`` requests with the failure (a background turn's error answers every
+request it matches), then its response; the pointer moves past it after the response (or
+after the last failure, when it has none). A request that nothing expects
 (no turns left, match failure, unknown conversation or path, bad JSON) gets a 4xx in the
 provider's error shape, a line on the log, and an `Unexpected` in
 `ScriptPlayer.unexpected`; the pointer does not move.
@@ -37,7 +40,7 @@ import h11
 import msgspec
 import trio
 
-from caisson.model._render import Reply, error_reply, json_reply, render_turn
+from caisson.model._render import Reply, error_reply, json_reply, render_error, render_turn
 from caisson.model.script import Match, ModelScript, Turn
 from collectors.llm import ANTHROPIC, classify
 
@@ -67,6 +70,7 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
     endpoint: str
     stream: bool
     model: str
+    failed: bool = False  # the turn's scripted error was played, not its response
 
 
 def _text(content: Any) -> str:
@@ -158,6 +162,7 @@ class ScriptPlayer:
         self.script = script
         self.turns = script.conversation_turns()
         self.next_turn = dict.fromkeys(self.turns, 0)
+        self.failures = dict.fromkeys(self.turns, 0)  # failures played for each conversation's next turn
         self.unexpected: list[Unexpected] = []
         self.served: list[Served] = []
         self._log = log if log is not None else (lambda line: print(line, file=sys.stderr))
@@ -233,7 +238,8 @@ class ScriptPlayer:
                         "responses": "/v1/responses"}[endpoint]
         for i, turn in enumerate(self.script.background):
             if mismatch(turn.match, endpoint, req) is None:
-                return self._play(turn, -1 - i, endpoint, req, conversation, created)
+                return self._play(turn, -1 - i, endpoint, req, conversation, created,
+                                  failing=turn.error is not None)
         turns = self.turns.get(conversation)
         if turns is None:
             return self._refuse(provider, 400, "invalid_request_error", method, path, conversation,
@@ -242,24 +248,29 @@ class ScriptPlayer:
         if index >= len(turns):
             return self._refuse(provider, 400, "invalid_request_error", method, path, conversation,
                                 index, f"script exhausted: all {len(turns)} turns played")
-        if (why := mismatch(turns[index].match, endpoint, req)) is not None:
+        turn = turns[index]
+        if (why := mismatch(turn.match, endpoint, req)) is not None:
             return self._refuse(provider, 400, "invalid_request_error", method, path, conversation,
                                 index, f"turn {index} does not match: {why}")
-        self.next_turn[conversation] = index + 1
-        return self._play(turns[index], index, endpoint, req, conversation, created)
+        failing = turn.error is not None and self.failures[conversation] < turn.error.times
+        if failing:
+            self.failures[conversation] += 1
+        if not failing or (not turn.responds and self.failures[conversation] == turn.error.times):
+            self.next_turn[conversation] = index + 1
+            self.failures[conversation] = 0
+        return self._play(turn, index, endpoint, req, conversation, created, failing=failing)
 
     def _play(self, turn: Turn, index: int, endpoint: str, req: dict[str, Any],
-              conversation: str, created: int) -> Reply:
+              conversation: str, created: int, *, failing: bool) -> Reply:
         stream = req.get("stream") is True
         requested = req.get("model")
         model = turn.model or (requested if isinstance(requested, str) and requested else
                                self.script.model_ids()[0])
         self.served.append(Served(conversation=conversation, turn=index, endpoint=endpoint,
-                                  stream=stream, model=model))
-        if turn.error is not None:
-            provider = ANTHROPIC if endpoint == "messages" else "openai"
-            err = turn.error
-            return error_reply(provider, err.status, err.type, err.message, f"req_caisson{self._seq:06d}")
+                                  stream=stream, model=model, failed=failing))
+        if failing:
+            assert turn.error is not None
+            return render_error(endpoint, turn.error, model=model, stream=stream, seq=self._seq, created=created)
         options = req.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         return render_turn(endpoint, turn, model=model, stream=stream, include_usage=include_usage,
@@ -307,6 +318,9 @@ async def _send(conn: h11.Connection, stream: trio.abc.Stream, reply: Reply) -> 
     await stream.send_all(conn.send(h11.Response(status_code=reply.status, headers=headers)))
     for chunk in reply.events if reply.events is not None else [reply.body]:
         await stream.send_all(conn.send(h11.Data(data=chunk)))
+    if reply.cut:  # no last chunk: the caller closes the connection mid-body
+        conn.send_failed()
+        return
     await stream.send_all(conn.send(h11.EndOfMessage()))
 
 
@@ -331,7 +345,7 @@ async def _serve_connection(player: ScriptPlayer, stream: trio.abc.Stream) -> No
                                   event.target.decode("ascii", "replace"), headers, bytes(body),
                                   created=int(time.time()))
             await _send(conn, stream, reply)
-            if conn.our_state is h11.MUST_CLOSE:
+            if conn.our_state in (h11.MUST_CLOSE, h11.ERROR):  # ERROR: a cut reply
                 return
             conn.start_next_cycle()
     except h11.RemoteProtocolError as e:

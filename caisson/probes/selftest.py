@@ -71,6 +71,7 @@ class Case(msgspec.Struct, frozen=True, kw_only=True):
     model_script: str | None = None  # the scripted model this case talks to (scenarios/model/)
     transcript: str | None = None  # read the probe's stdout with this adapter's parser
     gating_probe: bool = False  # its model asks for the arm's withheld tool: the run is a gating probe
+    timeout_s: float = 90.0  # the run's wall deadline, seconds
 
 
 def _probe(name: str) -> list[str]:
@@ -151,6 +152,19 @@ CASES: tuple[Case, ...] = (
          transcript="claude-code", expect=("tokens.cross_check@1",)),
     Case(name="missing_agent", command=["/opt/agent/bin/not-installed"], expect=("infra.failure@1",)),
     Case(name="fake_start_failure", command=_probe("fake_start_failure.sh"), clean=("infra.failure@1",)),
+    Case(name="claude_code/api_error", command=[], agent="claude-code", model_script="api_error.toml",
+         expect=("infra.in_band@1",)),
+    Case(name="claude_code/midstream_error", command=[], agent="claude-code", model_script="midstream_error.toml",
+         expect=("infra.in_band@1",)),
+    Case(name="claude_code/overloaded", command=[], agent="claude-code", arm="no-write",
+         model_script="overloaded_then_answer.toml", expect=("agent.session@1",),  # its two retries, shown
+         clean=("infra.in_band@1", "model.switched@1")),  # an honest retry: not void
+    Case(name="codex/stream_failed", command=[], agent="codex", model_script="codex_stream_failed.toml",
+         expect=("infra.in_band@1",)),
+    Case(name="claude_code/no_model", command=[], agent="claude-code", expect=("infra.in_band@1",),
+         timeout_s=20),  # no egress, no network: it retries a connection it cannot make until the deadline
+    Case(name="model_switcher", command=_probe("model_switcher.sh"), model_script="grep_then_answer.toml",
+         transcript="claude-code", expect=("model.switched@1",)),
     Case(name="host_staller", command=list(STALLED_COMMAND), companion="host_staller", expect=("host.stalled@2",)),
 )
 """The matrix. Probes under intact controls must not trip their detector's void."""
@@ -315,7 +329,7 @@ def _run_selftest(root: Path, cases: tuple[Case, ...], progress: Callable[[str],
             networked = case.model_script or case.companion == "listener"
             scenario.write_text(SCENARIO.read_text() + (egress_table(address) if networked else ""))
             options = RecordOptions(command=case.command, scenario=scenario, repo=repo, out=run_dir,
-                                    question="where-answer", weaken=list(case.weaken), timeout_s=90,
+                                    question="where-answer", weaken=list(case.weaken), timeout_s=case.timeout_s,
                                     agent=case.agent, arm=case.arm, transcript=case.transcript,
                                     env={"ANTHROPIC_API_KEY": "sk-ant-selftest-scripted",
                                          "OPENAI_API_KEY": "sk-openai-selftest-scripted"})
@@ -372,7 +386,8 @@ BOTH_WITNESSES_ONLY = {"witness.disagreement@1"}
 """Detectors that compare two syscall witnesses: shown only by ``--syscall-witness both``."""
 
 INFO_DETECTORS = {"enforcement.tool_audit@1", "network.denied_egress@2", "tokens.cross_check@1",
-                  "containment.denied_syscall@1", "model.unrecognised_call@1", "witness.evasion@1"}
+                  "containment.denied_syscall@1", "model.unrecognised_call@1", "witness.evasion@1",
+                  "agent.session@1"}
 """Detectors whose findings are shown, never voiding (the control held): they fire with info."""
 
 

@@ -280,11 +280,140 @@ turns = [{ text = "sub 1" }, { text = "sub 2" }]
     assert unknown.status == 400 and p.unexpected[-1].reason == "unknown conversation 'nope'"
 
 
-def test_scripted_error_turn() -> None:
-    script = b'[[turns]]\nerror = { status = 429, type = "rate_limit_error", message = "slow down" }\n'
-    reply = player(script).respond("chat.completions", request("chat.completions"))
+# --- scripted failures -------------------------------------------------------------------
+
+OVERLOADED = b'[[turns]]\nerror = { status = 529, type = "overloaded_error", message = "Overloaded" }\n'
+
+
+@pytest.mark.parametrize("endpoint", list(ENDPOINTS))
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_http_error_is_the_providers_status_and_body_streamed_or_not(endpoint: str, stream: bool) -> None:
+    """The status comes before any stream, so a streamed request gets the same JSON error."""
+    req = request(endpoint, stream)
+    reply = player(OVERLOADED).respond(endpoint, req)
+    assert reply.status == 529 and reply.events is None and not reply.cut
+    if endpoint == "messages":  # Anthropic "Errors": type error, error {type, message}, request_id
+        assert reply.headers == (("content-type", "application/json"), ("request-id", "req_caisson000000"))
+        assert reply.body == (b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},'
+                              b'"request_id":"req_caisson000000"}')
+    else:  # OpenAI "Error codes": error {message, type, param, code}
+        assert reply.headers == (("content-type", "application/json"), ("x-request-id", "req_caisson000000"))
+        assert reply.body == b'{"error":{"message":"Overloaded","type":"overloaded_error","param":null,"code":null}}'
+    call, _ = parse_back(endpoint, req, reply)
+    assert call.failed == "error status 529: overloaded_error: Overloaded" and call.usage is None
+
+
+def test_retry_after_should_retry_code_and_param_are_sent_as_given() -> None:
+    script = b'''[[turns]]
+error = { status = 429, type = "requests", code = "rate_limit_exceeded", param = "model", retry_after = 7, should_retry = true, message = "Rate limit reached for gpt-5" }
+'''
+    reply = player(script).respond("responses", request("responses", True))
     assert reply.status == 429
-    assert json.loads(reply.body)["error"]["type"] == "rate_limit_error"
+    assert reply.headers == (("content-type", "application/json"), ("x-request-id", "req_caisson000000"),
+                             ("retry-after", "7"), ("x-should-retry", "true"))
+    assert json.loads(reply.body) == {"error": {"message": "Rate limit reached for gpt-5", "type": "requests",
+                                                "param": "model", "code": "rate_limit_exceeded"}}
+    refusing = player(b'[[turns]]\nerror = { status = 401, type = "authentication_error", should_retry = false }\n')
+    reply = refusing.respond("messages", request("messages"))
+    assert (reply.status, reply.headers[-1]) == (401, ("x-should-retry", "false"))
+
+
+def _midstream(kind: str, code: str = "") -> bytes:
+    match = 'match = { endpoint = "responses" }\n' if kind == "response.failed" else ""
+    code_field = f', code = "{code}"' if code else ""
+    return (f'[[turns]]\n{match}error = {{ status = 500, type = "api_error", message = "Internal server error",'
+            f' midstream = "{kind}"{code_field} }}\n').encode()
+
+
+@pytest.mark.parametrize(("endpoint", "kind", "kinds", "failed"), [
+    ("messages", "error", ["message_start", "ping", "error"], "stream error event #2: api_error: Internal server error"),
+    ("messages", "cut", ["message_start", "ping"], "stream cut before message_stop"),
+    ("chat.completions", "error", ["chat.completion.chunk", "error"],
+     "stream error chunk #1: api_error: Internal server error"),
+    ("chat.completions", "cut", ["chat.completion.chunk"], "stream cut before [DONE]"),
+    ("responses", "error", ["response.created", "response.in_progress", "error"],
+     "stream error event #2: server_error: Internal server error"),
+    ("responses", "response.failed", ["response.created", "response.in_progress", "response.failed"],
+     "response failed:server_error"),
+    ("responses", "cut", ["response.created", "response.in_progress"],
+     "stream cut before response.completed/incomplete/failed"),
+])
+def test_a_midstream_failure_opens_a_200_stream_that_then_fails(endpoint, kind, kinds, failed) -> None:
+    req = request(endpoint, True)
+    reply = player(_midstream(kind, "server_error" if endpoint == "responses" else "")).respond(endpoint, req)
+    assert reply.status == 200 and reply.cut is (kind == "cut")
+    assert reply.headers[0] == ("content-type", "text/event-stream; charset=utf-8")
+    objs = sse_objects(reply)
+    assert [o.get("type", o.get("object", "error" if "error" in o else None)) for o in objs] == kinds
+    if endpoint == "messages" and kind == "error":  # "Streaming Messages", error events
+        assert reply.events[-1] == (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
+                                    b'"message":"Internal server error"}}\n\n')
+    if endpoint == "chat.completions" and kind == "error":
+        assert reply.events[-1] == (b'data: {"error":{"message":"Internal server error","type":"api_error",'
+                                    b'"param":null,"code":null}}\n\n')
+    if endpoint == "responses":
+        assert [o["sequence_number"] for o in objs] == list(range(len(objs)))
+        assert objs[0]["response"]["status"] == "in_progress" and objs[0]["response"]["model"] == "asked-model"
+        if kind == "error":
+            assert objs[-1] == {"type": "error", "sequence_number": 2, "code": "server_error",
+                                "message": "Internal server error", "param": None}
+        if kind == "response.failed":
+            last = objs[-1]["response"]
+            assert (last["status"], last["error"], last["usage"], last["output"]) == (
+                "failed", {"code": "server_error", "message": "Internal server error"}, None, [])
+    provider = "anthropic" if endpoint == "messages" else "openai"
+    builder = LlmCallBuilder(provider, endpoint)
+    builder.request(msgspec.json.encode(req))
+    builder.response_start(reply.status, reply.headers)
+    builder.response_data(reply.payload())
+    call = builder.finish(cut=reply.cut)
+    assert call.failed == failed and call.usage is None
+
+
+@pytest.mark.parametrize("endpoint", list(ENDPOINTS))
+def test_a_midstream_failure_of_a_request_that_does_not_stream_is_the_http_error(endpoint: str) -> None:
+    reply = player(_midstream("error")).respond(endpoint, request(endpoint))
+    assert reply.status == 500 and reply.events is None
+    assert "Internal server error" in json.loads(reply.body)[("error")]["message"]
+
+
+def test_the_first_requests_fail_then_the_turn_plays_so_a_retry_succeeds() -> None:
+    script = b'''
+[[turns]]
+match = { last_user_contains = "answer" }
+error = { status = 529, type = "overloaded_error", times = 2 }
+text = "first"
+[[turns]]
+error = { status = 400, type = "invalid_request_error", times = 2 }
+[[turns]]
+text = "last"
+'''
+    p = player(script)
+    replies = [p.respond("messages", request("messages")) for _ in range(6)]
+    assert [r.status for r in replies] == [529, 529, 200, 400, 400, 200]
+    assert [json.loads(r.body)["content"][0]["text"] for r in replies if r.status == 200] == ["first", "last"]
+    assert [(s.turn, s.failed) for s in p.served] == [(0, True), (0, True), (0, False), (1, True), (1, True),
+                                                      (2, False)]
+    assert p.finished and p.unexpected == []
+    again = player(script)
+    wrong = again.respond("messages", request("messages", user="something else"))  # the retry must match too
+    assert wrong.status == 400 and again.unexpected[0].turn == 0 and again.failures["default"] == 0
+    again.respond("messages", request("messages"))
+    assert again.next_turn["default"] == 0 and again.failures["default"] == 1  # one failure played, not done
+
+
+def test_a_background_error_answers_every_request_it_matches() -> None:
+    script = b'''
+[[turns]]
+text = "main"
+[[background]]
+match = { model_contains = "haiku" }
+error = { status = 529, type = "overloaded_error" }
+'''
+    p = player(script)
+    side = [p.respond("messages", request("messages", model="claude-haiku-4-5")).status for _ in range(3)]
+    assert side == [529] * 3 and p.next_turn["default"] == 0
+    assert p.respond("messages", request("messages")).status == 200 and p.finished
 
 
 # --- script validation ------------------------------------------------------------------
@@ -304,6 +433,19 @@ def test_scripted_error_turn() -> None:
     (b'[[turns]]\ntext = "x"\n[[background]]\ntext = "y"\n', "$.background[0].match", "needs a match"),
     (b'[conversations.a]\nturns = [{ text = "x", tool_calls = [{ name = "" }] }]\n',
      "$.conversations.a.turns[0].tool_calls[0].name", "length"),
+    (b'[[turns]]\nerror = { times = 0 }\n', "$.turns[0].error.times", ">= 1"),
+    (b'[[turns]]\nerror = { status = 200 }\n', "$.turns[0].error.status", ">= 400"),
+    (b'[[turns]]\nerror = { retry_after = 1.5 }\n', "$.turns[0].error.retry_after", "int"),
+    (b'[[turns]]\nerror = { midstream = "late" }\n', "$.turns[0].error.midstream",
+     "expected one of: error, response.failed, cut"),
+    (b'[[turns]]\nmatch = { endpoint = "responses" }\nerror = { midstream = "response.failed" }\n',
+     "$.turns[0].error.code", "needs a code"),
+    (b'[[turns]]\nerror = { midstream = "response.failed", code = "server_error" }\n',
+     "$.turns[0].error.midstream", 'endpoint = "responses"'),
+    (b'[[turns]]\ntext = "x"\n[[background]]\nmatch = { model_contains = "haiku" }\ntext = "y"\nerror = {}\n',
+     "$.background[0].error", "an error or a response"),
+    (b'[[turns]]\ntext = "x"\n[[background]]\nmatch = { model_contains = "haiku" }\nerror = { times = 2 }\n',
+     "$.background[0].error", "no times"),
 ])
 def test_validation_errors_name_the_file_and_field(text: bytes, field: str, words: str) -> None:
     with pytest.raises(ScenarioError) as info:
@@ -373,6 +515,52 @@ def test_server_keep_alive_two_turns_streamed_and_chunked_request() -> None:
     assert problems == [] and call.normalized.input_tokens == 60 + 2948
     assert s3 == 400 and "script exhausted" in json.loads(b3)["error"]["message"]
     assert p.finished and len(p.unexpected) == 1
+
+
+def test_server_cuts_a_cut_stream_mid_body_and_serves_the_next_connection() -> None:
+    """A cut stream ends with no last chunk: the client sees the connection close mid-body
+    (as from a provider that dropped it), not a stream that ended cleanly."""
+    script = b'''
+[[turns]]
+error = { status = 529, type = "overloaded_error", midstream = "cut", retry_after = 3 }
+text = "after the cut"
+'''
+    p = player(script)
+
+    async def main() -> tuple[bytes, str, tuple[int, dict[bytes, bytes], bytes]]:
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(serve_model, p, "127.0.0.1", 0)
+            stream = await trio.open_tcp_stream(host, port)
+            conn = h11.Connection(h11.CLIENT)
+            body = msgspec.json.encode(request("messages", True))
+            await stream.send_all(conn.send(h11.Request(method="POST", target="/v1/messages", headers=[
+                ("host", "localhost"), ("content-length", str(len(body)))])))
+            await stream.send_all(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+            raw = bytearray()
+            while chunk := await stream.receive_some(65536):
+                raw += chunk
+            conn.receive_data(bytes(raw))
+            conn.receive_data(b"")  # EOF
+            try:
+                while conn.next_event() is not h11.NEED_DATA:
+                    pass
+                problem = ""
+            except h11.RemoteProtocolError as e:
+                problem = str(e)
+            again = await trio.open_tcp_stream(host, port)
+            result = await _exchange(again, h11.Connection(h11.CLIENT), "POST", "/v1/messages",
+                                     msgspec.json.encode(request("messages")))
+            await again.aclose()
+            nursery.cancel_scope.cancel()
+        return bytes(raw), problem, result
+
+    raw, problem, (status, _, body) = trio.run(main)
+    assert raw.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in raw.lower()
+    assert b"retry-after" not in raw  # the stream opened: the HTTP error's headers are not sent
+    assert b"event: ping" in raw and b"message_stop" not in raw and not raw.endswith(b"0\r\n\r\n")
+    assert "peer closed connection without sending complete message body" in problem
+    assert status == 200 and json.loads(body)["content"][0]["text"] == "after the cut"
+    assert [s.failed for s in p.served] == [True, False]
 
 
 def test_server_over_tls(tmp_path: Path) -> None:
@@ -452,3 +640,15 @@ def test_player_answers_any_body_without_raising(endpoint: str, body: Any) -> No
     assert reply.status in (200, 400)
     if reply.status == 400:
         assert p.unexpected and p.next_turn["default"] == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(endpoint=st.sampled_from(list(ENDPOINTS)), bodies=st.lists(json_values, min_size=1, max_size=4))
+def test_a_failing_script_answers_any_bodies_without_raising(endpoint: str, bodies: list[Any]) -> None:
+    """Failures are played only to requests the turn matches, and never more than ``times``."""
+    p = ScriptPlayer(load_model_script(ROOT / "scenarios" / "model" / "overloaded_then_answer.toml"),
+                     log=lambda line: None)
+    statuses = [p.handle("POST", ENDPOINTS[endpoint], {}, msgspec.json.encode(b)).status for b in bodies]
+    assert set(statuses) <= {200, 400, 529}
+    assert statuses.count(529) == sum(s.failed for s in p.served) <= 2
+    assert p.failures["default"] <= 2 and p.next_turn["default"] <= 1

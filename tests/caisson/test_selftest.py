@@ -59,6 +59,19 @@ def test_the_preflight_model_script_is_a_file_in_scenarios_model():
     assert [t.text for t in script.turns] == ["Ready."] and [t.text for t in script.background] == ["{}"]
 
 
+def test_every_registered_detector_has_a_case_that_must_fire_it():
+    """`_check` fails a matrix in which a detector has no probe: the cases themselves must
+    expect every registered detector (the in-band ones included)."""
+    from caisson.probes.selftest import CASES, _check
+
+    cases = cases_for("both", CASES)
+    as_expected = {c.name: [*c.expect, *c.expect_if_strace] for c in cases}
+    assert [f for f in _check(cases, as_expected, "both") if "has no probe" in f] == []
+    assert {"infra.in_band@1", "model.switched@1"} <= {name for c in cases for name in c.expect}
+    [retried] = [c for c in cases if c.model_script == "overloaded_then_answer.toml"]
+    assert "infra.in_band@1" in retried.clean  # an honest retry is shown not to void
+
+
 def test_a_detector_that_voids_a_run_whose_control_held_fails_the_selftest():
     from caisson.probes.selftest import _check
 
