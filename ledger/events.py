@@ -95,7 +95,7 @@ __all__ = [
     "BackfillRecorded",
 ]
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -112,7 +112,10 @@ sources per figure, ``llm.call.label_mismatch``, ``agent.usage``'s ``incomplete`
 and ``backfill.recorded`` (a judge run or backfill segment announced in a study ledger
 segment of its own, once closed; study directories written before have none, and
 `caisson verify` says it cannot tell whether one of their judges or backfill segments was
-removed); 13: ``host.sample.stall_ns`` (the procfs witness's stall clock)."""
+removed); 13: ``host.sample.stall_ns`` (the procfs witness's stall clock); 14: ``file.open``'s
+``path_cut``, ``unresolved`` and ``real_path_cut``, ``file.change``'s ``path_cut`` and
+``unresolved``, ``process.exec``'s ``path_cut`` and ``argv_cut`` (what a syscall witness could
+not read whole or place)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -277,6 +280,8 @@ class ProcessExec(_Event, tag="process.exec", frozen=True, kw_only=True):
     env: dict[str, str] | None = None  # exec'd environment when the witness sees it
     result: int = 0  # 0 on success, -1 on failure
     errno: str | None = None  # e.g. "ENOENT"
+    path_cut: bool = False  # the witness read only the start of ``path`` (it ends with "...")
+    argv_cut: bool = False  # an argv or env string (it ends with "...") or the list (argv ends with "...") is cut
 
 
 class ProcessExit(_Event, tag="process.exit", frozen=True, kw_only=True):
@@ -299,7 +304,12 @@ class FileOpen(_Event, tag="file.open", frozen=True, kw_only=True):
     access: FileAccess = "r"
     result: int | None = None  # the fd, or None on failure
     errno: str | None = None
-    real_path: str | None = None  # the kernel's resolution of the opened file (-yy), symlinks followed
+    real_path: str | None = None  # the kernel's path of the opened file (-yy), symlinks followed; None: as path
+    path_cut: bool = False  # the witness read only the start of the name: ``path`` stops there, with "..."
+    # ``path`` is the name as given: relative to, or through (/proc/self/fd/N/...), a directory
+    # the witness does not know
+    unresolved: bool = False
+    real_path_cut: bool = False  # the kernel's path of the opened file is longer than the witness reads
 
 
 class FileChange(_Event, tag="file.change", frozen=True, kw_only=True):
@@ -312,6 +322,8 @@ class FileChange(_Event, tag="file.change", frozen=True, kw_only=True):
     target: str | None = None  # second path (rename, link, symlink)
     result: int = 0
     errno: str | None = None
+    path_cut: bool = False  # ``path`` or a file ``target`` (not a symlink's text) is cut, as `FileOpen`'s
+    unresolved: bool = False  # ``path`` or a file ``target`` is unresolved, as `FileOpen`'s
 
 
 class NetConnect(_Event, tag="net.connect", frozen=True, kw_only=True):

@@ -99,6 +99,66 @@ static __always_inline void submit(struct rec *r)
 	bpf_ringbuf_submit(r, pending >= wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
+/* --- long records: built in a per-CPU scratch and written with the length of their string
+ * (bpf_ringbuf_output copies them), so a path of 4 KiB costs its bytes and a short one
+ * little. Tracepoint programs do not nest on a CPU (trace_call_bpf's bpf_prog_active), so
+ * one scratch per CPU serves every program. --- */
+
+#define WALK_BUF (WALK_END + 256 + 8)  /* a name is at most 255 bytes (NAME_MAX) past a masked offset */
+
+struct scratch {
+	struct lrec name;  /* the O, S or U record being built */
+	struct lrec path;  /* a Y record */
+	char walk[WALK_BUF];  /* a walked path, built backwards to walk[WALK_END] */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct scratch);
+} scratches SEC(".maps");
+
+static __always_inline struct scratch *scratch(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&scratches, &zero);
+}
+
+static __always_inline void head(struct rec *r, u8 kind)
+{
+	r->kind = kind;
+	r->sys = r->flags = r->pad = 0;
+	r->tgid = r->tid = r->nspid = 0;
+	r->i0 = r->i1 = 0;
+	r->ret = 0;
+	r->ts = r->req = r->a3 = 0;
+}
+
+/* Write a long record whose string is `n` bytes, its NUL included (1 <= n <= PATHLEN). */
+static __always_inline void output(struct lrec *l, u32 n)
+{
+	u64 pending = bpf_ringbuf_query(&rb, BPF_RB_AVAIL_DATA);
+	u64 size = offsetof(struct rec, s) + (n <= PATHLEN ? n : PATHLEN);
+
+	if (bpf_ringbuf_output(&rb, l, size, pending >= wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+		count_lost();
+}
+
+/* Read a path argument from user memory into `l`'s string; its length with the NUL (an
+ * unreadable one is empty: 1). */
+static __always_inline u32 user_path(struct lrec *l, const char *p)
+{
+	long n = bpf_probe_read_user_str(l->r.s, PATHLEN, p);
+
+	if (n <= 0) {
+		l->r.s[0] = 0;
+		return 1;
+	}
+	return n;
+}
+
 /* The pid of `p`'s process in the chamber's namespace (upid at ns_level). */
 static __always_inline struct upid upid_at(struct pid *p)
 {
@@ -135,6 +195,155 @@ static __always_inline void ids(struct rec *r)
 	r->tgid = pt >> 32;
 	r->tid = (u32)pt;
 	r->nspid = nspid_of_current();
+}
+
+/* --- paths the kernel holds: an fd's file, or the cwd, walked up its dentries and mounts
+ * to the chamber's root (its init's) as d_path() does (fs/d_path.c, prepend_path): a Y line
+ * says what the kernel opened, whatever name, dirfd, dup, symlink, magic link or `..` led
+ * there. Names are read without the kernel's rename_lock: a rename racing the walk can
+ * give a name it never had together with the others. --- */
+
+struct walk {
+	u64 dentry, mnt;            /* where the walk is: a struct dentry *, its struct vfsmount * */
+	u64 root_dentry, root_mnt;  /* the chamber's root */
+	u32 pos;                    /* the path so far: walk[pos..WALK_END) */
+	u8 state;                   /* P_* once the walk ended; WALKING until then */
+};
+#define WALKING 0xff
+
+static long walk_step(u64 i, struct walk *w)
+{
+	struct scratch *sc = scratch();
+	struct dentry *d = (struct dentry *)w->dentry;
+	struct vfsmount *vm = (struct vfsmount *)w->mnt;
+
+	if (!sc) {
+		w->state = P_NONE;
+		return 1;
+	}
+	if (w->dentry == w->root_dentry && w->mnt == w->root_mnt) {
+		w->state = P_OK;
+		return 1;
+	}
+	struct dentry *parent = BPF_CORE_READ(d, d_parent);
+	struct dentry *top = BPF_CORE_READ(vm, mnt_root);
+
+	if (d == top || d == parent) {  /* the top of its mount: on to where that mount is mounted */
+		struct mount *m = (struct mount *)((u64)vm - bpf_core_field_offset(struct mount, mnt));
+		struct mount *up = BPF_CORE_READ(m, mnt_parent);
+
+		/* a dentry of no tree (pipefs, sockfs, anonymous inodes), or the top of a mount
+		 * tree that does not hold the chamber's root */
+		if (d != top || up == m) {
+			w->state = P_NONE;
+			return 1;
+		}
+		w->dentry = (u64)BPF_CORE_READ(m, mnt_mountpoint);
+		w->mnt = (u64)up + bpf_core_field_offset(struct mount, mnt);
+		return 0;
+	}
+	u32 len = BPF_CORE_READ(d, d_name.len);
+	const unsigned char *name = BPF_CORE_READ(d, d_name.name);
+
+	if (len == 0 || len > 255 || len + 1 > w->pos) {  /* longer than WALK_END bytes (or a torn name) */
+		w->state = P_CUT;
+		return 1;
+	}
+	w->pos -= len + 1;
+	u32 at = w->pos & (WALK_END - 1);
+
+	sc->walk[at] = '/';
+	bpf_probe_read_kernel(&sc->walk[(at + 1) & (WALK_END - 1)], len & 255, name);
+	w->dentry = (u64)parent;
+	return 0;
+}
+
+/* A Y line: the path of (dentry, mnt) in the chamber, or (state) why there is none. */
+static __always_inline void path_line(u32 tid, u8 field, u64 dentry, u64 mnt, u8 state)
+{
+	struct scratch *sc = scratch();
+	u32 n = 1;
+
+	if (!sc)
+		return;
+	struct lrec *l = &sc->path;
+
+	if (state == P_OK) {
+		struct task_struct *t = bpf_get_current_task_btf();
+		struct fs_struct *fs = BPF_CORE_READ(upid_at(t->thread_pid).ns, child_reaper, fs);
+		struct dentry *d = (struct dentry *)dentry;
+		struct walk w = { .dentry = dentry, .mnt = mnt, .pos = WALK_END, .state = WALKING };
+
+		if (!fs)  /* the chamber's init is exiting: the task's own root */
+			fs = BPF_CORE_READ(t, fs);
+		w.root_dentry = (u64)BPF_CORE_READ(fs, root.dentry);
+		w.root_mnt = (u64)BPF_CORE_READ(fs, root.mnt);
+		sc->walk[WALK_END] = 0;
+		if (BPF_CORE_READ(d, d_parent) != d && !BPF_CORE_READ(d, d_hash.pprev)) {
+			__builtin_memcpy(&sc->walk[WALK_END - 10], " (deleted)", 10);  /* unlinked, as d_path says */
+			w.pos -= 10;
+		}
+		bpf_loop(WALK_END / 2 + 64, walk_step, &w, 0);
+		state = w.state == WALKING ? P_CUT : w.state;
+		if (state == P_OK) {
+			if (w.pos == WALK_END) {  /* the root itself */
+				w.pos = WALK_END - 1;
+				sc->walk[WALK_END - 1] = '/';
+			}
+			u32 pos = w.pos & (WALK_END - 1);
+
+			n = WALK_END + 1 - pos;
+			bpf_probe_read_kernel(l->r.s, n, &sc->walk[pos]);
+		}
+	}
+	if (n == 1)
+		l->r.s[0] = 0;
+	head(&l->r, K_PATH);
+	l->r.tid = tid;
+	l->r.i0 = field;
+	l->r.i1 = state;
+	output(l, n);
+}
+
+/* The file open at the current task's `fd`, or NULL. */
+static __always_inline struct file *fd_file(s32 fd)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+	struct file **files;
+	struct file *f = NULL;
+
+	if (fd < 0 || !fdt || (u32)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	files = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&f, sizeof(f), &files[fd]);
+	return f;
+}
+
+/* A Y line for the file open at `fd` (AT_FDCWD: the cwd). */
+static __always_inline void fd_line(u32 tid, u8 field, s32 fd)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	u64 dentry = 0, mnt = 0;
+
+	if (fd == AT_FDCWD) {
+		dentry = (u64)BPF_CORE_READ(t, fs, pwd.dentry);
+		mnt = (u64)BPF_CORE_READ(t, fs, pwd.mnt);
+	} else {
+		struct file *f = fd_file(fd);
+
+		if (f) {
+			dentry = (u64)BPF_CORE_READ(f, f_path.dentry);
+			mnt = (u64)BPF_CORE_READ(f, f_path.mnt);
+		}
+	}
+	path_line(tid, field, dentry, mnt, dentry && mnt ? P_OK : P_BADF);
+}
+
+/* A name is resolved against a directory (its dirfd's, or the cwd) when it is relative. */
+static __always_inline bool relative(const struct lrec *l)
+{
+	return l->r.s[0] != '/' && l->r.s[0] != 0;
 }
 
 /* --- exec: its path, argv and environment at entry (gone after a successful exec) --- */
@@ -194,9 +403,16 @@ static __always_inline int on_exec(u8 sys, const char *path, const char *const *
 	r->i0 = BPF_CORE_READ(parent, thread_pid, level) >= ns_level ?
 		upid_at(BPF_CORE_READ(parent, group_leader, thread_pid)).nr : 0;
 	r->i1 = BPF_CORE_READ(parent, tgid);
-	if (bpf_probe_read_user_str(r->s, STRLEN, path) < 0)
-		r->s[0] = 0;
 	submit(r);
+	struct scratch *sc = scratch();
+	if (sc) {  /* its path (S) and cwd (Y) */
+		u32 n = user_path(&sc->name, path);
+
+		head(&sc->name.r, K_FIRST);
+		sc->name.r.tid = tid;
+		output(&sc->name, n);
+		fd_line(tid, Y_CWD, AT_FDCWD);
+	}
 	u8 cut = strings(argv, tid, K_ARG, ARGV_MAX) ? CUT_ARGV : 0;
 	cut |= strings(envp, tid, K_ENV, ENV_MAX) ? CUT_ENV : 0;
 	r = reserve(K_SEAL);
@@ -251,38 +467,47 @@ static __always_inline void ret_line(u8 sys, s64 ret)
 	submit(r);
 }
 
+/* The lines of an open or change that returned, in this order: S (a rename's or link's
+ * first name), Y i0 / Y i1 (the directory each relative name is resolved against), Y ret
+ * (the file an open returned), O. */
 static __always_inline int on_return(u8 sys, s64 ret)
 {
 	u32 tid = (u32)bpf_get_current_pid_tgid();
 	struct entry *e = bpf_map_lookup_elem(&entries, &tid);
-	struct rec *r;
+	struct scratch *sc = scratch();
+	u32 n;
 
 	if (!e) {  /* entered before the probes were attached, or outside the chamber */
 		if (in_chamber())
 			ret_line(sys, ret);
 		return 0;
 	}
+	if (!sc) {
+		count_lost();
+		bpf_map_delete_elem(&entries, &tid);
+		return 0;
+	}
 	if (e->p2) {  /* rename, link, symlink: the first name on its own line */
-		r = reserve(K_FIRST);
-		if (r) {
-			r->tid = tid;
-			if (bpf_probe_read_user_str(r->s, STRLEN, (const char *)e->p1) < 0)
-				r->s[0] = 0;
-			submit(r);
-		}
+		n = user_path(&sc->name, (const char *)e->p1);
+		head(&sc->name.r, K_FIRST);
+		sc->name.r.tid = tid;
+		output(&sc->name, n);
+		if (relative(&sc->name) && sys != SYS_SYMLINK && sys != SYS_SYMLINKAT)  /* a symlink's is its text */
+			fd_line(tid, Y_I0, e->i0);
 	}
-	r = reserve(K_DONE);
-	if (r) {
-		ids(r);
-		r->ts = e->ts;
-		r->sys = sys;
-		r->i0 = e->i0;
-		r->i1 = e->i1;
-		r->ret = ret;
-		if (bpf_probe_read_user_str(r->s, STRLEN, (const char *)(e->p2 ? e->p2 : e->p1)) < 0)
-			r->s[0] = 0;
-		submit(r);
-	}
+	n = user_path(&sc->name, (const char *)(e->p2 ? e->p2 : e->p1));
+	if (relative(&sc->name))
+		fd_line(tid, e->p2 ? Y_I1 : Y_I0, e->p2 ? e->i1 : e->i0);
+	if (ret >= 0 && (sys == SYS_OPENAT || sys == SYS_OPENAT2 || sys == SYS_OPEN || sys == SYS_CREAT))
+		fd_line(tid, Y_RET, ret);
+	head(&sc->name.r, K_DONE);
+	ids(&sc->name.r);
+	sc->name.r.ts = e->ts;
+	sc->name.r.sys = sys;
+	sc->name.r.i0 = e->i0;
+	sc->name.r.i1 = e->i1;
+	sc->name.r.ret = ret;
+	output(&sc->name, n);
 	bpf_map_delete_elem(&entries, &tid);
 	return 0;
 }
@@ -763,30 +988,50 @@ static __always_inline int uring_submit(u8 op, void *request)
 
 	if (!(open || op == 16 || (op >= 35 && op <= 39) || op == 21) || !in_chamber())
 		return 0;
-	struct rec *r = reserve(K_URING);
-
-	if (!r)
-		return 0;
-	ids(r);
-	r->ts = bpf_ktime_get_ns();
-	r->ret = op;
 	u64 req = (u64)request;
 
-	r->req = req;
-	if (open) {
-		struct io_open *o = (struct io_open *)request;
-		const char *name = BPF_CORE_READ(o, filename, name);
-		u8 one = 1;
+	if (!open) {
+		struct rec *r = reserve(K_URING);
 
-		r->flags = HAS_PATH;
-		r->i0 = BPF_CORE_READ(o, dfd);
-		r->i1 = (s32)BPF_CORE_READ(o, how.flags);
-		if (bpf_probe_read_kernel_str(r->s, STRLEN, name) < 0)
-			r->s[0] = 0;
-		if (bpf_map_update_elem(&urings, &req, &one, BPF_ANY))
-			count_lost();  /* its completion will not be printed */
+		if (!r)
+			return 0;
+		ids(r);
+		r->ts = bpf_ktime_get_ns();
+		r->ret = op;
+		r->req = req;
+		submit(r);
+		return 0;
 	}
-	submit(r);
+	/* an open: its path (the kernel's copy, up to PATHLEN) and, when relative, its dirfd's
+	 * path (Y i0) before the U line */
+	struct scratch *sc = scratch();
+	struct io_open *o = (struct io_open *)request;
+	const char *name = BPF_CORE_READ(o, filename, name);
+	u8 one = 1;
+	long n;
+
+	if (!sc) {
+		count_lost();
+		return 0;
+	}
+	head(&sc->name.r, K_URING);
+	ids(&sc->name.r);
+	sc->name.r.ts = bpf_ktime_get_ns();
+	sc->name.r.ret = op;
+	sc->name.r.req = req;
+	sc->name.r.flags = HAS_PATH;
+	sc->name.r.i0 = BPF_CORE_READ(o, dfd);
+	sc->name.r.i1 = (s32)BPF_CORE_READ(o, how.flags);
+	n = bpf_probe_read_kernel_str(sc->name.r.s, PATHLEN, name);
+	if (n <= 0) {
+		sc->name.r.s[0] = 0;
+		n = 1;
+	}
+	if (relative(&sc->name))
+		fd_line(sc->name.r.tid, Y_I0, sc->name.r.i0);
+	if (bpf_map_update_elem(&urings, &req, &one, BPF_ANY))
+		count_lost();  /* its completion will not be printed */
+	output(&sc->name, n);
 	return 0;
 }
 

@@ -111,6 +111,9 @@ POOL = [
                          incomplete="no terminal event")),
     ("recorder", RunEnded(exit_code=0, duration_ns=200 * 10**9)),
     ("recorder", RunEnded(exit_code=1, status="interrupted", reason="Ctrl-C")),
+    ("ebpf", FileOpen(pid=1, host_pid=901, path="answers.json", result=10, unresolved=True)),
+    ("strace", FileChange(pid=4, host_pid=904, syscall="unlink", path="/work/sandbox/" + "a/" * 3000 + "...",
+                          path_cut=True, result=-1, errno="ENAMETOOLONG")),
 ]
 
 
