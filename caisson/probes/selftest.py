@@ -105,6 +105,10 @@ CASES: tuple[Case, ...] = (
     Case(name="udp_sender/network", command=_probe("udp_sender.sh"), weaken=("network",),
          expect=("network.unexplained_flow@2",), companion="listener"),  # the host answers: void
     Case(name="uring_reader", command=_probe("uring_reader.sh"), expect=("containment.denied_syscall@1",)),
+    Case(name="path_mover", command=_probe("path_mover.sh")),
+    Case(name="path_mover/exclusions", command=_probe("path_mover.sh"), weaken=("exclusions",),
+         expect=("containment.excluded_read@1",)),  # every read of the key by a moved fd, long name, link
+    Case(name="deep_path", command=_probe("deep_path.sh"), expect=("containment.path_unjudged@1",)),
     Case(name="claude_code", command=[], agent="claude-code", arm="no-write", model_script="asks_for_write.toml",
          gating_probe=True),
     Case(name="claude_code/deny_list", command=[], agent="claude-code", arm="no-write", weaken=("deny_list",),
