@@ -2,7 +2,10 @@
 /*
  * caisson's eBPF syscall witness, the kernel side (CO-RE, libbpf >= 1.0; tracepoints and
  * BTF only, no kprobes). It does what collectors/ebpf.bt does for bpftrace, and its loader
- * (loader.c) prints the same lines, so collectors/ebpf.py parses either.
+ * (loader.c) prints the same lines, so collectors/ebpf.py parses either. Beyond bpftrace, it
+ * reads path arguments whole (up to PATH_MAX) and gives the paths the kernel holds (K_PATH:
+ * each relative name's directory, each opened file, each exec's cwd), so what is recorded is
+ * what the kernel opened, whatever dirfd, dup, symlink or magic link led there.
  *
  * Scope (set by the loader before load, read-only here):
  *   ns_inum: inode number of the chamber's PID namespace;
