@@ -481,7 +481,10 @@ class EbpfParser(SyscallParserOutput):
             self._emit(wall, ProcessSyscall(**ident, syscall=name, args=args, result=-1 if failed else ret,
                                             errno=err, denied=denied))
         elif name in ("chdir", "fchdir") and not failed:
-            if name == "chdir":
+            state, text = call.paths.get("i0", (None, None))
+            if name == "chdir" and text is not None:  # read at its return: the cwd it made
+                new = text[0] if state == "ok" else None
+            elif name == "chdir":
                 new, unresolved = self._place(call, "i0", AT_FDCWD, s[0] if s else "")
                 new = None if unresolved or self._was_cut(s[0] if s else "", self._path_limit) else new
             else:  # with the kernel's paths the next exec gives its cwd; the fds are not followed

@@ -79,8 +79,10 @@ to 4096 bytes (a name the kernel accepts is whole; one of 4096 bytes or more, wh
 refuses, is taken as cut), and its kernel side walks the dentries and mounts of the paths it
 holds up to the chamber's root, as d_path() does, printing a ``Y`` line for each before the
 call's ``O`` (or ``U``): field ``i0``/``i1`` the directory a relative name of that field's
-dirfd is resolved against (the dirfd's file, or the cwd for AT_FDCWD), ``ret`` the file an
-open returned (its ``real_path``, symlinks, magic links and ``..`` followed), and, inside an
+dirfd is resolved against (the dirfd's file, or the cwd for AT_FDCWD; read at the call's
+return, so a chdir's is the cwd it made), ``ret`` the file an open returned (its
+``real_path``, symlinks, magic links and ``..`` followed; no ``ret`` line when that path is
+the name itself, or the name joined to its ``i0`` directory: most opens), and, inside an
 exec's ``E``..``Z``, ``cwd`` its cwd; state ``ok`` (the path follows), ``cut`` (longer than
 4096 bytes), ``none`` (no path in the chamber: a pipe, a socket, outside its root), ``badf``
 (no such fd). A relative name is joined to its ``Y`` directory, and stays as given

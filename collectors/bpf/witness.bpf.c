@@ -109,10 +109,23 @@ static __always_inline void submit(struct rec *r)
 
 #define WALK_BUF (WALK_END + 256 + 8)  /* a name is at most 255 bytes (NAME_MAX) past a masked offset */
 
+/* A dentry's d_hash, d_parent and d_name, which are adjacent (include/linux/dcache.h, 6.1
+ * to 6.18): one read per component. */
+struct dentry_head {
+	u64 hash_next, hash_pprev;
+	u64 parent;
+	u32 hash, len;
+	u64 name;
+};
+
 struct scratch {
 	struct lrec name;  /* the O, S or U record being built */
 	struct lrec path;  /* a Y record */
 	char walk[WALK_BUF];  /* a walked path, built backwards to walk[WALK_END] */
+	struct dentry_head head;  /* of the file a walk starts at */
+	struct path dir;   /* the directory of the last Y i0/i1/cwd line */
+	struct path file;  /* the file an open returned */
+	struct path root;  /* the chamber's root, being read */
 };
 
 struct {
@@ -208,17 +221,38 @@ static __always_inline void ids(struct rec *r)
 
 struct walk {
 	u64 dentry, mnt;            /* where the walk is: a struct dentry *, its struct vfsmount * */
+	u64 top;                    /* that mount's root dentry */
 	u64 root_dentry, root_mnt;  /* the chamber's root */
 	u32 pos;                    /* the path so far: walk[pos..WALK_END) */
 	u8 state;                   /* P_* once the walk ended; WALKING until then */
 };
 #define WALKING 0xff
 
+
+/* Read a dentry's head: by one read where its fields are adjacent, else field by field. */
+static __always_inline void dentry_head(u64 dentry, struct dentry_head *h)
+{
+	struct dentry *d = (struct dentry *)dentry;
+
+	if (bpf_core_field_offset(struct dentry, d_parent) == bpf_core_field_offset(struct dentry, d_hash) + 16 &&
+	    bpf_core_field_offset(struct dentry, d_name) == bpf_core_field_offset(struct dentry, d_hash) + 24) {
+		bpf_probe_read_kernel(h, sizeof(*h), (void *)dentry + bpf_core_field_offset(struct dentry, d_hash));
+	} else {  /* a kernel that parted them */
+		h->hash_pprev = (u64)BPF_CORE_READ(d, d_hash.pprev);
+		h->parent = (u64)BPF_CORE_READ(d, d_parent);
+		h->len = BPF_CORE_READ(d, d_name.len);
+		h->name = (u64)BPF_CORE_READ(d, d_name.name);
+	}
+}
+
+/* The chamber's root (its init's), read once: the same for every task of the run. Two
+ * scalars: clang 14 gives a static array in .bss a BTF size the kernel refuses. */
+static u64 root_dentry, root_mnt;
+
 static long walk_step(u64 i, struct walk *w)
 {
 	struct scratch *sc = scratch();
-	struct dentry *d = (struct dentry *)w->dentry;
-	struct vfsmount *vm = (struct vfsmount *)w->mnt;
+	struct dentry_head h = {};
 
 	if (!sc) {
 		w->state = P_NONE;
@@ -228,119 +262,214 @@ static long walk_step(u64 i, struct walk *w)
 		w->state = P_OK;
 		return 1;
 	}
-	struct dentry *parent = BPF_CORE_READ(d, d_parent);
-	struct dentry *top = BPF_CORE_READ(vm, mnt_root);
-
-	if (d == top || d == parent) {  /* the top of its mount: on to where that mount is mounted */
-		struct mount *m = (struct mount *)((u64)vm - bpf_core_field_offset(struct mount, mnt));
+	dentry_head(w->dentry, &h);
+	if (w->dentry == w->top || w->dentry == h.parent) {  /* the top of its mount: on to where it is mounted */
+		struct mount *m = (struct mount *)(w->mnt - bpf_core_field_offset(struct mount, mnt));
 		struct mount *up = BPF_CORE_READ(m, mnt_parent);
 
 		/* a dentry of no tree (pipefs, sockfs, anonymous inodes), or the top of a mount
 		 * tree that does not hold the chamber's root */
-		if (d != top || up == m) {
+		if (w->dentry != w->top || up == m) {
 			w->state = P_NONE;
 			return 1;
 		}
+		struct vfsmount *vm = (struct vfsmount *)((u64)up + bpf_core_field_offset(struct mount, mnt));
+
 		w->dentry = (u64)BPF_CORE_READ(m, mnt_mountpoint);
-		w->mnt = (u64)up + bpf_core_field_offset(struct mount, mnt);
+		w->mnt = (u64)vm;
+		w->top = (u64)BPF_CORE_READ(vm, mnt_root);
 		return 0;
 	}
-	u32 len = BPF_CORE_READ(d, d_name.len);
-	const unsigned char *name = BPF_CORE_READ(d, d_name.name);
-
-	if (len == 0 || len > 255 || len + 1 > w->pos) {  /* longer than WALK_END bytes (or a torn name) */
+	if (h.len == 0 || h.len > 255 || h.len + 1 > w->pos) {  /* longer than WALK_END bytes (or a torn name) */
 		w->state = P_CUT;
 		return 1;
 	}
-	w->pos -= len + 1;
+	w->pos -= h.len + 1;
 	u32 at = w->pos & (WALK_END - 1);
 
 	sc->walk[at] = '/';
-	bpf_probe_read_kernel(&sc->walk[(at + 1) & (WALK_END - 1)], len & 255, name);
-	w->dentry = (u64)parent;
+	bpf_probe_read_kernel(&sc->walk[(at + 1) & (WALK_END - 1)], h.len & 255, (void *)h.name);
+	w->dentry = h.parent;
 	return 0;
 }
 
-/* A Y line: the path of (dentry, mnt) in the chamber, or (state) why there is none. */
-static __always_inline void path_line(u32 tid, u8 field, u64 dentry, u64 mnt, u8 state)
+/* Walk (dentry, mnt) into sc->walk: the path is walk[*pos..WALK_END); its state (P_*). */
+static __always_inline u8 walk_path(struct scratch *sc, u64 dentry, u64 mnt, u32 *pos)
 {
-	struct scratch *sc = scratch();
-	u32 n = 1;
+	struct walk w = { .dentry = dentry, .mnt = mnt, .pos = WALK_END, .state = WALKING };
+	struct vfsmount *vm = (struct vfsmount *)mnt;
+	struct dentry_head *h = &sc->head;
 
-	if (!sc)
-		return;
-	struct lrec *l = &sc->path;
-
-	if (state == P_OK) {
+	if (!root_dentry) {
 		struct task_struct *t = bpf_get_current_task_btf();
 		struct fs_struct *fs = BPF_CORE_READ(upid_at(t->thread_pid).ns, child_reaper, fs);
-		struct dentry *d = (struct dentry *)dentry;
-		struct walk w = { .dentry = dentry, .mnt = mnt, .pos = WALK_END, .state = WALKING };
 
 		if (!fs)  /* the chamber's init is exiting: the task's own root */
 			fs = BPF_CORE_READ(t, fs);
-		w.root_dentry = (u64)BPF_CORE_READ(fs, root.dentry);
-		w.root_mnt = (u64)BPF_CORE_READ(fs, root.mnt);
-		sc->walk[WALK_END] = 0;
-		if (BPF_CORE_READ(d, d_parent) != d && !BPF_CORE_READ(d, d_hash.pprev)) {
-			__builtin_memcpy(&sc->walk[WALK_END - 10], " (deleted)", 10);  /* unlinked, as d_path says */
-			w.pos -= 10;
-		}
-		bpf_loop(WALK_END / 2 + 64, walk_step, &w, 0);
-		state = w.state == WALKING ? P_CUT : w.state;
-		if (state == P_OK) {
-			if (w.pos == WALK_END) {  /* the root itself */
-				w.pos = WALK_END - 1;
-				sc->walk[WALK_END - 1] = '/';
-			}
-			u32 pos = w.pos & (WALK_END - 1);
-
-			n = WALK_END + 1 - pos;
-			bpf_probe_read_kernel(l->r.s, n, &sc->walk[pos]);
-		}
+		BPF_CORE_READ_INTO(&sc->root, fs, root);
+		root_mnt = (u64)sc->root.mnt;
+		root_dentry = (u64)sc->root.dentry;
 	}
-	if (n == 1)
+	w.root_dentry = root_dentry;
+	w.root_mnt = root_mnt;
+	w.top = (u64)BPF_CORE_READ(vm, mnt_root);
+	sc->walk[WALK_END] = 0;
+	dentry_head(dentry, h);
+	if (h->parent != dentry && !h->hash_pprev) {
+		__builtin_memcpy(&sc->walk[WALK_END - 10], " (deleted)", 10);  /* unlinked, as d_path says */
+		w.pos -= 10;
+	}
+	bpf_loop(WALK_END / 2 + 64, walk_step, &w, 0);
+	if (w.state == P_OK && w.pos == WALK_END) {  /* the root itself */
+		w.pos = WALK_END - 1;
+		sc->walk[WALK_END - 1] = '/';
+	}
+	*pos = w.pos;
+	return w.state == WALKING ? P_CUT : w.state;
+}
+
+/* A Y line of a walk's result (a P_OK one's path is walk[pos..WALK_END)); the bytes of
+ * its path, which stays in sc->path until the next Y line. */
+static __always_inline u32 path_line(struct scratch *sc, u32 tid, u8 field, u8 state, u32 pos)
+{
+	struct lrec *l = &sc->path;
+	u32 n = 1;
+
+	if (state == P_OK) {
+		pos &= WALK_END - 1;
+		n = WALK_END + 1 - pos;
+		bpf_probe_read_kernel(l->r.s, n, &sc->walk[pos]);
+	} else {
 		l->r.s[0] = 0;
+	}
 	head(&l->r, K_PATH);
 	l->r.tid = tid;
 	l->r.i0 = field;
 	l->r.i1 = state;
 	output(l, n);
+	return n - 1;
 }
 
-/* The file open at the current task's `fd`, or NULL. */
-static __always_inline struct file *fd_file(s32 fd)
+/* The path of the file open at the current task's `fd` (AT_FDCWD: its cwd); false when none. */
+static __always_inline bool fd_path(s32 fd, struct path *p)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
+
+	if (fd == AT_FDCWD) {
+		BPF_CORE_READ_INTO(p, t, fs, pwd);
+		return p->dentry && p->mnt;
+	}
 	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
 	struct file **files;
 	struct file *f = NULL;
 
 	if (fd < 0 || !fdt || (u32)fd >= BPF_CORE_READ(fdt, max_fds))
-		return NULL;
+		return false;
 	files = BPF_CORE_READ(fdt, fd);
 	bpf_probe_read_kernel(&f, sizeof(f), &files[fd]);
-	return f;
+	if (!f)
+		return false;
+	BPF_CORE_READ_INTO(p, f, f_path);
+	return p->dentry && p->mnt;
 }
 
-/* A Y line for the file open at `fd` (AT_FDCWD: the cwd). */
-static __always_inline void fd_line(u32 tid, u8 field, s32 fd)
+/* Walk the file open at `fd` (AT_FDCWD: the cwd) into sc->walk; its state (P_BADF: none). */
+static __always_inline u8 walk_fd(struct scratch *sc, s32 fd, u32 *pos, struct path *p)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
-	u64 dentry = 0, mnt = 0;
+	*pos = WALK_END;
+	return fd_path(fd, p) ? walk_path(sc, (u64)p->dentry, (u64)p->mnt, pos) : P_BADF;
+}
 
-	if (fd == AT_FDCWD) {
-		dentry = (u64)BPF_CORE_READ(t, fs, pwd.dentry);
-		mnt = (u64)BPF_CORE_READ(t, fs, pwd.mnt);
-	} else {
-		struct file *f = fd_file(fd);
+/* A Y line for the file open at `fd` (AT_FDCWD: the cwd), whose path it leaves in sc->dir;
+ * the bytes of its path (0: none). */
+static __always_inline u32 fd_line(u32 tid, u8 field, s32 fd)
+{
+	struct scratch *sc = scratch();
+	u32 pos;
 
-		if (f) {
-			dentry = (u64)BPF_CORE_READ(f, f_path.dentry);
-			mnt = (u64)BPF_CORE_READ(f, f_path.mnt);
-		}
+	if (!sc)
+		return 0;
+	u8 state = walk_fd(sc, fd, &pos, &sc->dir);
+	u32 n = path_line(sc, tid, field, state, pos);
+
+	return state == P_OK ? n : 0;
+}
+
+/* Whether `len` bytes of the walk at `at` are those of sc->path (`path`) or sc->name at `off`. */
+struct same_ctx {
+	u32 at, off, len;
+	bool path;
+	bool same;
+};
+
+static long same_chunk(u64 i, struct same_ctx *c)
+{
+	struct scratch *sc = scratch();
+	u32 k = i * 8;
+	u64 a = 0, b = 0;
+
+	if (!sc || k >= c->len)
+		return 1;
+	a = *(u64 *)&sc->walk[(c->at + k) & (WALK_END - 1)];
+	b = *(u64 *)&(c->path ? sc->path.r.s : sc->name.r.s)[(c->off + k) & (WALK_END - 1)];
+	u32 left = c->len - k;
+	u64 mask = left >= 8 ? ~0ULL : (1ULL << (left * 8)) - 1;  /* little-endian: the first bytes are the low ones */
+	if ((a ^ b) & mask) {
+		c->same = false;
+		return 1;
 	}
-	path_line(tid, field, dentry, mnt, dentry && mnt ? P_OK : P_BADF);
+	return 0;
+}
+
+static __always_inline bool same_bytes(u32 at, bool path, u32 off, u32 len)
+{
+	struct same_ctx c = { .at = at, .off = off, .len = len, .path = path, .same = true };
+
+	bpf_loop(WALK_END / 8 + 1, same_chunk, &c, 0);
+	return c.same;
+}
+
+/* Whether the file at `p` is the entry `name_len` bytes of sc->name name in the directory
+ * at `dir` (and still linked): then its path is that directory's and the name. */
+static __always_inline bool entry_of(struct scratch *sc, const struct path *p, const struct path *dir, u32 name_len)
+{
+	struct dentry_head *h = &sc->head;
+
+	if (p->mnt != dir->mnt || name_len == 0 || name_len > 255)
+		return false;
+	dentry_head((u64)p->dentry, h);
+	if (h->parent != (u64)dir->dentry || h->parent == (u64)p->dentry || !h->hash_pprev || h->len != name_len)
+		return false;
+	bpf_probe_read_kernel(sc->walk, name_len & 255, (void *)h->name);
+	return same_bytes(0, false, 0, name_len);
+}
+
+/* A Y ret line for the file an open returned: none when its path is the name the call gave
+ * (`name_len` bytes in sc->name), or that name joined to its directory's (`base_len` bytes in
+ * sc->path, the Y line just printed, of the directory at sc->dir; 0: the name is absolute), so
+ * most opens cost no line; a name of one component in its directory costs no walk either. */
+static __always_inline void file_line(u32 tid, s32 fd, u32 name_len, bool relative_name, u32 base_len)
+{
+	struct scratch *sc = scratch();
+	u32 pos;
+
+	if (!sc)
+		return;
+	if (relative_name && base_len && fd_path(fd, &sc->file) && entry_of(sc, &sc->file, &sc->dir, name_len))
+		return;
+	u8 state = walk_fd(sc, fd, &pos, &sc->file);
+
+	if (state == P_OK) {
+		pos &= WALK_END - 1;
+		u32 len = WALK_END - pos;
+
+		if (!relative_name && len == name_len && same_bytes(pos, false, 0, name_len))
+			return;
+		if (relative_name && base_len && len == base_len + 1 + name_len && sc->walk[(pos + base_len) & (WALK_END - 1)] == '/'
+		    && same_bytes(pos, true, 0, base_len) && same_bytes(pos + base_len + 1, false, 0, name_len))
+			return;
+	}
+	path_line(sc, tid, Y_RET, state, pos);
 }
 
 /* A name is resolved against a directory (its dirfd's, or the cwd) when it is relative. */
@@ -472,7 +601,7 @@ static __always_inline void ret_line(u8 sys, s64 ret)
 
 /* The lines of an open or change that returned, in this order: S (a rename's or link's
  * first name), Y i0 / Y i1 (the directory each relative name is resolved against), Y ret
- * (the file an open returned), O. */
+ * (the file an open returned, unless its path is the name as placed), O. */
 static __always_inline int on_return(u8 sys, s64 ret)
 {
 	u32 tid = (u32)bpf_get_current_pid_tgid();
@@ -499,10 +628,11 @@ static __always_inline int on_return(u8 sys, s64 ret)
 			fd_line(tid, Y_I0, e->i0);
 	}
 	n = user_path(&sc->name, (const char *)(e->p2 ? e->p2 : e->p1));
-	if (relative(&sc->name))
-		fd_line(tid, e->p2 ? Y_I1 : Y_I0, e->p2 ? e->i1 : e->i0);
+	bool rel = relative(&sc->name);
+	u32 base = rel ? fd_line(tid, e->p2 ? Y_I1 : Y_I0, e->p2 ? e->i1 : e->i0) : 0;
+
 	if (ret >= 0 && (sys == SYS_OPENAT || sys == SYS_OPENAT2 || sys == SYS_OPEN || sys == SYS_CREAT))
-		fd_line(tid, Y_RET, ret);
+		file_line(tid, ret, n - 1, rel, base);
 	head(&sc->name.r, K_DONE);
 	ids(&sc->name.r);
 	sc->name.r.ts = e->ts;

@@ -94,7 +94,7 @@ def test_golden_with_trailing_junk_keeps_every_event_and_the_junk():
 
 
 LIBBPF = (GOLDEN / "probe.libbpf.out").read_bytes()
-LIBBPF_INIT = 5318  # host pid of the chamber's init in probe.libbpf.out
+LIBBPF_INIT = 5376  # host pid of the chamber's init in probe.libbpf.out
 LIBBPF_EXPECTED = [(s.wall_ns, s.event) for s in (msgspec.json.decode(line, type=_Stamped) for line in
                                                    (GOLDEN / "probe.libbpf.events.jsonl").read_bytes().splitlines())]
 
@@ -138,7 +138,7 @@ def test_the_libbpf_loader_and_bpftrace_print_the_same_facts_of_the_probe():
     assert (bpftrace.pop(cut)["path"], libbpf.pop(cut)) == ("/etc/...", {
         "kind": "file.open", "syscall": "openat", "path": "/etc/hostname", "flags": "O_RDONLY|O_CLOEXEC", "result": 5})
     assert libbpf == bpftrace
-    assert LIBBPF_EXPECTED[-1][1] == WitnessRaw(witness="ebpf", line="R 3293313771536 5318 5318 ? openat 3")
+    assert LIBBPF_EXPECTED[-1][1] == WitnessRaw(witness="ebpf", line="R 7382690104750 5376 5376 ? openat 3")
     assert len(LIBBPF_EXPECTED) == 361
     # the kernel's path of the files opened: a symlink's target, a magic link's directory, a library's file
     reals = {(e.path, e.real_path, e.unresolved) for _, e in LIBBPF_EXPECTED if isinstance(e, FileOpen) and e.real_path}

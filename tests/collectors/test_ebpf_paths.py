@@ -255,3 +255,15 @@ def test_the_kernels_paths_whole_byte_at_a_time_and_at_any_split(cuts):
     assert whole[-1].cwd == f"{W}/key"
     assert _at_any_split(ALL, cuts) == whole
     assert [e for _, e in parse([ALL.encode()[i:i + 1] for i in range(len(ALL.encode()))], root_cwd=W)] == whole
+
+
+def test_a_chdirs_directory_line_is_the_cwd_it_made():
+    # chdir's Y i0 is read at its return: the new cwd, not the one its name is relative to (an
+    # exec whose own cwd line is missing, lost with its record, falls back to the one followed)
+    exec_ = ("E {0} 10 10 2 tracepoint:syscalls:sys_enter_execve 1 9\nS 10 /bin/true\nZ 10\n"
+             "R {0} 10 10 2 tracepoint:syscalls:sys_exit_execve 0\n")
+    text = (LIBBPF_B + f"Y 10 i0 ok {W}/sub\nO 100 10 10 2 tracepoint:syscalls:sys_exit_chdir -100 0 0 sub\n"
+            + exec_.format(101) + "E 102 10 10 2 tracepoint:syscalls:sys_enter_fchdir 3 0\nZ 10\n"
+            "R 103 10 10 2 tracepoint:syscalls:sys_exit_fchdir 0\n" + exec_.format(104))
+    got = [e for _, e in parse([text.encode()], root_cwd=W) if isinstance(e, ProcessExec)]
+    assert [e.cwd for e in got] == [f"{W}/sub", None]  # fchdir: the fds are not followed with kernel paths
