@@ -15,9 +15,10 @@ from collections import deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from collectors._ebpf_fds import O_CLOEXEC, FdTables
 from collectors._lines import take_lines
-from collectors._strace_parser import (AUDITED_SYSCALLS, DENIED_SYSCALLS, NEED_DATA, UNFINISHED, Stamped,
-                                      SyscallParserOutput)
+from collectors._strace_parser import (AUDITED_SYSCALLS, DENIED_SYSCALLS, MAGIC_LINK, NEED_DATA, UNFINISHED,
+                                      Stamped, SyscallParserOutput)
 from ledger import CaissonError, redact_exec
 from ledger.events import (FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessSyscall,
                            WitnessGap, WitnessRaw)
@@ -28,7 +29,8 @@ WITNESS = "ebpf"
 """The ``witness`` name of the events this parser makes and of its ledger source."""
 STRING_LIMIT = 200
 """Bytes reserved per string, the NUL included: ``BPFTRACE_STRLEN`` (0.17's maximum) and the
-libbpf program's ``STRLEN`` (``collectors/bpf/witness.h``); at most 199 bytes are copied."""
+libbpf program's ``STRLEN`` (``collectors/bpf/witness.h``); at most 199 bytes are copied.
+Paths have the limit the ``B`` line gives (the libbpf program's ``PATHLEN``, 4097), else this one."""
 AT_FDCWD = -100
 
 _OPEN_FLAGS = (  # include/uapi/asm-generic/fcntl.h (x86_64, arm64 share these values)
@@ -55,7 +57,8 @@ _EPERM = 1
 _IO_URING_OPS = {18: "io_uring_openat", 28: "io_uring_openat2", 16: "io_uring_connect", 21: "io_uring_statx",
                  35: "io_uring_renameat", 36: "io_uring_unlinkat", 37: "io_uring_mkdirat",
                  38: "io_uring_symlinkat", 39: "io_uring_linkat"}  # include/uapi/linux/io_uring.h
-_RECORD = re.compile(r"^(?:[BERFQUKOP] \d|[SAVTN] \d+ |[SAVTZ] \d+$)")
+_RECORD = re.compile(r"^(?:[BERFQUKOPX] \d|[SAVTNY] \d+ |[SAVTZ] \d+$)")
+_FD_CALLS = frozenset({"dup", "dup2", "dup3", "fcntl", "ioctl", "close", "close_range"})
 _LOST = re.compile(r"^Lost (\d+) events$")
 
 
@@ -81,7 +84,8 @@ class ParserClosedError(CaissonError):
 
 
 class _Call:
-    __slots__ = ("name", "mono", "tgid", "nspid", "i0", "i1", "strings", "argv", "env", "cut", "ret", "sealed")
+    __slots__ = ("name", "mono", "tgid", "nspid", "i0", "i1", "strings", "argv", "env", "cut", "ret", "sealed",
+                 "paths")
 
     def __init__(self, name: str, mono: int, tgid: int, nspid: int, i0: int, i1: int):
         self.name, self.mono, self.tgid, self.nspid, self.i0, self.i1 = name, mono, tgid, nspid, i0, i1
@@ -91,11 +95,13 @@ class _Call:
         self.cut: set[str] = set()
         self.ret: int | None = None  # the return value, once its R line is read
         self.sealed = False  # its Z line was read: no more strings
+        self.paths: dict[str, tuple[str, list[str]]] = {}  # Y lines: field -> (state, [path])
 
 
 class _Text(NamedTuple):
     values: list[str]  # the list whose last string a continuation line extends
     call: _Call | None
+    limit: int | None  # bytes at which the string is taken as cut (None: never)
 
 
 class EbpfParser(SyscallParserOutput):
@@ -140,7 +146,8 @@ class EbpfParser(SyscallParserOutput):
                 command's. A child's line printed before its fork's ``F`` line (another
                 CPU's buffer) is not known to be the tracer's and is kept.
             string_limit: ``BPFTRACE_STRLEN`` of the run, bytes (a string of
-                ``string_limit - 1`` bytes or more is taken as cut).
+                ``string_limit - 1`` bytes or more is taken as cut); paths have the limit
+                the ``B`` line gives, else this one.
             max_line_bytes: a longer line is cut there and the rest parsed as lines.
             denied_syscalls: the calls the chamber's seccomp profile refuses (``run.started``'s
                 ``seccomp.denied``): a ``P`` line of one that never entered and returned
@@ -149,6 +156,8 @@ class EbpfParser(SyscallParserOutput):
         self._denied = frozenset(denied_syscalls)
         self._offset, self._root_cwd = clock_offset_ns, root_cwd
         self._limit, self._max_line = string_limit, max_line_bytes
+        self._path_limit = string_limit  # the B line's, once read
+        self._kernel = False  # the B line says the kernel side gives the paths it holds (Y lines)
         self._root = root_host_pid
         self._key, self._patterns = fingerprint_key, tuple(credential_patterns)
         self._tracer, self._skip = skip_tracer, None  # the tracer's host pid, once its exec is read
@@ -159,9 +168,10 @@ class EbpfParser(SyscallParserOutput):
         self._calls: dict[int, _Call] = {}  # tid -> its E call, until both R and Z are read
         self._early: dict[int, tuple[str, int, int, int]] = {}  # tid -> (name, ret, mono, tgid) of an R before its E
         self._pre: dict[int, list[str]] = {}  # tid -> S lines before an O (a rename's old name)
+        self._paths: dict[int, dict[str, tuple[str, list[str]]]] = {}  # tid -> Y lines before an O, U or R
         self._uring: dict[int, _Call] = {}  # io_uring req address -> its open
         self._cwd: dict[int, str | None] = {}  # tgid (or a child's tid, until it runs) -> cwd
-        self._fds: dict[int, dict[int, str]] = {}  # tgid -> fd -> path, from opens seen
+        self._fds = FdTables()  # without the kernel's paths: each process's fds, from the calls seen
         self._text: _Text | None = None  # the string a continuation line extends
         self._held: tuple[int, _Call] | None = None  # an O line's call, until its path is whole
         self.last_ns: int | None = None
@@ -209,8 +219,8 @@ class EbpfParser(SyscallParserOutput):
         record = _RECORD.match(text) is not None
         lost = None if record else _LOST.match(text)
         if not record and lost is None and self._text is not None:  # a newline inside the previous string
-            values = self._text.values
-            values[-1] = self._cut(values[-1] + "\n" + text)
+            values, limit = self._text.values, self._text.limit
+            values[-1] = values[-1] + "\n" + text if limit is None else self._cut(values[-1] + "\n" + text, limit)
             return
         self._text = None
         self._release()
@@ -230,7 +240,7 @@ class EbpfParser(SyscallParserOutput):
 
     def _record(self, text: str) -> None:
         tag = text[0]
-        if tag in "SAVTZN":
+        if tag in "SAVTZNY":
             self._string(tag, text)
             return
         f = text.split(" ", 12 if tag == "P" else 9)
@@ -238,6 +248,8 @@ class EbpfParser(SyscallParserOutput):
         self.last_ns = mono + self._offset
         if tag == "B":
             self.attached, self.pidns_inum = True, int(f[2])
+            if len(f) > 5:  # the libbpf loader's: its path limit, and "kernel"
+                self._path_limit, self._kernel = int(f[5]), len(f) > 6 and f[6] == "kernel"
         elif tag == "K":
             call = self._uring.pop(int(f[4]))
             self._finish(int(f[3]), call, int(f[5]))
@@ -245,8 +257,9 @@ class EbpfParser(SyscallParserOutput):
             tid = int(f[3])
             call = _Call(f[5].rpartition("sys_exit_")[2], mono, int(f[2]), int(f[4]), int(f[6]), int(f[7]))
             call.ret = int(f[8])
-            call.strings = [*self._pre.pop(tid, []), self._cut(f[9] if len(f) > 9 else "")]
-            self._text = _Text(call.strings, call)
+            call.strings = [*self._pre.pop(tid, []), self._cut(f[9] if len(f) > 9 else "", self._path_limit)]
+            call.paths = self._paths.pop(tid, {})
+            self._text = _Text(call.strings, call, self._path_limit)
             self._held = (tid, call)  # the next line may continue its path
         elif tag == "E":
             self._enter(text, f, mono)
@@ -258,20 +271,20 @@ class EbpfParser(SyscallParserOutput):
             call = _Call(name, mono, int(f[2]), int(f[4]), int(f[6]), 0)
             call.ret = int(f[7])
             call.argv = [str(int(a)) for a in f[8:12]]
-            call.strings = [self._cut(f[12] if len(f) > 12 else "")]
-            self._text = _Text(call.strings, call)
+            call.strings = [self._cut(f[12] if len(f) > 12 else "", self._limit)]
+            self._text = _Text(call.strings, call, self._limit)
             self._held = (tid, call)  # the next line may continue its string
         elif tag == "R":
             self._return(f, mono)
         elif tag == "F":
-            self._inherit(int(f[2]), int(f[5]))
+            self._inherit(int(f[2]), int(f[5]), int(f[6]) if len(f) > 6 else None)
             if int(f[2]) == self._skip:  # the tracer's child runs the tracer's code until it execs
                 self._skip_children.add(int(f[5]))
         elif tag == "Q":
             tgid, nspid, status = int(f[2]), int(f[4]), int(f[5])
             sig = status & 0x7F
             self._cwd.pop(tgid, None)
-            self._fds.pop(tgid, None)
+            self._fds.exited(tgid)
             self._emit(self.last_ns, ProcessExit(pid=nspid, host_pid=tgid, code=None if sig else status >> 8 & 0xFF,
                                                  signal=_signame(sig) if sig else None))
             self.root_exited = self.root_exited or tgid == self._root
@@ -282,19 +295,36 @@ class EbpfParser(SyscallParserOutput):
                 self._raw(text, failure=False)
                 return
             call = _Call(_IO_URING_OPS[op], mono, int(f[2]), int(f[4]), int(f[7]), int(f[8]))
-            call.strings = [self._cut(f[9] if len(f) > 9 else "")]
+            call.strings = [self._cut(f[9] if len(f) > 9 else "", self._path_limit)]
+            call.paths = self._paths.pop(tid, {})
             self._uring[int(f[6])] = call
-            self._text = _Text(call.strings, call)
+            self._text = _Text(call.strings, call, self._path_limit)
+        elif tag == "X":
+            name = f[5].rpartition(":")[2].removeprefix("sys_enter_").removeprefix("sys_exit_")
+            if name not in _FD_CALLS:
+                raise ValueError(text)
+            if not self._kernel:
+                self._fds.called(int(f[2]), name, int(f[6]), int(f[7]), int(f[8]), int(f[9]))
 
     def _string(self, tag: str, text: str) -> None:
-        """An S/A/V/N/T/Z line: a string of the call its thread is entering (or, S, of an O to come)."""
-        _, tid_s, *rest = text.split(" ", 2)
+        """An S/A/V/N/T/Z/Y line: a string of the call its thread is entering (or, S and Y, of
+        an O, U or R to come)."""
+        if tag == "Y":
+            _, tid_s, field, state, *rest = text.split(" ", 4)
+            if state not in ("ok", "cut", "none", "badf"):
+                raise ValueError(text)
+        else:
+            _, tid_s, *rest = text.split(" ", 2)
         tid = int(tid_s)
         value = rest[0] if rest else ""
         call = self._calls.get(tid)
         if call is not None and call.sealed:
             call = None
-        if tag == "Z":
+        if tag == "Y":  # an exec's cwd (in its E..Z), or a path of the call that returns next
+            paths = call.paths if call is not None else self._paths.setdefault(tid, {})
+            paths[field] = (state, [value])
+            self._text = _Text(paths[field][1], call, None)
+        elif tag == "Z":
             if call is None:
                 raise ValueError(text)
             call.sealed = True
@@ -309,12 +339,13 @@ class EbpfParser(SyscallParserOutput):
             if tag != "S":
                 raise ValueError(text)
             values = self._pre.setdefault(tid, [])
-            values.append(self._cut(value))
-            self._text = _Text(values, None)
+            values.append(self._cut(value, self._path_limit))
+            self._text = _Text(values, None, self._path_limit)
         else:
             values = {"S": call.strings, "A": call.argv, "V": call.env, "N": call.strings}[tag]
-            values.append(self._cut(value))
-            self._text = _Text(values, call)
+            limit = self._path_limit if tag == "S" else self._limit
+            values.append(self._cut(value, limit))
+            self._text = _Text(values, call, limit)
 
     def _enter(self, text: str, f: list[str], mono: int) -> None:
         tgid, tid, nspid = int(f[2]), int(f[3]), int(f[4])
@@ -355,15 +386,16 @@ class EbpfParser(SyscallParserOutput):
             self._held = None
             self._finish(tid, call, call.ret)
 
-    def _inherit(self, parent: int, child: int) -> None:
-        """A child's cwd and fds are its parent's, unless the child was seen first."""
+    def _inherit(self, parent: int, child: int, flags: int | None = None) -> None:
+        """A child's cwd and fds are its parent's (its fd table shared with ``CLONE_FILES`` in
+        ``flags``, the clone's when the line gives them), unless the child was seen first."""
         if child not in self._cwd:
             self._cwd[child] = self._cwd.get(parent, self._root_cwd)
-            self._fds[child] = dict(self._fds.get(parent, {}))
+            self._fds.forked(parent, child, flags)
 
-    def _cut(self, value: str) -> str:
-        size = len(value) if value.isascii() else len(value.encode("utf-8", "surrogateescape"))
-        if size >= self._limit - 1 and not value.endswith("..."):
+    def _cut(self, value: str, limit: int) -> str:
+        """``value`` with "..." added when it is ``limit`` - 1 bytes or longer: taken as cut."""
+        if _size(value) >= limit - 1 and not value.endswith("..."):
             self.truncated += 1
             return value + "..."
         return value
@@ -378,36 +410,54 @@ class EbpfParser(SyscallParserOutput):
         ident = {"pid": call.nspid, "host_pid": call.tgid}
         name, s = call.name, call.strings
         if name in ("execve", "execveat"):
+            path = s[0] if s else ""
+            argv_cut = bool(call.cut & {"argv", "env"}) or any(self._was_cut(v, self._limit)
+                                                               for v in (*call.argv, *call.env))
             argv = call.argv + (["..."] if "argv" in call.cut else [])
             env = dict(item.partition("=")[::2] for item in call.env if "=" in item)
             if self._key is not None:  # no secret reaches the ledger, in argv or environment
                 argv, env = redact_exec(argv, env, key=self._key, patterns=self._patterns)
-            self._emit(wall, ProcessExec(**ident, ppid=call.i0 or None, path=s[0] if s else "", argv=argv,
-                                         cwd=self._cwd.get(call.tgid, self._root_cwd), env=env,
-                                         result=-1 if failed else 0, errno=err))
+            state, text = call.paths.get("cwd", (None, None))
+            cwd = self._cwd.get(call.tgid, self._root_cwd) if text is None else text[0] if state == "ok" else None
+            if not failed:  # the new program's: its cwd as the kernel gives it, its close-on-exec fds closed
+                if text is not None:
+                    self._cwd[call.tgid] = cwd
+                self._fds.executed(call.tgid)
+            self._emit(wall, ProcessExec(**ident, ppid=call.i0 or None, path=path, argv=argv, cwd=cwd, env=env,
+                                         result=-1 if failed else 0, errno=err,
+                                         path_cut=self._was_cut(path, self._path_limit), argv_cut=argv_cut))
         elif name in _OPENS or name in ("io_uring_openat", "io_uring_openat2"):
             dirfd = call.i0 if name not in ("open", "creat") else AT_FDCWD
-            path = self._resolve(call.tgid, dirfd, s[0] if s else "")
-            flags = open_flags(call.i1)
-            access = ("r", "w", "rw", "rw")[call.i1 & 3]
-            if not failed and path.startswith("/"):
-                self._fds.setdefault(call.tgid, {})[ret] = path  # type: ignore[index]
-            self._emit(wall, FileOpen(**ident, syscall=name, path=path, flags=flags, access=access,
-                                      result=None if failed else ret, errno=err))
+            given = s[0] if s else ""
+            path, unresolved = self._place(call, "i0", dirfd, given)
+            cut = self._was_cut(given, self._path_limit)
+            state, text = call.paths.get("ret", (None, None))
+            real = text[0] if not failed and state == "ok" else None
+            if not failed and not self._kernel:
+                known = not (cut or unresolved) and path.startswith("/")
+                self._fds.opened(call.tgid, ret, path if known else None, bool(call.i1 & O_CLOEXEC))  # type: ignore[arg-type]
+            self._emit(wall, FileOpen(**ident, syscall=name, path=path, flags=open_flags(call.i1),
+                                      access=("r", "w", "rw", "rw")[call.i1 & 3], result=None if failed else ret,
+                                      errno=err, real_path=real if real != path else None, path_cut=cut,
+                                      unresolved=unresolved, real_path_cut=not failed and state == "cut"))
         elif name in _CHANGES:  # as strace's FileChange: path is the entry made, removed or changed
             first_fd = AT_FDCWD if name in ("symlinkat", "rename", "link", "symlink") else call.i0
             if name.startswith(("rename", "link", "symlink")) and len(s) > 1:
-                second = self._resolve(call.tgid, call.i1, s[1])
-                if name.startswith("rename"):  # old name -> new name
-                    path, target = self._resolve(call.tgid, first_fd, s[0]), second
-                elif name.startswith("link"):  # the new link; target: the existing file
-                    path, target = second, self._resolve(call.tgid, first_fd, s[0])
-                else:  # the new symlink; target: its contents, verbatim (never resolved)
-                    path, target = second, s[0]
+                second, unresolved = self._place(call, "i1", call.i1, s[1])
+                names = s[:2]
+                if name.startswith("symlink"):  # the new symlink; target: its contents, verbatim (never resolved)
+                    path, target, names = second, s[0], s[1:2]
+                else:
+                    first, first_unresolved = self._place(call, "i0", first_fd, s[0])
+                    unresolved = unresolved or first_unresolved
+                    # rename: old name -> new name; link: the new link, target the existing file
+                    path, target = (first, second) if name.startswith("rename") else (second, first)
             else:
-                path, target = self._resolve(call.tgid, first_fd, s[0] if s else ""), None
+                names = s[:1]
+                (path, unresolved), target = self._place(call, "i0", first_fd, s[0] if s else ""), None
             self._emit(wall, FileChange(**ident, syscall=name, path=path, target=target,
-                                        result=-1 if failed else 0, errno=err))
+                                        result=-1 if failed else 0, errno=err, unresolved=unresolved,
+                                        path_cut=any(self._was_cut(n, self._path_limit) for n in names)))
         elif name == "connect":
             family = _FAMILIES.get(call.i0)
             if family is None or not s:
@@ -431,8 +481,14 @@ class EbpfParser(SyscallParserOutput):
             self._emit(wall, ProcessSyscall(**ident, syscall=name, args=args, result=-1 if failed else ret,
                                             errno=err, denied=denied))
         elif name in ("chdir", "fchdir") and not failed:
-            new = self._resolve(call.tgid, AT_FDCWD, s[0]) if name == "chdir" and s else \
-                self._fds.get(call.tgid, {}).get(call.i0)
+            state, text = call.paths.get("i0", (None, None))
+            if name == "chdir" and text is not None:  # read at its return: the cwd it made
+                new = text[0] if state == "ok" else None
+            elif name == "chdir":
+                new, unresolved = self._place(call, "i0", AT_FDCWD, s[0] if s else "")
+                new = None if unresolved or self._was_cut(s[0] if s else "", self._path_limit) else new
+            else:  # with the kernel's paths the next exec gives its cwd; the fds are not followed
+                new = None if self._kernel else self._fds.path(call.tgid, call.i0)
             self._cwd[call.tgid] = new if new is not None and new.startswith("/") else None
 
     def _sends(self, wall: int, ident: dict, call: _Call, ret: int | None, err: str | None) -> None:
@@ -451,13 +507,47 @@ class EbpfParser(SyscallParserOutput):
                 " reads the destination of", missing="destinations of the messages past the last read",
                 since_ns=wall))
 
-    def _resolve(self, tgid: int, dirfd: int, path: str) -> str:
-        if not path:  # kept empty: never resolved to the directory (AT_EMPTY_PATH, or unreadable)
-            return path
-        if path.startswith("/"):
-            return _clean(path)
-        base = self._cwd.get(tgid, self._root_cwd) if dirfd == AT_FDCWD else self._fds.get(tgid, {}).get(dirfd)
-        return _clean(posixpath.join(base, path)) if base else path
+    def _place(self, call: _Call, field: str, dirfd: int, name: str) -> tuple[str, bool]:
+        """Where ``name``, a path argument of ``call`` relative to ``dirfd`` (its ``field``:
+        ``i0`` or ``i1``), is in the chamber: (path, unresolved).
+
+        A relative name is joined to its directory: the kernel's, from the call's ``Y`` line
+        of that field, when the program gives them (the ``B`` line's ``kernel``); else the
+        cwd or the dirfd's path, as `FdTables` followed them. A name through a magic link
+        (``/proc/self/fd/N/...``, ``/proc/self/cwd/...``, ``/dev/fd/N/...``) is joined to the
+        path of that fd or cwd, as followed (with the kernel's paths its opened file's ``Y
+        ret`` says where it led). Where the directory is not known: the name as given, True.
+        """
+        if not name:  # kept empty: never resolved to the directory (AT_EMPTY_PATH, or unreadable)
+            return name, False
+        if name.startswith("/"):
+            magic = MAGIC_LINK.match(name)
+            if magic is None:
+                return _clean(name), False
+            base = None if self._kernel else self._magic_base(call, magic)
+            return (_clean(base + name[magic.end():]), False) if base else (_clean(name), True)
+        if self._kernel:
+            state, text = call.paths.get(field, (None, None))
+            base = text[0] if state == "ok" and text is not None else None
+        elif dirfd == AT_FDCWD:
+            base = self._cwd.get(call.tgid, self._root_cwd)
+        else:
+            base = self._fds.path(call.tgid, dirfd)
+        return (_clean(posixpath.join(base, name)), False) if base else (name, True)
+
+    def _magic_base(self, call: _Call, magic: re.Match) -> str | None:
+        """The directory a magic link of ``call``'s own process leads to, as followed; None for
+        another process's, for its root (chroot is not followed), or when not known."""
+        pid, fd = magic[1], magic[2] or magic[4]
+        if pid is not None and pid not in ("self", "thread-self") and int(pid) != call.nspid:
+            return None
+        if fd is not None:
+            return self._fds.path(call.tgid, int(fd))
+        return self._cwd.get(call.tgid, self._root_cwd) if magic[3] else None
+
+    def _was_cut(self, value: str, limit: int) -> bool:
+        """Whether a string `_cut` passed with ``limit`` was taken as cut."""
+        return value.endswith("...") and _size(value) >= limit - 1
 
     def _emit(self, wall_ns: int | None, event) -> None:
         if self._tracer is not None and isinstance(event, ProcessExec) and event.result == 0 \
@@ -494,6 +584,11 @@ def _signame(sig: int) -> str:
         return _signal.Signals(sig).name
     except ValueError:
         return f"SIG{sig}"
+
+
+def _size(value: str) -> int:
+    """Bytes of a string as the kernel had it (invalid UTF-8 kept as surrogate escapes)."""
+    return len(value) if value.isascii() else len(value.encode("utf-8", "surrogateescape"))
 
 
 def _clean(path: str) -> str:

@@ -470,15 +470,27 @@ class StraceParser(SyscallParserOutput):
             return decoded[0] + "..."
         return decoded[0]
 
-    def _path(self, task: _Task, args: list[str], dirfd: int | None, i: int) -> str:
-        path = self._string(args[i])
-        via_fd = _FD_PATH.match(path)
-        if via_fd is not None:  # /proc/self/fd/N/... or /dev/fd/N/...: the directory the fd holds
-            base = self._fds.get((task.tgid, int(via_fd[1])))
-            if base is not None:
-                return _clean(base + path[via_fd.end():])
+    def _path(self, task: _Task, args: list[str], dirfd: int | None, i: int) -> tuple[str, bool, bool]:
+        """The path argument ``args[i]`` placed in the chamber (relative to the cwd, or to the
+        fd ``args[dirfd]`` as its -yy decoration shows it): (path, cut, unresolved). Cut:
+        strace printed only its start (``-s``); unresolved: it is relative to, or through a
+        magic link to, a directory whose path is not known, and is kept as given."""
+        decoded = decode_string(args[i])
+        if decoded is None:
+            raise ValueError(args[i])
+        path, cut = decoded
+        if cut:
+            self.truncated += 1
+            path += "..."
+        magic = MAGIC_LINK.match(path)
+        if magic is not None:  # /proc/self/fd/N/..., /proc/self/cwd/..., /dev/fd/N/...: that directory
+            pid, fd = magic[1], magic[2] or magic[4]
+            own = pid is None or pid in ("self", "thread-self") or int(pid) == task.tgid
+            base = None if not own else self._fds.get((task.tgid, int(fd))) if fd else \
+                task.fs.cwd if magic[3] else None
+            return (_clean(base + path[magic.end():]), cut, False) if base else (_clean(path), cut, True)
         if path.startswith("/"):
-            return _clean(path)
+            return _clean(path), cut, False
         base = task.fs.cwd
         if dirfd is not None:
             fd, deco = parse_fd(args[dirfd])
@@ -487,7 +499,7 @@ class StraceParser(SyscallParserOutput):
                     base = task.fs.cwd = deco
             else:
                 base = deco if deco is not None and deco.startswith("/") else None
-        return _clean(posixpath.join(base, path)) if base else path
+        return (_clean(posixpath.join(base, path)), cut, False) if base else (path, cut, True)
 
     def _env(self, token: str) -> dict[str, str] | None:
         """The exec'd environment when strace printed it (``-v``); None for ``/* N vars */``."""
@@ -525,23 +537,26 @@ class StraceParser(SyscallParserOutput):
                 task.fs.cwd = deco
         if name in ("execve", "execveat"):
             at = 1 if name == "execveat" else 0
+            seen = self.truncated  # each cut string or list counts one
             env = self._env(args[at + 2]) if len(args) > at + 2 else None
             argv = self._argv(args[at + 1])
+            argv_cut, seen = self.truncated > seen, self.truncated
             if self._key is not None:  # no secret reaches the ledger: argv and env redacted alike
                 argv, env = redact_exec(argv, env, key=self._key, patterns=self._patterns)
             path = self._string(args[at])
+            path_cut = self.truncated > seen
             if name == "execveat":  # relative to the dirfd; "" with AT_EMPTY_PATH: the fd itself (fexecve)
                 deco = parse_fd(args[0])[1]
                 if path == "" and deco is not None and deco.startswith("/"):
                     path = _decoration_path(deco) or deco
                 elif path:
-                    path = self._path(task, args, 0, 1)
+                    path = self._path(task, args, 0, 1)[0]
             return ProcessExec(**ident, ppid=self._ppid.get(task.tgid), path=path,
                                argv=argv, cwd=task.fs.cwd, env=env,
-                               result=result, errno=errno)
+                               result=result, errno=errno, path_cut=path_cut, argv_cut=argv_cut)
         if name in _OPENS:
             at = {"open": 0, "creat": 0, "openat": 1, "openat2": 1}[name]
-            path = self._path(task, args, at - 1 if at else None, at)
+            path, cut, unresolved = self._path(task, args, at - 1 if at else None, at)
             if name == "creat":
                 flags = "O_CREAT|O_WRONLY|O_TRUNC"
             elif name == "openat2":
@@ -555,17 +570,19 @@ class StraceParser(SyscallParserOutput):
                 self._fds[(task.tgid, res.value)] = real
             return FileOpen(**ident, syscall=name, path=path, flags=flags, access=access,
                             result=None if failed else res.value, errno=errno,
-                            real_path=real if real != path else None)
+                            real_path=real if real != path else None, path_cut=cut, unresolved=unresolved)
         if name in _CHANGES:
             dirfd, at, second, second_dirfd = _CHANGES[name]
-            path = self._path(task, args, dirfd, at)
+            path, cut, unresolved = self._path(task, args, dirfd, at)
             if second is None:
                 target = None
             elif name in _VERBATIM_TARGET:
                 target = self._string(args[second])
             else:
-                target = self._path(task, args, second_dirfd, second)
-            return FileChange(**ident, syscall=name, path=path, target=target, result=result, errno=errno)
+                target, target_cut, target_unresolved = self._path(task, args, second_dirfd, second)
+                cut, unresolved = cut or target_cut, unresolved or target_unresolved
+            return FileChange(**ident, syscall=name, path=path, target=target, result=result, errno=errno,
+                              path_cut=cut, unresolved=unresolved)
         if name == "connect":
             addr = parse_sockaddr(args[1])
             if addr is None:  # e.g. an address strace could not read: 0x7ffd...
@@ -592,8 +609,8 @@ class StraceParser(SyscallParserOutput):
                                if self._ppid.get(res.value) is not None else None,
                                syscall=name, flags=sorted(f for f in flags if f.startswith("CLONE_")))
         if name == "chdir" and not failed:
-            path = self._path(task, args, None, 0)
-            task.fs.cwd = path if path.startswith("/") else None
+            path, cut, unresolved = self._path(task, args, None, 0)
+            task.fs.cwd = path if path.startswith("/") and not (cut or unresolved) else None
             return None
         if name == "fchdir" and not failed:
             deco = parse_fd(args[0])[1]
@@ -650,9 +667,13 @@ def _decoration_path(deco: str | None) -> str | None:
 
 
 _DEVICE = re.compile(r"^(.*)<(?:char|block) \d+:\d+>$")
-_FD_PATH = re.compile(r"^/(?:proc/self|dev)/fd/(\d+)(?=/|$)")
-"""A path through one of the process's own fds; the fd's path comes from its open's -yy result.
-(Not traced: close and dup, so a reused fd number may map stale; an open re-maps it.)"""
+MAGIC_LINK = re.compile(r"^/(?:proc/(self|thread-self|\d+)(?:/task/\d+)?/(?:fd/(\d+)|(cwd)|root)|dev/fd/(\d+))(?=/)")
+"""A name through a magic link to a directory (proc(5)): ``/proc/<self|thread-self|pid>[/task/<tid>]/``
+then ``fd/<N>/`` (group 2), ``cwd/`` (group 3) or ``root/``; or ``/dev/fd/<N>/`` (group 4); group 1
+the pid. An fd's path comes from its open's -yy result (close and dup are not traced, so a
+reused fd number may map stale until an open re-maps it; a successful open's -yy real path
+says where it led whatever the map)."""
+
 
 
 def _text(c: Call, body: str) -> str:

@@ -24,21 +24,24 @@ nested in it). `EbpfParser` turns those lines into the same events as the strace
   ``memfd_create``) -> `ProcessSyscall`, ``denied`` when the chamber's seccomp filter
   refused it (see the ``P`` line);
 - a process's last thread exiting -> `ProcessExit`;
-- ``chdir``/``fchdir``/fork: state only (cwd, inherited by children);
+- ``chdir``/``fchdir``/fork, and bpftrace's fd-table lines (``X``): state only (cwd and
+  fds, inherited by children);
 - ``Lost N events`` (bpftrace's perf buffer, or the loader's count of records its ring
   buffer or entry map had no room for) -> `WitnessGap` (the cell is void);
 - any other line -> `WitnessRaw` (``parse_failures``), never dropped.
 
 Line grammar (space separated; a string is the rest of its line)::
 
-    B <mono_ns> <pidns_inum> <level> <init_pid>       probes attached (BEGIN)
+    B <mono_ns> <pidns_inum> <level> <init_pid> [<path_limit> kernel]  probes attached (BEGIN)
     O <entry_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> <ret> <path>   an open or change, on return
+    Y <tid> <field> <state> <path>                     a path the kernel holds (libbpf only; below)
     E <mono_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> exec, fchdir or connect entered
     S|A|V <tid> <string>                               path / argv / env string of that call
     T <tid> argv|env                                   the list was cut (64 argv, 128 env)
     Z <tid>                                            the entry's strings are complete
     R <mono_ns> <tgid> <tid> <nspid> <probe> <ret>     it returned (ret: value or -errno)
-    F <mono_ns> <tgid> <tid> <nspid> <child_tid>       a fork or thread
+    F <mono_ns> <tgid> <tid> <nspid> <child_tid> [<clone_flags>]  a fork or thread
+    X <mono_ns> <tgid> <tid> <nspid> <probe> <ret> <a0> <a1> <a2>  an fd-table call (bpftrace only; below)
     Q <mono_ns> <tgid> <tid> <nspid> <exit_code>       a process's last thread exited (wait status)
     U <mono_ns> <tgid> <tid> <nspid> <op> <req> <dfd> <flags> [<path>]  io_uring submission
     K <mono_ns> <tgid> <tid> <req> <res>               completion of a traced io_uring open
@@ -70,6 +73,29 @@ checked on Linux 6.18 with SECCOMP_RET_ERRNO). So a ``P`` line with ``entered`` 
 chamber's policy refused: ``ProcessSyscall`` ``denied``, with no arguments (the filter ran
 before any probe could read them). A call entered before the probes attached also has no
 entry: it is reported as refused only if it also returned -EPERM.
+Paths (issue #28: a recorded path is the one the kernel opened, or says why not). The
+loader's ``B`` line ends ``4097 kernel``: its path arguments (``O``, ``S``, ``U``) are read up
+to 4096 bytes (a name the kernel accepts is whole; one of 4096 bytes or more, which it
+refuses, is taken as cut), and its kernel side walks the dentries and mounts of the paths it
+holds up to the chamber's root, as d_path() does, printing a ``Y`` line for each before the
+call's ``O`` (or ``U``): field ``i0``/``i1`` the directory a relative name of that field's
+dirfd is resolved against (the dirfd's file, or the cwd for AT_FDCWD; read at the call's
+return, so a chdir's is the cwd it made), ``ret`` the file an open returned (its
+``real_path``, symlinks, magic links and ``..`` followed; no ``ret`` line when that path is
+the name itself, or the name joined to its ``i0`` directory: most opens), and, inside an
+exec's ``E``..``Z``, ``cwd`` its cwd; state ``ok`` (the path follows), ``cut`` (longer than
+4096 bytes), ``none`` (no path in the chamber: a pipe, a socket, outside its root), ``badf``
+(no such fd). A relative name is joined to its ``Y`` directory, and stays as given
+(``unresolved``) without one; a name through a magic link (``/proc/self/fd/N/...``,
+``/proc/self/cwd/...``, ``/dev/fd/N/...``) stays as given beside its file's ``Y ret``.
+bpftrace's strings are 199 bytes and it has no ``Y`` lines: the parser follows each
+process's fds from their opens and the ``X`` lines (``close``, ``close_range`` and the
+``FIOCLEX``/``FIONCLEX`` ``ioctl`` at entry with ``ret`` 0; ``dup``, ``dup2``, ``dup3`` and
+``fcntl``'s ``F_DUPFD``, ``F_SETFD``, ``F_DUPFD_CLOEXEC`` at exit: their arguments as the
+kernel got them), a fork's ``F`` flags (``CLONE_FILES`` shares the table) and exec (its
+close-on-exec fds close), in `collectors._ebpf_fds.FdTables`; an fd it did not see made (one
+received over a unix socket) leaves its names unresolved. It cannot follow symlinks, nor
+``..`` after one: its paths are lexical, with no ``real_path``.
 Pids: ``tgid``/``tid`` are the host's; ``nspid`` is the process's pid in the chamber.
 An exec, fchdir or connect can return on another CPU than it entered, and bpftrace prints
 each CPU's buffer in turn: its ``R`` may come before its ``E``; the two are paired in
@@ -77,18 +103,20 @@ either order and the event comes out once both and the ``Z`` are in. (The libbpf
 ring buffer is one stream in the order the records were reserved; the pairing in either
 order is kept for bpftrace.)
 
-Limits, stated: either backend copies at most `STRING_LIMIT` - 1 = 199 bytes of a string
-(bpftrace 0.17 with ``BPFTRACE_STRLEN`` = 200; the loader's ``STRLEN`` in
-``collectors/bpf/witness.h``, a 200-byte field whose last byte is the NUL), 64 argv and 128
-environment strings per exec (more: a ``T`` line): a string of 199 bytes or more is taken
-as cut and marked with a ``...`` suffix (``truncated``).
+Limits, stated: either backend copies at most `STRING_LIMIT` - 1 = 199 bytes of an argv,
+environment or memfd string (bpftrace 0.17 with ``BPFTRACE_STRLEN`` = 200, for its paths
+too; the loader's ``STRLEN`` in ``collectors/bpf/witness.h``), 64 argv and 128 environment
+strings per exec (more: a ``T`` line): a string of the limit less one byte or more is taken
+as cut and marked with a ``...`` suffix (``truncated``; the event's ``path_cut`` or
+``argv_cut``).
 Both print strings raw, so a newline inside one continues on the next line: a line
 that is no record, right after a string line, is joined to that string. Relative paths are
-resolved against the cwd tracked from chdir/fchdir and inherited from the parent (the
-chamber's workdir at its start); a path through a dirfd whose open was not seen stays
-relative. bpftrace prints each CPU's buffer in turn, so lines of different CPUs can come
-out of order (a child's exec before its parent's fork line): a process takes its parent's
-cwd at whichever of the two comes first, and ``wall_ns`` is not monotonic across events.
+resolved as the Paths paragraph says (with bpftrace: against the cwd tracked from
+chdir/fchdir and inherited from the parent, the chamber's workdir at its start). bpftrace
+prints each CPU's buffer in turn, so lines of different CPUs can come out of order (a
+child's exec before its parent's fork line): a process takes its parent's cwd at whichever
+of the two comes first, a dirfd moved on one CPU and used on another can be read before its
+move, and ``wall_ns`` is not monotonic across events.
 Paths of opens and changes are read when the call returns (the kernel has faulted them
 in by then); exec's path and argv when it enters (its memory is gone after a successful
 exec), so a string the program could not read is empty, never guessed.

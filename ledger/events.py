@@ -126,7 +126,10 @@ end), endpoints ``generateContent`` and ``streamGenerateContent`` (on ``vertex``
 ``agent.error``, ``agent.retry``, ``agent.compaction``, ``agent.model_switch`` and
 ``agent.usage.cost_missing_reason`` (what the agent's transcript says went wrong);
 ``llm.call.failed`` (what the proxy saw go wrong); ``proxy.tunnel`` (a CONNECT or protocol
-upgrade through the proxy witness, refused or relayed)."""
+upgrade through the proxy witness, refused or relayed); ``file.open``'s
+``path_cut``, ``unresolved`` and ``real_path_cut``, ``file.change``'s ``path_cut`` and
+``unresolved``, ``process.exec``'s ``path_cut`` and ``argv_cut`` (what a syscall witness could
+not read whole or place)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -293,6 +296,8 @@ class ProcessExec(_Event, tag="process.exec", frozen=True, kw_only=True):
     env: dict[str, str] | None = None  # exec'd environment when the witness sees it
     result: int = 0  # 0 on success, -1 on failure
     errno: str | None = None  # e.g. "ENOENT"
+    path_cut: bool = False  # the witness read only the start of ``path`` (it ends with "...")
+    argv_cut: bool = False  # an argv or env string (it ends with "...") or the list (argv ends with "...") is cut
 
 
 class ProcessFork(_Event, tag="process.fork", frozen=True, kw_only=True):
@@ -327,7 +332,12 @@ class FileOpen(_Event, tag="file.open", frozen=True, kw_only=True):
     access: FileAccess = "r"
     result: int | None = None  # the fd, or None on failure
     errno: str | None = None
-    real_path: str | None = None  # the kernel's resolution of the opened file (-yy), symlinks followed
+    real_path: str | None = None  # the kernel's path of the opened file (-yy), symlinks followed; None: as path
+    path_cut: bool = False  # the witness read only the start of the name: ``path`` stops there, with "..."
+    # ``path`` is the name as given: relative to, or through (/proc/self/fd/N/...), a directory
+    # the witness does not know
+    unresolved: bool = False
+    real_path_cut: bool = False  # the kernel's path of the opened file is longer than the witness reads
 
 
 class FileChange(_Event, tag="file.change", frozen=True, kw_only=True):
@@ -340,6 +350,8 @@ class FileChange(_Event, tag="file.change", frozen=True, kw_only=True):
     target: str | None = None  # second path (rename, link, symlink)
     result: int = 0
     errno: str | None = None
+    path_cut: bool = False  # ``path`` or a file ``target`` (not a symlink's text) is cut, as `FileOpen`'s
+    unresolved: bool = False  # ``path`` or a file ``target`` is unresolved, as `FileOpen`'s
 
 
 class NetConnect(_Event, tag="net.connect", frozen=True, kw_only=True):

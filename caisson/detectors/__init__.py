@@ -25,10 +25,12 @@ from caisson.detectors.containment import (
     DENIED_SYSCALL,
     EXCLUDED_READ,
     OUTSIDE_TREE,
+    PATH_UNJUDGED,
     agent_config,
     denied_syscall,
     excluded_read,
     outside_tree,
+    path_unjudged,
 )
 from caisson.detectors.crosscheck import WITNESS_DISAGREEMENT, witness_disagreement
 from caisson.detectors.processes import EVASION, UNSEEN_PROCESS, evasion, unseen_process
@@ -71,6 +73,7 @@ __all__ = [
 DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (EXCLUDED_READ, excluded_read),
     (OUTSIDE_TREE, outside_tree),
+    (PATH_UNJUDGED, path_unjudged),
     (DENIED_SYSCALL, denied_syscall),
     (AGENT_CONFIG, agent_config),
     (ENV_INHERITANCE, env_inheritance),

@@ -1,5 +1,6 @@
-"""Containment detectors: reads of the exclusion set, access outside the tree, calls the
-witness cannot see through (denied, or let through), and a tree that configures the agent."""
+"""Containment detectors: reads of the exclusion set, access outside the tree, paths the
+witness could not read whole or place, calls the witness cannot see through (denied, or let
+through), and a tree that configures the agent."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ PROC_TUNING = re.compile(r"^/proc/\d+/(task/\d+/)?(oom_score_adj|oom_adj|comm)$"
 """A chamber process's own tuning files (its OOM score, its name), written by runtimes such
 as Copilot CLI's for their children: state of a process in the chamber's pid namespace,
 not a file outside the tree (@2; @1 voided a run for them)."""
+PATH_UNJUDGED = "containment.path_unjudged@1"
 DENIED_SYSCALL = "containment.denied_syscall@1"
 AGENT_CONFIG = "containment.agent_config@1"
 
@@ -41,6 +43,8 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
     files over and over (the loader's libraries, an interpreter's modules): each distinct
     (path, real path, cwd) is resolved once per configuration (`_Exclusion`), and an
     absolute path opened with no real path is looked up by the path alone (no cwd enters).
+    An ``unresolved`` path is not placed (only its real path is judged): `path_unjudged`
+    reports it.
     """
     exclusion = _exclusion(config)
     resolved, absolute, quiet = exclusion.resolved, exclusion.absolute, exclusion.quiet
@@ -55,11 +59,14 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
         if event.real_path is None:
             if event.path in quiet:
                 continue  # most opens: an absolute path resolved before, not excluded (no cwd enters)
+            if event.unresolved:
+                continue
             hit = absolute.get(event.path, _UNSEEN)
         else:
             hit = _UNSEEN
         if hit is _UNSEEN:
-            key = (event.path, event.real_path, cwds.get(event.pid))
+            raw = event.real_path if event.unresolved else event.path
+            key = (raw, event.real_path, cwds.get(event.pid))
             hit = resolved.get(key, _UNSEEN)
             if hit is _UNSEEN:
                 hit = exclusion.resolve(key)
@@ -136,7 +143,8 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     - A successful read outside the sandbox, config home and system paths: void.
 
     Each distinct path is placed once per configuration (`_Layout`): an absolute one by
-    itself, a relative one with the cwd of its process.
+    itself, a relative one with the cwd of its process. An ``unresolved`` path is not
+    placed (an open's real path still is): `path_unjudged` reports it.
     """
     layout = _layout(config)
     places, absolute, quiet, quiet_read = layout.places, layout.absolute, layout.quiet, layout.quiet_read
@@ -152,7 +160,11 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
                 if path in quiet or path in quiet_read and not (
                         event.access in ("w", "rw") or "O_CREAT" in event.flags or "O_TRUNC" in event.flags):
                     continue
+                if event.unresolved:
+                    continue
                 paths: tuple[tuple[str, bool | None], ...] = ((path, None),)
+            elif event.unresolved:
+                paths = ((event.real_path, None),)
             else:  # (path, written?): a symlink cannot hide where it led
                 paths = ((event.path, None), (event.real_path, None))
             cwd = cwds.get(event.pid)
@@ -161,6 +173,8 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
                 cwds[event.pid] = event.cwd
             continue
         elif isinstance(event, FileChange):
+            if event.unresolved:
+                continue
             cwd = cwds.get(event.pid)
             paths = ((event.path, True),)
             # a symlink's target is its text, not a file touched; a hard link's target is only
@@ -258,6 +272,40 @@ class _Place:
         self.quiet_read = inner or (self.trap is None and self.readable)
         self.quiet_write = inner or (self.trap is None and self.writable)
         self.quiet = self.quiet_read and self.quiet_write
+
+
+@reads(FileOpen, FileChange)
+def path_unjudged(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+    """An open or change whose path the witness could not read whole or place: no detector
+    can say whether it was excluded or outside the tree. Void when the call succeeded
+    (whatever lies past a cut, or in a directory not known, can be anywhere: ``..`` reaches
+    every path); shown when it failed.
+
+    - a `FileOpen` whose ``path`` is cut (``path_cut``) or ``unresolved``, with no
+      ``real_path`` (the kernel's path of the file opened, which the others judge), or
+      whose kernel path was longer than the witness reads (``real_path_cut``);
+    - a `FileChange` whose ``path`` or file ``target`` is cut or unresolved (a change
+      returns no file: there is no kernel path to judge instead).
+    """
+    for record in records:
+        event = record.event
+        if isinstance(event, FileOpen):
+            if not (event.real_path_cut or (event.path_cut or event.unresolved) and event.real_path is None):
+                continue
+            ok = event.result is not None
+        elif isinstance(event, FileChange) and (event.path_cut or event.unresolved):
+            ok = event.result == 0
+        else:
+            continue
+        why = ("the kernel's path of the file is longer than the witness reads"
+               if isinstance(event, FileOpen) and event.real_path_cut else
+               "the witness read only its start" if event.path_cut else
+               "it is relative to a directory the witness does not know")
+        shown = event.path if len(event.path) <= 120 else event.path[:100] + "..." + event.path[-17:]
+        yield Finding(detector=PATH_UNJUDGED, kind="path_unjudged", effect=VOID if ok else INFO,
+                      evidence=[record.seq],
+                      message=f"{event.syscall} of {shown!r} {'succeeded' if ok else f'failed ({event.errno})'}"
+                      f": its path cannot be judged ({why})")
 
 
 @reads(RunStarted, ProcessSyscall)

@@ -8,7 +8,10 @@ from one witness means that witness missed evidence: the cell is void, as for a
 ``witness.gap``.
 
 Matching: a fact is ``(kind, syscall, path)`` with ``kind`` ``open`` or ``exec`` (an exec's
-syscall is ``execve``: `ProcessExec` does not say which); two facts
+syscall is ``execve``: `ProcessExec` does not say which); an open whose witness gave the
+kernel's path of the file (``real_path``) is also that path's fact: a name kept as given
+(``unresolved``: ``/proc/self/fd/N/...`` for the eBPF witness, which resolves it in the
+kernel) and the same name resolved by the other witness's parser are one open. Two facts
 of the two witnesses match when these are equal and, where both events carry a host pid,
 the host pids are equal, else when their wall times are within
 `DetectorConfig.witness_window_ns` (the two witnesses stamp with different clocks: strace
@@ -39,10 +42,11 @@ exec at its entry, strace from the wall clock, eBPF from the monotonic one plus 
 
 
 class _Fact:
-    __slots__ = ("seq", "wall_ns", "host_pid", "key", "matched")
+    __slots__ = ("seq", "wall_ns", "host_pid", "key", "real", "matched")
 
-    def __init__(self, record: Record, host_pid: int | None, key: tuple[str, str, str]):
+    def __init__(self, record: Record, host_pid: int | None, key: tuple[str, str, str], real: str | None = None):
         self.seq, self.wall_ns, self.host_pid, self.key = record.seq, record.wall_ns, host_pid, key
+        self.real = real  # an open's real path, where the witness gave one
         self.matched = False
 
 
@@ -83,7 +87,8 @@ def witness_disagreement(records: Iterable[Record], config: DetectorConfig) -> I
         if record.source not in _PAIR:
             continue
         if isinstance(event, FileOpen) and event.result is not None:
-            facts[record.source].append(_Fact(record, event.host_pid, ("open", event.syscall, event.path)))
+            facts[record.source].append(_Fact(record, event.host_pid, ("open", event.syscall, event.path),
+                                              event.real_path))
         elif isinstance(event, ProcessExec) and event.result == 0:
             facts[record.source].append(_Fact(record, event.host_pid, ("exec", "execve", event.path)))
     if not facts["strace"]:
@@ -93,8 +98,13 @@ def witness_disagreement(records: Iterable[Record], config: DetectorConfig) -> I
     by_key: dict[tuple[str, str, str], list[_Fact]] = {}
     for fact in facts["ebpf"]:
         by_key.setdefault(fact.key, []).append(fact)
+        if fact.real is not None:
+            by_key.setdefault((*fact.key[:2], fact.real), []).append(fact)
     for fact in facts["strace"]:
-        other = next((o for o in by_key.get(fact.key, ()) if not o.matched and _same(fact, o, config)), None)
+        candidates = by_key.get(fact.key, [])
+        if fact.real is not None:
+            candidates = candidates + by_key.get((*fact.key[:2], fact.real), [])
+        other = next((o for o in candidates if not o.matched and _same(fact, o, config)), None)
         if other is not None:
             fact.matched = other.matched = True
     unmatched = sorted((f.seq, seen, f) for seen in _PAIR for f in facts[seen] if not f.matched)

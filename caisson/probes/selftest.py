@@ -122,6 +122,10 @@ CASES: tuple[Case, ...] = (
          clean=("witness.unseen_process@1", "witness.evasion@1")),  # both moves refused by the profile
     Case(name="witness_evader/seccomp", command=_probe("witness_evader.sh"), weaken=("seccomp",),
          expect=("witness.evasion@1",), expect_if_strace=("witness.unseen_process@1",)),
+    Case(name="path_mover", command=_probe("path_mover.sh")),
+    Case(name="path_mover/exclusions", command=_probe("path_mover.sh"), weaken=("exclusions",),
+         expect=("containment.excluded_read@1",)),  # every read of the key by a moved fd, long name, link
+    Case(name="deep_path", command=_probe("deep_path.sh"), expect=("containment.path_unjudged@1",)),
     Case(name="claude_code", command=[], agent="claude-code", arm="no-write", model_script="asks_for_write.toml",
          gating_probe=True),
     Case(name="claude_code/deny_list", command=[], agent="claude-code", arm="no-write", weaken=("deny_list",),

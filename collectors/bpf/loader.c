@@ -21,6 +21,7 @@
  * Exit 1: bad arguments, or the program could not be loaded or attached (why on stderr).
  */
 #include <arpa/inet.h>
+#include <stddef.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -110,10 +111,23 @@ static const char *syscall_name(unsigned sys)
 	return sys < SYS_COUNT && SYSCALLS[sys] ? SYSCALLS[sys] : "unknown";
 }
 
-/* The record's string, NUL-terminated whatever the kernel left in it. */
+static size_t record_size;  /* bytes of the record print_record is printing */
+
+/* The record's string, NUL-terminated whatever the kernel left in it: up to STRLEN bytes, or
+ * to the record's end for a long record (struct lrec). */
 static const char *str(const struct rec *r)
 {
-	return memchr(r->s, 0, STRLEN) ? r->s : "";
+	size_t room = record_size - offsetof(struct rec, s);
+
+	return memchr(r->s, 0, room) ? r->s : "";
+}
+
+static const char *const FIELDS[] = { [Y_I0] = "i0", [Y_I1] = "i1", [Y_RET] = "ret", [Y_CWD] = "cwd" };
+static const char *const STATES[] = { [P_OK] = "ok", [P_CUT] = "cut", [P_NONE] = "none", [P_BADF] = "badf" };
+
+static const char *name_of(const char *const *names, size_t count, int i)
+{
+	return i >= 0 && (size_t)i < count && names[i] ? names[i] : "?";
 }
 
 /* The address of a sockaddr the kernel side copied (i0: family): IP text, or a unix path. */
@@ -138,14 +152,18 @@ static int print_record(void *ctx, void *data, size_t size)
 	const char *name;
 
 	(void)ctx;
-	if (size < sizeof(*r))
+	if (size <= offsetof(struct rec, s))
 		return 0;
+	record_size = size < sizeof(struct lrec) ? size : sizeof(struct lrec);
 	name = syscall_name(r->sys);
 	switch (r->kind) {
-	case K_EXEC:
+	case K_EXEC:  /* its path is the S record that follows */
 		printf("E %llu %d %d %d tracepoint:syscalls:sys_enter_%s %d %d\n", r->ts, r->tgid, r->tid, r->nspid,
 		       name, r->i0, r->i1);
-		printf("S %d %s\n", r->tid, str(r));
+		break;
+	case K_PATH:
+		printf("Y %d %s %s %s\n", r->tid, name_of(FIELDS, sizeof(FIELDS) / sizeof(*FIELDS), r->i0),
+		       name_of(STATES, sizeof(STATES) / sizeof(*STATES), r->i1), str(r));
 		break;
 	case K_ARG:
 	case K_ENV:
@@ -344,7 +362,9 @@ int main(int argc, char **argv)
 
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);  /* bpf_ktime_get_ns's clock */
-	printf("B %llu %lu %ld %ld\n", (unsigned long long)now.tv_sec * 1000000000ULL + now.tv_nsec, inum, level, init);
+	/* the path strings' limit, and that the kernel side gives the paths it holds (Y lines) */
+	printf("B %llu %lu %ld %ld %d kernel\n", (unsigned long long)now.tv_sec * 1000000000ULL + now.tv_nsec, inum,
+	       level, init, PATHLEN);
 	fflush(stdout);
 
 	int ncpu = libbpf_num_possible_cpus();

@@ -2,7 +2,10 @@
 /*
  * caisson's eBPF syscall witness, the kernel side (CO-RE, libbpf >= 1.0; tracepoints and
  * BTF only, no kprobes). It does what collectors/ebpf.bt does for bpftrace, and its loader
- * (loader.c) prints the same lines, so collectors/ebpf.py parses either.
+ * (loader.c) prints the same lines, so collectors/ebpf.py parses either. Beyond bpftrace, it
+ * reads path arguments whole (up to PATH_MAX) and gives the paths the kernel holds (K_PATH:
+ * each relative name's directory, each opened file, each exec's cwd), so what is recorded is
+ * what the kernel opened, whatever dirfd, dup, symlink or magic link led there.
  *
  * Scope (set by the loader before load, read-only here):
  *   ns_inum: inode number of the chamber's PID namespace;
@@ -99,6 +102,79 @@ static __always_inline void submit(struct rec *r)
 	bpf_ringbuf_submit(r, pending >= wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
+/* --- long records: built in a per-CPU scratch and written with the length of their string
+ * (bpf_ringbuf_output copies them), so a path of 4 KiB costs its bytes and a short one
+ * little. Tracepoint programs do not nest on a CPU (trace_call_bpf's bpf_prog_active), so
+ * one scratch per CPU serves every program. --- */
+
+#define WALK_BUF (WALK_END + 256 + 8)  /* a name is at most 255 bytes (NAME_MAX) past a masked offset */
+
+/* A dentry's d_hash, d_parent and d_name, which are adjacent (include/linux/dcache.h, 6.1
+ * to 6.18): one read per component. */
+struct dentry_head {
+	u64 hash_next, hash_pprev;
+	u64 parent;
+	u32 hash, len;
+	u64 name;
+};
+
+struct scratch {
+	struct lrec name;  /* the O, S or U record being built */
+	struct lrec path;  /* a Y record */
+	char walk[WALK_BUF];  /* a walked path, built backwards to walk[WALK_END] */
+	struct dentry_head head;  /* of the file a walk starts at */
+	struct path dir;   /* the directory of the last Y i0/i1/cwd line */
+	struct path file;  /* the file an open returned */
+	struct path root;  /* the chamber's root, being read */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct scratch);
+} scratches SEC(".maps");
+
+static __always_inline struct scratch *scratch(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&scratches, &zero);
+}
+
+static __always_inline void head(struct rec *r, u8 kind)
+{
+	r->kind = kind;
+	r->sys = r->flags = r->pad = 0;
+	r->tgid = r->tid = r->nspid = 0;
+	r->i0 = r->i1 = 0;
+	r->ret = 0;
+	r->ts = r->req = r->a3 = 0;
+}
+
+/* Write a long record whose string is `n` bytes, its NUL included (1 <= n <= PATHLEN). */
+static __always_inline void output(struct lrec *l, u32 n)
+{
+	u64 pending = bpf_ringbuf_query(&rb, BPF_RB_AVAIL_DATA);
+	u64 size = offsetof(struct rec, s) + (n <= PATHLEN ? n : PATHLEN);
+
+	if (bpf_ringbuf_output(&rb, l, size, pending >= wake_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+		count_lost();
+}
+
+/* Read a path argument from user memory into `l`'s string; its length with the NUL (an
+ * unreadable one is empty: 1). */
+static __always_inline u32 user_path(struct lrec *l, const char *p)
+{
+	long n = bpf_probe_read_user_str(l->r.s, PATHLEN, p);
+
+	if (n <= 0) {
+		l->r.s[0] = 0;
+		return 1;
+	}
+	return n;
+}
+
 /* The pid of `p`'s process in the chamber's namespace (upid at ns_level). */
 static __always_inline struct upid upid_at(struct pid *p)
 {
@@ -135,6 +211,271 @@ static __always_inline void ids(struct rec *r)
 	r->tgid = pt >> 32;
 	r->tid = (u32)pt;
 	r->nspid = nspid_of_current();
+}
+
+/* --- paths the kernel holds: an fd's file, or the cwd, walked up its dentries and mounts
+ * to the chamber's root (its init's) as d_path() does (fs/d_path.c, prepend_path): a Y line
+ * says what the kernel opened, whatever name, dirfd, dup, symlink, magic link or `..` led
+ * there. Names are read without the kernel's rename_lock: a rename racing the walk can
+ * give a name it never had together with the others. --- */
+
+struct walk {
+	u64 dentry, mnt;            /* where the walk is: a struct dentry *, its struct vfsmount * */
+	u64 top;                    /* that mount's root dentry */
+	u64 root_dentry, root_mnt;  /* the chamber's root */
+	u32 pos;                    /* the path so far: walk[pos..WALK_END) */
+	u8 state;                   /* P_* once the walk ended; WALKING until then */
+};
+#define WALKING 0xff
+
+
+/* Read a dentry's head: by one read where its fields are adjacent, else field by field. */
+static __always_inline void dentry_head(u64 dentry, struct dentry_head *h)
+{
+	struct dentry *d = (struct dentry *)dentry;
+
+	if (bpf_core_field_offset(struct dentry, d_parent) == bpf_core_field_offset(struct dentry, d_hash) + 16 &&
+	    bpf_core_field_offset(struct dentry, d_name) == bpf_core_field_offset(struct dentry, d_hash) + 24) {
+		bpf_probe_read_kernel(h, sizeof(*h), (void *)dentry + bpf_core_field_offset(struct dentry, d_hash));
+	} else {  /* a kernel that parted them */
+		h->hash_pprev = (u64)BPF_CORE_READ(d, d_hash.pprev);
+		h->parent = (u64)BPF_CORE_READ(d, d_parent);
+		h->len = BPF_CORE_READ(d, d_name.len);
+		h->name = (u64)BPF_CORE_READ(d, d_name.name);
+	}
+}
+
+/* The chamber's root (its init's), read once: the same for every task of the run. Two
+ * scalars: clang 14 gives a static array in .bss a BTF size the kernel refuses. */
+static u64 root_dentry, root_mnt;
+
+static long walk_step(u64 i, struct walk *w)
+{
+	struct scratch *sc = scratch();
+	struct dentry_head h = {};
+
+	if (!sc) {
+		w->state = P_NONE;
+		return 1;
+	}
+	if (w->dentry == w->root_dentry && w->mnt == w->root_mnt) {
+		w->state = P_OK;
+		return 1;
+	}
+	dentry_head(w->dentry, &h);
+	if (w->dentry == w->top || w->dentry == h.parent) {  /* the top of its mount: on to where it is mounted */
+		struct mount *m = (struct mount *)(w->mnt - bpf_core_field_offset(struct mount, mnt));
+		struct mount *up = BPF_CORE_READ(m, mnt_parent);
+
+		/* a dentry of no tree (pipefs, sockfs, anonymous inodes), or the top of a mount
+		 * tree that does not hold the chamber's root */
+		if (w->dentry != w->top || up == m) {
+			w->state = P_NONE;
+			return 1;
+		}
+		struct vfsmount *vm = (struct vfsmount *)((u64)up + bpf_core_field_offset(struct mount, mnt));
+
+		w->dentry = (u64)BPF_CORE_READ(m, mnt_mountpoint);
+		w->mnt = (u64)vm;
+		w->top = (u64)BPF_CORE_READ(vm, mnt_root);
+		return 0;
+	}
+	if (h.len == 0 || h.len > 255 || h.len + 1 > w->pos) {  /* longer than WALK_END bytes (or a torn name) */
+		w->state = P_CUT;
+		return 1;
+	}
+	w->pos -= h.len + 1;
+	u32 at = w->pos & (WALK_END - 1);
+
+	sc->walk[at] = '/';
+	bpf_probe_read_kernel(&sc->walk[(at + 1) & (WALK_END - 1)], h.len & 255, (void *)h.name);
+	w->dentry = h.parent;
+	return 0;
+}
+
+/* Walk (dentry, mnt) into sc->walk: the path is walk[*pos..WALK_END); its state (P_*). */
+static __always_inline u8 walk_path(struct scratch *sc, u64 dentry, u64 mnt, u32 *pos)
+{
+	struct walk w = { .dentry = dentry, .mnt = mnt, .pos = WALK_END, .state = WALKING };
+	struct vfsmount *vm = (struct vfsmount *)mnt;
+	struct dentry_head *h = &sc->head;
+
+	if (!root_dentry) {
+		struct task_struct *t = bpf_get_current_task_btf();
+		struct fs_struct *fs = BPF_CORE_READ(upid_at(t->thread_pid).ns, child_reaper, fs);
+
+		if (!fs)  /* the chamber's init is exiting: the task's own root */
+			fs = BPF_CORE_READ(t, fs);
+		BPF_CORE_READ_INTO(&sc->root, fs, root);
+		root_mnt = (u64)sc->root.mnt;
+		root_dentry = (u64)sc->root.dentry;
+	}
+	w.root_dentry = root_dentry;
+	w.root_mnt = root_mnt;
+	w.top = (u64)BPF_CORE_READ(vm, mnt_root);
+	sc->walk[WALK_END] = 0;
+	dentry_head(dentry, h);
+	if (h->parent != dentry && !h->hash_pprev) {
+		__builtin_memcpy(&sc->walk[WALK_END - 10], " (deleted)", 10);  /* unlinked, as d_path says */
+		w.pos -= 10;
+	}
+	bpf_loop(WALK_END / 2 + 64, walk_step, &w, 0);
+	if (w.state == P_OK && w.pos == WALK_END) {  /* the root itself */
+		w.pos = WALK_END - 1;
+		sc->walk[WALK_END - 1] = '/';
+	}
+	*pos = w.pos;
+	return w.state == WALKING ? P_CUT : w.state;
+}
+
+/* A Y line of a walk's result (a P_OK one's path is walk[pos..WALK_END)); the bytes of
+ * its path, which stays in sc->path until the next Y line. */
+static __always_inline u32 path_line(struct scratch *sc, u32 tid, u8 field, u8 state, u32 pos)
+{
+	struct lrec *l = &sc->path;
+	u32 n = 1;
+
+	if (state == P_OK) {
+		pos &= WALK_END - 1;
+		n = WALK_END + 1 - pos;
+		bpf_probe_read_kernel(l->r.s, n, &sc->walk[pos]);
+	} else {
+		l->r.s[0] = 0;
+	}
+	head(&l->r, K_PATH);
+	l->r.tid = tid;
+	l->r.i0 = field;
+	l->r.i1 = state;
+	output(l, n);
+	return n - 1;
+}
+
+/* The path of the file open at the current task's `fd` (AT_FDCWD: its cwd); false when none. */
+static __always_inline bool fd_path(s32 fd, struct path *p)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	if (fd == AT_FDCWD) {
+		BPF_CORE_READ_INTO(p, t, fs, pwd);
+		return p->dentry && p->mnt;
+	}
+	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+	struct file **files;
+	struct file *f = NULL;
+
+	if (fd < 0 || !fdt || (u32)fd >= BPF_CORE_READ(fdt, max_fds))
+		return false;
+	files = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&f, sizeof(f), &files[fd]);
+	if (!f)
+		return false;
+	BPF_CORE_READ_INTO(p, f, f_path);
+	return p->dentry && p->mnt;
+}
+
+/* Walk the file open at `fd` (AT_FDCWD: the cwd) into sc->walk; its state (P_BADF: none). */
+static __always_inline u8 walk_fd(struct scratch *sc, s32 fd, u32 *pos, struct path *p)
+{
+	*pos = WALK_END;
+	return fd_path(fd, p) ? walk_path(sc, (u64)p->dentry, (u64)p->mnt, pos) : P_BADF;
+}
+
+/* A Y line for the file open at `fd` (AT_FDCWD: the cwd), whose path it leaves in sc->dir;
+ * the bytes of its path (0: none). */
+static __always_inline u32 fd_line(u32 tid, u8 field, s32 fd)
+{
+	struct scratch *sc = scratch();
+	u32 pos;
+
+	if (!sc)
+		return 0;
+	u8 state = walk_fd(sc, fd, &pos, &sc->dir);
+	u32 n = path_line(sc, tid, field, state, pos);
+
+	return state == P_OK ? n : 0;
+}
+
+/* Whether `len` bytes of the walk at `at` are those of sc->path (`path`) or sc->name at `off`. */
+struct same_ctx {
+	u32 at, off, len;
+	bool path;
+	bool same;
+};
+
+static long same_chunk(u64 i, struct same_ctx *c)
+{
+	struct scratch *sc = scratch();
+	u32 k = i * 8;
+	u64 a = 0, b = 0;
+
+	if (!sc || k >= c->len)
+		return 1;
+	a = *(u64 *)&sc->walk[(c->at + k) & (WALK_END - 1)];
+	b = *(u64 *)&(c->path ? sc->path.r.s : sc->name.r.s)[(c->off + k) & (WALK_END - 1)];
+	u32 left = c->len - k;
+	u64 mask = left >= 8 ? ~0ULL : (1ULL << (left * 8)) - 1;  /* little-endian: the first bytes are the low ones */
+	if ((a ^ b) & mask) {
+		c->same = false;
+		return 1;
+	}
+	return 0;
+}
+
+static __always_inline bool same_bytes(u32 at, bool path, u32 off, u32 len)
+{
+	struct same_ctx c = { .at = at, .off = off, .len = len, .path = path, .same = true };
+
+	bpf_loop(WALK_END / 8 + 1, same_chunk, &c, 0);
+	return c.same;
+}
+
+/* Whether the file at `p` is the entry `name_len` bytes of sc->name name in the directory
+ * at `dir` (and still linked): then its path is that directory's and the name. */
+static __always_inline bool entry_of(struct scratch *sc, const struct path *p, const struct path *dir, u32 name_len)
+{
+	struct dentry_head *h = &sc->head;
+
+	if (p->mnt != dir->mnt || name_len == 0 || name_len > 255)
+		return false;
+	dentry_head((u64)p->dentry, h);
+	if (h->parent != (u64)dir->dentry || h->parent == (u64)p->dentry || !h->hash_pprev || h->len != name_len)
+		return false;
+	bpf_probe_read_kernel(sc->walk, name_len & 255, (void *)h->name);
+	return same_bytes(0, false, 0, name_len);
+}
+
+/* A Y ret line for the file an open returned: none when its path is the name the call gave
+ * (`name_len` bytes in sc->name), or that name joined to its directory's (`base_len` bytes in
+ * sc->path, the Y line just printed, of the directory at sc->dir; 0: the name is absolute), so
+ * most opens cost no line; a name of one component in its directory costs no walk either. */
+static __always_inline void file_line(u32 tid, s32 fd, u32 name_len, bool relative_name, u32 base_len)
+{
+	struct scratch *sc = scratch();
+	u32 pos;
+
+	if (!sc)
+		return;
+	if (relative_name && base_len && fd_path(fd, &sc->file) && entry_of(sc, &sc->file, &sc->dir, name_len))
+		return;
+	u8 state = walk_fd(sc, fd, &pos, &sc->file);
+
+	if (state == P_OK) {
+		pos &= WALK_END - 1;
+		u32 len = WALK_END - pos;
+
+		if (!relative_name && len == name_len && same_bytes(pos, false, 0, name_len))
+			return;
+		if (relative_name && base_len && len == base_len + 1 + name_len && sc->walk[(pos + base_len) & (WALK_END - 1)] == '/'
+		    && same_bytes(pos, true, 0, base_len) && same_bytes(pos + base_len + 1, false, 0, name_len))
+			return;
+	}
+	path_line(sc, tid, Y_RET, state, pos);
+}
+
+/* A name is resolved against a directory (its dirfd's, or the cwd) when it is relative. */
+static __always_inline bool relative(const struct lrec *l)
+{
+	return l->r.s[0] != '/' && l->r.s[0] != 0;
 }
 
 /* --- exec: its path, argv and environment at entry (gone after a successful exec) --- */
@@ -194,9 +535,16 @@ static __always_inline int on_exec(u8 sys, const char *path, const char *const *
 	r->i0 = BPF_CORE_READ(parent, thread_pid, level) >= ns_level ?
 		upid_at(BPF_CORE_READ(parent, group_leader, thread_pid)).nr : 0;
 	r->i1 = BPF_CORE_READ(parent, tgid);
-	if (bpf_probe_read_user_str(r->s, STRLEN, path) < 0)
-		r->s[0] = 0;
 	submit(r);
+	struct scratch *sc = scratch();
+	if (sc) {  /* its path (S) and cwd (Y) */
+		u32 n = user_path(&sc->name, path);
+
+		head(&sc->name.r, K_FIRST);
+		sc->name.r.tid = tid;
+		output(&sc->name, n);
+		fd_line(tid, Y_CWD, AT_FDCWD);
+	}
 	u8 cut = strings(argv, tid, K_ARG, ARGV_MAX) ? CUT_ARGV : 0;
 	cut |= strings(envp, tid, K_ENV, ENV_MAX) ? CUT_ENV : 0;
 	r = reserve(K_SEAL);
@@ -251,38 +599,48 @@ static __always_inline void ret_line(u8 sys, s64 ret)
 	submit(r);
 }
 
+/* The lines of an open or change that returned, in this order: S (a rename's or link's
+ * first name), Y i0 / Y i1 (the directory each relative name is resolved against), Y ret
+ * (the file an open returned, unless its path is the name as placed), O. */
 static __always_inline int on_return(u8 sys, s64 ret)
 {
 	u32 tid = (u32)bpf_get_current_pid_tgid();
 	struct entry *e = bpf_map_lookup_elem(&entries, &tid);
-	struct rec *r;
+	struct scratch *sc = scratch();
+	u32 n;
 
 	if (!e) {  /* entered before the probes were attached, or outside the chamber */
 		if (in_chamber())
 			ret_line(sys, ret);
 		return 0;
 	}
+	if (!sc) {
+		count_lost();
+		bpf_map_delete_elem(&entries, &tid);
+		return 0;
+	}
 	if (e->p2) {  /* rename, link, symlink: the first name on its own line */
-		r = reserve(K_FIRST);
-		if (r) {
-			r->tid = tid;
-			if (bpf_probe_read_user_str(r->s, STRLEN, (const char *)e->p1) < 0)
-				r->s[0] = 0;
-			submit(r);
-		}
+		n = user_path(&sc->name, (const char *)e->p1);
+		head(&sc->name.r, K_FIRST);
+		sc->name.r.tid = tid;
+		output(&sc->name, n);
+		if (relative(&sc->name) && sys != SYS_SYMLINK && sys != SYS_SYMLINKAT)  /* a symlink's is its text */
+			fd_line(tid, Y_I0, e->i0);
 	}
-	r = reserve(K_DONE);
-	if (r) {
-		ids(r);
-		r->ts = e->ts;
-		r->sys = sys;
-		r->i0 = e->i0;
-		r->i1 = e->i1;
-		r->ret = ret;
-		if (bpf_probe_read_user_str(r->s, STRLEN, (const char *)(e->p2 ? e->p2 : e->p1)) < 0)
-			r->s[0] = 0;
-		submit(r);
-	}
+	n = user_path(&sc->name, (const char *)(e->p2 ? e->p2 : e->p1));
+	bool rel = relative(&sc->name);
+	u32 base = rel ? fd_line(tid, e->p2 ? Y_I1 : Y_I0, e->p2 ? e->i1 : e->i0) : 0;
+
+	if (ret >= 0 && (sys == SYS_OPENAT || sys == SYS_OPENAT2 || sys == SYS_OPEN || sys == SYS_CREAT))
+		file_line(tid, ret, n - 1, rel, base);
+	head(&sc->name.r, K_DONE);
+	ids(&sc->name.r);
+	sc->name.r.ts = e->ts;
+	sc->name.r.sys = sys;
+	sc->name.r.i0 = e->i0;
+	sc->name.r.i1 = e->i1;
+	sc->name.r.ret = ret;
+	output(&sc->name, n);
 	bpf_map_delete_elem(&entries, &tid);
 	return 0;
 }
@@ -763,30 +1121,50 @@ static __always_inline int uring_submit(u8 op, void *request)
 
 	if (!(open || op == 16 || (op >= 35 && op <= 39) || op == 21) || !in_chamber())
 		return 0;
-	struct rec *r = reserve(K_URING);
-
-	if (!r)
-		return 0;
-	ids(r);
-	r->ts = bpf_ktime_get_ns();
-	r->ret = op;
 	u64 req = (u64)request;
 
-	r->req = req;
-	if (open) {
-		struct io_open *o = (struct io_open *)request;
-		const char *name = BPF_CORE_READ(o, filename, name);
-		u8 one = 1;
+	if (!open) {
+		struct rec *r = reserve(K_URING);
 
-		r->flags = HAS_PATH;
-		r->i0 = BPF_CORE_READ(o, dfd);
-		r->i1 = (s32)BPF_CORE_READ(o, how.flags);
-		if (bpf_probe_read_kernel_str(r->s, STRLEN, name) < 0)
-			r->s[0] = 0;
-		if (bpf_map_update_elem(&urings, &req, &one, BPF_ANY))
-			count_lost();  /* its completion will not be printed */
+		if (!r)
+			return 0;
+		ids(r);
+		r->ts = bpf_ktime_get_ns();
+		r->ret = op;
+		r->req = req;
+		submit(r);
+		return 0;
 	}
-	submit(r);
+	/* an open: its path (the kernel's copy, up to PATHLEN) and, when relative, its dirfd's
+	 * path (Y i0) before the U line */
+	struct scratch *sc = scratch();
+	struct io_open *o = (struct io_open *)request;
+	const char *name = BPF_CORE_READ(o, filename, name);
+	u8 one = 1;
+	long n;
+
+	if (!sc) {
+		count_lost();
+		return 0;
+	}
+	head(&sc->name.r, K_URING);
+	ids(&sc->name.r);
+	sc->name.r.ts = bpf_ktime_get_ns();
+	sc->name.r.ret = op;
+	sc->name.r.req = req;
+	sc->name.r.flags = HAS_PATH;
+	sc->name.r.i0 = BPF_CORE_READ(o, dfd);
+	sc->name.r.i1 = (s32)BPF_CORE_READ(o, how.flags);
+	n = bpf_probe_read_kernel_str(sc->name.r.s, PATHLEN, name);
+	if (n <= 0) {
+		sc->name.r.s[0] = 0;
+		n = 1;
+	}
+	if (relative(&sc->name))
+		fd_line(sc->name.r.tid, Y_I0, sc->name.r.i0);
+	if (bpf_map_update_elem(&urings, &req, &one, BPF_ANY))
+		count_lost();  /* its completion will not be printed */
+	output(&sc->name, n);
 	return 0;
 }
 

@@ -493,3 +493,86 @@ def test_with_the_engines_profile_a_refused_call_is_not_called_caissons_refusal(
     assert next(e for e in events if isinstance(e, RunStarted)).seccomp == {}
     [mount] = [e for e in events if isinstance(e, ProcessSyscall) and e.syscall == "mount"]
     assert (mount.result, mount.errno, mount.denied) == (-1, "EPERM", False)
+
+
+# --- issue #28: the path the kernel opened, never a cut one or a guess -----------------------
+
+LONG_NAME = f"python3 -c \"import os; os.close(os.open('./' * 120 + '{KEY}', os.O_RDONLY))\""
+MOVED_FD = f"""python3 -c "
+import os
+src = os.open('src', os.O_RDONLY); key = os.open('benchmark', os.O_RDONLY)
+os.close(src); os.dup2(key, src)
+os.close(os.open('questions.toml', os.O_RDONLY, dir_fd=src))
+"
+"""
+
+
+@pytest.mark.parametrize("command", [LONG_NAME, MOVED_FD], ids=["long_name", "moved_fd"])
+def test_the_issues_reads_of_the_key_are_reads_of_the_key(ebpf, tmp_path, command):
+    """``"./" * 120 + key`` was the sandbox and ``....`` (199 bytes kept), and ``openat(3, ...)``
+    after ``close(3), dup2(4, 3)`` was src/...: both clean. Now each is the key's read (with
+    bpftrace, which keeps 199 bytes, the long name is a path that cannot be judged: void too)."""
+    witness = EbpfWitness(backend=BACKEND)
+    run_dir, events = _record(tmp_path, command, witness)
+    assert next(e for e in events if isinstance(e, RunEnded)).exit_code == 0
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    found = [(f.detector, f.message) for f in result.findings if f.detector.startswith("containment.")
+             and f.effect == "void" and not f.detector.startswith("containment.agent_config")]
+    if witness.program.backend == "bpftrace" and command == LONG_NAME:
+        assert [d for d, _ in found] == ["containment.path_unjudged@1"]
+    else:
+        assert found == [("containment.excluded_read@1", f"read {KEY} (answer_key) with openat")]
+        [read] = [e for e in events if isinstance(e, FileOpen) and e.result is not None
+                  and (e.real_path or e.path) == f"/work/sandbox/{KEY}"]
+        assert not (read.path_cut or read.unresolved)
+    assert result.status == "void"
+
+
+# Each member of the kind (tests/caisson/test_ebpf/paths.py), what each backend makes of it:
+# "leak" (the key's read), "unjudged" (containment.path_unjudged voids it), "missed" (a
+# stated limit of bpftrace, which has no kernel paths: symlinks and `..` are not followed).
+MEMBERS = {
+    "F_DUPFD": ("leak", "leak"), "F_DUPFD_CLOEXEC": ("leak", "leak"), "dup3": ("leak", "leak"),
+    "close_range+SCM_RIGHTS": ("leak", "unjudged"), "fork": ("leak", "leak"), "CLONE_FILES": ("leak", "leak"),
+    "O_CLOEXEC": ("leak", "leak"), "fchdir": ("leak", "leak"), "symlink": ("leak", "missed"),
+    "/proc/self/fd": ("leak", "leak"), "/proc/self/cwd": ("leak", "leak"), "dotdot": ("leak", "missed"),
+    "len199": ("leak", "unjudged"), "len200": ("leak", "unjudged"), "len4095": ("leak", "unjudged"),
+}
+
+
+def test_every_member_of_the_kind_is_the_kernels_path_or_unjudged_never_a_guess(ebpf, tmp_path):
+    witness = EbpfWitness(backend=BACKEND)
+    backend = 0 if witness.program.backend == "libbpf" else 1
+    script = (HERE / "paths.py").read_text()
+    run_dir, events = _record(tmp_path, f"python3 - <<'PY'\n{script}PY\n", witness)
+    assert next(e for e in events if isinstance(e, RunEnded)).exit_code == 0
+    records = list(read_records(run_dir))
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    member, of = None, {}  # record seq -> the member whose open it is
+    for r in records:
+        if isinstance(e := r.event, FileOpen) and r.source == "ebpf":
+            if e.path.startswith("/tmp/mark-"):
+                member = e.path.removeprefix("/tmp/mark-").replace("%", "/")
+            elif member is not None:
+                of[r.seq] = member
+    outcome = {name: "missed" for name in MEMBERS}
+    for f in result.findings:
+        name = of.get(f.evidence[0])
+        if name in MEMBERS and f.effect == "void":
+            kind = {"containment.excluded_read@1": "leak", "containment.path_unjudged@1": "unjudged"}.get(f.detector)
+            outcome[name] = kind or outcome[name]
+    assert outcome == {name: want[backend] for name, want in MEMBERS.items()}
+    # the write through a symlink to a path outside the tree (bpftrace: missed)
+    outside = [f.message for f in result.findings if f.detector == "containment.outside_tree@2"]
+    assert outside == ([] if backend else ["wrote /home/agent/pwned outside the sandbox (openat)"])
+    # a name past PATH_MAX: the kernel refused it, and the witness says it was cut, never a prefix
+    [refused] = [e for s, e in ((r.seq, r.event) for r in records) if of.get(s) == "len4096"]
+    assert (refused.path_cut, refused.errno, refused.result) == (True, "ENAMETOOLONG", None)
+    # a close-on-exec fd is gone after exec: its name is not placed where the fd once was
+    gone = [r.event for r in records if of.get(r.seq) == "O_CLOEXEC" and isinstance(r.event, FileOpen)
+            and r.event.path.endswith("app.py")]
+    assert [(e.path, e.unresolved, e.errno) for e in gone] == [("app.py", True, "EBADF")]
+    # the exec after fchdir to a dup'd fd has the key's directory as its cwd
+    [cat] = [e for e in events if isinstance(e, ProcessExec) and e.argv == ["cat", "questions.toml"] and e.result == 0]
+    assert cat.cwd == "/work/sandbox/benchmark"
+    assert not [e for e in events if isinstance(e, WitnessGap)]

@@ -8,7 +8,8 @@ probe.libbpf.out is the libbpf loader's output for the same probe, recorded the 
 (``collectors/bpf/build/caisson-ebpf INUM 1 INIT_PID``, container user ``agent``, network
 none, ``API_TOKEN``, ``PATH=/usr/bin:/bin`` and ``HOME`` set); probe.libbpf.events.jsonl
 is the parser's reading of it, which a test pins equal to probe.events.jsonl but for pids,
-times and the container's hostname.
+times, the container's hostname and what only the loader gives (the kernel's paths, whole
+names of 200 bytes and more).
 Re-recording changes pids and times: regenerate the events and review them again.
 """
 
@@ -39,7 +40,7 @@ from ledger.events import (Event, FileChange, FileOpen, NetConnect, NetSend, Pro
 GOLDEN = Path(__file__).with_suffix("")
 PROBE = (GOLDEN / "probe.out").read_bytes()
 OFFSET = 10**18  # wall - monotonic, ns, as the task would pass it
-INIT = 1621  # host pid of the chamber's init in probe.out
+INIT = 6657  # host pid of the chamber's init in probe.out
 
 
 class _Stamped(msgspec.Struct):
@@ -93,7 +94,7 @@ def test_golden_with_trailing_junk_keeps_every_event_and_the_junk():
 
 
 LIBBPF = (GOLDEN / "probe.libbpf.out").read_bytes()
-LIBBPF_INIT = 19113  # host pid of the chamber's init in probe.libbpf.out
+LIBBPF_INIT = 5376  # host pid of the chamber's init in probe.libbpf.out
 LIBBPF_EXPECTED = [(s.wall_ns, s.event) for s in (msgspec.json.decode(line, type=_Stamped) for line in
                                                    (GOLDEN / "probe.libbpf.events.jsonl").read_bytes().splitlines())]
 
@@ -111,21 +112,39 @@ def test_libbpf_golden_byte_at_a_time():
 
 
 def _same_facts(event) -> dict:
-    """An event without what differs between two recordings: pids, the container's hostname,
-    the stamps of a raw line."""
+    """An event without what differs between two recordings (pids, the container's hostname,
+    the stamps of a raw line) nor what only the loader's kernel side gives: the path of each
+    file opened (``real_path``), which is all it keeps of a name through a magic link (kept as
+    given, ``unresolved``: bpftrace's parser followed that fd itself). The loader also keeps
+    the audited calls' first two arguments as 32-bit numbers: io_uring_setup's pointer differs."""
     d = msgspec.to_builtins(event)
     for k in ("host_pid", "pid", "ppid"):
         d.pop(k, None)
     d.get("env", {}).pop("HOSTNAME", None)
     if "line" in d:
         d["line"] = " ".join(d["line"].split()[4:])
+    real = d.pop("real_path", None)
+    if d.pop("unresolved", False) and real:
+        d["path"] = real
+    if d.get("syscall") == "io_uring_setup":
+        d["args"][1] = "params"
     return d
 
 
 def test_the_libbpf_loader_and_bpftrace_print_the_same_facts_of_the_probe():
-    assert [_same_facts(e) for _, e in LIBBPF_EXPECTED] == [_same_facts(e) for _, e in EXPECTED]
-    assert LIBBPF_EXPECTED[-1][1] == WitnessRaw(witness="ebpf", line="R 34692381713225 19113 19113 ? openat 3")
-    assert len(LIBBPF_EXPECTED) == 327
+    libbpf, bpftrace = ([_same_facts(e) for _, e in run] for run in (LIBBPF_EXPECTED, EXPECTED))
+    # a path of 365 bytes: whole from the loader (it reads 4096), cut at 199 by bpftrace
+    [cut] = [i for i, e in enumerate(bpftrace) if e.get("path_cut")]
+    assert (bpftrace.pop(cut)["path"], libbpf.pop(cut)) == ("/etc/...", {
+        "kind": "file.open", "syscall": "openat", "path": "/etc/hostname", "flags": "O_RDONLY|O_CLOEXEC", "result": 5})
+    assert libbpf == bpftrace
+    assert LIBBPF_EXPECTED[-1][1] == WitnessRaw(witness="ebpf", line="R 7382690104750 5376 5376 ? openat 3")
+    assert len(LIBBPF_EXPECTED) == 361
+    # the kernel's path of the files opened: a symlink's target, a magic link's directory, a library's file
+    reals = {(e.path, e.real_path, e.unresolved) for _, e in LIBBPF_EXPECTED if isinstance(e, FileOpen) and e.real_path}
+    assert {("/tmp/h", "/etc/hostname", False), ("/proc/self/fd/4/share", "/usr/share", True),
+            ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", False)} <= reals
+    assert not [e for _, e in EXPECTED if isinstance(e, FileOpen) and e.real_path]
 
 
 def test_golden_facts():
@@ -140,7 +159,7 @@ def test_golden_facts():
     assert echo.argv[-1] == "..." and len(echo.argv) == 65
     assert py.env["API_TOKEN"] == "sk-ant-secret0123456789"  # no fingerprint key given: verbatim
     opens = [e for e in evs if isinstance(e, FileOpen)]
-    assert FileOpen(pid=13, host_pid=1682, syscall="io_uring_openat", path="/etc/hostname",
+    assert FileOpen(pid=13, host_pid=7690, syscall="io_uring_openat", path="/etc/hostname",
                     flags="O_RDONLY|O_LARGEFILE", access="r", result=4) in opens
     # fchdir to an fd of /etc, then a relative open; chdir("/usr") then openat("lib")
     mine = [e.path for e in opens if e.pid == py.pid and e.path in ("/etc/hostname", "/usr/lib")]
@@ -152,13 +171,19 @@ def test_golden_facts():
                    errno="ENOENT")]
     changes = [(e.syscall, e.path, e.target) for e in evs if isinstance(e, FileChange)]
     assert changes == [("renameat2", "/tmp/a.txt", "/tmp/b.txt"), ("unlinkat", "/tmp/b.txt", None),
-                       ("mkdir", "/tmp/d", None), ("rmdir", "/tmp/d", None)]
+                       ("mkdir", "/tmp/d", None), ("rmdir", "/tmp/d", None),
+                       ("symlink", "/tmp/h", "/etc/hostname"), ("unlink", "/tmp/h", None)]
     exits = [e for e in evs if isinstance(e, ProcessExit)]
     assert exits[-1] == ProcessExit(pid=1, host_pid=INIT, code=3)
     assert any(e.signal == "SIGKILL" and e.code is None for e in exits)
     # The go FIFO's open returned after bpftrace attached; its entry was before: kept raw, last.
     assert [e.line for e in evs if isinstance(e, WitnessRaw)] == [
-        "R 3337829599207 1621 1621 ? openat 3"]
+        "R 3361460233588 6657 6657 ? openat 3"]
+    # Directory fds followed through close and dup2 (X lines); a path of 365 bytes cut at 199 and
+    # marked; a magic link to a followed fd placed at that fd's path
+    py2 = next(e for e in execs if e.argv[0] == "python3" and "dup2" in e.argv[3])
+    assert [(e.path, e.path_cut, e.unresolved) for e in opens if e.pid == py2.pid and e.result == 5] == [
+        ("/usr/share", False, False), ("/etc/...", True, False), ("/tmp/h", False, False), ("/usr/share", False, False)]
 
 
 def test_the_parser_redacts_exec_environments_with_the_run_key_and_leaves_out_the_tracer():

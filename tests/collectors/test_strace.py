@@ -581,6 +581,25 @@ def test_mangled_golden_lines_never_raise(parts):
     parse([data])
 
 
+def test_a_cut_or_unplaced_path_is_marked_never_a_silent_prefix_or_a_guess():
+    """strace -s cuts a string and says so (``"..."...``); a name relative to an fd whose -yy
+    decoration is no path, or through a magic link to an fd it has no path for, stays as given."""
+    evs = events(f'1 {T} openat(AT_FDCWD</w>, "././././"..., O_RDONLY) = -1 ENAMETOOLONG (File name too long)\n'
+                 f'1 {T} openat(9<pipe:[1]>, "p", O_RDONLY) = -1 ENOTDIR (Not a directory)\n'
+                 f'1 {T} openat(3, "q", O_RDONLY) = 4</d/q>\n'  # no -yy path for fd 3: the real path stays
+                 f'1 {T} openat(AT_FDCWD</w>, "/proc/self/fd/7/k", O_RDONLY) = -1 ENOENT (No such file or directory)\n'
+                 f'1 {T} openat(AT_FDCWD</w>, "/proc/self/cwd/k", O_RDONLY) = -1 ENOENT (No such file or directory)\n'
+                 f'1 {T} renameat(5<socket:[2]>, "a", AT_FDCWD</w>, "b"...) = -1 ENOTDIR (Not a directory)\n'
+                 f'1 {T} execve("/usr/bin/"..., ["x", "y"...], 0x7ffd /* 3 vars */) = -1 ENOENT (No such file)\n')
+    assert [(type(e).__name__, e.path, e.path_cut, getattr(e, "unresolved", None), getattr(e, "real_path", None))
+            for e in evs] == [
+        ("FileOpen", "/w/...", True, False, None), ("FileOpen", "p", False, True, None),
+        ("FileOpen", "q", False, True, "/d/q"), ("FileOpen", "/proc/self/fd/7/k", False, True, None),
+        ("FileOpen", "/w/k", False, False, None), ("FileChange", "a", True, True, None),
+        ("ProcessExec", "/usr/bin/...", True, None, None)]
+    assert evs[-1].argv_cut and evs[-1].argv == ["x", "y..."]
+
+
 def test_paths_through_a_process_own_fd_are_mapped_back_and_real_paths_kept():
     from collectors.strace import StraceParser
     from ledger.events import FileChange, FileOpen

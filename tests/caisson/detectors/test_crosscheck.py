@@ -113,3 +113,31 @@ def test_a_configuration_built_from_the_run_gives_the_same_findings_and_ends_ear
     # a configuration built from records that hold no witness.started does not know: it reads them
     assert config_from_records([]).witnesses is None
     assert list(witness_disagreement(runs[1], config_from_records([]))) == list(witness_disagreement(runs[1], CONFIG))
+
+
+def test_an_open_is_matched_by_the_kernels_path_when_one_witness_kept_the_name_as_given():
+    # /proc/self/fd/4/a: strace's parser places it through its fd map; the eBPF witness keeps
+    # it as given and gives the kernel's path. A symlink: both give the same name and real path.
+    key = "/work/sandbox/key/a"
+    records = both(
+        ("strace", 1, sh(host_pid=51)), ("ebpf", 1, sh(host_pid=51)),
+        ("strace", 2, opened(key, host_pid=51)),
+        ("ebpf", 2, FileOpen(pid=1, host_pid=51, path="/proc/self/fd/4/a", result=3, real_path=key, unresolved=True)),
+        ("strace", 3, FileOpen(pid=1, host_pid=51, path="/work/sandbox/l", result=4, real_path=key)),
+        ("ebpf", 3, FileOpen(pid=1, host_pid=51, path="/work/sandbox/l", result=4, real_path=key)),
+        # a real path names the file, not another open: a second open of it still needs its own match
+        ("strace", 4, opened(key, host_pid=51)),
+    )
+    assert list(witness_disagreement(records, CONFIG)) == [
+        finding(8, f"strace saw open {key} (openat, host pid 51); ebpf did not")]
+
+
+def test_a_dirfd_one_witness_placed_elsewhere_is_still_a_disagreement():
+    # issue #28's moved fd: the eBPF witness of before resolved openat(3, "answers.json") from a
+    # stale map; strace from fd 3's -yy path
+    records = both(
+        ("strace", 1, sh(host_pid=51)), ("ebpf", 1, sh(host_pid=51)),
+        ("strace", 2, opened("/work/sandbox/key/answers.json", host_pid=51)),
+        ("ebpf", 2, opened("/work/sandbox/src/answers.json", host_pid=51)),
+    )
+    assert [f.evidence for f in witness_disagreement(records, CONFIG)] == [[4], [5]]

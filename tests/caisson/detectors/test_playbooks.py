@@ -405,3 +405,59 @@ def test_outside_tree_lets_a_chamber_process_tune_its_own_oom_score_but_not_writ
         FileOpen(pid=1, path="/proc/sys/kernel/core_pattern", flags="O_WRONLY", access="w", result=5),
     )
     assert [(f.kind, f.evidence) for f in outside_tree(records, CONFIG)] == [("outside_tree", [3])]
+
+
+# --- paths the witness could not read whole or place (issue #28) ----------------------------
+
+def test_path_unjudged_voids_a_successful_open_or_change_it_cannot_judge_and_shows_a_failed_one():
+    from caisson.detectors.containment import PATH_UNJUDGED, path_unjudged
+
+    cut = SANDBOX + "/" + "./" * 2100 + "..."
+    records = play(
+        start(),
+        FileOpen(pid=1, path="answers.json", result=3, unresolved=True),  # relative to a dirfd not known
+        FileOpen(pid=1, path=f"{SANDBOX}/....", result=4, path_cut=True),  # bpftrace's 199 bytes
+        FileOpen(pid=1, path="f", result=5, unresolved=True, real_path_cut=True),  # deeper than 4096 bytes
+        FileOpen(pid=1, path=cut, path_cut=True, errno="ENAMETOOLONG"),  # a name the kernel refused
+        FileOpen(pid=1, path="/proc/self/fd/4/answers.json", result=6, unresolved=True,
+                 real_path=f"{SANDBOX}/src/answers.json"),  # the kernel's path stands in: judged
+        FileOpen(pid=1, path=f"{SANDBOX}/src/app.py", result=7),
+        FileChange(pid=1, syscall="unlinkat", path="x", unresolved=True),
+        FileChange(pid=1, syscall="renameat", path=f"{SANDBOX}/a", target=cut, path_cut=True, result=-1,
+                   errno="ENAMETOOLONG"),
+    )
+    why_dir, why_cut = "it is relative to a directory the witness does not know", "the witness read only its start"
+    assert list(path_unjudged(records, CONFIG)) == [
+        Finding(detector=PATH_UNJUDGED, kind="path_unjudged", effect="void", evidence=[1],
+                message=f"openat of 'answers.json' succeeded: its path cannot be judged ({why_dir})"),
+        Finding(detector=PATH_UNJUDGED, kind="path_unjudged", effect="void", evidence=[2],
+                message=f"openat of '{SANDBOX}/....' succeeded: its path cannot be judged ({why_cut})"),
+        Finding(detector=PATH_UNJUDGED, kind="path_unjudged", effect="void", evidence=[3],
+                message="openat of 'f' succeeded: its path cannot be judged (the kernel's path of the file is"
+                        " longer than the witness reads)"),
+        Finding(detector=PATH_UNJUDGED, kind="path_unjudged", effect="info", evidence=[4],
+                message=f"openat of '{cut[:100]}...{cut[-17:]}' failed (ENAMETOOLONG): its path cannot be"
+                        f" judged ({why_cut})"),
+        Finding(detector=PATH_UNJUDGED, kind="path_unjudged", effect="void", evidence=[7],
+                message=f"unlinkat of 'x' succeeded: its path cannot be judged ({why_dir})"),
+        Finding(detector=PATH_UNJUDGED, kind="path_unjudged", effect="info", evidence=[8],
+                message=f"renameat of '{SANDBOX}/a' failed (ENAMETOOLONG): its path cannot be judged ({why_cut})"),
+    ]
+
+
+def test_an_unresolved_name_is_never_placed_against_a_cwd_only_its_real_path_is_judged():
+    records = play(
+        start(),
+        # relative to a dirfd the witness does not know: under the cwd it would read as the key
+        FileOpen(pid=1, path="benchmark/questions.toml", result=3, unresolved=True),
+        FileOpen(pid=1, path="../../home/dev/click/x", result=4, unresolved=True),
+        FileChange(pid=1, syscall="unlinkat", path="../../home/dev/y", unresolved=True),
+        # through a magic link: the kernel's path of the file is judged
+        FileOpen(pid=1, path="/proc/self/fd/4/questions.toml", result=5, unresolved=True,
+                 real_path=f"{SANDBOX}/benchmark/questions.toml"),
+        FileOpen(pid=1, path="/proc/self/fd/5/x", result=6, unresolved=True, real_path="/home/dev/click/x"),
+    )
+    assert [(f.evidence, f.message) for f in excluded_read(records, CONFIG)] == [
+        ([4], "read benchmark/questions.toml (answer_key) with openat")]
+    assert [(f.evidence, f.message) for f in outside_tree(records, CONFIG)] == [
+        ([5], "read /home/dev/click/x (the live repository)")]

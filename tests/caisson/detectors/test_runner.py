@@ -127,6 +127,9 @@ POOL = [
                                                                "SECCOMP_FILTER_FLAG_NEW_LISTENER", "{}"], result=4)),
     ("proxy", ProxyTunnel(via="connect", host="127.0.0.1", port=8765, denied="host not allowed")),
     ("proxy", ProxyTunnel(via="connect", host="127.0.0.1", port=8765, protocol="tcp", client_bytes=3)),
+    ("ebpf", FileOpen(pid=1, host_pid=901, path="answers.json", result=10, unresolved=True)),
+    ("strace", FileChange(pid=4, host_pid=904, syscall="unlink", path="/work/sandbox/" + "a/" * 3000 + "...",
+                          path_cut=True, result=-1, errno="ENAMETOOLONG")),
 ]
 
 

@@ -16,6 +16,15 @@ t = threading.Thread(target=lambda: open('/etc/hostname').read()); t.start(); t.
 fd = os.open('/etc', os.O_RDONLY); os.fchdir(fd); open('hostname').read()
 os.chdir('/usr'); os.close(os.open('lib', os.O_RDONLY | os.O_DIRECTORY))
 "
+python3 -S -c "
+import os
+e = os.open('/etc', os.O_RDONLY); u = os.open('/usr', os.O_RDONLY)
+os.close(e); os.dup2(u, e)
+os.close(os.open('share', os.O_RDONLY | os.O_DIRECTORY, dir_fd=e))
+os.close(os.open('/etc/' + './' * 120 + 'hostname', os.O_RDONLY))
+os.symlink('/etc/hostname', 'h'); os.close(os.open('h', os.O_RDONLY)); os.unlink('h')
+os.close(os.open('/proc/self/fd/%d/share' % u, os.O_RDONLY | os.O_DIRECTORY))
+"
 echo $(seq 100) > /dev/null; /bin/echo $(seq 100) > /dev/null
 sleep 5 & kill -9 $!; wait
 exit 3
