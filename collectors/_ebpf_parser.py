@@ -20,8 +20,8 @@ from collectors._lines import take_lines
 from collectors._strace_parser import (AUDITED_SYSCALLS, DENIED_SYSCALLS, MAGIC_LINK, NEED_DATA, UNFINISHED,
                                       Stamped, SyscallParserOutput)
 from ledger import CaissonError, redact_exec
-from ledger.events import (FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessSyscall,
-                           WitnessGap, WitnessRaw)
+from ledger.events import (FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessFork,
+                           ProcessSyscall, WitnessGap, WitnessRaw)
 
 __all__ = ["AT_FDCWD", "NEED_DATA", "STRING_LIMIT", "WITNESS", "EbpfParser", "ParserClosedError", "open_flags"]
 
@@ -277,9 +277,11 @@ class EbpfParser(SyscallParserOutput):
         elif tag == "R":
             self._return(f, mono)
         elif tag == "F":
-            self._inherit(int(f[2]), int(f[5]), int(f[6]) if len(f) > 6 else None)
+            flags = int(f[6]) if len(f) > 6 else None
+            self._inherit(int(f[2]), int(f[5]), flags)
             if int(f[2]) == self._skip:  # the tracer's child runs the tracer's code until it execs
                 self._skip_children.add(int(f[5]))
+            self._forked(f, flags)
         elif tag == "Q":
             tgid, nspid, status = int(f[2]), int(f[4]), int(f[5])
             sig = status & 0x7F
@@ -386,6 +388,23 @@ class EbpfParser(SyscallParserOutput):
             self._held = None
             self._finish(tid, call, call.ret)
 
+    def _forked(self, f: list[str], flags: int | None) -> None:
+        """A new process's `ProcessFork` (a thread makes none). The loader's ``F`` line gives
+        the child's pid in the chamber and whether it is a thread; bpftrace's gives the clone's
+        flags only (a thread has ``CLONE_THREAD``; its pid in the chamber is then 0, unknown),
+        and none where it missed the clone's entry: then no event, never a guess."""
+        if len(f) > 8:
+            thread, child_ns = f[8] == "1", int(f[7])
+        elif flags:  # bpftrace: the clone's flags tell a thread; 0 is a clone whose entry it did not see
+            thread, child_ns = bool(flags & _CLONE_THREAD), 0
+        else:  # a recording before either said: not known to be a process
+            return
+        if thread:
+            return
+        names = sorted(_bit_names(flags & ~0xFF & 0xFFFFFFFF, _CLONE_FLAGS)) if flags else []
+        self._emit(int(f[1]) + self._offset, ProcessFork(pid=child_ns, host_pid=int(f[5]), ppid=int(f[4]),
+                                                         flags=names))
+
     def _inherit(self, parent: int, child: int, flags: int | None = None) -> None:
         """A child's cwd and fds are its parent's (its fd table shared with ``CLONE_FILES`` in
         ``flags``, the clone's when the line gives them), unless the child was seen first."""
@@ -475,9 +494,15 @@ class EbpfParser(SyscallParserOutput):
                 args = []
             elif name == "memfd_create":
                 args = [s[0] if s else "", call.argv[0]]
+            elif name == "seccomp":  # as strace spells them: the operation, the flags, the pointer
+                op, flag_bits = int(call.argv[0]), int(call.argv[1]) & 0xFFFFFFFF
+                args = [_SECCOMP_OPS.get(op, str(op)), "|".join(_bit_names(flag_bits, _SECCOMP_FLAGS)) or "0",
+                        hex(int(call.argv[2]) & 0xFFFFFFFFFFFFFFFF)]
             else:
                 args = call.argv
-            denied = not entered and ret == -_EPERM and name in self._denied
+            # a call that never entered was refused by a seccomp filter: the chamber's denials, and
+            # the seccomp calls its profile refuses by their arguments (a listener)
+            denied = not entered and ret == -_EPERM and (name in self._denied or name == "seccomp")
             self._emit(wall, ProcessSyscall(**ident, syscall=name, args=args, result=-1 if failed else ret,
                                             errno=err, denied=denied))
         elif name in ("chdir", "fchdir") and not failed:
@@ -567,6 +592,25 @@ class EbpfParser(SyscallParserOutput):
         if failure:
             self.parse_failures += 1
         self._emit(self.last_ns, WitnessRaw(witness=WITNESS, line=text))
+
+
+_SECCOMP_OPS = {0: "SECCOMP_SET_MODE_STRICT", 1: "SECCOMP_SET_MODE_FILTER", 2: "SECCOMP_GET_ACTION_AVAIL",
+                3: "SECCOMP_GET_NOTIF_SIZES"}
+_SECCOMP_FLAGS = ((1, "SECCOMP_FILTER_FLAG_TSYNC"), (2, "SECCOMP_FILTER_FLAG_LOG"),
+                  (4, "SECCOMP_FILTER_FLAG_SPEC_ALLOW"), (8, "SECCOMP_FILTER_FLAG_NEW_LISTENER"),
+                  (16, "SECCOMP_FILTER_FLAG_TSYNC_ESRCH"), (32, "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"))
+"""seccomp(2)'s operations and filter flags (linux/seccomp.h)."""
+_CLONE_THREAD = 0x10000
+_CLONE_FLAGS = tuple({
+    0x100: "CLONE_VM", 0x200: "CLONE_FS", 0x400: "CLONE_FILES", 0x800: "CLONE_SIGHAND", 0x1000: "CLONE_PIDFD",
+    0x2000: "CLONE_PTRACE", 0x4000: "CLONE_VFORK", 0x8000: "CLONE_PARENT", 0x10000: "CLONE_THREAD",
+    0x20000: "CLONE_NEWNS", 0x40000: "CLONE_SYSVSEM", 0x80000: "CLONE_SETTLS", 0x100000: "CLONE_PARENT_SETTID",
+    0x200000: "CLONE_CHILD_CLEARTID", 0x400000: "CLONE_DETACHED", 0x800000: "CLONE_UNTRACED",
+    0x1000000: "CLONE_CHILD_SETTID", 0x2000000: "CLONE_NEWCGROUP", 0x4000000: "CLONE_NEWUTS",
+    0x8000000: "CLONE_NEWIPC", 0x10000000: "CLONE_NEWUSER", 0x20000000: "CLONE_NEWPID", 0x40000000: "CLONE_NEWNET",
+    0x80000000: "CLONE_IO",
+}.items())
+"""clone(2)'s flags (linux/sched.h), as the kernel spells them; the low byte is the exit signal."""
 
 
 @functools.lru_cache(maxsize=256)

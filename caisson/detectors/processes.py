@@ -107,13 +107,18 @@ def unseen_process(records: Iterable[Record], config: DetectorConfig) -> Iterato
 
 
 def _scaffolding(lives: Iterable[_Life]) -> set[tuple[int, int]]:
-    """caisson's own processes of the tree: the init (pid 1) and its earliest child."""
+    """caisson's own processes of the tree: the init (pid 1), its earliest child, and, when
+    that child is the strace tracer, the tracer's own forks (strace probes ptrace and seccomp
+    in children of its own before it starts the command; an agent's process is never the
+    tracer's child: only the command is, and it runs the command's program)."""
     lives = list(lives)
     out = {(life.pid, life.start) for life in lives if life.pid == 1}
     children = [life for life in lives if life.ppid == 1]
     if children:
         first = min(children, key=lambda life: (life.start, life.pid))
         out.add((first.pid, first.start))
+        if first.name == "strace":
+            out |= {(life.pid, life.start) for life in lives if life.ppid == first.pid and life.name == "strace"}
     return out
 
 

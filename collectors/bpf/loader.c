@@ -61,6 +61,7 @@ static const char *const SYSCALLS[SYS_COUNT] = {
 	[SYS_FSMOUNT] = "fsmount", [SYS_FSPICK] = "fspick", [SYS_PIDFD_GETFD] = "pidfd_getfd",
 	[SYS_PTRACE] = "ptrace", [SYS_PROCESS_VM_READV] = "process_vm_readv",
 	[SYS_PROCESS_VM_WRITEV] = "process_vm_writev", [SYS_MEMFD_CREATE] = "memfd_create",
+	[SYS_SECCOMP] = "seccomp",
 };
 
 static volatile sig_atomic_t stopping;
@@ -212,8 +213,9 @@ static int print_record(void *ctx, void *data, size_t size)
 		printf("P %llu %d %d %d %s %d %lld %d %d %lld %lld %s\n", r->ts, r->tgid, r->tid, r->nspid, name,
 		       (r->flags & ENTERED) ? 1 : 0, r->ret, r->i0, r->i1, (long long)r->req, (long long)r->a3, str(r));
 		break;
-	case K_FORK:
-		printf("F %llu %d %d %d %lld\n", r->ts, r->tgid, r->tid, r->nspid, r->ret);
+	case K_FORK:  /* then the clone's flags, the child's pid in the chamber, and 1 when it is a thread */
+		printf("F %llu %d %d %d %lld %llu %d %d\n", r->ts, r->tgid, r->tid, r->nspid, r->ret,
+		       (unsigned long long)r->req, r->i0, r->i1);
 		break;
 	case K_EXIT:
 		printf("Q %llu %d %d %d %lld\n", r->ts, r->tgid, r->tid, r->nspid, r->ret);

@@ -23,6 +23,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 #include "witness.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -1022,11 +1023,69 @@ AUDIT4(ptrace, SYS_PTRACE)
 AUDIT(process_vm_readv, process_vm_readv, SYS_PROCESS_VM_READV, ARG(0), ARG(2), ARG(4), ARG(5))
 AUDIT(process_vm_writev, process_vm_writev, SYS_PROCESS_VM_WRITEV, ARG(0), ARG(2), ARG(4), ARG(5))
 AUDIT(memfd_create, memfd_create, SYS_MEMFD_CREATE, ARG(1), 0, ARG(0), 0)
+AUDIT3(seccomp, SYS_SECCOMP)  /* a filter of the agent's own; one asking for a listener is refused */
 
 /* --- processes --- */
 
-SEC("tracepoint/sched/sched_process_fork")
-int on_fork(struct trace_event_raw_sched_process_fork *ctx)
+/* The flags of each clone, fork and vfork in flight, by tid, read at its fork (CLONE_UNTRACED
+ * among them: a child no tracer follows); gone at the call's return. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);  /* tid */
+	__type(value, u64);
+} clone_flags SEC(".maps");
+
+static __always_inline int keep_flags(u64 flags)
+{
+	if (!in_chamber())
+		return 0;
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+
+	if (bpf_map_update_elem(&clone_flags, &tid, &flags, BPF_ANY))
+		count_lost();
+	return 0;
+}
+
+static __always_inline int drop_flags(void)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&clone_flags, &tid);
+	return 0;
+}
+
+#define CLONE_VM 0x100
+#define CLONE_VFORK 0x4000
+#define SIGCHLD 17
+
+SEC("tracepoint/syscalls/sys_enter_clone")
+int enter_clone(struct trace_event_raw_sys_enter *ctx) { return keep_flags(ARG(0)); }
+SEC("tracepoint/syscalls/sys_enter_clone3")
+int enter_clone3(struct trace_event_raw_sys_enter *ctx)
+{
+	u64 flags = 0;  /* struct clone_args begins with its u64 flags */
+
+	bpf_probe_read_user(&flags, sizeof(flags), (const void *)ARG(0));
+	return keep_flags(flags);
+}
+SEC("tracepoint/syscalls/sys_enter_fork")
+int enter_fork(struct trace_event_raw_sys_enter *ctx) { return keep_flags(SIGCHLD); }
+SEC("tracepoint/syscalls/sys_enter_vfork")
+int enter_vfork(struct trace_event_raw_sys_enter *ctx) { return keep_flags(CLONE_VM | CLONE_VFORK | SIGCHLD); }
+SEC("tracepoint/syscalls/sys_exit_clone")
+int exit_clone(struct trace_event_raw_sys_exit *ctx) { return drop_flags(); }
+SEC("tracepoint/syscalls/sys_exit_clone3")
+int exit_clone3(struct trace_event_raw_sys_exit *ctx) { return drop_flags(); }
+SEC("tracepoint/syscalls/sys_exit_fork")
+int exit_fork(struct trace_event_raw_sys_exit *ctx) { return drop_flags(); }
+SEC("tracepoint/syscalls/sys_exit_vfork")
+int exit_vfork(struct trace_event_raw_sys_exit *ctx) { return drop_flags(); }
+
+/* A new task: its tid on the host (ret), its pid in the chamber (i0), whether it is a thread
+ * (i1), and its clone's flags (req). A BTF tracepoint: it hands over the child's task. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	if (!in_chamber())
 		return 0;
@@ -1036,7 +1095,13 @@ int on_fork(struct trace_event_raw_sched_process_fork *ctx)
 		return 0;
 	ids(r);
 	r->ts = bpf_ktime_get_ns();
-	r->ret = ctx->child_pid;
+	r->ret = BPF_CORE_READ(child, pid);
+	r->i1 = BPF_CORE_READ(child, tgid) != BPF_CORE_READ(child, pid);
+	r->i0 = upid_at(BPF_CORE_READ(child, thread_pid)).nr;
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 *flags = bpf_map_lookup_elem(&clone_flags, &tid);
+
+	r->req = flags ? *flags : 0;
 	submit(r);
 	return 0;
 }

@@ -151,3 +151,14 @@ def test_both_are_registered_and_quiet_on_a_clean_run():
     assert UNSEEN_PROCESS in names and EVASION in names
     found = run_detectors(traced_run().records(), CONFIG)
     assert [f for f in found if f.detector in (UNSEEN_PROCESS, EVASION)] == []
+
+
+def test_the_tracers_own_startup_forks_are_caissons_and_its_other_children_are_not():
+    """strace forks children of its own to probe ptrace and seccomp before it starts the
+    command (seen in a selftest run: pid 9, "strace", sampled once); the command is its
+    only other child, and is reported."""
+    run = traced_run()
+    run.tick(5, INIT, TRACER, AGENT, proc(9, 6, 205, "strace"))
+    assert list(unseen_process(run.records(), CONFIG)) == []
+    run.tick(6, INIT, TRACER, AGENT, proc(13, 6, 1500, "sh"))  # another child of the tracer, not its own
+    assert [f.kind for f in unseen_process(run.records(), CONFIG)] == ["unseen_process"]
