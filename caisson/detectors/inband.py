@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
+from caisson.detectors.attribution import ATTRIBUTION_EVENTS, cli_calls
 from ledger import Record
 from ledger.events import (AgentAnswer, AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, LlmCall, RunStarted,
                            WitnessStarted)
@@ -32,7 +33,7 @@ IN_BAND = "infra.in_band@1"
 MODEL_SWITCHED = "model.switched@1"
 
 
-@reads(RunStarted, WitnessStarted, LlmCall, AgentError, AgentAnswer)
+@reads(RunStarted, WitnessStarted, LlmCall, AgentError, AgentAnswer, *ATTRIBUTION_EVENTS)
 def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A run of a real agent that never had a working model, or that says it failed.
 
@@ -52,6 +53,8 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
     Yields:
         At most one finding, void: kind ``infra_failure`` or ``claimed_error``.
     """
+    records = list(records)
+    mine = cli_calls(records)  # with attribution, only the calls of the agent's CLI
     started: RunStarted | None = None
     started_seq = 0
     proxy = False
@@ -64,7 +67,7 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
             started, started_seq = event, record.seq
         elif isinstance(event, WitnessStarted) and event.witness == "proxy":
             proxy = True
-        elif isinstance(event, LlmCall):
+        elif isinstance(event, LlmCall) and (mine is None or record.seq in mine):
             calls.append((record.seq, event))
         elif isinstance(event, AgentError) and event.terminal and event.cause != "limit":
             errors.append((record.seq, event))
@@ -122,7 +125,7 @@ def _said(error: AgentError) -> str:
     return f"{error.said}: " + " ".join(parts)[:300]
 
 
-@reads(RunStarted, LlmCall, AgentModelSwitch)
+@reads(RunStarted, LlmCall, AgentModelSwitch, *ATTRIBUTION_EVENTS)
 def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """The cell measured another model than the one it was run with.
 
@@ -139,6 +142,8 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
     """
     from caisson.detectors.model import same_model
 
+    records = list(records)
+    mine = cli_calls(records)  # with attribution, only the calls of the agent's CLI
     want: str | None = None
     last: tuple[int, LlmCall] | None = None
     for record in records:
@@ -149,7 +154,8 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
             yield Finding(detector=MODEL_SWITCHED, kind="model_switched", effect=VOID, evidence=[record.seq],
                           message=f"{event.agent} switched from {event.requested or '?'} to {event.used or '?'}"
                           f" ({event.said}{': ' + event.trigger if event.trigger else ''})")
-        elif isinstance(event, LlmCall) and event.failed is None and event.requested_model:
+        elif (isinstance(event, LlmCall) and event.failed is None and event.requested_model
+              and (mine is None or record.seq in mine)):
             last = (record.seq, event)
     if want is None or last is None or last[1].provider == "azure":  # Azure's URL names a deployment
         return
