@@ -96,13 +96,10 @@ class ClientResolver:
     def _inode(self, init: int, local: Address, proxy: Address) -> tuple[int, str | None]:
         """The inode of the socket from ``local`` to ``proxy``, or (0, why there is none)."""
         if self._diag is not None:
-            found = None
+            self._seq += 1  # an IPv4 four-tuple finds a dual-stack socket's too (its IPv4-mapped ends)
             try:
-                for pair in _forms(local, proxy):  # the socket's own family first, then dual-stack
-                    self._seq += 1
-                    self._diag.send(inet_diag_request(*pair, seq=self._seq))
-                    if (found := parse_inet_diag_reply(self._diag.recv(1 << 16), seq=self._seq)) is not None:
-                        break
+                self._diag.send(inet_diag_request(local, proxy, seq=self._seq))
+                found = parse_inet_diag_reply(self._diag.recv(1 << 16), seq=self._seq)
             except (OSError, DiagError) as exc:
                 return 0, f"NETLINK_SOCK_DIAG failed: {exc}"
             if found is None:
@@ -196,15 +193,6 @@ def _diag_socket(netns: str) -> tuple[socket.socket | None, str]:
         return None, sock
     sock.settimeout(1.0)
     return sock, ""
-
-
-def _forms(local: Address, proxy: Address) -> list[tuple[Address, Address]]:
-    """The pairs a socket from ``local`` to ``proxy`` is found under: as they are, and, for
-    IPv4, as an IPv6 socket's IPv4-mapped addresses."""
-    pairs = [(local, proxy)]
-    if ipaddress.ip_address(local[0]).version == 4 and ipaddress.ip_address(proxy[0]).version == 4:
-        pairs.append(((f"::ffff:{local[0]}", local[1]), (f"::ffff:{proxy[0]}", proxy[1])))
-    return pairs
 
 
 def _address(client: str | None) -> Address | None:

@@ -70,7 +70,8 @@ def _packed(address: str) -> tuple[int, bytes]:
 
 def inet_diag_request(local: tuple[str, int], remote: tuple[str, int], *, seq: int = 1) -> bytes:
     """The request for the TCP socket whose local end is ``local`` and remote end ``remote``
-    (both IPv4, or both IPv6: an IPv4-mapped address names a dual-stack socket).
+    (both IPv4, or both IPv6). The kernel looks an IPv4 pair and its IPv4-mapped IPv6 form
+    up alike, in its IPv4 table, where a dual-stack socket connected to an IPv4 address is.
 
     Raises:
         ValueError: an address that is not an IP address, or families that differ.
