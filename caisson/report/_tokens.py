@@ -22,6 +22,10 @@ and scoring"; issue #14):
   ranks, and the reason says why the agent's was passed over.
 - **Totals.** total = input + output; cache counts are provenance, never added
   (`ledger.events.LlmUsage`).
+- **The CLI's calls.** Where the ledger says which process made each call
+  (`caisson.detectors.attribution.cli_calls`), only the calls the agent's CLI made are
+  summed and identified: a call a tool made voids the cell (``model.foreign_call``), an
+  unattributed one is left out and shown there. A ledger without attribution keeps them all.
 - **Session identity.** An agent names its session in each model request's headers:
   Claude Code 2.1.328 sends ``X-Claude-Code-Session-Id``, Codex 0.171.0 sends
   ``session-id`` (both seen in recordings through the proxy witness:

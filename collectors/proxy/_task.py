@@ -259,19 +259,17 @@ async def run_proxy_witness(
     open_tunnels: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     start_timeout_s: float = 30.0,
-    mitmdump: str | None = None,
-    resolve_client: Callable[[str | None], ClientOwner] | None = None,
+    mitmdump: str | None = None, resolve_client: Callable[[str | None], ClientOwner] | None = None,
     task_status: trio.TaskStatus[ProxyInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run mitmdump with the witness addon and record every exchange until cancelled.
 
-    Sends ``witness.started`` (command, listen address, CA, `_policy`), then per exchange
-    its body blobs, ``http.exchange`` and, for model APIs, ``llm.call``; per tunnel its
-    ``proxy.tunnel``; odd input as ``witness.raw``. mitmdump exiting on its own is a
-    ``witness.gap`` and a return (the run goes on, void). Cancelled, it stops mitmdump
-    (SIGTERM, SIGKILL after 5 s), drains its last frames, finishes open exchanges and
-    tunnels as cut, then ``witness.stopped`` (``lines``: frames, ``parse_failures``: bad
-    frames, ``bytes``: frame bytes).
+    Sends ``witness.started`` (command, listen address, CA, `_policy`), then per exchange its body
+    blobs, ``http.exchange`` and, for model APIs, ``llm.call``; per tunnel its ``proxy.tunnel``; odd
+    input as ``witness.raw``. mitmdump exiting on its own is a ``witness.gap`` and a return (the run
+    goes on, void). Cancelled, it stops mitmdump (SIGTERM, SIGKILL after 5 s), drains its last frames,
+    finishes open exchanges and tunnels as cut, then ``witness.stopped`` (``lines``: frames,
+    ``parse_failures``: bad frames, ``bytes``: frame bytes).
 
     Args:
         send: where submissions go; closed when this task ends, so pass a clone.
@@ -281,8 +279,7 @@ async def run_proxy_witness(
             open_tunnels, mitmdump: as `mitmdump_command` takes them (port 0: reported in `ProxyInfo`).
         max_body_bytes: body bytes kept per direction of one exchange.
         start_timeout_s: how long mitmdump may take to listen, seconds.
-        resolve_client: client ``ip:port`` -> who holds it (`ClientResolver`: blocking, called
-            in this task once per client connection); None: not looked up.
+        resolve_client: who holds a client ``ip:port`` (`ClientResolver`), asked once per connection.
         task_status: started with `ProxyInfo` once mitmdump listens.
 
     Raises:

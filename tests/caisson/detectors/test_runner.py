@@ -16,7 +16,7 @@ from caisson.detectors import DEFAULT_DETECTORS, DetectorConfig, Finding, reads,
 from caisson.detectors import route, route_for
 from ledger import Record
 from ledger.events import (
-    AgentCompaction, AgentConfigFound, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
+    AgentCompaction, AgentConfigFound, ClientProcess, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
     FileChange, FileOpen, HostSample, HttpExchange, LlmCall, LlmUsage, NetConnect, NetFlow, NetSend, Note,
     ProcessExec, ProcessExit, ProcessFork, ProcessSyscall, ProcSample, ProxyTunnel, RunEnded, RunStarted, SandboxBuilt, WitnessGap, WitnessStarted,
     WitnessStopped,
@@ -127,6 +127,11 @@ POOL = [
                                                                "SECCOMP_FILTER_FLAG_NEW_LISTENER", "{}"], result=4)),
     ("proxy", ProxyTunnel(via="connect", host="127.0.0.1", port=8765, denied="host not allowed")),
     ("proxy", ProxyTunnel(via="connect", host="127.0.0.1", port=8765, protocol="tcp", client_bytes=3)),
+    # a model call whose connection a tool's process held (cat, under bash): not the CLI's
+    ("proxy", HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
+                           status=200, client_processes=[ClientProcess(pid=4, host_pid=904, start_time_ns=1)])),
+    ("proxy", LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-opus-4-1",
+                      normalized=_usage(50000, 20000))),
 ]
 
 
