@@ -25,8 +25,8 @@ import socket
 import threading
 from collections.abc import Callable
 
-from collectors.procfs import (HostPids, ProcfsParseError, parse_pid_stat_starttime, parse_proc_net_tcp,
-                               parse_socket_link)
+from collectors.procfs import (TCP_STATES, HostPids, ProcfsParseError, parse_pid_stat_starttime,
+                               parse_proc_net_tcp, parse_socket_link)
 from collectors.proxy._exchange import ClientOwner
 from collectors.proxy._sockdiag import NETLINK_SOCK_DIAG, DiagError, inet_diag_request, parse_inet_diag_reply
 from ledger.events import ClientProcess
@@ -67,6 +67,12 @@ class ClientResolver:
 
     def __call__(self, client: str | None) -> ClientOwner:
         self.lookups += 1
+        try:
+            return self._lookup(client)
+        except Exception as exc:  # a lookup that fails is an unattributed exchange, never a dead witness
+            return ClientOwner([], f"the lookup failed: {exc!r}")
+
+    def _lookup(self, client: str | None) -> ClientOwner:
         init, proxy = self._init(), _address(self._proxy())
         if init is None or proxy is None:
             return ClientOwner([], "the chamber was not running")
@@ -105,7 +111,7 @@ class ClientResolver:
             if found is None:
                 return 0, f"no socket from {local[0]}:{local[1]} to the proxy in the chamber (gone)"
             if not found.inode:
-                return 0, f"the socket from {local[0]}:{local[1]} was closed (no inode; TCP state {found.state})"
+                return 0, f"the socket from {local[0]}:{local[1]} was closed ({TCP_STATES.get(found.state, found.state)})"
             return found.inode, None
         ends = []
         for name in ("tcp", "tcp6"):
@@ -121,7 +127,7 @@ class ClientResolver:
             return 0, f"no socket from {local[0]}:{local[1]} to the proxy in the chamber's TCP table (gone)"
         inode = next((s.inode for s in ends if s.inode), 0)
         if not inode:
-            return 0, f"the socket from {local[0]}:{local[1]} was closed (no inode; TCP state {ends[0].state})"
+            return 0, f"the socket from {local[0]}:{local[1]} was closed ({TCP_STATES.get(ends[0].state, ends[0].state)})"
         return inode, None
 
     def _holds(self, host_pid: int, inode: int) -> bool:

@@ -160,7 +160,8 @@ class _Pump:
             if len(self.owners) >= _OWNERS_KEPT:  # the oldest connections are long closed
                 for old in list(self.owners)[:_OWNERS_KEPT // 2]:
                     del self.owners[old]
-            self.owners[conn] = owner
+            if conn:
+                self.owners[conn] = owner
         return owner
 
     async def emit(self, event: Event, wall_ns: int | None = None, mono_ns: int | None = None) -> None:

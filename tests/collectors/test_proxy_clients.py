@@ -76,7 +76,7 @@ def test_every_holder_in_pid_order_an_inherited_socket(chamber):
 
 def test_nothing_found_says_why(chamber):
     assert resolver(chamber)("172.30.0.2:40640").unresolved == (
-        "the socket from 172.30.0.2:40640 was closed (no inode; TCP state 6)")
+        "the socket from 172.30.0.2:40640 was closed (TIME_WAIT)")
     assert resolver(chamber)("172.30.0.2:40646").unresolved == (  # its socket goes elsewhere
         "no socket from 172.30.0.2:40646 to the proxy in the chamber's TCP table (gone)")
     assert resolver(chamber)("nonsense").unresolved == "the client address 'nonsense' is not ip:port"
@@ -94,9 +94,15 @@ def test_a_host_pid_reused_outside_the_chamber_is_no_holder(chamber):
     assert lookup("172.30.0.2:40634").processes == []
 
 
-def test_the_table_with_garbage_is_a_reason_not_a_crash(chamber):
+def test_the_table_with_garbage_or_a_failing_lookup_is_a_reason_not_a_crash(chamber):
     (chamber / "100" / "net" / "tcp").write_text(TABLE + "   3: garbage\n")
     assert "bad socket line" in resolver(chamber)("172.30.0.2:40634").unresolved
+
+    def broken() -> int:
+        raise RuntimeError("no init")
+
+    lookup = ClientResolver(broken, proxy=lambda: "172.30.0.1:8080", proc_root=str(chamber), sock_diag=False)
+    assert lookup("172.30.0.2:40634") == ClientOwner([], "the lookup failed: RuntimeError('no init')")
 
 
 # --- on this host's kernel: the namespace is the host's own (init: this process) -------------
@@ -207,5 +213,5 @@ def test_a_socket_closed_before_the_lookup_is_not_found(listener):
     server.close()
     time.sleep(0.1)
     for lookup in _resolvers(port):
-        assert lookup(name).unresolved in (f"the socket from {name} was closed (no inode; TCP state 6)",
-                                           f"the socket from {name} was closed (no inode; TCP state 5)"), lookup.table
+        assert lookup(name).unresolved in (f"the socket from {name} was closed (TIME_WAIT)",
+                                           f"the socket from {name} was closed (FIN_WAIT2)"), lookup.table

@@ -106,12 +106,12 @@ def test_an_inherited_socket_belongs_to_the_holder_that_opened_it():
 
 
 def test_what_cannot_be_told_is_said_never_guessed():
-    records = play(*CLAUDE, held(unresolved="the socket from 172.30.0.2:40000 was closed (no inode; TCP state 6)"),
+    records = play(*CLAUDE, held(unresolved="the socket from 172.30.0.2:40000 was closed (TIME_WAIT)"),
                    call(), held(77), call(), held(10, 77), call())
     assert findings(records) == [
         Finding(detector=FOREIGN_CALL, kind="unattributed_model_call", effect="info", evidence=[7, 8],
                 message="a model call to claude-sonnet-4-5 could not be attributed to a process: the socket from"
-                " 172.30.0.2:40000 was closed (no inode; TCP state 6)"),
+                " 172.30.0.2:40000 was closed (TIME_WAIT)"),
         Finding(detector=FOREIGN_CALL, kind="unattributed_model_call", effect="info", evidence=[9, 10],
                 message="a model call to claude-sonnet-4-5 could not be attributed to a process: the syscall"
                 " witness reported no process 77 (host pid 1077)"),
