@@ -1,6 +1,6 @@
 """Latency the proxy witness adds to LLM-shaped HTTPS calls, from the chamber.
 
-Usage: python benchmarks/proxy_bench.py [--requests 200] [--host-level [--fresh]]
+Usage: python benchmarks/proxy_bench.py [--requests 200] [--fresh] [--host-level]
 
 A local HTTPS server (tests/collectors/llm_server.py) answers Anthropic Messages calls in
 recorded shapes, half of them streamed (SSE). ``--host-level``: each request is made twice, alternately:
@@ -108,19 +108,25 @@ def percentile(values: list[float], q: float) -> float:
 CLIENT = r"""
 import http.client, json, os, ssl, sys, time
 mode, n, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fresh = mode.endswith("-fresh")
 bodies = [open(p, "rb").read() for p in sys.argv[4:6]]
-if mode == "proxy":  # inside the chamber: through HTTPS_PROXY, trusting the chamber's store
-    proxy = os.environ["HTTPS_PROXY"].split("//", 1)[1].rstrip("/")
-    host, _, pport = proxy.rpartition(":")
-    ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
-    conn = http.client.HTTPSConnection(host, int(pport), context=ctx)
-    conn.set_tunnel("api.anthropic.com", 443)
-else:
+def connect():
+    if mode.startswith("proxy"):  # inside the chamber: through HTTPS_PROXY, trusting the chamber's store
+        proxy = os.environ["HTTPS_PROXY"].split("//", 1)[1].rstrip("/")
+        host, _, pport = proxy.rpartition(":")
+        ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+        conn = http.client.HTTPSConnection(host, int(pport), context=ctx)
+        conn.set_tunnel("api.anthropic.com", 443)
+        return conn
     ctx = ssl.create_default_context(cafile=sys.argv[6])
     ctx.check_hostname = False
-    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
+    return http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
+conn = connect()
 out = []
 for i in range(n + 5):
+    if fresh and i:
+        conn.close()
+        conn = connect()
     t0 = time.perf_counter()
     conn.request("POST", f"/v1/messages?i={i}", body=bodies[i % 2],
                  headers={"content-type": "application/json", "host": "api.anthropic.com"})
@@ -158,17 +164,19 @@ def chamber(args: argparse.Namespace) -> None:
         d_lat, p_lat = [], []
         for b in range(batches):
             run_dir = tmp / f"run{b}"
-            record(RecordOptions(command=["python3", "-c", CLIENT, "proxy", str(batch), "0",
+            fresh = "-fresh" if args.fresh else ""
+            record(RecordOptions(command=["python3", "-c", CLIENT, f"proxy{fresh}", str(batch), "0",
                                           "anthropic_request.json", "anthropic_request_stream.json"],
                                  scenario=scenario, repo=repo, out=run_dir, timeout_s=120), witnesses=default_witnesses())
             out = next(r.event for r in read_records(run_dir) if isinstance(r.event, BlobStored) and r.event.role == "stdout")
             p_lat += json.loads((run_dir / "blobs" / out.sha256[:2] / out.sha256).read_text())
-            direct = subprocess.run([sys.executable, "-c", CLIENT, "direct", str(batch), str(server.port),
+            direct = subprocess.run([sys.executable, "-c", CLIENT, f"direct{fresh}", str(batch), str(server.port),
                                      str(repo / "anthropic_request.json"), str(repo / "anthropic_request_stream.json"),
                                      str(server.cert)], capture_output=True, text=True, check=True)
             d_lat += json.loads(direct.stdout)
     added_ms = [(p - d) * 1000 for p, d in zip(p_lat, d_lat)]
-    print(f"chamber: {len(p_lat)} requests from the chamber through the proxy witness (half streamed, keep-alive),"
+    print(f"chamber: {len(p_lat)} requests from the chamber through the proxy witness (half streamed,"
+          f" {'a new connection each' if args.fresh else 'keep-alive'}),"
           f" paired with the same client on the host straight to the server")
     print(f"direct median {statistics.median(d_lat) * 1000:.2f} ms; proxied median {statistics.median(p_lat) * 1000:.2f} ms")
     print(f"proxy_latency_ratio={statistics.median(p_lat) / statistics.median(d_lat):.2f}"

@@ -1,7 +1,8 @@
 """The procfs witness: the chamber's process tree and the host, sampled on a fixed grid.
 
 - Sans-IO parsers (`parse_proc_stat_cpu`, `parse_pressure`, `parse_loadavg`,
-  `parse_pid_stat_starttime`, `parse_nspid`): pure functions of text. Malformed text
+  `parse_pid_stat_starttime`, `parse_nspid`, `parse_proc_net_tcp`, `parse_socket_link`):
+  pure functions of text. Malformed text
   raises `ProcfsParseError` (a `ValueError`); a missing optional part (no ``NSpid:`` line
   before Linux 4.1, no ``full`` line in ``/proc/pressure/cpu`` before 5.13) is not an error.
 - Samplers that read files: `HostSampler` (load, steal, PSI) and `sample_tree` (psutil).
@@ -21,7 +22,10 @@ stall during a sleep shows in both, on one sample or two.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,9 +41,10 @@ from ledger import CaissonError, Submission
 from ledger.events import HostSample, ProcSample
 
 __all__ = [
-    "PSI_RESOURCES", "CpuTimes", "HostPids", "HostReading", "HostSampler", "LoadAvg", "ProcfsParseError",
-    "parse_loadavg", "parse_nspid", "parse_nspids", "parse_pid_stat_starttime", "parse_pressure",
-    "parse_proc_stat_cpu", "run_procfs_witness", "sample_tree", "StallClock", "steal_ratio",
+    "PSI_RESOURCES", "TCP_STATES", "CpuTimes", "HostPids", "HostReading", "HostSampler", "LoadAvg",
+    "ProcfsParseError", "TcpSocket", "parse_loadavg", "parse_nspid", "parse_nspids", "parse_pid_stat_starttime",
+    "parse_pressure", "parse_proc_net_tcp", "parse_proc_stat_cpu", "parse_socket_link", "run_procfs_witness",
+    "sample_tree", "StallClock", "steal_ratio",
 ]
 
 WITNESS = "procfs"
@@ -206,6 +211,79 @@ def parse_nspid(text: str) -> int | None:
     return pids[-1] if pids else None
 
 
+TCP_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT",
+              7: "CLOSE", 8: "CLOSE_WAIT", 9: "LAST_ACK", 10: "LISTEN", 11: "CLOSING", 12: "NEW_SYN_RECV"}
+"""The ``st`` column of ``/proc/net/tcp``: the kernel's TCP states (include/net/tcp_states.h)."""
+
+
+_TCP_ADDRESS = re.compile(r"[0-9A-Fa-f]{8}(?:[0-9A-Fa-f]{24})?:[0-9A-Fa-f]{4}")
+_TCP_SLOT = re.compile(r"[0-9]+:")
+_TCP_STATE = re.compile(r"[0-9A-Fa-f]{2}")
+_DECIMAL = re.compile(r"[0-9]+")
+_SOCKET_LINK = re.compile(r"socket:\[([0-9]+)\]")
+
+
+class TcpSocket(NamedTuple):
+    """One line of ``/proc/net/tcp`` or ``/proc/net/tcp6``."""
+
+    local: tuple[str, int]  # (address, port); an IPv4-mapped IPv6 address as its IPv4 form
+    remote: tuple[str, int]
+    state: int  # `TCP_STATES`
+    uid: int
+    inode: int  # the socket's inode (``socket:[N]`` in /proc/PID/fd); 0 when no file holds it
+
+
+def _tcp_address(text: str, byteorder: str) -> tuple[str, int]:
+    """``0100007F:0CEA`` -> ("127.0.0.1", 3306); the address words as the kernel prints
+    them (``%08X`` of each 32-bit word in host order), the port big-endian hex."""
+    if _TCP_ADDRESS.fullmatch(text) is None:
+        raise ValueError(text)
+    address, _, port = text.partition(":")
+    raw = b"".join(int(address[i:i + 8], 16).to_bytes(4, byteorder) for i in range(0, len(address), 8))
+    ip = ipaddress.ip_address(raw)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip), int(port, 16)
+
+
+def parse_proc_net_tcp(text: str, *, byteorder: str = sys.byteorder) -> list[TcpSocket]:
+    """Parse ``/proc/net/tcp`` or ``/proc/net/tcp6`` (the kernel's ``get_tcp4_sock`` and
+    ``get_tcp6_sock``, net/ipv4/tcp_ipv4.c and net/ipv6/tcp_ipv6.c, the same columns since
+    Linux 2.6): ``sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt
+    uid timeout inode ...``. Time-wait and request sockets have inode 0.
+
+    Args:
+        text: the whole file; its header line is skipped, blank lines too.
+        byteorder: the byte order of the kernel that printed it (``"little"`` on x86 and
+            arm64): addresses are printed as host-order 32-bit words.
+
+    Raises:
+        ProcfsParseError: a line with fewer than 10 fields, or a field not in its format.
+    """
+    sockets = []
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0] == "sl":
+            continue
+        try:
+            if (len(fields) < 10 or _TCP_SLOT.fullmatch(fields[0]) is None or _TCP_STATE.fullmatch(fields[3]) is None
+                    or not _DECIMAL.fullmatch(fields[7]) or not _DECIMAL.fullmatch(fields[9])):
+                raise ValueError(line)
+            sockets.append(TcpSocket(local=_tcp_address(fields[1], byteorder),
+                                     remote=_tcp_address(fields[2], byteorder), state=int(fields[3], 16),
+                                     uid=int(fields[7]), inode=int(fields[9])))
+        except ValueError:
+            raise ProcfsParseError("bad socket line", source="/proc/net/tcp", line=line) from None
+    return sockets
+
+
+def parse_socket_link(text: str) -> int | None:
+    """The inode of a socket from a ``/proc/PID/fd/N`` link (``socket:[12345]``), or None
+    for any other link (a file, a pipe, ``anon_inode:...``)."""
+    found = _SOCKET_LINK.fullmatch(text)
+    return int(found[1]) if found else None
+
+
 # --- samplers (file IO, no trio) ---------------------------------------------------------
 
 
@@ -328,6 +406,23 @@ class HostPids:
                          if pid in self._known and self._is(self._known[pid], pid))
         return found
 
+    def members(self) -> dict[int, int]:
+        """The chamber's processes in one listing of ``/proc`` (the pids new in it checked,
+        as `resolve` does): host pid -> chamber pid. A known process whose host pid left the
+        listing is forgotten; one whose host pid was reused outside the chamber since it was
+        checked may still be listed (a caller that acts on one checks it with `identify`)."""
+        if self._namespace is None:
+            return {}
+        listed = self._scan(full=False)
+        return {host: chamber for chamber, host in self._known.items() if host in listed}
+
+    def identify(self, host_pid: int) -> int | None:
+        """The chamber pid of host process ``host_pid`` now, or None when it is not the
+        chamber's (another namespace, gone)."""
+        if self._namespace is None or self._ns(host_pid) != self._namespace:
+            return None
+        return self._nspid(host_pid)
+
     def _ns(self, host_pid: int) -> str | None:
         try:
             return os.readlink(self._proc / str(host_pid) / "ns" / "pid")
@@ -343,14 +438,19 @@ class HostPids:
     def _is(self, host_pid: int, chamber_pid: int) -> bool:
         return self._ns(host_pid) == self._namespace and self._nspid(host_pid) == chamber_pid
 
-    def _scan(self, *, full: bool) -> None:
+    def _scan(self, *, full: bool) -> set[int]:
+        """Classify the host pids new in ``/proc`` (every one with ``full``); returns those listed."""
         self.scans += 1
         if full:
             self._foreign.clear()
         try:
             names = os.listdir(self._proc)
         except OSError:
-            return
+            return set()
+        listed = {int(name) for name in names if name.isdigit()}
+        self._foreign &= listed
+        for chamber in [c for c, h in self._known.items() if h not in listed]:
+            del self._known[chamber]
         mapped = set(self._known.values())
         for name in names:
             if not name.isdigit() or int(name) in self._foreign or (int(name) in mapped and not full):
@@ -362,6 +462,7 @@ class HostPids:
             nspid = self._nspid(host)
             if nspid is not None:
                 self._known[nspid] = host
+        return listed
 
 
 def sample_tree(root_host_pid: int, *, failures: list[ProcfsParseError] | None = None) -> list[ProcSample]:

@@ -67,6 +67,7 @@ __all__ = [
     "WitnessGap",
     "WitnessRaw",
     "HttpExchange",
+    "ClientProcess",
     "ProxyTunnel",
     "LlmCall",
     "LlmUsage",
@@ -129,7 +130,8 @@ end), endpoints ``generateContent`` and ``streamGenerateContent`` (on ``vertex``
 upgrade through the proxy witness, refused or relayed); ``file.open``'s
 ``path_cut``, ``unresolved`` and ``real_path_cut``, ``file.change``'s ``path_cut`` and
 ``unresolved``, ``process.exec``'s ``path_cut`` and ``argv_cut`` (what a syscall witness could
-not read whole or place)."""
+not read whole or place); ``http.exchange.client``,
+``client_processes`` and ``client_unresolved`` (which chamber process made the exchange)."""
 
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
@@ -461,6 +463,16 @@ class WitnessRaw(_Event, tag="witness.raw", frozen=True, kw_only=True):
 # --- network ---------------------------------------------------------------------------
 
 
+class ClientProcess(msgspec.Struct, frozen=True, kw_only=True):
+    """A chamber process that held the chamber's end of a proxied connection when the proxy
+    witness looked it up, at the connection's first request (schema 14)."""
+
+    pid: int  # pid in the chamber's namespace
+    host_pid: int  # pid on the host
+    start_time_ns: int  # process start, ns since boot (as proc.sample's): with pid, a unique key
+    exe: str | None = None  # /proc/PID/exe as the recorder read it; None when unreadable
+
+
 class HttpExchange(_Event, tag="http.exchange", frozen=True, kw_only=True):
     """One HTTP request/response through the proxy witness."""
 
@@ -480,6 +492,13 @@ class HttpExchange(_Event, tag="http.exchange", frozen=True, kw_only=True):
     ended_ns: int = 0  # wall ns, response end
     denied: str | None = None  # the policy that refused it, when refused
     error: str | None = None
+    # Who made it (schema 14): the chamber's end of its connection ("ip:port" as the proxy saw
+    # it), and the chamber processes that held that socket when the witness looked (its
+    # connection's first request; more than one when the socket was inherited or passed),
+    # ordered by pid; or why none was found. Neither set: the witness did not look.
+    client: str | None = None
+    client_processes: list[ClientProcess] = []
+    client_unresolved: str | None = None
 
 
 TunnelVia = Literal["connect", "upgrade"]

@@ -40,6 +40,10 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     command: Callable[..., list[str]]  # (prompt, *, allowed, denied, model, max_turns) -> argv
     transcript: Callable[..., object] | None  # a sans-IO parser factory (version=...) -> (feed, close, events)
     elicitation: Elicitation = "stream"  # how the answer comes back: a streamed structured transcript, or an answer file
+    # The CLI's own programs: exec paths (fnmatch patterns) its command's descendants may run
+    # and still be the CLI (a launcher's platform binary); what else they run is not the CLI
+    # (`caisson.detectors.attribution`).
+    programs: tuple[str, ...] = ()
 
 
 ADAPTERS: dict[str, Adapter] = {
@@ -47,22 +51,23 @@ ADAPTERS: dict[str, Adapter] = {
         name=claude_code.NAME, version=claude_code.VERSION, gating=claude_code.GATING, image="agent", static_tools=claude_code.STATIC_TOOLS,
         env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
              "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"},
-        command=claude_code.command, transcript=claude_code.TranscriptParser),
+        command=claude_code.command, transcript=claude_code.TranscriptParser, programs=claude_code.PROGRAMS),
     codex.NAME: Adapter(
         name=codex.NAME, version=codex.VERSION, gating=codex.GATING, image="agent", static_tools=codex.STATIC_TOOLS, env={},
-        command=codex.command, transcript=codex.TranscriptParser),
+        command=codex.command, transcript=codex.TranscriptParser, programs=codex.PROGRAMS),
     mini_swe_agent.NAME: Adapter(
         name=mini_swe_agent.NAME, version=mini_swe_agent.VERSION, gating=mini_swe_agent.GATING, image="agent",
         static_tools=mini_swe_agent.STATIC_TOOLS, env=mini_swe_agent.ENV, command=mini_swe_agent.command,
-        transcript=mini_swe_agent.TranscriptParser, elicitation=mini_swe_agent.ELICITATION),
+        transcript=mini_swe_agent.TranscriptParser, elicitation=mini_swe_agent.ELICITATION,
+        programs=mini_swe_agent.PROGRAMS),
     opencode.NAME: Adapter(
         name=opencode.NAME, version=opencode.VERSION, gating=opencode.GATING, image="agent",
         static_tools=opencode.STATIC_TOOLS, env=opencode.ENV, command=opencode.command,
-        transcript=opencode.TranscriptParser, elicitation=opencode.ELICITATION),
+        transcript=opencode.TranscriptParser, elicitation=opencode.ELICITATION, programs=opencode.PROGRAMS),
     copilot.NAME: Adapter(
         name=copilot.NAME, version=copilot.VERSION, gating=copilot.GATING, image="agent",
         static_tools=copilot.STATIC_TOOLS, env=copilot.ENV, command=copilot.command,
-        transcript=copilot.TranscriptParser, elicitation=copilot.ELICITATION),
+        transcript=copilot.TranscriptParser, elicitation=copilot.ELICITATION, programs=copilot.PROGRAMS),
 }
 
 

@@ -45,6 +45,11 @@ NAME = "claude-code"
 VERSION = "2.1.328"
 """The Claude Code CLI the agent image installs (images/agent/npm-packages.txt)."""
 GATING: Gating = "enforced"
+# The CLI's own programs (exec paths, fnmatch patterns): the npm package's native binary and
+# its bin link (/usr/local/bin/claude -> ../lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe
+# in the agent image). In recorded 2.1.328 sessions every model call came from the command's
+# own process (`caisson.detectors.attribution`).
+PROGRAMS = ("/usr/local/bin/claude", "/usr/local/lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe")
 STATIC_TOOLS = (
     # documented built-ins
     "Bash", "BashOutput", "Edit", "ExitPlanMode", "Glob", "Grep", "KillShell", "MultiEdit", "NotebookEdit",

@@ -47,6 +47,11 @@ __all__ = ["NAME", "GATING", "STATIC_TOOLS", "USAGE_SHAPES", "VERSION", "REFUSAL
 
 NAME = "codex"
 GATING: Gating = "ungated"
+# The CLI's own programs (exec paths, fnmatch patterns): bin/codex.js (node) spawns the
+# package's platform binary, which makes the model calls (0.171.0 in the agent image:
+# .../@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex).
+PROGRAMS = ("/usr/local/bin/codex", "/usr/local/lib/node_modules/@openai/codex/bin/codex.js",
+            "/usr/local/lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-*/vendor/*/bin/codex")
 STATIC_TOOLS = ("exec_command", "write_stdin", "view_image", "web_search", "request_user_input",
                 "get_goal", "create_goal", "update_goal", "multi_agent_v1")
 """Tools codex-cli 0.171.0 sends the model (the request's tool list is its only surface), as

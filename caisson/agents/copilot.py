@@ -47,6 +47,11 @@ NAME = "copilot"
 VERSION = "1.0.102"
 """The Copilot CLI the agent image installs (images/agent/npm-packages.txt)."""
 GATING: Gating = "enforced"
+# The CLI's own programs (exec paths, fnmatch patterns): npm-loader.js (node) spawns the
+# package's platform binary, which makes the model calls and spawns another of itself
+# (1.0.102 in the agent image: .../@github/copilot-linux-x64/copilot).
+PROGRAMS = ("/usr/local/bin/copilot", "/usr/local/lib/node_modules/@github/copilot/npm-loader.js",
+            "/usr/local/lib/node_modules/@github/copilot/node_modules/@github/copilot-linux-*/copilot")
 """Claimed; a preflight's gating probe measures it (`caisson.probes.gating`)."""
 ELICITATION = "stream"
 STATIC_TOOLS = ("bash", "create", "edit", "fetch_copilot_cli_documentation", "glob", "grep", "list_agents",

@@ -52,6 +52,10 @@ NAME = "mini-swe-agent"
 VERSION = "2.4.6"
 """The mini-swe-agent the agent image installs (images/agent/pip-packages.txt)."""
 GATING: Gating = "ungated"
+# The CLI's own programs (exec paths, fnmatch patterns): the adapter's command is a shell
+# that runs ``mini`` (a script of /opt/mini-swe-agent's Python; /usr/local/bin/mini links to
+# it in the agent image), which makes the model calls (2.4.6, through litellm).
+PROGRAMS = ("/usr/local/bin/mini", "/opt/mini-swe-agent/bin/mini")
 ELICITATION = "answer_file"
 """The answer is read from the trajectory file the agent writes (``info.submission``)."""
 STATIC_TOOLS = ("bash",)

@@ -52,6 +52,11 @@ NAME = "opencode"
 VERSION = "1.18.33"
 """The OpenCode the agent image installs (images/agent/npm-packages.txt)."""
 GATING: Gating = "enforced"
+# The CLI's own programs (exec paths, fnmatch patterns): the npm package's native binary and
+# its bin link (/usr/local/bin/opencode -> ../lib/node_modules/opencode-ai/bin/opencode.exe in
+# the agent image). In recorded 1.18.33 ``opencode run`` sessions every model call came from
+# the command's own process (its server runs in it: no child of its own executable).
+PROGRAMS = ("/usr/local/bin/opencode", "/usr/local/lib/node_modules/opencode-ai/bin/opencode.exe")
 """Claimed; a preflight's gating probe measures it (`caisson.probes.gating`)."""
 ELICITATION = "stream"
 STATIC_TOOLS = ("apply_patch", "bash", "edit", "glob", "grep", "list", "patch", "read", "skill", "task", "todoread",

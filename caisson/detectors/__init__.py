@@ -20,6 +20,7 @@ from caisson.detectors._base import (
     reads_of,
 )
 from caisson.detectors._runner import Routed, one_pass, route, route_for
+from caisson.detectors.attribution import FOREIGN_CALL, foreign_model_call
 from caisson.detectors.containment import (
     AGENT_CONFIG,
     DENIED_SYSCALL,
@@ -94,6 +95,7 @@ DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (
     (TOKENS, tokens_cross_check),
     (MODEL_SUBSTITUTED, model_substituted),
     (MODEL_SWITCHED, model_switched),
+    (FOREIGN_CALL, foreign_model_call),
     (UNRECOGNISED_CALL, unrecognised_model_call),
     (SESSION, session_events),
 )

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
+from caisson.detectors.attribution import ATTRIBUTION_EVENTS, cli_calls
 from ledger import Record
 from ledger.events import (AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, LlmCall, RunStarted,
                            WitnessStarted)
@@ -34,7 +35,7 @@ IN_BAND = "infra.in_band@1"
 MODEL_SWITCHED = "model.switched@1"
 
 
-@reads(RunStarted, WitnessStarted, LlmCall, AgentError)
+@reads(RunStarted, WitnessStarted, LlmCall, AgentError, *ATTRIBUTION_EVENTS)
 def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A run of a real agent that never had a working model, or says its provider failed.
 
@@ -56,6 +57,8 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
     Yields:
         At most one finding, void: kind ``infra_failure`` or ``claimed_error``.
     """
+    records = list(records)
+    mine = cli_calls(records)  # with attribution, only the calls of the agent's CLI
     started: RunStarted | None = None
     started_seq = 0
     proxy = False
@@ -67,7 +70,7 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
             started, started_seq = event, record.seq
         elif isinstance(event, WitnessStarted) and event.witness == "proxy":
             proxy = True
-        elif isinstance(event, LlmCall):
+        elif isinstance(event, LlmCall) and (mine is None or record.seq in mine):
             calls.append((record.seq, event))
         elif isinstance(event, AgentError) and event.terminal and event.cause != "limit":
             errors.append((record.seq, event))
@@ -138,7 +141,7 @@ configuration docs; titles and topic checks, as the scripted model's ``[[backgro
 turns serve). A call for one of them is no switch; any other model is."""
 
 
-@reads(RunStarted, LlmCall, AgentModelSwitch)
+@reads(RunStarted, LlmCall, AgentModelSwitch, *ATTRIBUTION_EVENTS)
 def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """The cell measured another model than the one it was run with.
 
@@ -155,6 +158,8 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
     """
     from caisson.detectors.model import same_model
 
+    records = list(records)
+    mine = cli_calls(records)  # with attribution, only the calls of the agent's CLI
     want: str | None = None
     agent = ""
     asked: dict[str, list[int]] = {}
@@ -167,7 +172,7 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
                           message=f"{event.agent} switched from {event.requested or '?'} to {event.used or '?'}"
                           f" ({event.said}{': ' + event.trigger if event.trigger else ''})")
         elif (isinstance(event, LlmCall) and event.failed is None and event.requested_model
-              and event.provider != "azure"):  # Azure's URL names a deployment, not a model
+              and event.provider != "azure" and (mine is None or record.seq in mine)):  # Azure's URL names a deployment, not a model
             asked.setdefault(event.requested_model, []).append(record.seq)
     if want is None:
         return

@@ -147,6 +147,8 @@ CASES: tuple[Case, ...] = (
          model_script="git_log_and_cat.toml", expect=("enforcement.tool_escape@1",)),
     Case(name="model_substituted", command=[], agent="claude-code", model_script="substituted.toml",
          expect=("model.substituted@1",)),
+    Case(name="foreign_call", command=[], agent="claude-code", arm="no-write", model_script="side_call.toml",
+         expect=("model.foreign_call@1",)),
     Case(name="unknown_model_path", command=_probe("unknown_path.sh"), model_script="grep_then_answer.toml",
          expect=("model.unrecognised_call@1",)),
     Case(name="repo_config", command=[], agent="claude-code", arm="no-shell", model_script="asks_for_write.toml"),

@@ -22,6 +22,10 @@ and scoring"; issue #14):
   ranks, and the reason says why the agent's was passed over.
 - **Totals.** total = input + output; cache counts are provenance, never added
   (`ledger.events.LlmUsage`).
+- **The CLI's calls.** Where the ledger says which process made each call
+  (`caisson.detectors.attribution.cli_calls`), only the calls the agent's CLI made are
+  summed and identified: a call a tool made voids the cell (``model.foreign_call``), an
+  unattributed one is left out and shown there. A ledger without attribution keeps them all.
 - **Session identity.** An agent names its session in each model request's headers:
   Claude Code 2.1.328 sends ``X-Claude-Code-Session-Id``, Codex 0.171.0 sends
   ``session-id`` (both seen in recordings through the proxy witness:
@@ -44,6 +48,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from caisson.detectors.attribution import ATTRIBUTION_EVENTS, cli_calls
 from ledger import Record
 from ledger.events import AgentUsage, HttpExchange, LlmCall, TokenBackfilled
 
@@ -167,7 +172,7 @@ def _proxy(calls: list[tuple[int, LlmCall]], refused: set[int] = frozenset()) ->
         rank=PROXY, source=f"{PROXY}:llm.call", reports=len(calls)), ""
 
 
-TOKEN_EVENTS = (AgentUsage, LlmCall, HttpExchange)
+TOKEN_EVENTS = (AgentUsage, LlmCall, HttpExchange, *ATTRIBUTION_EVENTS)
 """The only events `cell_tokens` reads: it gives the same figure over a run's records of
 these types (in ledger order) as over all of them."""
 
@@ -183,6 +188,8 @@ def cell_tokens(records: Iterable[Record]) -> CellTokens:
         measured, with the reason), the session identities of the summed calls and
         whether they make the figure ambiguous; see the module docstring.
     """
+    records = list(records)
+    mine = cli_calls(records)  # with attribution, only the calls of the agent's CLI
     reports: list[tuple[int, AgentUsage]] = []
     calls: list[tuple[int, LlmCall]] = []
     exchanges: dict[int, HttpExchange] = {}
@@ -193,7 +200,8 @@ def cell_tokens(records: Iterable[Record]) -> CellTokens:
         if isinstance(event, AgentUsage):
             reports.append((record.seq, event))
         elif isinstance(event, LlmCall):
-            calls.append((record.seq, event))
+            if mine is None or record.seq in mine:
+                calls.append((record.seq, event))
             owner[record.seq] = (event.exchange_seq if event.exchange_seq is not None
                                  else last_exchange.pop(record.source, None))
         elif isinstance(event, HttpExchange):

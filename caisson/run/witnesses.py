@@ -161,8 +161,9 @@ class ProxyWitness:
         self.listen_ports: list[tuple[str, int]] = []
 
     async def before_start(self, ctx) -> None:
-        """Create the CA and start mitmdump on the gateway; wait until it listens."""
-        from collectors.proxy import ensure_ca, run_proxy_witness
+        """Create the CA and start mitmdump on the gateway; wait until it listens. Each
+        client connection is attributed to the chamber processes holding it (`ClientResolver`)."""
+        from collectors.proxy import ClientResolver, ensure_ca, run_proxy_witness
 
         assert ctx.network is not None
         confdir = ctx.scratch / "mitmproxy"
@@ -173,12 +174,15 @@ class ProxyWitness:
         shutil.copyfile(ca, self._ca_dir / "caisson-ca.pem")
         egress = ctx.scenario.egress
 
+        resolver = ClientResolver(lambda: ctx.started.host_pid if ctx.started is not None else None,
+                                  proxy=lambda: f"{self._info.host}:{self._info.port}" if self._info else None)
         self._info = await ctx.nursery.start(_serve_until_stop, ctx, functools.partial(
-            run_proxy_witness, ctx.send, blobs=ctx.blobs, fingerprint_key=ctx.fingerprint_key,
-            confdir=confdir, listen_host=ctx.network.gateway, listen_port=0,
-            allow_hosts=list(egress.allow_hosts), upstream=dict(egress.upstream),
-            upstream_trusted_ca=Path(egress.upstream_ca) if egress.upstream_ca else None,
-            open_tunnels=self.open_tunnels))
+            _closing, resolver, functools.partial(
+                run_proxy_witness, ctx.send, blobs=ctx.blobs, fingerprint_key=ctx.fingerprint_key,
+                confdir=confdir, listen_host=ctx.network.gateway, listen_port=0,
+                allow_hosts=list(egress.allow_hosts), upstream=dict(egress.upstream),
+                upstream_trusted_ca=Path(egress.upstream_ca) if egress.upstream_ca else None,
+                open_tunnels=self.open_tunnels, resolve_client=resolver)))
         ctx.facts["proxy"] = self._info
         self.listen_ports = [("tcp", self._info.port)]
 
@@ -195,6 +199,14 @@ class ProxyWitness:
 
     async def start(self, ctx) -> None:
         """Nothing more once the chamber runs: the proxy has been listening since before."""
+
+
+async def _closing(resource, task, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run ``task`` (taking task_status); close ``resource`` once it ends."""
+    try:
+        await task(task_status=task_status)
+    finally:
+        resource.close()
 
 
 async def _serve_until_stop(ctx, task, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -2,6 +2,8 @@
 its frames turned into ``http.exchange``, ``llm.call`` and blob events (sans-IO), and the
 trio task that runs it (`run_proxy_witness`)."""
 
+from collectors.proxy._clients import ClientResolver
+from collectors.proxy._exchange import ClientOwner
 from collectors.proxy._rederive import rederive_llm_call
 from collectors.proxy._task import (
     ADDON_PATH,
@@ -26,6 +28,8 @@ __all__ = [
     "CA_CERT_FILE",
     "NEED_DATA",
     "BodyDecoder",
+    "ClientOwner",
+    "ClientResolver",
     "ExchangeAssembler",
     "Frame",
     "FrameDecoder",

@@ -28,14 +28,14 @@ from typing import Final, NamedTuple
 
 from collectors.proxy._bodies import BodyDecoder
 from collectors.proxy._frames import (
-    NEED_DATA, Chunk, ConnError, Denied, Dropped, Frame, FrameError, Hello, ProxyError,
+    NEED_DATA, Chunk, ConnError, Connected, Denied, Dropped, Frame, FrameError, Hello, ProxyError,
     Request, RequestBody, ResponseEnd, ResponseStart, Tunnel, TunnelEnd,
 )
 from collectors.llm import LlmCallBuilder, classify, path_model
 from ledger import Redactor
-from ledger.events import BlobStored, Event, HttpExchange, ProxyTunnel, WitnessGap, WitnessRaw
+from ledger.events import BlobStored, ClientProcess, Event, HttpExchange, ProxyTunnel, WitnessGap, WitnessRaw
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "ExchangeAssembler", "Output"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "ClientOwner", "ExchangeAssembler", "Output"]
 
 DEFAULT_MAX_BODY_BYTES: Final = 256 << 20
 """Body bytes kept per direction and exchange; past it the blob holds the first bytes."""
@@ -57,6 +57,14 @@ class Output(NamedTuple):
     wall_ns: int | None = None
     mono_ns: int | None = None
     blob: bytes | None = None
+
+
+class ClientOwner(NamedTuple):
+    """Who holds the client end of a connection (`collectors.proxy._clients.ClientResolver`):
+    the chamber processes, by pid, or why none was found."""
+
+    processes: list[ClientProcess]
+    unresolved: str | None = None
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:
@@ -113,6 +121,7 @@ class _Body:
 class _Exchange:
     def __init__(self, request: Request, max_bytes: int):
         self.request = request
+        self.owner: ClientOwner | None = None
         self.upstream: str | None = None
         self.request_body = _Body(request.headers, max_bytes)
         self.response: ResponseStart | None = None
@@ -211,6 +220,8 @@ class ExchangeAssembler:
                 self._tunnel(opened, frame.ts_ns, frame.mono_ns, frame)
             elif not self.calls_only:
                 self._raw(f"{frame.id}: tunnel_end frame for an unknown tunnel", frame.ts_ns, frame.mono_ns)
+        elif isinstance(frame, Connected):
+            pass  # who made the connection is the recorder's lookup (`attribute`)
         elif isinstance(frame, ConnError):
             self._raw(f"connection from {frame.client or '?'} (sni {frame.sni or '-'}): {frame.message}",
                       frame.ts_ns, frame.mono_ns)
@@ -218,6 +229,13 @@ class ExchangeAssembler:
             self._raw(f"{frame.id}: {frame.__struct_config__.tag} frame for an unknown exchange")
         else:
             self._feed_exchange(ex, frame)
+
+    def attribute(self, exchange_id: str, owner: ClientOwner) -> None:
+        """Say which chamber processes held the client end of an open exchange's connection
+        (`collectors.proxy._clients`): its ``http.exchange`` carries them. An exchange never
+        attributed carries neither processes nor a reason (the witness did not look)."""
+        if (ex := self._open.get(exchange_id)) is not None:
+            ex.owner = owner
 
     def _feed_exchange(self, ex: _Exchange, frame: Frame) -> None:
         if isinstance(frame, RequestBody):
@@ -321,7 +339,9 @@ class ExchangeAssembler:
             request_bytes=req_size, response_bytes=resp_size,
             request_headers=request_headers, response_headers=response_headers,
             request_body_sha256=req_sha, response_body_sha256=resp_sha,
-            started_ns=req.ts_ns, ended_ns=wall_ns, denied=denied, error=error,
+            started_ns=req.ts_ns, ended_ns=wall_ns, denied=denied, error=error, client=req.client,
+            client_processes=ex.owner.processes if ex.owner is not None else [],
+            client_unresolved=ex.owner.unresolved if ex.owner is not None else None,
         )
         self._out.append(Output(exchange, wall_ns, mono_ns))
         self.exchanges += 1

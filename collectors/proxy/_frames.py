@@ -19,7 +19,7 @@ from ledger import CaissonError
 from ledger.events import TunnelVia
 
 __all__ = [
-    "MAX_FRAME_BYTES", "NEED_DATA", "Chunk", "ConnError", "Denied", "Dropped", "Frame",
+    "MAX_FRAME_BYTES", "NEED_DATA", "Chunk", "ConnError", "Connected", "Denied", "Dropped", "Frame",
     "FrameDecoder", "FrameError", "Hello", "ProxyError", "Request", "RequestBody",
     "ResponseEnd", "ResponseStart", "Tunnel", "TunnelEnd", "encode_frame",
 ]
@@ -63,6 +63,15 @@ class Hello(_Frame, tag="hello", frozen=True, kw_only=True):
     egress: str = ""  # path of the collectors/egress.py the addon loaded
 
 
+class Connected(_Frame, tag="connected", frozen=True, kw_only=True):
+    """A client connection was accepted (before CONNECT, TLS or a request)."""
+
+    id: str  # mitmproxy's id of the client connection: `Request.conn` of its requests
+    ts_ns: int
+    mono_ns: int
+    client: str | None = None  # "ip:port" of the chamber's end
+
+
 class Request(_Frame, tag="request", frozen=True, kw_only=True):
     """Request headers arrived (before the policy check)."""
 
@@ -77,6 +86,7 @@ class Request(_Frame, tag="request", frozen=True, kw_only=True):
     http_version: str = ""
     headers: Headers = []
     client: str | None = None  # "ip:port" of the chamber's end
+    conn: str | None = None  # mitmproxy's id of the client connection (a uuid): one per connection
 
 
 class RequestBody(_Frame, tag="request_body", frozen=True, kw_only=True):
@@ -182,7 +192,7 @@ class Dropped(_Frame, tag="dropped", frozen=True, kw_only=True):
     count: int
 
 
-Frame = Union[Hello, Request, RequestBody, Denied, ResponseStart, Chunk, ResponseEnd,
+Frame = Union[Hello, Connected, Request, RequestBody, Denied, ResponseStart, Chunk, ResponseEnd,
               ProxyError, Tunnel, TunnelEnd, ConnError, Dropped]
 """Every frame the addon sends."""
 

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -28,8 +28,8 @@ import trio
 from collectors._witness import FINAL_SEND_TIMEOUT_S, WitnessFailed, Witnessing, witness_life
 from collectors.proxy._bodies import BodyDecoder
 from collectors.children import open_child
-from collectors.proxy._exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler, Output
-from collectors.proxy._frames import NEED_DATA, Frame, FrameDecoder, FrameError, Hello, encode_frame
+from collectors.proxy._exchange import DEFAULT_MAX_BODY_BYTES, ClientOwner, ExchangeAssembler, Output
+from collectors.proxy._frames import NEED_DATA, Connected, Frame, FrameDecoder, FrameError, Hello, Request, encode_frame
 from ledger import BlobStore, CaissonError, Submission, keyed_fingerprint
 from ledger.events import Event, WitnessRaw
 
@@ -45,6 +45,7 @@ CA_CERT_FILE = "mitmproxy-ca-cert.pem"
 """The CA certificate (PEM) in ``confdir`` that the chamber must trust."""
 _DRAIN_S = 5.0  # how long shutdown waits for mitmdump to exit and its frames to drain
 _READ_BYTES = 1 << 16
+_OWNERS_KEPT = 4096  # client connections whose owner is remembered
 
 
 class ProxyStartError(CaissonError):
@@ -131,15 +132,37 @@ def mitmdump_command(
 
 
 class _Pump:
-    """Frames from the addon's connection into the ledger: decoder, assembler, blobs.
+    """Frames from the addon's connection into the ledger: decoder, assembler, blobs, and
+    the owner of each client connection, looked up as soon as the addon says it was
+    accepted (else at its first request) and kept for its requests. The lookup runs in
+    this task, not a worker thread: about 0.5 ms for a chamber of a few processes, where a
+    thread waits on the GIL behind the other witnesses (12 to 90 ms measured under a
+    Claude Code run, by when a fast exchange's client has closed its socket).
 
     Counts into the `Witnessing`: ``lines`` frames, ``parse_failures`` bad frames,
     ``bytes`` frame bytes.
     """
 
-    def __init__(self, w: Witnessing, blobs: BlobStore, assembler: ExchangeAssembler):
+    def __init__(self, w: Witnessing, blobs: BlobStore, assembler: ExchangeAssembler,
+                 resolve_client: Callable[[str | None], ClientOwner] | None = None):
         self.w, self.blobs, self.assembler = w, blobs, assembler
         self.decoder = FrameDecoder()
+        self.resolve_client = resolve_client
+        self.owners: dict[str, ClientOwner] = {}  # client connection id (or "ip:port") -> its owner
+
+    def owner(self, conn: str, client: str | None) -> ClientOwner | None:
+        """Who holds the client end of connection ``conn``: looked up once per connection."""
+        if self.resolve_client is None:
+            return None
+        owner = self.owners.get(conn)
+        if owner is None:
+            owner = self.resolve_client(client)
+            if len(self.owners) >= _OWNERS_KEPT:  # the oldest connections are long closed
+                for old in list(self.owners)[:_OWNERS_KEPT // 2]:
+                    del self.owners[old]
+            if conn:
+                self.owners[conn] = owner
+        return owner
 
     async def emit(self, event: Event, wall_ns: int | None = None, mono_ns: int | None = None) -> None:
         await self.w.send(event, wall_ns=wall_ns, mono_ns=mono_ns)
@@ -160,6 +183,11 @@ class _Pump:
                     return None
                 self.w.lines += 1
                 self.assembler.feed(frame)  # type: ignore[arg-type]
+                if isinstance(frame, Connected):
+                    self.owner(frame.id, frame.client)
+                elif isinstance(frame, Request) and (
+                        owner := self.owner(frame.conn or frame.client or "", frame.client)) is not None:
+                    self.assembler.attribute(frame.id, owner)
                 if until_hello and isinstance(frame, Hello):
                     await self.flush()
                     return frame
@@ -232,18 +260,17 @@ async def run_proxy_witness(
     open_tunnels: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     start_timeout_s: float = 30.0,
-    mitmdump: str | None = None,
+    mitmdump: str | None = None, resolve_client: Callable[[str | None], ClientOwner] | None = None,
     task_status: trio.TaskStatus[ProxyInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run mitmdump with the witness addon and record every exchange until cancelled.
 
-    Sends ``witness.started`` (command, listen address, CA, `_policy`), then per exchange
-    its body blobs, ``http.exchange`` and, for model APIs, ``llm.call``; per tunnel its
-    ``proxy.tunnel``; odd input as ``witness.raw``. mitmdump exiting on its own is a
-    ``witness.gap`` and a return (the run goes on, void). Cancelled, it stops mitmdump
-    (SIGTERM, SIGKILL after 5 s), drains its last frames, finishes open exchanges and
-    tunnels as cut, then ``witness.stopped`` (``lines``: frames, ``parse_failures``: bad
-    frames, ``bytes``: frame bytes).
+    Sends ``witness.started`` (command, listen address, CA, `_policy`), then per exchange its body
+    blobs, ``http.exchange`` and, for model APIs, ``llm.call``; per tunnel its ``proxy.tunnel``; odd
+    input as ``witness.raw``. mitmdump exiting on its own is a ``witness.gap`` and a return (the run
+    goes on, void). Cancelled, it stops mitmdump (SIGTERM, SIGKILL after 5 s), drains its last frames,
+    finishes open exchanges and tunnels as cut, then ``witness.stopped`` (``lines``: frames,
+    ``parse_failures``: bad frames, ``bytes``: frame bytes).
 
     Args:
         send: where submissions go; closed when this task ends, so pass a clone.
@@ -253,6 +280,7 @@ async def run_proxy_witness(
             open_tunnels, mitmdump: as `mitmdump_command` takes them (port 0: reported in `ProxyInfo`).
         max_body_bytes: body bytes kept per direction of one exchange.
         start_timeout_s: how long mitmdump may take to listen, seconds.
+        resolve_client: who holds a client ``ip:port`` (`ClientResolver`), asked once per connection.
         task_status: started with `ProxyInfo` once mitmdump listens.
 
     Raises:
@@ -269,7 +297,7 @@ async def run_proxy_witness(
         with await _frames_listener(socket_path) as sock:
             async with (witness_life(send, WITNESS, missing="every HTTP(S) exchange after this point") as w,
                         _mitmdump(cmd, log_path) as proc):
-                pump, listener = _Pump(w, blobs, assembler), trio.SocketListener(sock)
+                pump, listener = _Pump(w, blobs, assembler, resolve_client), trio.SocketListener(sock)
                 stream, hello = await _hello(listener, proc, pump, start_timeout_s, log_path)
                 info = ProxyInfo(host=listen_host, port=hello.listen[0][1], ca_cert_path=ca_cert, pid=proc.pid)
                 await w.started({"command": cmd, "pid": proc.pid, "listen": f"{listen_host}:{info.port}",

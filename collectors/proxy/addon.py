@@ -42,8 +42,11 @@ content-encoded (gzip, br, deflate, zstd): the recorder decodes them.
   upstream ({host: "scheme://ip:port"}), tunnels, rawtcp (mitmproxy's option), egress
   (the path of the `collectors.egress` file the addon loaded); sent once, when the proxy
   listens.
+- ``connected``: id (the client connection's), ts_ns, mono_ns, client ("ip:port"): a
+  client connection was accepted (before CONNECT, TLS or any request).
 - ``request``: id, ts_ns, mono_ns, method, scheme, host, port, path, http_version,
-  headers, client ("ip:port"); at request headers, before the policy check.
+  headers, client ("ip:port"), conn (the client connection's id: the same for every
+  request on one connection); at request headers, before the policy check.
 - ``request_body``: id, ts_ns, mono_ns, body, upstream ("ip:port" when rewritten, else
   null); when the whole request body arrived (mitmproxy buffers request bodies).
 - ``denied``: id, ts_ns, mono_ns, status (403, or 502 when the policy refused the
@@ -402,7 +405,7 @@ class CaissonWitness:
         self._send({"t": "request", "id": flow.id, "ts_ns": ts, "mono_ns": mono,
                     "method": req.method, "scheme": req.scheme, "host": req.host, "port": req.port,
                     "path": req.path, "http_version": req.http_version, "headers": _headers(req.headers),
-                    "client": _peer(client)})
+                    "client": _peer(client), "conn": client.id})
         hosts = req.headers.get_all("host")
         says = {"Host header": hosts[0] if len(hosts) == 1 else ",".join(hosts) or None,
                 "request target": req.authority, "TLS SNI": client.sni}
@@ -627,6 +630,10 @@ class CaissonWitness:
                     "denied": tunnel.denied, "error": error})
 
     # --- connection hooks --------------------------------------------------------------
+
+    def client_connected(self, client: Any) -> None:
+        ts, mono = _now()
+        self._send({"t": "connected", "id": client.id, "ts_ns": ts, "mono_ns": mono, "client": _peer(client)})
 
     def tls_failed_client(self, data: Any) -> None:
         client = data.context.client

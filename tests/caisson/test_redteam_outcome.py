@@ -72,8 +72,6 @@ usage = { input = 900, output = 40 }
 ''' + _BACKGROUND
 
 
-@pytest.mark.xfail(strict=True, raises=Bought, reason="caisson#28 item 4 / #29 item 1: a model call the agent's own"
-                   " tool made fail, then its CLI killed, is an infra_failure, which a study retries")
 def test_a_model_call_the_agent_made_fail_itself_buys_no_retry(agent_image, tmp_path):
     run_dir = _record_claude(tmp_path, BUY_A_RETRY)
     events = [r.event for r in read_records(run_dir)]
@@ -197,8 +195,6 @@ usage = { input = 60, output = 12 }
 ''' + _BACKGROUND
 
 
-@pytest.mark.xfail(strict=True, raises=Bought, reason="token figures: model calls the agent's tools make with its key"
-                   " are outside the CLI's result.usage, which outranks the proxy's sum; the disagreement is info only")
 def test_model_calls_made_by_the_agents_tools_are_not_left_out_of_its_figure(agent_image, tmp_path):
     run_dir = _record_claude(tmp_path, SIDE_CALL)
     kept: dict[str, bytes] = {}

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from ledger import CaissonError, Submission
 from ledger.events import HostSample, ProcSample, WitnessGap, WitnessStarted, WitnessStopped
 from collectors.procfs import (
+    TcpSocket,
     CpuTimes,
     StallClock,
     HostPids,
@@ -29,7 +30,9 @@ from collectors.procfs import (
     parse_nspid,
     parse_pid_stat_starttime,
     parse_pressure,
+    parse_proc_net_tcp,
     parse_proc_stat_cpu,
+    parse_socket_link,
     run_procfs_witness,
     sample_tree,
     steal_ratio,
@@ -134,10 +137,64 @@ def test_parse_error_is_a_value_error_and_a_caisson_error():
     assert info.value.line == "junk" and "/proc/loadavg" in str(info.value)
 
 
+def test_net_tcp_golden_ipv4_listening_connected_and_time_wait():
+    # /proc/net/tcp of an x86-64 host (6.18): two listeners, a connection, a time-wait socket
+    assert parse_proc_net_tcp(golden("net_tcp.txt"), byteorder="little") == [
+        TcpSocket(local=("0.0.0.0", 2024), remote=("0.0.0.0", 0), state=0x0A, uid=0, inode=1546),
+        TcpSocket(local=("127.0.0.1", 54111), remote=("0.0.0.0", 0), state=0x0A, uid=0, inode=1366967),
+        TcpSocket(local=("127.0.0.1", 43438), remote=("127.0.0.1", 35003), state=0x01, uid=0, inode=1366965),
+        TcpSocket(local=("127.0.0.1", 40726), remote=("127.0.0.1", 54111), state=0x06, uid=0, inode=0),
+    ]
+
+
+def test_net_tcp6_golden_loopback_and_ipv4_mapped():
+    # /proc/net/tcp6 of the same host: ::1 on both ends, and a dual-stack listener's accepted
+    # IPv4 connection (::ffff:127.0.0.1), named by its IPv4 form
+    sockets = parse_proc_net_tcp(golden("net_tcp6.txt"), byteorder="little")
+    assert [(s.local, s.remote, s.state, s.inode) for s in sockets] == [
+        (("::", 35003), ("::", 0), 0x0A, 1366964),
+        (("::1", 35127), ("::", 0), 0x0A, 1366961),
+        (("::1", 36226), ("::1", 35127), 0x01, 1366962),
+        (("::1", 35127), ("::1", 36226), 0x01, 1366963),
+        (("127.0.0.1", 35003), ("127.0.0.1", 43438), 0x01, 1366966),
+    ]
+
+
+def test_net_tcp_words_are_in_the_printing_kernels_byte_order():
+    line = "   0: 7F000001:0050 0A000002:C350 01 00000000:00000000 00:00000000 00000000  1000        0 77 1\n"
+    [big] = parse_proc_net_tcp(line, byteorder="big")  # a big-endian kernel prints 127.0.0.1 so
+    assert big == TcpSocket(local=("127.0.0.1", 80), remote=("10.0.0.2", 50000), state=1, uid=1000, inode=77)
+    [little] = parse_proc_net_tcp(line, byteorder="little")
+    assert little.local == ("1.0.0.127", 80)
+
+
+@pytest.mark.parametrize("line", [
+    "   0: 0100007F:0050 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0",  # cut before inode
+    "   0: 0100007F:50 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 7 1",  # short port
+    "   0: 0100007:0050 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 7 1",  # 7 digits
+    "   0: 0x00007F:0050 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 7 1",  # not hex
+    "   0: 0100007F:0050 0100007F:C350 1 00000000:00000000 00:00000000 00000000     0        0 7 1",  # state
+    "   x: 0100007F:0050 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 7 1",  # slot
+    "   0: 0100007F:0050 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 ٧ 1",  # digit
+    "   0: 0100007F:0050 0100007F:C350 01 00000000:00000000 00:00000000 00000000    -1        0 7 1",  # uid
+])
+def test_net_tcp_mangled_lines_raise(line):
+    good = "   0: 0100007F:0050 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 7 1"
+    assert parse_proc_net_tcp(good)[0].inode == 7
+    with pytest.raises(ProcfsParseError):
+        parse_proc_net_tcp(line)
+
+
+def test_socket_link():
+    assert parse_socket_link("socket:[1366965]") == 1366965
+    for other in ("pipe:[5]", "anon_inode:[eventfd]", "/dev/null", "socket:[]", "socket:[12]x", "socket:[١]"):
+        assert parse_socket_link(other) is None
+
+
 @given(st.text(max_size=300))
 def test_parsers_raise_only_their_own_error(text):
     for parse in (parse_proc_stat_cpu, parse_loadavg, parse_pid_stat_starttime, parse_nspid,
-                  lambda t: parse_pressure("cpu", t)):
+                  lambda t: parse_pressure("cpu", t), parse_proc_net_tcp, parse_socket_link):
         try:
             parse(text)
         except ProcfsParseError:

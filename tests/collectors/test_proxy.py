@@ -409,3 +409,34 @@ def test_gap_when_mitmdump_dies(tmp_path):
     assert isinstance(events[0], WitnessStarted)
     gaps = [e for e in events if isinstance(e, WitnessGap)]
     assert gaps and "mitmdump exited" in gaps[0].reason
+
+
+def test_each_client_connection_is_looked_up_once_when_accepted_and_its_requests_carry_it(tmp_path, server):
+    import http.client
+
+    from collectors.proxy import ClientOwner
+    from ledger.events import ClientProcess
+
+    looked: list[str | None] = []
+
+    def resolve(client: str | None) -> ClientOwner:  # stands in for ClientResolver: a pid per lookup
+        looked.append(client)
+        return ClientOwner([ClientProcess(pid=len(looked), host_pid=1000 + len(looked), start_time_ns=1)])
+
+    w = Witness(tmp_path, server, resolve_client=resolve)
+    try:
+        ctx = ssl.create_default_context(cafile=str(w.info.ca_cert_path))
+        body = (FIXTURES / "anthropic_request.json").read_bytes()
+        for requests in (2, 1):  # a keep-alive connection with two requests, then a new one
+            conn = http.client.HTTPSConnection(w.info.host, w.info.port, context=ctx, timeout=20)
+            conn.set_tunnel("api.anthropic.com", 443)
+            for _ in range(requests):
+                conn.request("POST", "/v1/messages", body=body, headers={"content-type": "application/json"})
+                conn.getresponse().read()
+            conn.close()
+        exchanges = w.wait_for(HttpExchange, count=3)
+    finally:
+        w.stop()
+    assert [[p.pid for p in e.client_processes] for e in exchanges] == [[1], [1], [2]]
+    assert len(looked) == 2 and looked == [exchanges[0].client, exchanges[2].client]
+    assert exchanges[0].client == exchanges[1].client != exchanges[2].client

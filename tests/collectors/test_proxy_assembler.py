@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from collectors.proxy._bodies import BodyDecoder
 from ledger import Redactor
 from collectors.proxy._frames import (
-    Chunk, ConnError, Denied, Dropped, FrameDecoder, FrameError, Hello, ProxyError, Request,
+    Chunk, ConnError, Connected, Denied, Dropped, FrameDecoder, FrameError, Hello, ProxyError, Request,
     RequestBody, ResponseEnd, ResponseStart, Tunnel, TunnelEnd, encode_frame,
 )
-from collectors.proxy import NEED_DATA, ExchangeAssembler, Output
+from collectors.proxy import NEED_DATA, ClientOwner, ExchangeAssembler, Output
 from ledger import keyed_fingerprint
-from ledger.events import BlobStored, HttpExchange, LlmCall, ProxyTunnel, WitnessGap, WitnessRaw
+from ledger.events import BlobStored, ClientProcess, HttpExchange, LlmCall, ProxyTunnel, WitnessGap, WitnessRaw
 from tests.collectors.llm_server import FIXTURES
 
 FP = keyed_fingerprint(b"k")
@@ -248,6 +248,26 @@ def test_denied_dropped_conn_error_and_orphans():
     assert isinstance(gap, WitnessGap) and gap.dropped == 3 and gap.since_ns == 7
     assert isinstance(conn, WitnessRaw) and "1.2.3.4:5" in conn.line and "no HTTP" in conn.line
     assert isinstance(orphan, WitnessRaw) and "unknown exchange" in orphan.line
+
+
+def test_an_attributed_exchange_carries_its_client_and_its_processes():
+    curl = ClientProcess(pid=34, host_pid=5247, start_time_ns=9, exe="/usr/bin/curl")
+    assembler = ExchangeAssembler(FP)
+    frames = exchange_frames("a1")
+    frames[0] = msgspec.structs.replace(frames[0], client="172.30.0.2:40634", conn="c1")
+    assembler.feed(Connected(id="c1", client="172.30.0.2:40634", **T))  # no output of its own
+    assembler.feed(frames[0])
+    assembler.attribute("a1", ClientOwner([curl]))
+    assembler.attribute("nobody", ClientOwner([], "ignored: no such exchange"))
+    [ex] = [o.event for o in assemble(frames[1:], assembler) if isinstance(o.event, HttpExchange)]
+    assert (ex.client, ex.client_processes, ex.client_unresolved) == ("172.30.0.2:40634", [curl], None)
+    gone = exchange_frames("a2")
+    assembler.feed(gone[0])
+    assembler.attribute("a2", ClientOwner([], "the socket from 172.30.0.2:40640 was closed"))
+    [ex] = [o.event for o in assemble(gone[1:], assembler) if isinstance(o.event, HttpExchange)]
+    assert (ex.client_processes, ex.client_unresolved) == ([], "the socket from 172.30.0.2:40640 was closed")
+    [ex] = [o.event for o in assemble(exchange_frames("a3")) if isinstance(o.event, HttpExchange)]
+    assert (ex.client, ex.client_processes, ex.client_unresolved) == (None, [], None)  # never looked up
 
 
 def test_secret_in_request_body_is_scrubbed():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from caisson.detectors import DetectorConfig
+from caisson.detectors import VOID, DetectorConfig
 from caisson.detectors.inband import in_band_failure
 from ledger import Record
 from ledger.events import AgentError, LlmCall, RunStarted, WitnessStarted
@@ -48,7 +48,36 @@ def test_a_failure_the_session_recovered_from_does_not_corroborate_a_later_claim
         raise Bought("a 529 retried successfully at the start made an API error claimed at the end an infra failure")
 
 
-def test_a_call_to_a_bigger_model_before_the_last_is_a_switch():
+def test_a_tools_call_to_a_bigger_model_before_the_last_voids_the_cell():
+    """model.switched@1 holds only the last call to the run's model: a tool's own call to a
+    bigger model mid-session (the CLI's key is in its environment) passed it. The proxy now
+    says which process held each call's connection, and a call the CLI did not make voids
+    the cell (model.foreign_call@1)."""
+    from caisson.detectors import run_detectors
+    from caisson.detectors.attribution import FOREIGN_CALL
+    from caisson.detectors.inband import MODEL_SWITCHED
+    from ledger.events import ClientProcess, HttpExchange, ProcessExec, ProcessFork
+
+    started = RunStarted(run_id="r", caisson_version="t", limits={"network": "witnessed"},
+                         agent={"name": "claude-code", "gating": "enforced", "model": "claude-sonnet-4-5"})
+    opus = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-opus-4-1",
+                   served_model="claude-opus-4-1-20250805")
+
+    def held(pid: int) -> HttpExchange:  # the exchange of the call after it, its client socket held by pid
+        return HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
+                            status=200, client_processes=[ClientProcess(pid=pid, host_pid=1000 + pid, start_time_ns=1)])
+
+    tree = (ProcessExec(pid=10, path="/usr/local/bin/claude"), ProcessFork(pid=27, ppid=10),
+            ProcessExec(pid=27, ppid=10, path="/bin/bash"), ProcessFork(pid=33, ppid=27),
+            ProcessExec(pid=33, ppid=27, path="/usr/bin/curl"))
+    records = [Record(seq=i, wall_ns=i, mono_ns=i, source="test", event=e)
+               for i, e in enumerate((started, PROXY, *tree, held(10), OK, held(33), opus, held(10), OK))]
+    if not [f for f in run_detectors(records, DetectorConfig())
+            if f.effect == VOID and f.detector in (MODEL_SWITCHED, FOREIGN_CALL)]:
+        raise Bought("claude-opus-4-1 did the work between two claude-sonnet-4-5 calls: nothing voids the cell")
+
+
+def test_a_call_to_a_bigger_model_before_the_last_is_a_switch_without_attribution():
     from caisson.detectors.inband import model_switched
 
     started = RunStarted(run_id="r", caisson_version="t", limits={"network": "witnessed"},

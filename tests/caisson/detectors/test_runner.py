@@ -16,7 +16,7 @@ from caisson.detectors import DEFAULT_DETECTORS, DetectorConfig, Finding, reads,
 from caisson.detectors import route, route_for
 from ledger import Record
 from ledger.events import (
-    AgentCompaction, AgentConfigFound, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
+    AgentCompaction, AgentConfigFound, ClientProcess, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
     FileChange, FileOpen, HostSample, HttpExchange, LlmCall, LlmUsage, NetConnect, NetFlow, NetSend, Note,
     ProcessExec, ProcessExit, ProcessFork, ProcessSyscall, ProcSample, ProxyTunnel, RunEnded, RunStarted, SandboxBuilt, WitnessGap, WitnessStarted,
     WitnessStopped,
@@ -130,6 +130,11 @@ POOL = [
     ("ebpf", FileOpen(pid=1, host_pid=901, path="answers.json", result=10, unresolved=True)),
     ("strace", FileChange(pid=4, host_pid=904, syscall="unlink", path="/work/sandbox/" + "a/" * 3000 + "...",
                           path_cut=True, result=-1, errno="ENAMETOOLONG")),
+    # a model call whose connection a tool's process held (cat, under bash): not the CLI's
+    ("proxy", HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
+                           status=200, client_processes=[ClientProcess(pid=4, host_pid=904, start_time_ns=1)])),
+    ("proxy", LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-opus-4-1",
+                      normalized=_usage(50000, 20000))),
 ]
 
 
