@@ -9,9 +9,10 @@ controls) and asks ICU (libicuuc, `ubidi_setPara`, `ubidi_getVisualMap`) and Fri
 display order, with the paragraph level from P2/P3, 0 and 1. A line is written where the two
 agree (where they differ, each deviates from UAX #9 in a way the other does not: ICU 72
 lets an overridden bracket pair and skips N0's rule for marks after a bracket, FriBidi 1.0
-mis-resolves some neutrals after an isolate). Each line: the paragraph as a Python string
-literal, the level (`auto`, `0`, `1`), the indices of its characters in display order,
-characters X9 removes left out.
+mis-resolves some neutrals after an isolate). Each line, as BidiCharacterTest.txt writes
+its fields: the paragraph's code points in hex; the paragraph direction (0 left to right,
+1 right to left, 2 auto: P2, P3); the indices of its characters in display order, those X9
+removes left out.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def main(count: int) -> None:
             a = [i for i in icu(s, level) if i in kept]
             b = [i for i in fribidi(s, level) if i in kept]
             if a == b:
-                print(f"{ascii(s)}\t{'auto' if level is None else level}\t{' '.join(map(str, a))}")
+                codes = " ".join(f"{ord(c):04X}" for c in s)
+                print(f"{codes};{2 if level is None else level};{' '.join(map(str, a))}")
 
 
 if __name__ == "__main__":
