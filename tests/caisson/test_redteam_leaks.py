@@ -147,9 +147,6 @@ IN_THE_TREE = {
 }
 
 
-@pytest.mark.xfail(strict=True, raises=Missed, reason="caisson#28 item 5: the scan misses the canary in UTF-16"
-                   " with a lookalike, base32, .Z, a zlib stream at an offset, a fifth gzip layer, HTML"
-                   " character references, a bidi override")
 @pytest.mark.parametrize("case", list(IN_THE_TREE))
 def test_the_scan_finds_the_canary_however_the_tree_holds_it(tmp_path: Path, case):
     (tmp_path / "f").write_bytes(IN_THE_TREE[case])
