@@ -15,7 +15,9 @@ covers them).
 from __future__ import annotations
 
 import base64
+import codecs
 import gzip
+import quopri
 import zlib
 from pathlib import Path
 
@@ -162,3 +164,28 @@ def test_the_scan_finds_a_prompt_whose_spaces_are_blanks_that_fold_to_nothing(tm
     if not scan.hits:
         raise Missed("no window of the prompt found")
 
+
+# --- what the scan does not try: docs/architecture.md names it and the control that covers it
+
+NOT_TRIED = {
+    # each spelling, and the words docs/architecture.md ("Leak matching folds both sides") names it by
+    "ROT13": (codecs.encode(KEY.decode(), "rot13").encode(), "ROT13"),
+    "Ascii85": (base64.a85encode(KEY), "Ascii85"),
+    "quoted-printable": (quopri.encodestring(KEY, quotetabs=True).replace(b"-", b"=2D"), "quoted-printable"),
+    "a raw deflate stream inside a file": (b"header\n" + zlib.compress(KEY)[2:-4] + b"\ntrailer\n",
+                                           "a raw deflate stream that\ndoes not start a file"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_TRIED))
+def test_what_the_scan_does_not_try_is_documented(tmp_path: Path, case):
+    """These get past the scan, by design: the doc lists them, and the excluded read and the
+    answer backstop are the controls that cover them. A scan that learns one fails here,
+    so the doc is changed with it."""
+    data, named = NOT_TRIED[case]
+    (tmp_path / "f").write_bytes(data)
+    scan = containment_scan(tmp_path, ["f"], Scenario(name="t", questions=[QUESTION], leak_terms=[CANARY]))
+    assert scan.hits == [] and scan.unscanned == []
+    doc = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    section = doc[doc.index("### Leak matching folds both sides"):doc.index("### The tool audit")]
+    assert " ".join(named.split()) in " ".join(section.split())
