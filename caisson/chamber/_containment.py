@@ -21,16 +21,20 @@ hyphen) normalise to the same words.
 Every file is scanned in every text its bytes decode to, the ways the chamber's own tools
 read it (`caisson.chamber._decode`): the raw bytes as UTF-8 with replacement characters
 (NULs included: grep searches binary files too), a byte order mark's encoding, UTF-16 and
-UTF-32 without a BOM when the bytes hold NULs, the contents of gzip, bzip2, xz, zstd,
-zlib, raw deflate and zip files, and the base64, base64url and hex runs of any of those
-texts. A hit in a decoded text names its decoding: `notes.txt [utf-16-le]:1: ...`,
-`q.zip [zip:a.txt, gzip]:3: ...`, `k.json [base64 (line 4)]:1: ...`. Symlinks are not
-followed.
+UTF-32 without a BOM when the bytes hold NULs, the contents of gzip, .Z, bzip2, xz, zstd,
+zlib, raw deflate, zip and tar files and of the whole streams inside a file, the escapes
+of a text's format (HTML references, backslash escapes, percent-encoding), and the
+base64, base64url, base32, base32hex and hex runs of any of those texts. Each text is
+read in stored order and, where bidirectional text reorders it, as displayed
+(`caisson._fold.fold_readings`). A hit in a decoded text names its decoding:
+`notes.txt [utf-16-le]:1: ...`, `q.zip [zip:a.txt, gzip]:3: ...`, `k.json [base64
+(line 4)]:1: ...`, `r.pdf [zlib@812]:2: ...`. Symlinks are not followed.
 
 The work per file is bounded: at most `MAX_DECODED_BYTES` are read and decoded per file,
-all layers together; a file past that is scanned up to the bound and reported as
-`path: not scanned past N bytes: too big` (see `ContainmentScan.unscanned`), never skipped
-in silence.
+all layers together, at most `caisson.chamber._decode.MAX_DEPTH` layers deep; a file past
+that is scanned up to the bound and reported as `path: not scanned past N bytes: too big`
+or `path: not scanned past N nested layers: too deep` (see `ContainmentScan.unscanned`),
+never skipped in silence.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ from pathlib import Path
 
 import msgspec
 
-from caisson._fold import find_term, fold, fold_term
-from caisson.chamber._decode import MAX_DECODED_BYTES, TooBig, decoded_texts
+from caisson._fold import find_term, fold, fold_readings, fold_term
+from caisson.chamber._decode import MAX_DECODED_BYTES, TooBig, TooDeep, decoded_texts
 from caisson.errors import ContainmentError
 from caisson.scenario import Scenario
 
@@ -176,8 +180,8 @@ class ContainmentScan(msgspec.Struct, frozen=True, kw_only=True):
     hits: list[str]
     """One line per hit, sorted by path and line (see `containment_hits`)."""
     unscanned: list[str]
-    """One line per file not scanned to its end, `path: not scanned past N bytes: too big`,
-    sorted by path."""
+    """One line per file not scanned to its end, `path: not scanned past N bytes: too big`
+    (or `... N nested layers: too deep`), sorted by path."""
 
 
 def containment_scan(
@@ -202,10 +206,8 @@ def containment_scan(
     """
     windows, firsts, terms = _tables(scenario)
     # A window matches only where its longest word occurs, a term where its longest word
-    # does: the needles that gate the UTF-16/32 guesses of a binary's bytes (see
-    # decoded_texts; they are compared in ASCII lower case, unfolded, so a guess whose
-    # every needle is spelt otherwise, with a lookalike or a soft hyphen inside, like
-    # U+212A KELVIN SIGN for "k", is not decoded).
+    # does: the needles (folded) that gate the UTF-16/32 guesses of a binary's bytes (see
+    # decoded_texts, which folds each guess before it looks for them).
     needles = sorted({max(w, key=len) for table in windows.values() for w in table}
                      | {max(_WORD.findall(t) or [t], key=len) for t, _ in terms})
     hits: list[tuple[str, str, int, str]] = []
@@ -224,12 +226,15 @@ def containment_scan(
             data = data[:limit]
         try:
             for where, raw in decoded_texts(data, limit=limit, needles=needles):
-                text = fold(raw)
-                found = dict.fromkeys(_scan_text(text, windows, firsts, terms))  # ordered dedupe
+                found: dict[tuple[int, str], None] = {}  # ordered dedupe, over the readings too
+                for text in fold_readings(raw):
+                    found.update(dict.fromkeys(_scan_text(text, windows, firsts, terms)))
                 hits.extend((rel, where, line, what) for line, what in found)
         except TooBig as e:
             if not unscanned or not unscanned[-1].startswith(f"{rel}: "):
                 unscanned.append(f"{rel}: not scanned past {e.limit} bytes decoded: too big")
+        except TooDeep as e:
+            unscanned.append(f"{rel}: not scanned past {e.depth} nested layers: too deep")
     hits.sort(key=lambda h: (h[0], h[1], h[2]))
     lines = []
     for p, where, line, what in hits:

@@ -46,9 +46,12 @@ The rules, exactly:
   given. The answer and each term are folded by `caisson._fold.fold` (the normaliser the
   containment scan uses) and a space in a term matches any whitespace, so a term spelt
   with U+2011 hyphens, zero-width joiners, fullwidth or Cyrillic letters still matches.
-  The answer is matched as written and as markdown renders it (character references
-  decoded, HTML comments and tags, backslash escapes, backticks, `*` and `~~` removed):
-  `rt&#8209;canary`, `rt<!-- -->-canary`, `rt\\-canary` and `rt-**canary**` all cite
+  The answer is matched as written and as markdown renders it (`_rendered`: character
+  references decoded; HTML comments, tags and link reference definitions, backslash
+  escapes, backticks, `*`, `~` and emphasis `_` removed; a link or image as its text), in
+  stored and in display order (`caisson._fold.fold_readings`: bidirectional overrides,
+  isolates and marks): `rt&#8209;canary`, `rt<!-- -->-canary`, `rt\\-canary`,
+  `rt-**canary**`, `rt-_canary_`, `[rt-can](x)ary` and `rt-<RLO>yranac<PDF>` all cite
   `rt-canary`.
 """
 
@@ -62,7 +65,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from caisson._fold import find_term, fold, fold_term
+from caisson._fold import find_term, fold, fold_readings, fold_term
 from caisson.errors import ScenarioError
 from caisson.scenario import Question
 
@@ -186,14 +189,46 @@ def _contains(folded: str, needle: str) -> bool:
     return not term or next(find_term(folded, term), None) is not None
 
 
-_MARKUP = re.compile(r"<!--.*?-->|</?[A-Za-z][^<>]*>|\\(?=[!-/:-@\[-`{-~])|`|\*|~~", re.DOTALL)
-"""What markdown does not show: HTML comments and tags, the backslash of an escaped ASCII
-punctuation character (CommonMark 0.31, section 2.4), code and emphasis marks."""
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_DEFINITION = re.compile(r"^ {0,3}\[((?:[^\[\]\\]|\\.)+)\]:[ \t]*\S+.*$", re.MULTILINE)
+_LINK = re.compile(
+    r"!?\[((?:[^\[\]]|\[[^\[\]]*\])*)\]"  # [text] or ![alt], one level of brackets inside
+    r"(?:\((?:[ \t]*(?:<[^<>\n]*>|(?:[^()\s]|\([^()\s]*\))*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?[ \t]*)\)"
+    r"|\[([^\[\]]*)\])?"  # (destination "title"), or [label], or nothing: a shortcut reference
+)
+_AUTOLINK = re.compile(r"<([A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\s]*|[\w.!#$%&'*+/=?^`{|}~-]+@[\w.-]+)>")
+_MARKUP = re.compile(r"</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>|\\(?=[!-/:-@\[-`{-~])|`|\*|~"
+                     r"|(?<![^\W_])_+|_+(?![^\W_])")
+"""What markdown does not show: HTML tags, the backslash of an escaped ASCII punctuation
+character (CommonMark 0.31, section 2.4), code, emphasis and strikethrough marks (a run of
+`_` is one unless it is inside a word, section 6.2)."""
+
+
+def _rendered(answer: str) -> str:
+    """The answer as markdown shows it (CommonMark 0.31 and GitHub's strikethrough): HTML
+    comments and link reference definitions dropped; a link, an image, a full, collapsed or
+    shortcut reference as its text (`[rt-can](x)ary` is `rt-canary`, `[]()` and `![](x.png)`
+    nothing); an autolink as its address; tags, escapes and marks dropped as `_MARKUP`
+    says; character references decoded."""
+    text = _COMMENT.sub("", answer)
+    labels = {" ".join(m.group(1).casefold().split()) for m in _DEFINITION.finditer(text)}
+    text = _DEFINITION.sub("", text)
+
+    def link(m: re.Match[str]) -> str:
+        if m.group(0).endswith("]") and m.group(2) is None \
+                and " ".join(m.group(1).casefold().split()) not in labels:
+            return m.group(0)  # [text] that no definition makes a link: shown as typed
+        return m.group(1)
+
+    text = _LINK.sub(link, text)
+    text = _AUTOLINK.sub(r"\1", text)
+    return html.unescape(_MARKUP.sub("", text))
 
 
 def _cited(answer: str, terms: Sequence[str]) -> str | None:
-    """The first term the answer cites, as written or as markdown renders it."""
-    texts = {fold(answer), fold(html.unescape(_MARKUP.sub("", answer)))}
+    """The first term the answer cites, as written or as markdown renders it, in stored or
+    display order (`caisson._fold.fold_readings`)."""
+    texts = {*fold_readings(answer), *fold_readings(_rendered(answer))}
     for term in terms:
         folded = fold_term(term)
         if folded and any(next(find_term(text, folded), None) is not None for text in texts):

@@ -2,8 +2,8 @@
 
 The question is planted in every form an agent's own tools read without help (ripgrep's
 BOM transcoding, grep on a file with NULs, zgrep / bzgrep / xzgrep / zstdgrep / rg -z,
-zipgrep) and the scan must find it; a file too big to scan is reported, never skipped in
-silence.
+zipgrep, zcat of a .Z, tar, base32 -d, a browser's HTML) and the scan must find it; a file
+too big or too deep to scan is reported, never skipped in silence.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import io
 import lzma
 import os
 import random
+import re
 import tarfile
 import zipfile
 import zlib
@@ -26,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson.chamber._containment import containment_scan, scan_tree
-from caisson.chamber._decode import TooBig, decoded_texts
+from caisson.chamber._decode import MAX_DEPTH, TooBig, TooDeep, decoded_texts
 from caisson.chamber.sandbox import build_sandbox
 from caisson.errors import ContainmentError
 from caisson.scenario import Question, Scenario
@@ -78,6 +79,32 @@ def _base64url(text: str) -> bytes:
     raise AssertionError("no base64url character")
 
 
+def _tar(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+
+
+def _nested_gzip(data: bytes, layers: int) -> bytes:
+    for _ in range(layers):
+        data = gzip.compress(data)
+    return data
+
+
+Z = (Path(__file__).parent / "test_decode" / "question.txt.Z").read_bytes()  # compress -c (ncompress 4.2.4.6)
+LOOKALIKE = TEXT.translate(str.maketrans("aeio", "\u0430\u0435\u0456\u043e"))  # Cyrillic a e i o: in every needle
+FULLWIDTH = TEXT.translate({c: c + 0xFEE0 for c in range(0x21, 0x7F)})
+PDF = b"%PDF-1.4\n1 0 obj\n<</Length 88/Filter/FlateDecode>>\nstream\n"
+SCRIPT = b"#!/bin/sh\ntail -c +64 \"$0\" | zcat; exit\n" + b"#" * 21 + b"\n"
+PNG = b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", bytes(13))
 B64 = base64.b64encode(UTF8)
 FORMS: dict[str, tuple[bytes, str]] = {  # file bytes, the decoding the hit names ("" raw)
     "utf-8 with BOM": (b"\xef\xbb\xbf" + UTF8, ""),
@@ -115,6 +142,34 @@ FORMS: dict[str, tuple[bytes, str]] = {  # file bytes, the decoding the hit name
     "base64 of utf-16": (base64.b64encode(TEXT.encode("utf-16")), "base64 (line 1), utf-16-le"),
     "base64 in a utf-16 file": (B64.decode().encode("utf-16"), "utf-16-le, base64 (line 1)"),
     "gzip of base64": (gzip.compress(B64), "gzip, base64 (line 1)"),
+    "utf-16-le, no BOM, lookalikes in every needle": (LOOKALIKE.encode("utf-16-le"), "utf-16-le"),
+    "utf-16-be, no BOM, fullwidth, at an odd offset": (b"\x7f" + FULLWIDTH.encode("utf-16-be"), "utf-16-be@1"),
+    "utf-32-le, no BOM, lookalikes": (b"\0" + LOOKALIKE.encode("utf-32-le"), "utf-32-le@1"),
+    "html character references": (TEXT.replace(" ", "&#32;").replace("e", "&#x65;").encode(), "html"),
+    "html named references": (TEXT.replace(" ", "&nbsp;").replace("i", "&imath;").encode(), "html"),
+    "backslash escapes in a JSON string": (b'{"q": "' + TEXT.encode("ascii", "backslashreplace").replace(b"\n", b"\\n")
+                                           .replace(b" ", b"\\u0020").replace(b"i", b"\\x69") + b'"}\n', "escapes"),
+    "URL percent-encoding": (b"see https://example.invalid/?q=" + TEXT.replace("\n", " ").replace(" ", "%20")
+                             .replace("e", "%65").encode() + b"\n", "percent"),
+    "base32": (base64.b32encode(UTF8), "base32 (line 1)"),
+    "base32 wrapped at 76 columns": (b"-----\n" + re.sub(rb"(.{76})", rb"\1\n", base64.b32encode(UTF8)) + b"\n-----\n",
+                                     "base32 (line 2)"),
+    "base32 without padding": (base64.b32encode(UTF8 + b"!").rstrip(b"="), "base32 (line 1)"),
+    "base32hex": (base64.b32hexencode(UTF8), "base32hex (line 1)"),
+    "compress .Z": (Z, "compress"),
+    "base64 of .Z": (base64.b64encode(Z), "base64 (line 1), compress"),
+    "gzip in an uncompressed tar": (_tar({"a.txt": b"x\n", "q.txt.gz": gzip.compress(UTF8)}), "tar:q.txt.gz, gzip"),
+    ".Z in a tar": (_tar({"q.txt.Z": Z}), "tar:q.txt.Z, compress"),
+    "zip in a tar": (_tar({"q.zip": _zip({"q.txt": UTF8})}), "tar:q.zip, zip:q.txt"),
+    "zlib stream in a PDF": (PDF + zlib.compress(UTF8) + b"\nendstream\nendobj\n", f"zlib@{len(PDF)}"),
+    "gzip after a shell script": (SCRIPT + gzip.compress(UTF8), f"gzip@{len(SCRIPT)}"),
+    "zTXt chunk of a PNG": (PNG + _png_chunk(b"zTXt", b"Comment\0\0" + zlib.compress(UTF8)) + _png_chunk(b"IEND", b""),
+                            f"zlib@{len(PNG) + 8 + 9}"),
+    "xz at an offset": (b"MAGIC\0" + lzma.compress(UTF8) + b"trailer", "xz@6"),
+    "bzip2 at an offset": (b"MAGIC\0" + bz2.compress(UTF8) + b"trailer", "bzip2@6"),
+    "zstd at an offset": (b"MAGIC\0" + zstandard.ZstdCompressor().compress(UTF8) + b"trailer", "zstd@6"),
+    "gzip five deep": (_nested_gzip(UTF8, 5), ", ".join(["gzip"] * 5)),
+    "gzip 32 deep": (_nested_gzip(UTF8, 32), ", ".join(["gzip"] * 32)),
 }
 
 
@@ -158,6 +213,30 @@ def test_leak_term_in_a_compressed_utf16_member(tmp_path: Path) -> None:
         "k.zip [zip:a/key.txt, gzip, utf-16-le]:2: leak term 'answer-key-7'"]
 
 
+def test_past_the_depth_limit_is_reported_not_silent(tmp_path: Path) -> None:
+    (tmp_path / "deep.gz").write_bytes(_nested_gzip(UTF8, 33))
+    scan = containment_scan(tmp_path, ["deep.gz"], scenario())
+    assert scan.unscanned == ["deep.gz: not scanned past 32 nested layers: too deep"]
+    assert scan.hits == []
+    with pytest.raises(TooDeep) as e:
+        _texts_of(_nested_gzip(UTF8, 3), depth=2)
+    assert e.value.depth == 2
+
+
+def test_a_bidi_override_in_the_tree(tmp_path: Path) -> None:
+    (tmp_path / "k.txt").write_text("x\nkey: rt-canary-\u202eq1x9\u202c\n")
+    (tmp_path / "q.txt").write_text(f"x\n\u202e{PROMPT[::-1]}\u202c\n")  # the prompt stored backwards
+    s = scenario(leak_terms=["rt-canary-9x1q"])
+    assert containment_scan(tmp_path, ["k.txt", "q.txt"], s).hits == [
+        "k.txt:2: leak term 'rt-canary-9x1q'", f"q.txt:2: {WINDOW}"]
+
+
+@pytest.mark.parametrize("blank", ["\u3164", "\uffa0", "\u2800"])
+def test_a_prompt_whose_spaces_are_blanks(tmp_path: Path, blank: str) -> None:
+    (tmp_path / "n.md").write_text("q: " + PROMPT.replace(" ", blank) + "\n")
+    assert containment_scan(tmp_path, ["n.md"], scenario()).hits == [f"n.md:1: {WINDOW}"]
+
+
 def test_clean_binaries_have_no_hits(tmp_path: Path) -> None:
     rnd = bytes(range(256)) * 64 + os.urandom(1 << 16)
     files = {"r.bin": rnd, "r.gz": gzip.compress(rnd), "r.zip": _zip({"r": rnd}), "e.gz": b"\x1f\x8bjunk"}
@@ -165,6 +244,30 @@ def test_clean_binaries_have_no_hits(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(data)
     scan = containment_scan(tmp_path, list(files), scenario(leak_terms=["answer-key-7"]))
     assert scan.hits == [] and scan.unscanned == []
+
+
+def test_binaries_with_stream_headers_inside_have_no_hits(tmp_path: Path) -> None:
+    """Random bytes strewn with the magic of every stream the scan looks for inside a file,
+    a zlib stream of random bytes (as a PNG's pixels are), right-to-left and Arabic code
+    points as UTF-8 and UTF-16: nothing is kept, nothing is found, nothing is left unscanned."""
+    rng = random.Random(5)
+    magics = [b"\x1f\x8b\x08", b"x\x01", b"x^", b"x\x9c", b"x\xda", b"BZh91AY&SY", b"\xfd7zXZ\0", b"\x28\xb5\x2f\xfd",
+              b"\x1f\x9d\x90", "\u202e\u05d0\u0627\u0661".encode(), "\u202e\u05d0".encode("utf-16-le")]
+    noise = b"".join(rng.randbytes(rng.randint(0, 300)) + rng.choice(magics) for _ in range(3000))
+    files = {"n.bin": noise, "p.png": PNG + _png_chunk(b"IDAT", zlib.compress(rng.randbytes(1 << 17)))}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    scan = containment_scan(tmp_path, list(files), scenario(leak_terms=["answer-key-7"]))
+    assert scan.hits == [] and scan.unscanned == []
+    png = files["p.png"]  # the pixels' stream is judged by its first 4 KiB, and dropped uncharged
+    assert [w for w, _ in decoded_texts(png, limit=len(png) + 1, needles=["configuration"])] == [""]
+
+
+def test_runs_of_numbers_and_capitals_are_not_base32_of_text() -> None:
+    """Identifiers in capitals and numbers are runs of the base32 and base32hex alphabets:
+    what they decode to is no text, so nothing is kept or charged."""
+    code = b"\n".join(b"CONFIGURATIONSETTINGS%d = 1000003337829800186%d" % (i, i) for i in range(2000))
+    assert _texts_of(code, limit=len(code) + 1) == [""]
 
 
 @pytest.mark.parametrize("text", [
@@ -177,8 +280,8 @@ def test_an_encoded_leak_term_in_another_spelling(text: str, tmp_path: Path) -> 
     assert hits == ["k.b64 [base64 (line 1)]:1: leak term 'rt-canary-9x1q'"]
 
 
-def _texts_of(data: bytes, limit: int = 1 << 26) -> list[str]:
-    return [where for where, _ in decoded_texts(data, limit=limit)]
+def _texts_of(data: bytes, limit: int = 1 << 26, depth: int = MAX_DEPTH) -> list[str]:
+    return [where for where, _ in decoded_texts(data, limit=limit, depth=depth)]
 
 
 def test_runs_that_decode_to_noise_are_dropped_and_not_charged() -> None:

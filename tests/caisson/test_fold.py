@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson._confusables import PROTOTYPES
-from caisson._fold import _prefold, _step2, find_term, fold, fold_term
+from caisson._fold import _prefold, _step2, find_term, fold, fold_ascii_part, fold_readings, fold_term
 
 CANARY = "rt-canary-9x1q"
 
@@ -56,7 +56,15 @@ def test_a_respelt_term_folds_to_the_term(name):
     ("no\u00a0break\u202fthin", "no break thin"),  # NBSP, narrow NBSP: a space
     ("\u201cquoted\u201d \u2018single\u2019 \u00abguillemets\u00bb", "\"quoted\" 'single' \"guillemets\""),
     ("don\u02bct", "don't"),  # MODIFIER LETTER APOSTROPHE
-    ("\u3164hangul\u115ffiller", "hangulfiller"),  # default ignorable letters
+    ("\u3164hangul\u115ffiller\uffa0a\u2800b", " hangul filler a b"),  # drawn as blanks: spaces
+    ("\u0280\u1d1b \u1d04\u1d00\u0274\u1d00\u0280\u028f \ua730\u1d0d", "rt canary fm"),  # small capitals
+    ("\U0001f161\U0001f163 \U0001f181\U0001f183 \U0001f18a", "rt rt p"),  # negative circled, squared
+    ("\U0001f1f7\U0001f1f9", "rt"),  # regional indicators, unpaired: their letters
+    ("\u0669\u0661 \u096f\u0967 \u09ef \u1369 \u0e51", "91 91 9 1 1"),  # digits of other scripts
+    ("\u277e\u278a\u24ff \u24eb \u2789", "910 11 10"),  # dingbat and negative circled digits, numbers
+    ("\u0142\u00f8\u0111\u0127 \u0180\u0268", "lodh bi"),  # letters with a stroke: confusables.txt + U+0338
+    ("a\u2500b\u2501c\u30fcd\uff70e\u31d0f", "a-b-c-d-e-f"),  # one horizontal stroke: a dash
+    ("\u4e00\u3161", "\u4e00\u1173"),  # ... but not the letters drawn so (CJK one, Hangul eu)
 ])
 def test_other_members_of_the_kind(text, plain):
     assert fold(text) == plain
@@ -65,6 +73,18 @@ def test_other_members_of_the_kind(text, plain):
 def test_capital_and_small_lookalikes_fold_by_their_folded_form():
     # Greek capital iota imitates l, its small form i: case folding comes first, so both are i
     assert fold("\u0399 \u03b9 \u0406 \u0456 \u04c0 \u04cf") == "i i i i l l"
+    # an exact lookalike outranks one with a mark: capital eta is H, small eta (n + U+0329) too
+    assert fold("\u0397 \u03b7 \u0398 \u03b8") == "h h o o"
+
+
+def test_a_digit_folds_by_its_value_not_its_shape():
+    """U+0661 ARABIC-INDIC DIGIT ONE looks like l, U+09ED BENGALI DIGIT SEVEN like 9:
+    unicodedata.digit decides, as a reader of the script reads them."""
+    assert fold("\u0661 \u09ed \u0966") == "1 7 0"
+    for cp in range(0x20000):
+        c = chr(cp)
+        if unicodedata.category(c) == "Nd":
+            assert fold(c) == str(unicodedata.digit(c)), f"U+{cp:04X}"
 
 
 def test_ascii_is_only_lower_cased():
@@ -134,3 +154,34 @@ def test_find_term(text, term, found):
 def test_fold_term_makes_whitespace_one_space():
     assert fold_term("  Answer\u00a0\n KEY\t") == "answer key"
     assert fold_term("\u200b\u00ad") == ""
+
+
+@pytest.mark.parametrize(("text", "readings"), [
+    ("plain ASCII", ["plain ascii"]),
+    ("caf\u00e9", ["cafe"]),
+    ("rt-canary-\u202eq1x9\u202c", ["rt-canary-q1x9", "rt-canary-9x1q"]),  # RLO ... PDF
+    ("rt-canary\u20679x1q-\u2069", ["rt-canary9x1q-", "rt-canary-9x1q"]),  # RLI ... PDI
+    ("rt-canary-\u2067q1x9\u2069", ["rt-canary-q1x9"]),  # left-to-right letters keep their order
+    ("rt-canary\u200f9-\u200fx1q", ["rt-canary9-x1q", "rt-canary-9x1q"]),  # RIGHT-TO-LEFT MARKs
+    ("\u202eq1x9-\u202dcanary\u202c-tr\u202c", ["q1x9-canary-tr", "rt-canary-9x1q"]),  # nested (Trojan Source)
+    ("\u05d0 x", ["\u05d0 x", "x \u05d0"]),  # a right-to-left paragraph, and left to right
+    ("a\n\u202eb c\u202c\nd", ["a\nb c\nd", "\nc b\n"]),  # the reordered paragraphs alone, lines kept
+    ("\u202eab\ufffd\u202c\n\u202ecd\u202c", ["ab\ufffd\ncd", "\ndc"]),  # not a binary's line
+])
+def test_fold_readings(text, readings):
+    assert fold_readings(text) == readings
+
+
+@given(st.text())
+def test_the_first_reading_is_the_fold(text):
+    readings = fold_readings(text)
+    assert readings[0] == fold(text) and len(set(readings)) == len(readings)
+    assert all(r.count("\n") == text.count("\n") for r in readings)
+
+
+@given(st.text(), st.sampled_from(["canary", "configuration", "9x1q"]))
+def test_the_ascii_part_holds_every_ascii_term_the_fold_holds(text, term):
+    for spelt in ("", "c\u0430n\u0430ry", "\uff43anary", "\U0001d41cnfiguration", "ca\u00adnary"):
+        both = text + spelt + text
+        if term in fold(both):
+            assert term in fold_ascii_part(both)

@@ -328,6 +328,29 @@ def test_a_canary_cited_with_non_breaking_hyphens_scores_null():
     "rt-**canary**-9x1q",  # emphasis inside
     "rt-<!-- -->canary-9x1q",  # an HTML comment inside
     "rt-<span>canary</span>-9x1q",  # tags inside
+    "[rt-can](https://example.invalid \"a title\")ary-9x1q",  # a link, with a title, around part of it
+    "rt-[can][1]ary-9x1q\n\n[1]: https://example.invalid",  # a full reference link
+    "rt-[can]ary-9x1q\n\n[can]: <https://example.invalid>",  # a shortcut reference link
+    "rt-can[]()ary-9x1q",  # an empty link
+    "rt-can![](x.png)ary-9x1q",  # an empty image
+    "rt-_canary_-9x1q",  # emphasis by underscores
+    "rt-__canary__-9x1q",
+    "rt-~canary~-9x1q",  # GitHub's strikethrough, one tilde
+    "<rt-canary-9x1q@example.invalid>",  # an autolink
+    "rt-canary-\u202eq1x9\u202c",  # RIGHT-TO-LEFT OVERRIDE: displayed 9x1q
+    "rt-canary\u20679x1q-\u2069",  # RIGHT-TO-LEFT ISOLATE: its hyphen displayed first
+    "rt-canary\u200f9-\u200fx1q",  # RIGHT-TO-LEFT MARKs around "9-"
+    "\u202eq1x9-\u202dcanary\u202c-tr\u202c",  # nested overrides, as Trojan Source does
+    "\u0280\u1d1b-\u1d04\u1d00\u0274\u1d00\u0280\u028f-9x1q",  # small capitals
+    "\U0001f161\U0001f163-canary-9x1q",  # negative circled letters
+    "\U0001f181\U0001f183-canary-9x1q",  # negative squared letters
+    "\U0001f1f7\U0001f1f9-canary-9x1q",  # regional indicators
+    "rt-canary-\u0669x\u0661q",  # Arabic-Indic digits
+    "rt-canary-\u096fx\u0967q",  # Devanagari digits
+    "rt-canary-\u277ex\u278aq",  # dingbat negative circled digits
+    "rt\u2500canary\u25019x1q",  # box-drawing strokes as hyphens
+    "rt\u30fccanary\uff709x1q",  # the prolonged sound mark, and its halfwidth form
+    "rt\u31d0canary\u31d09x1q",  # CJK STROKE H
 ])
 def test_a_leak_term_in_another_spelling_scores_null(cited):
     r = grade(LOCATE, f"{FOUND}. See {cited}.", provenance_terms=["rt-canary-9x1q"])
@@ -336,6 +359,23 @@ def test_a_leak_term_in_another_spelling_scores_null(cited):
 
 def test_a_provenance_path_in_greek_letters_scores_null():
     r = grade(ABSENCE, "benchmark/answers.t\u03bfml says there is no such option.",  # Greek omicron
+              provenance_terms=["benchmark/answers.toml"])
+    assert (r.score, r.leak_cited) == (None, "benchmark/answers.toml")
+
+
+@pytest.mark.parametrize("cited", [
+    "purple\u3164elephant",  # HANGUL FILLER, drawn as a blank
+    "purple\uffa0elephant",  # its halfwidth form
+    "purple\u115felephant",  # HANGUL CHOSEONG FILLER
+    "purple\u2800elephant",  # BRAILLE PATTERN BLANK
+])
+def test_a_blank_that_is_not_whitespace_still_separates_words(cited):
+    r = grade(PLAIN, f"It says {cited}.", provenance_terms=["purple elephant"])
+    assert r.leak_cited == "purple elephant"
+
+
+def test_a_provenance_path_with_letters_of_a_stroke_scores_null():
+    r = grade(ABSENCE, "benchmark/answers.t\u00f8m\u0142 says there is no such option.",  # o and l with a stroke
               provenance_terms=["benchmark/answers.toml"])
     assert (r.score, r.leak_cited) == (None, "benchmark/answers.toml")
 
@@ -351,6 +391,12 @@ def test_a_term_with_a_space_is_cited_across_a_line_break():
     "The canary-9x1q part alone.",
     "The benchmark answers are in src/click/core.py.",
     "rt-canary\n-9x1q, broken by a line feed the term does not have.",
+    "[rt](https://example.invalid) canary-9x1q: a link is its text, and a space is no hyphen.",
+    "The parse_args function and rt_canary_9x1q, in snake case (underscores inside words stay).",
+    "rt-canary-\u2067q1x9\u2069 reads q1x9: left-to-right letters keep their order in an isolate.",
+    "rt-canary-\u202dq1x9\u202c reads q1x9: a left-to-right override changes nothing here.",
+    "rt-canary-\u0967x\u0969q has Devanagari 1 and 3 where the term has 9 and 1.",
+    "rt-[can]ary-9x1q, a bracket no definition makes a link.",
 ])
 def test_an_answer_that_shares_words_with_a_term_is_not_a_leak(answer):
     r = grade(PLAIN, answer, provenance_terms=["rt-canary-9x1q", "benchmark/answers.toml", "\u200b"])
