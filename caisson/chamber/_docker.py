@@ -571,6 +571,14 @@ def _write_etc(spec: ContainerSpec) -> None:
         os.chmod(path, 0o644)
 
 
+_ENGINE_MASKED = ("/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                  "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+                  "/sys/devices/virtual/powercap")
+MASKED_HOST_FACTS = ("/proc/cmdline", "/proc/sys/kernel/random/boot_id")
+"""Host facts the chamber reads as empty: the host kernel's command line and boot id (the
+recorder's labels name the host by it)."""
+
+
 def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
     binds = [*spec.binds, *_etc_binds(spec)]
     for host, inside, _ in binds:
@@ -590,6 +598,9 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
                                                   "compress": "false"}},
         "CapAdd": list(spec.cap_add),
     }
+    # the engine's default masked paths (moby oci/defaults.go DefaultLinuxSpec) and the host
+    # kernel's identity: its command line and boot id name the host, the same in every chamber
+    host_config["MaskedPaths"] = [*_ENGINE_MASKED, *MASKED_HOST_FACTS]
     if spec.tmpfs:
         host_config["Tmpfs"] = dict(spec.tmpfs)
     if spec.dns and spec.etc_dir is None:

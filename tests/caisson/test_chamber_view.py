@@ -71,8 +71,9 @@ def test_the_chamber_sees_no_host_temp_path_run_or_container_id(chamber_image, t
     assert not [r for r in roots if r.startswith(str(scratch_root()))], roots
     mine = {line.split()[3]: line.split()[4] for line in mountinfo.splitlines() if " - tmpfs " in line
             and line.split()[4] in ("/work/sandbox", "/tmp/caisson-home", "/caisson/witness", "/etc/hosts")}
-    assert mine == {"/sandbox": "/work/sandbox", "/home": "/tmp/caisson-home", "/witness": "/caisson/witness",
-                    "/etc/hosts": "/etc/hosts"}, roots
+    witness = {"/witness": "/caisson/witness"} if "/witness" in mine else {}  # strace's FIFO dir, when it runs
+    assert mine == {"/sandbox": "/work/sandbox", "/home": "/tmp/caisson-home", "/etc/hosts": "/etc/hosts",
+                    **witness}, roots
     assert hostname == "chamber\nchamber\nchamber\n" and "chamber" in hosts
     assert all(line.endswith(":/") for line in cgroup.splitlines()), cgroup
     host_nameservers = [ln.split()[1] for ln in Path("/etc/resolv.conf").read_text().splitlines()
