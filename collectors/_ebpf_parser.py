@@ -146,8 +146,8 @@ class EbpfParser(SyscallParserOutput):
                 command's. A child's line printed before its fork's ``F`` line (another
                 CPU's buffer) is not known to be the tracer's and is kept.
             string_limit: ``BPFTRACE_STRLEN`` of the run, bytes (a string of
-                ``string_limit - 1`` bytes or more is taken as cut); paths have the limit
-                the ``B`` line gives, else this one.
+                ``string_limit - 1`` bytes or more is taken as cut); paths, and argv and
+                environment strings, have the limits the ``B`` line gives, else this one.
             max_line_bytes: a longer line is cut there and the rest parsed as lines.
             denied_syscalls: the calls the chamber's seccomp profile refuses (``run.started``'s
                 ``seccomp.denied``): a ``P`` line of one that never entered and returned
@@ -157,6 +157,7 @@ class EbpfParser(SyscallParserOutput):
         self._offset, self._root_cwd = clock_offset_ns, root_cwd
         self._limit, self._max_line = string_limit, max_line_bytes
         self._path_limit = string_limit  # the B line's, once read
+        self._arg_limit = string_limit  # argv and environment strings': the B line's, once read
         self._kernel = False  # the B line says the kernel side gives the paths it holds (Y lines)
         self._root = root_host_pid
         self._key, self._patterns = fingerprint_key, tuple(credential_patterns)
@@ -248,8 +249,9 @@ class EbpfParser(SyscallParserOutput):
         self.last_ns = mono + self._offset
         if tag == "B":
             self.attached, self.pidns_inum = True, int(f[2])
-            if len(f) > 5:  # the libbpf loader's: its path limit, and "kernel"
+            if len(f) > 5:  # the libbpf loader's: its path limit, "kernel", and its argv strings' limit
                 self._path_limit, self._kernel = int(f[5]), len(f) > 6 and f[6] == "kernel"
+                self._arg_limit = int(f[7]) if len(f) > 7 else self._arg_limit
         elif tag == "K":
             call = self._uring.pop(int(f[4]))
             self._finish(int(f[3]), call, int(f[5]))
@@ -345,7 +347,7 @@ class EbpfParser(SyscallParserOutput):
             self._text = _Text(values, None, self._path_limit)
         else:
             values = {"S": call.strings, "A": call.argv, "V": call.env, "N": call.strings}[tag]
-            limit = self._path_limit if tag == "S" else self._limit
+            limit = self._path_limit if tag == "S" else self._arg_limit if tag in "AV" else self._limit
             values.append(self._cut(value, limit))
             self._text = _Text(values, call, limit)
 
@@ -430,7 +432,7 @@ class EbpfParser(SyscallParserOutput):
         name, s = call.name, call.strings
         if name in ("execve", "execveat"):
             path = s[0] if s else ""
-            argv_cut = bool(call.cut & {"argv", "env"}) or any(self._was_cut(v, self._limit)
+            argv_cut = bool(call.cut & {"argv", "env"}) or any(self._was_cut(v, self._arg_limit)
                                                                for v in (*call.argv, *call.env))
             argv = call.argv + (["..."] if "argv" in call.cut else [])
             env = dict(item.partition("=")[::2] for item in call.env if "=" in item)
@@ -540,8 +542,11 @@ class EbpfParser(SyscallParserOutput):
         of that field, when the program gives them (the ``B`` line's ``kernel``); else the
         cwd or the dirfd's path, as `FdTables` followed them. A name through a magic link
         (``/proc/self/fd/N/...``, ``/proc/self/cwd/...``, ``/dev/fd/N/...``) is joined to the
-        path of that fd or cwd, as followed (with the kernel's paths its opened file's ``Y
-        ret`` says where it led). Where the directory is not known: the name as given, True.
+        path of that fd or cwd: the kernel's, from the field's ``Y`` line (the program
+        walks the fd of a link of the caller's own process: ``/proc/self/fd/N/``,
+        ``/proc/thread-self/fd/N/``, ``/proc/<its pid>/fd/N/``, ``/dev/fd/N/``, and its
+        ``cwd/``), else as `FdTables` followed it. Where the directory is not known: the
+        name as given, True.
         """
         if not name:  # kept empty: never resolved to the directory (AT_EMPTY_PATH, or unreadable)
             return name, False
@@ -549,7 +554,11 @@ class EbpfParser(SyscallParserOutput):
             magic = MAGIC_LINK.match(name)
             if magic is None:
                 return _clean(name), False
-            base = None if self._kernel else self._magic_base(call, magic)
+            if self._kernel:  # the program's Y line of this field: the directory the link led into
+                state, text = call.paths.get(field, (None, None))
+                base = text[0] if state == "ok" and text is not None else None
+            else:
+                base = self._magic_base(call, magic)
             return (_clean(base + name[magic.end():]), False) if base else (_clean(name), True)
         if self._kernel:
             state, text = call.paths.get(field, (None, None))

@@ -32,7 +32,7 @@ nested in it). `EbpfParser` turns those lines into the same events as the strace
 
 Line grammar (space separated; a string is the rest of its line)::
 
-    B <mono_ns> <pidns_inum> <level> <init_pid> [<path_limit> kernel]  probes attached (BEGIN)
+    B <mono_ns> <pidns_inum> <level> <init_pid> [<path_limit> kernel [<arg_limit>]]  probes attached (BEGIN)
     O <entry_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> <ret> <path>   an open or change, on return
     Y <tid> <field> <state> <path>                     a path the kernel holds (libbpf only; below)
     E <mono_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> exec, fchdir or connect entered
@@ -74,7 +74,7 @@ chamber's policy refused: ``ProcessSyscall`` ``denied``, with no arguments (the 
 before any probe could read them). A call entered before the probes attached also has no
 entry: it is reported as refused only if it also returned -EPERM.
 Paths (issue #28: a recorded path is the one the kernel opened, or says why not). The
-loader's ``B`` line ends ``4097 kernel``: its path arguments (``O``, ``S``, ``U``) are read up
+loader's ``B`` line ends ``4097 kernel 4097``: its path arguments (``O``, ``S``, ``U``) are read up
 to 4096 bytes (a name the kernel accepts is whole; one of 4096 bytes or more, which it
 refuses, is taken as cut), and its kernel side walks the dentries and mounts of the paths it
 holds up to the chamber's root, as d_path() does, printing a ``Y`` line for each before the
@@ -86,8 +86,11 @@ the name itself, or the name joined to its ``i0`` directory: most opens), and, i
 exec's ``E``..``Z``, ``cwd`` its cwd; state ``ok`` (the path follows), ``cut`` (longer than
 4096 bytes), ``none`` (no path in the chamber: a pipe, a socket, outside its root), ``badf``
 (no such fd). A relative name is joined to its ``Y`` directory, and stays as given
-(``unresolved``) without one; a name through a magic link (``/proc/self/fd/N/...``,
-``/proc/self/cwd/...``, ``/dev/fd/N/...``) stays as given beside its file's ``Y ret``.
+(``unresolved``) without one; a name through a magic link of the caller's own process
+(``/proc/self/fd/N/...``, ``/proc/thread-self/fd/N/...``, ``/proc/<its pid>/fd/N/...``,
+``/dev/fd/N/...``, ``/proc/self/cwd/...``) is joined to the ``Y`` line of its field, the
+path of the file at that fd when the call returned; any other (``task/``, ``root/``,
+another process's) stays as given (``unresolved``), beside an open's ``Y ret``.
 bpftrace's strings are 199 bytes and it has no ``Y`` lines: the parser follows each
 process's fds from their opens and the ``X`` lines (``close``, ``close_range`` and the
 ``FIOCLEX``/``FIONCLEX`` ``ioctl`` at entry with ``ret`` 0; ``dup``, ``dup2``, ``dup3`` and
@@ -103,9 +106,10 @@ either order and the event comes out once both and the ``Z`` are in. (The libbpf
 ring buffer is one stream in the order the records were reserved; the pairing in either
 order is kept for bpftrace.)
 
-Limits, stated: either backend copies at most `STRING_LIMIT` - 1 = 199 bytes of an argv,
-environment or memfd string (bpftrace 0.17 with ``BPFTRACE_STRLEN`` = 200, for its paths
-too; the loader's ``STRLEN`` in ``collectors/bpf/witness.h``), 64 argv and 128 environment
+Limits, stated: bpftrace copies at most `STRING_LIMIT` - 1 = 199 bytes of any string (0.17
+with ``BPFTRACE_STRLEN`` = 200); the libbpf loader 4096 bytes of a path, argv or environment
+string (its ``B`` line gives both limits; strace's ``-s 4096`` keeps as much) and 199 of a
+memfd name (``STRLEN`` in ``collectors/bpf/witness.h``); either, 64 argv and 128 environment
 strings per exec (more: a ``T`` line): a string of the limit less one byte or more is taken
 as cut and marked with a ``...`` suffix (``truncated``; the event's ``path_cut`` or
 ``argv_cut``).

@@ -364,9 +364,10 @@ int main(int argc, char **argv)
 
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);  /* bpf_ktime_get_ns's clock */
-	/* the path strings' limit, and that the kernel side gives the paths it holds (Y lines) */
-	printf("B %llu %lu %ld %ld %d kernel\n", (unsigned long long)now.tv_sec * 1000000000ULL + now.tv_nsec, inum,
-	       level, init, PATHLEN);
+	/* the path strings' limit, that the kernel side gives the paths it holds (Y lines), and
+	 * the argv and environment strings' limit */
+	printf("B %llu %lu %ld %ld %d kernel %d\n", (unsigned long long)now.tv_sec * 1000000000ULL + now.tv_nsec,
+	       inum, level, init, PATHLEN, PATHLEN);
 	fflush(stdout);
 
 	int ncpu = libbpf_num_possible_cpus();

@@ -479,6 +479,91 @@ static __always_inline bool relative(const struct lrec *l)
 	return l->r.s[0] != '/' && l->r.s[0] != 0;
 }
 
+#define NO_FD (-1)
+#define S_AT(s, i) ((s)[(i) & (WALK_END - 1)])
+
+/* Whether `s` holds the `len` bytes of `lit` at `at`. */
+static __always_inline bool has_at(const char *s, u32 at, const char *lit, u32 len)
+{
+#pragma unroll
+	for (u32 i = 0; i < 16; i++)
+		if (i < len && S_AT(s, at + i) != lit[i])
+			return false;
+	return true;
+}
+
+/* The decimal number at `s[*at]` as procfs reads one (no sign, no leading zero, at most 9
+ * digits), `*at` moved past it; -1 when there is none. */
+static __always_inline s32 number_at(const char *s, u32 *at)
+{
+	s32 v = 0;
+	u32 k = 0;
+
+#pragma unroll
+	for (u32 i = 0; i < 10; i++) {
+		char c = S_AT(s, *at + i);
+		if (k < i || c < '0' || c > '9')
+			continue;
+		v = v * 10 + (c - '0');
+		k = i + 1;
+	}
+	if (k == 0 || k > 9 || (k > 1 && S_AT(s, *at) == '0'))
+		return -1;
+	*at += k;
+	return v;
+}
+
+/* The fd whose file a name through a magic link to a directory of the caller's own process
+ * leads into (proc(5); collectors._strace_parser.MAGIC_LINK's forms less root/):
+ * /proc/<self|thread-self|its pid>[/task/<its tid>]/fd/N/... and /dev/fd/N/...; AT_FDCWD for
+ * the same with cwd/; NO_FD for any other name (another process's or thread's, root/). */
+static __always_inline s32 magic_fd(const char *s)
+{
+	u32 at = 0;
+	s32 fd;
+
+	if (has_at(s, 0, "/dev/fd/", 8)) {
+		at = 8;
+	} else if (has_at(s, 0, "/proc/", 6)) {
+		if (has_at(s, 6, "self/", 5)) {
+			at = 11;
+		} else if (has_at(s, 6, "thread-self/", 12)) {
+			at = 18;
+		} else {
+			at = 6;
+			if (number_at(s, &at) != nspid_of_current() || S_AT(s, at) != '/')
+				return NO_FD;
+			at += 1;
+		}
+		if (has_at(s, at, "task/", 5)) {  /* the caller's own thread only */
+			at += 5;
+			struct task_struct *t = bpf_get_current_task_btf();
+			if (number_at(s, &at) != upid_at(t->thread_pid).nr || S_AT(s, at) != '/')
+				return NO_FD;
+			at += 1;
+		}
+		if (has_at(s, at, "cwd/", 4))
+			return AT_FDCWD;
+		if (!has_at(s, at, "fd/", 3))
+			return NO_FD;
+		at += 3;
+	} else {
+		return NO_FD;
+	}
+	fd = number_at(s, &at);
+	return fd >= 0 && S_AT(s, at) == '/' ? fd : NO_FD;
+}
+
+/* For a name that is not relative: a Y line of `field` for the directory a magic link in it
+ * leads into (none when it has no such link). */
+static __always_inline void magic_line(struct scratch *sc, u32 tid, u8 field)
+{
+	s32 fd = magic_fd(sc->name.r.s);
+
+	if (fd != NO_FD)
+		fd_line(tid, field, fd);
+}
+
 /* --- exec: its path, argv and environment at entry (gone after a successful exec) --- */
 
 struct strings_ctx {
@@ -488,20 +573,29 @@ struct strings_ctx {
 	u32 n;                     /* strings seen */
 };
 
+/* One string, up to PATHLEN - 1 bytes (as strace -s 4096 keeps them), written as a long
+ * record from the scratch's Y record (free once the exec's cwd line is out). */
 static long one_string(u64 i, struct strings_ctx *c)
 {
+	struct scratch *sc = scratch();
 	const char *s = NULL;
+	long n;
 
 	if (bpf_probe_read_user(&s, sizeof(s), &c->list[i]) || !s)
 		return 1;
 	c->n = i + 1;
-	struct rec *r = reserve(c->kind);
-	if (!r)
+	if (!sc) {
+		count_lost();
 		return 0;
-	r->tid = c->tid;
-	if (bpf_probe_read_user_str(r->s, STRLEN, s) < 0)
-		r->s[0] = 0;
-	submit(r);
+	}
+	head(&sc->path.r, c->kind);
+	sc->path.r.tid = c->tid;
+	n = bpf_probe_read_user_str(sc->path.r.s, PATHLEN, s);
+	if (n <= 0) {
+		sc->path.r.s[0] = 0;
+		n = 1;
+	}
+	output(&sc->path, n);
 	return 0;
 }
 
@@ -625,12 +719,19 @@ static __always_inline int on_return(u8 sys, s64 ret)
 		head(&sc->name.r, K_FIRST);
 		sc->name.r.tid = tid;
 		output(&sc->name, n);
-		if (relative(&sc->name) && sys != SYS_SYMLINK && sys != SYS_SYMLINKAT)  /* a symlink's is its text */
-			fd_line(tid, Y_I0, e->i0);
+		if (sys != SYS_SYMLINK && sys != SYS_SYMLINKAT) {  /* a symlink's is its text */
+			if (relative(&sc->name))
+				fd_line(tid, Y_I0, e->i0);
+			else
+				magic_line(sc, tid, Y_I0);
+		}
 	}
 	n = user_path(&sc->name, (const char *)(e->p2 ? e->p2 : e->p1));
 	bool rel = relative(&sc->name);
 	u32 base = rel ? fd_line(tid, e->p2 ? Y_I1 : Y_I0, e->p2 ? e->i1 : e->i0) : 0;
+
+	if (!rel)
+		magic_line(sc, tid, e->p2 ? Y_I1 : Y_I0);
 
 	if (ret >= 0 && (sys == SYS_OPENAT || sys == SYS_OPENAT2 || sys == SYS_OPEN || sys == SYS_CREAT))
 		file_line(tid, ret, n - 1, rel, base);

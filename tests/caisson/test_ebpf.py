@@ -31,7 +31,7 @@ from caisson.run.witnesses import StraceWitness, default_witnesses
 from caisson.run.record import RecordOptions, record, syscall_witness_facts
 from collectors.ebpf import ebpf_program
 from ledger import BlobStore, read_records
-from ledger.events import (BlobStored, FileOpen, NetSend, ProcessExec, ProcessExit, ProcessSyscall, RunEnded, RunStarted,
+from ledger.events import (BlobStored, FileChange, FileOpen, NetSend, ProcessExec, ProcessExit, ProcessSyscall, RunEnded, RunStarted,
                            WitnessGap, WitnessStarted, WitnessStopped)
 from tests.caisson.conftest import require
 
@@ -576,3 +576,48 @@ def test_every_member_of_the_kind_is_the_kernels_path_or_unjudged_never_a_guess(
     [cat] = [e for e in events if isinstance(e, ProcessExec) and e.argv == ["cat", "questions.toml"] and e.result == 0]
     assert cat.cwd == "/work/sandbox/benchmark"
     assert not [e for e in events if isinstance(e, WitnessGap)]
+
+
+# Changes through magic links (a change returns no fd whose path the kernel could give): the
+# kernel side walks the fd of the caller's own link; the way Bun-built Claude Code makes its
+# task directories (mkdir "/proc/self/fd/14/-work-sandbox").
+MAGIC_CHANGES = r'''
+import os, threading
+here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+src = os.open("src", os.O_PATH | os.O_DIRECTORY)
+pid, tid = os.getpid(), threading.get_native_id()
+os.mkdir(f"/proc/self/fd/{here}/made-self")
+os.mkdir(f"/dev/fd/{src}/made-devfd")
+os.mkdir(f"/proc/thread-self/fd/{here}/made-thread")
+os.mkdir(f"/proc/{pid}/fd/{src}/made-pid")
+os.mkdir(f"/proc/self/task/{tid}/fd/{here}/made-task")
+os.mkdir("/proc/self/cwd/made-cwd")
+os.rename(f"/proc/self/fd/{here}/made-self", f"/dev/fd/{src}/renamed")
+os.rmdir(f"/proc/self/fd/{src}/renamed")
+child = os.fork()
+if child == 0:  # the parent's link, from its child: not the caller's own, never followed
+    try:
+        os.mkdir(f"/proc/{pid}/fd/{here}/made-by-child")
+    except OSError:
+        pass
+    os._exit(0)
+os.waitpid(child, 0)
+'''
+
+
+def test_a_change_through_a_magic_link_of_its_own_process_is_placed_where_it_led(ebpf, tmp_path):
+    run_dir, events = _record(tmp_path, f"python3 - <<'PY'\n{MAGIC_CHANGES}PY\n", EbpfWitness(backend=BACKEND))
+    assert next(e for e in events if isinstance(e, RunEnded)).exit_code == 0
+    W = "/work/sandbox"
+    changes = [(e.syscall, e.path, e.target, e.unresolved) for e in events if isinstance(e, FileChange)
+               and "made" in e.path + (e.target or "") or isinstance(e, FileChange) and "renamed" in e.path]
+    assert changes == [
+        ("mkdir", f"{W}/made-self", None, False), ("mkdir", f"{W}/src/made-devfd", None, False),
+        ("mkdir", f"{W}/made-thread", None, False), ("mkdir", f"{W}/src/made-pid", None, False),
+        ("mkdir", f"{W}/made-task", None, False), ("mkdir", f"{W}/made-cwd", None, False),
+        ("rename", f"{W}/made-self", f"{W}/src/renamed", False), ("rmdir", f"{W}/src/renamed", None, False),
+        ("mkdir", changes[-1][1], None, True)]  # the child's, through its parent's link: not placed
+    assert changes[-1][1].endswith("/made-by-child") and changes[-1][1].startswith("/proc/")
+    [result] = replay_runs([run_dir], ensure_operator_key().verify_key)
+    unjudged = [f for f in result.findings if f.detector == "containment.path_unjudged@1"]
+    assert [f.evidence[0] for f in unjudged] and all("made-by-child" in f.message for f in unjudged)

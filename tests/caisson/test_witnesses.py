@@ -1,4 +1,5 @@
-"""The strace and procfs witnesses in a real chamber: exec trees, files, health, the tracer's safety."""
+"""The strace and procfs witnesses in a real chamber (strace chosen: eBPF is the default where it
+qualifies): exec trees, files, health, the tracer's safety."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def events(run_dir: Path) -> list:
 
 def test_exec_tree_and_files_of_a_multi_process_command(chamber_image, tmp_path):
     run_dir = tmp_path / "run"
-    assert main(["record", "--out", str(run_dir), "--", "sh", "-c", PIPELINE]) == 0
+    assert main(["record", "--syscall-witness", "strace", "--out", str(run_dir), "--", "sh", "-c", PIPELINE]) == 0
     evs = events(run_dir)
     execs = [e for e in evs if isinstance(e, ProcessExec)]
     # The agent's own first execve is the first exec in the ledger, and it is its command.
@@ -76,7 +77,7 @@ def test_exec_tree_and_files_of_a_multi_process_command(chamber_image, tmp_path)
 def test_procfs_samples_the_chamber_tree_and_the_host(chamber_image, tmp_path):
     run_dir = tmp_path / "run"
     burn = "python3 -c 'import time; t=time.time()\nwhile time.time()-t<1.2: pass\nx=bytearray(50*2**20); time.sleep(0.5)'"
-    assert main(["record", "--out", str(run_dir), "--", "sh", "-c", burn]) == 0
+    assert main(["record", "--syscall-witness", "strace", "--out", str(run_dir), "--", "sh", "-c", burn]) == 0
     evs = events(run_dir)
     hosts = [e for e in evs if isinstance(e, HostSample)]
     procs = [e for e in evs if isinstance(e, ProcSample)]
@@ -92,7 +93,7 @@ def test_the_agent_cannot_signal_or_read_the_tracer(chamber_image, tmp_path):
     run_dir = tmp_path / "run"
     # pid 1 is the chamber's own deadline (`timeout`, root); the tracer (root) is the agent's parent
     script = "kill -9 1; echo kill=$?; kill -9 $PPID; echo kill2=$?; ls /caisson/witness; echo ls=$?; cat /caisson/witness/strace.fifo; echo ok"
-    assert main(["record", "--out", str(run_dir), "--", "sh", "-c", script]) == 0
+    assert main(["record", "--syscall-witness", "strace", "--out", str(run_dir), "--", "sh", "-c", script]) == 0
     evs = events(run_dir)
     raw = [e.line for e in evs if isinstance(e, WitnessRaw)]
     assert any("kill(1, SIGKILL) = -1 EPERM" in line for line in raw)
@@ -105,8 +106,8 @@ def test_the_agent_cannot_signal_or_read_the_tracer(chamber_image, tmp_path):
 
 def test_killing_the_tracer_mid_run_is_a_recorded_gap_and_the_ledger_verifies(chamber_image, tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "record", "--out", str(run_dir), "--",
-                             "sh", "-c", "for i in $(seq 100); do ls > /dev/null; sleep 0.1; done"],
+    proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "record", "--syscall-witness", "strace", "--out",
+                             str(run_dir), "--", "sh", "-c", "for i in $(seq 100); do ls > /dev/null; sleep 0.1; done"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     pid = None

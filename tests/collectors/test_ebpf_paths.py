@@ -267,3 +267,35 @@ def test_a_chdirs_directory_line_is_the_cwd_it_made():
             "R 103 10 10 2 tracepoint:syscalls:sys_exit_fchdir 0\n" + exec_.format(104))
     got = [e for _, e in parse([text.encode()], root_cwd=W) if isinstance(e, ProcessExec)]
     assert [e.cwd for e in got] == [f"{W}/sub", None]  # fchdir: the fds are not followed with kernel paths
+
+
+def _mkdir(ts: int, ret: int, name: str) -> str:
+    return f"O {ts} 10 10 2 tracepoint:syscalls:sys_exit_mkdir -100 0 {ret} {name}\n"
+
+
+def test_with_the_kernels_paths_a_change_through_a_magic_link_is_placed_by_its_y_line():
+    text = (LIBBPF_B + f"Y 10 i0 ok {W}/key\n" + _mkdir(100, 0, "/proc/self/fd/4/new")
+            + _mkdir(101, 0, "/proc/self/fd/5/other")  # no Y line: the program did not follow it
+            + f"Y 10 i0 badf \n" + _mkdir(102, -9, "/dev/fd/9/gone"))
+    got = [(e.path, e.unresolved) for _, e in parse([text.encode()], root_cwd=W) if isinstance(e, FileChange)]
+    assert got == [(f"{W}/key/new", False), ("/proc/self/fd/5/other", True), ("/dev/fd/9/gone", True)]
+    for cuts in ([1], [len(LIBBPF_B) + 3], [len(text) // 2, len(text) - 5]):
+        assert [(e.path, e.unresolved) for e in _at_any_split(text, cuts) if isinstance(e, FileChange)] == got
+
+
+def _exec_of(arg: str) -> str:
+    return ("E 102 11 11 3 tracepoint:syscalls:sys_enter_execve 2 10\nS 11 /bin/echo\n"
+            f"Y 11 cwd ok {W}\nA 11 echo\nA 11 {arg}\nZ 11\nR 103 11 11 3 tracepoint:syscalls:sys_exit_execve 0\n")
+
+
+def test_argv_strings_have_the_limit_the_b_line_gives():
+    long = "x" * 3000  # what Claude Code's Bash tool passes to bash -c: its snapshot, then the command
+    [new] = [e for _, e in parse([(LIBBPF_B.replace("kernel", "kernel 4097") + _exec_of(long)).encode()], root_cwd=W)
+             if isinstance(e, ProcessExec)]
+    assert (new.argv, new.argv_cut) == (["echo", long], False)
+    # a ledger of a loader that kept 199 bytes (its B line has no argv limit): taken as cut
+    [old] = [e for _, e in parse([(LIBBPF_B + _exec_of("y" * 199)).encode()], root_cwd=W) if isinstance(e, ProcessExec)]
+    assert (old.argv, old.argv_cut) == (["echo", "y" * 199 + "..."], True)
+    [whole] = [e for _, e in parse([(LIBBPF_B.replace("kernel", "kernel 4097") + _exec_of("z" * 4096)).encode()],
+                                   root_cwd=W) if isinstance(e, ProcessExec)]
+    assert whole.argv_cut and whole.argv[1].endswith("...")  # 4096 bytes: the limit less one and more, cut
