@@ -39,7 +39,7 @@ from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
 from ledger import Record
 from ledger.events import ClientProcess, HttpExchange, LlmCall, ProcessExec, ProcessFork, RunStarted
 
-__all__ = ["ATTRIBUTION_EVENTS", "FOREIGN_CALL", "CallOwner", "call_owners", "cli_calls", "foreign_model_call"]
+__all__ = ["foreign_calls", "ATTRIBUTION_EVENTS", "FOREIGN_CALL", "CallOwner", "call_owners", "cli_calls", "foreign_model_call"]
 
 FOREIGN_CALL = "model.foreign_call@1"
 ATTRIBUTION_EVENTS = (RunStarted, ProcessFork, ProcessExec, HttpExchange, LlmCall)
@@ -163,6 +163,19 @@ def cli_calls(records: Iterable[Record]) -> frozenset[int] | None:
     or None when the ledger holds no attribution (then every call is the CLI's, as before)."""
     owners = call_owners(records)
     return None if owners is None else frozenset(seq for seq, owner in owners.items() if owner.verdict == "cli")
+
+
+def foreign_calls(records: Iterable[Record]) -> tuple[frozenset[int], frozenset[int]]:
+    """(the seqs of the ``llm.call`` records a process other than the agent's CLI made, those
+    the proxy could not attribute): both empty when the ledger holds no attribution. A
+    reader that asks whether the CLI reached a model, or which model it used, counts an
+    unattributed call as possibly the CLI's (a lookup that lost a race with a closed socket
+    must not void an honest run); one that sums a figure cannot (it may be a tool's)."""
+    owners = call_owners(records)
+    if owners is None:
+        return frozenset(), frozenset()
+    return (frozenset(seq for seq, o in owners.items() if o.verdict == "foreign"),
+            frozenset(seq for seq, o in owners.items() if o.verdict == "unattributed"))
 
 
 class _Tree:

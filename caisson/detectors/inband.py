@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
-from caisson.detectors.attribution import ATTRIBUTION_EVENTS, cli_calls
+from caisson.detectors.attribution import ATTRIBUTION_EVENTS, foreign_calls
 from ledger import Record
 from ledger.events import (AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, LlmCall, RunStarted,
                            WitnessStarted)
@@ -58,7 +58,7 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
         At most one finding, void: kind ``infra_failure`` or ``claimed_error``.
     """
     records = list(records)
-    mine = cli_calls(records)  # with attribution, only the calls of the agent's CLI
+    foreign, _ = foreign_calls(records)  # a call a tool made is not the CLI's
     started: RunStarted | None = None
     started_seq = 0
     proxy = False
@@ -70,7 +70,7 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
             started, started_seq = event, record.seq
         elif isinstance(event, WitnessStarted) and event.witness == "proxy":
             proxy = True
-        elif isinstance(event, LlmCall) and (mine is None or record.seq in mine):
+        elif isinstance(event, LlmCall) and record.seq not in foreign:
             calls.append((record.seq, event))
         elif isinstance(event, AgentError) and event.terminal and event.cause != "limit":
             errors.append((record.seq, event))
@@ -99,13 +99,20 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
     if said is None:
         return
     seq, error = said
-    last_seq, last = calls[-1] if calls else (None, None)
-    if last is not None and last.failed is not None and not _requests_own(last.failed):
+    side = SIDE_MODELS.get(agent, ())
+    main = [(s, c) for s, c in calls if not (side and (c.requested_model or "").startswith(side))]
+    last_seq, last = (main or calls)[-1] if calls else (None, None)  # the session's, not a side call's
+    if (last is not None and last.failed is not None and error.cause in ("provider", "")
+            and _providers_word(last.failed)):
         yield infra(f"{agent} said: {_said(error)}; the proxy saw the session's last call fail: {last.failed}",
                     [seq, last_seq])
         return
     why = ("the last call failed for the request's own reason (an outcome, not the provider's failure):"
-           f" {last.failed}" if last is not None and last.failed is not None
+           f" {last.failed}" if last is not None and last.failed is not None and _requests_own(last.failed)
+           else f"the proxy cannot tell who ended the session's last call ({last.failed})"
+           if last is not None and last.failed is not None and not _providers_word(last.failed)
+           else f"the failure it names is its own ({error.cause}), not the provider's"
+           if last is not None and last.failed is not None
            else f"every model call the proxy saw end the session succeeded ({len(calls)} in all)" if proxy
            else "no proxy witness saw its calls")
     yield Finding(detector=IN_BAND, kind="claimed_error", effect=VOID, evidence=[seq],
@@ -116,6 +123,15 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
 _OWN = re.compile(r"prompt is too long|context.{0,24}(?:length|window|limit)|too many tokens|maximum.{0,40}tokens"
                   r"|request (?:entity )?too large|exceeds? the (?:maximum|limit)", re.IGNORECASE)
 _STATUS = re.compile(r"^error status (\d{3})")
+
+
+def _providers_word(failed: str) -> bool:
+    """Whether the provider itself failed a call: an HTTP error status (not the request's own
+    reason), a stream error event or a failed response. A cut stream, a body cut short or
+    no response is not: the client may have closed it (an agent interrupting its own CLI)."""
+    if failed.startswith(("stream cut", "response body cut", "no response")):
+        return False
+    return not _requests_own(failed)
 
 
 def _requests_own(failed: str) -> bool:
@@ -159,7 +175,7 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
     from caisson.detectors.model import same_model
 
     records = list(records)
-    mine = cli_calls(records)  # with attribution, only the calls of the agent's CLI
+    foreign, _ = foreign_calls(records)  # a call a tool made is not the CLI's
     want: str | None = None
     agent = ""
     asked: dict[str, list[int]] = {}
@@ -172,7 +188,7 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
                           message=f"{event.agent} switched from {event.requested or '?'} to {event.used or '?'}"
                           f" ({event.said}{': ' + event.trigger if event.trigger else ''})")
         elif (isinstance(event, LlmCall) and event.failed is None and event.requested_model
-              and event.provider != "azure" and (mine is None or record.seq in mine)):  # Azure's URL names a deployment, not a model
+              and event.provider != "azure" and record.seq not in foreign):  # Azure's URL names a deployment, not a model
             asked.setdefault(event.requested_model, []).append(record.seq)
     if want is None:
         return
@@ -187,7 +203,7 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
 SESSION = "agent.session@1"
 
 
-@reads(LlmCall, AgentRetry, AgentCompaction)
+@reads(LlmCall, AgentRetry, AgentCompaction, *ATTRIBUTION_EVENTS)
 def session_events(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """What a session explains itself, shown (never voiding): its retries and compactions.
 
@@ -203,10 +219,13 @@ def session_events(records: Iterable[Record], config: DetectorConfig) -> Iterato
     """
     calls: list[tuple[int, LlmCall]] = []
     said: list[tuple[int, AgentRetry]] = []
+    records = list(records)
+    foreign, _ = foreign_calls(records)  # a tool's failed calls are not the session's retries
     for record in records:
         event = record.event
         if isinstance(event, LlmCall):
-            calls.append((record.seq, event))
+            if record.seq not in foreign:
+                calls.append((record.seq, event))
         elif isinstance(event, AgentRetry):
             said.append((record.seq, event))
         elif isinstance(event, AgentCompaction):

@@ -198,3 +198,16 @@ def test_the_proxys_token_sum_is_the_clis_calls():
                        normalized=LlmUsage(input_tokens=1000, output_tokens=12, total_tokens=1012))
     assert cell_tokens([*records, Record(seq=99, wall_ns=0, mono_ns=0, source="agent", event=usage)]
                        ).figure.total == 1012  # first-party: the same calls
+
+
+def test_an_unattributed_call_is_possibly_the_clis_and_no_sum_is_made_of_it():
+    """A reviewer's case: a lookup that lost its race must not make an honest run look as if
+    it reached no model, nor hide a call from the model check; a figure is not summed over it."""
+    from caisson.report import cell_tokens
+
+    unknown = HttpExchange(method="POST", scheme="https", host="api.anthropic.com", port=443, path="/v1/messages",
+                           status=200, client_unresolved="the client's socket was gone")
+    records = play(*CLAUDE, held(10), call(), unknown, call())
+    assert [f.kind for f in in_band_failure(records, CONFIG)] == []
+    figure = cell_tokens(records)
+    assert figure.figure is None and "could not attribute" in figure.null_reason

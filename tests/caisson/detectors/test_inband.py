@@ -147,3 +147,20 @@ def test_retries_are_counted_once_whichever_witness_saw_them_and_compactions_sho
     assert [(f.kind, f.evidence) for f in told] == [("retry", [0]), ("retry", [1])]
     assert "attempt 1 of 10, 529 overloaded" in told[0].message
     assert list(session_events(play(OK, OVERLOADED), CONFIG)) == []  # the last call: nothing followed it
+
+
+def test_only_the_providers_own_failure_of_the_sessions_last_call_corroborates():
+    """A reviewer's case: a tool interrupts its CLI mid-stream (the proxy records the stream
+    cut, by whichever side), the CLI says it aborted: no attempt is bought. The session's
+    last call is its model's, not a side model's that finished after it."""
+    cut = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
+                  failed="stream cut before message_stop")
+    aborted = AgentError(agent="claude-code", said="result.is_error", code="aborted_streaming", cause="agent")
+    assert [f.kind for f in in_band_failure(play(started(), PROXY, OK, cut, aborted), CONFIG)] == ["claimed_error"]
+    assert [f.kind for f in in_band_failure(play(started(), PROXY, OK, cut, API_ERROR), CONFIG)] == ["claimed_error"]
+    own = AgentError(agent="claude-code", said="result.error_during_execution", cause="agent")
+    assert [f.kind for f in in_band_failure(play(started(), PROXY, OK, OVERLOADED, own), CONFIG)] == [
+        "claimed_error"]
+    haiku = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-haiku-4-5")
+    assert [f.kind for f in in_band_failure(play(started(), PROXY, OK, OVERLOADED, haiku, API_ERROR), CONFIG)] == [
+        "infra_failure"]
