@@ -48,7 +48,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from caisson.detectors.attribution import ATTRIBUTION_EVENTS, cli_calls
+from caisson.detectors.attribution import ATTRIBUTION_EVENTS, foreign_calls
 from ledger import Record
 from ledger.events import AgentUsage, HttpExchange, LlmCall, TokenBackfilled
 
@@ -101,6 +101,9 @@ class CellTokens(msgspec.Struct, frozen=True, kw_only=True):
 
     figure: TokenFigure | None = None
     null_reason: str = ""
+    passed_over: str = ""  # why the agent's own report was no figure (a placeholder), when the proxy's ranked
+    proxy_floor: int | None = None  # with no figure: tokens the proxy saw on the calls surely the agent's
+    # (attributed to it, with usage, not refused), a lower bound on a backfilled one; None when none were seen
     sessions: tuple[str, ...] = ()
     unidentified_calls: int = 0
     token_ambiguous: bool = False
@@ -189,34 +192,45 @@ def cell_tokens(records: Iterable[Record]) -> CellTokens:
         whether they make the figure ambiguous; see the module docstring.
     """
     records = list(records)
-    mine = cli_calls(records)  # with attribution, only the calls of the agent's CLI
+    foreign, unattributed = foreign_calls(records)  # a tool's calls are not the agent's
     reports: list[tuple[int, AgentUsage]] = []
     calls: list[tuple[int, LlmCall]] = []
     exchanges: dict[int, HttpExchange] = {}
     last_exchange: dict[str, int] = {}  # source -> seq of its latest http.exchange
     owner: dict[int, int | None] = {}  # llm.call seq -> http.exchange seq
+    made = 0
     for record in records:
         event = record.event
         if isinstance(event, AgentUsage):
             reports.append((record.seq, event))
         elif isinstance(event, LlmCall):
-            if mine is None or record.seq in mine:
+            if record.seq not in foreign:
                 calls.append((record.seq, event))
+            made += event.failed is None
             owner[record.seq] = (event.exchange_seq if event.exchange_seq is not None
                                  else last_exchange.pop(record.source, None))
         elif isinstance(event, HttpExchange):
             exchanges[record.seq] = event
             last_exchange[record.source] = record.seq
-    calls_made = sum(1 for _, c in calls if c.failed is None)
+    calls_made = made  # every successful call the proxy saw, a tool's too: a placeholder's test
     figure, reason = _first_party(reports, calls_made)
     evidence = [s for s, r in reports if r.usage is not None]
+    passed_over = ""
     if figure is None and not reason:  # the agent measured nothing (or only placeholders): the proxy ranks next
         refused = {seq for seq, _ in calls if (x := exchanges.get(owner[seq]) if owner[seq] is not None else None)
                    is not None and x.status is not None and x.status >= 400}
         figure, reason = _proxy(calls, refused)
+        if figure is not None and (unsure := [s for s, _ in calls if s in unattributed]):
+            figure, reason = None, (f"{len(unsure)} of {len(calls)} proxy-observed calls the proxy could not"
+                                    f" attribute to a process (seq {unsure[0]}): the sum may hold a tool's calls")
         evidence = []
-        if (placeholder := _placeholders(reports, calls_made)):
-            reason = f"{placeholder}; {reason}" if reason else ""
+        passed_over = _placeholders(reports, calls_made)
+        if passed_over and reason:
+            reason = f"{passed_over}; {reason}"
+    refused_seqs = {seq for seq, _ in calls if (x := exchanges.get(owner[seq]) if owner[seq] is not None else None)
+                    is not None and x.status is not None and x.status >= 400}
+    surely = [c.normalized.total_tokens for s, c in calls if s not in unattributed and s not in refused_seqs
+              and c.normalized is not None and c.normalized.total_tokens is not None]
     sessions: set[str] = set()
     unidentified = 0
     for seq, call in calls:
@@ -228,9 +242,11 @@ def cell_tokens(records: Iterable[Record]) -> CellTokens:
             unidentified += 1
         else:
             sessions.add(session)
-    return CellTokens(figure=figure, null_reason=reason, sessions=tuple(sorted(sessions)),
+    return CellTokens(figure=figure, null_reason=reason, passed_over=passed_over if figure is None or
+                      figure.rank != FIRST_PARTY else "", sessions=tuple(sorted(sessions)),
                       unidentified_calls=unidentified, token_ambiguous=len(sessions) > 1,
-                      evidence=tuple(sorted(evidence)))
+                      evidence=tuple(sorted(evidence)),
+                      proxy_floor=sum(surely) if surely and figure is None else None)
 
 
 def backfill_figure(event: TokenBackfilled) -> TokenFigure | None:

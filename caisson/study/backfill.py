@@ -183,6 +183,12 @@ def derive(run_dir: Path, records: list[Record], live: CellTokens) -> tuple[Toke
         return None, (f"the agent's session files give {total} tokens where the proxy measured {seen.total} for its"
                       " calls: not backfilled (the files are the agent's to write, the proxy's figure is the"
                       " provider's)")
+    floor = live.proxy_floor
+    if seen is None and floor is not None and total < floor - max(10, floor // 100):
+        # no figure to agree with (a call not attributed, a placeholder): the agent's own calls the
+        # proxy measured still bound it from below
+        return None, (f"the agent's session files give {total} tokens, fewer than the {floor} the proxy measured on"
+                      " its own calls: not backfilled (the files are the agent's to write)")
     event = TokenBackfilled(target="cell", run_id="", run_dir="", ledger_head="", token_source=usage.token_source,
                             parser=usage.parser, usage=usage.usage, normalized=usage.normalized,
                             cost_usd=usage.cost_usd, blobs=sorted({f.blob_sha256 for f in stored

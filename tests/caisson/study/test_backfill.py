@@ -308,3 +308,22 @@ def test_session_files_the_proxy_contradicts_are_not_backfilled(tmp_path):
     assert event is None and why.startswith("the agent's session files give 6008 tokens where the proxy measured 2988")
     nothing = CellTokens(null_reason="1 of 1 proxy-observed calls without usage (seq 3: stream cut)")
     assert derive(run, records, nothing)[0] is not None  # nothing measured: the files fill the null
+
+
+def test_with_no_live_figure_the_proxys_own_calls_still_bound_the_backfill_from_below(tmp_path):
+    """The proxy's figure is null when one call could not be attributed (it may be a tool's):
+    the calls it did attribute to the agent are still the agent's, so files that give fewer
+    tokens than those were rewritten, and are not taken."""
+    from caisson.report import CellTokens
+    from caisson.study.backfill import derive
+    from ledger import read_records
+
+    key = ensure_operator_key()
+    run = tmp_path / "run"
+    _run(run, key, session=CLAUDE)
+    records = list(read_records(run, key.verify_key))
+    unsure = "1 of 3 proxy-observed calls the proxy could not attribute to a process (seq 9)"
+    event, why = derive(run, records, CellTokens(null_reason=unsure, proxy_floor=9000))
+    assert event is None and why.startswith("the agent's session files give 6008 tokens, fewer than the 9000")
+    event, why = derive(run, records, CellTokens(null_reason=unsure, proxy_floor=5000))  # at least those: taken
+    assert event is not None and event.normalized.total_tokens == 6008 and why == ""
