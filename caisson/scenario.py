@@ -139,9 +139,11 @@ class Limits(_Strict):
     cpus: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     """CPU quota, in CPUs."""
     disk_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4 * 1024**3
-    """Space the chamber may write, in bytes (default 4 GiB): its tree and config home, and
-    its /tmp and /var/tmp, are each a tmpfs of this size, never the host's disk (what it
-    writes there is charged to its memory as well)."""
+    """Space the chamber may write, in bytes (default 4 GiB), per place: its tree and config
+    home (one tmpfs: the sandbox is built into it, so a tree bigger than this does not fit),
+    its /tmp, /var/tmp and /run/lock are each a tmpfs of this size, the image's own
+    filesystem read-only, so it never writes the host's disk; what it writes is charged to
+    its memory as well (``memory_bytes`` bounds the sum)."""
 
 
 class Egress(_Strict):

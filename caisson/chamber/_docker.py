@@ -144,6 +144,10 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     engine's, which name the container id and copy the host's resolver; None: the engine's."""
     hostname: str = CHAMBER_HOSTNAME
     """The chamber's host name; empty: the engine's (the container id's first 12 hex)."""
+    read_only_root: bool = False
+    """Mount the image's own filesystem read-only (``HostConfig.ReadonlyRootfs``): the chamber
+    writes only where it is given room (binds, `tmpfs`), never the container's layer on the
+    host's disk."""
     tmpfs: dict[str, str] = msgspec.field(default_factory=dict)
     """Paths in the container mounted as a tmpfs of their own, with their mount options
     (``HostConfig.Tmpfs``): what the chamber writes there (its /tmp) is bounded and never
@@ -603,6 +607,8 @@ def _create_config(spec: ContainerSpec, run_id: str) -> dict[str, Any]:
     host_config["MaskedPaths"] = [*_ENGINE_MASKED, *MASKED_HOST_FACTS]
     if spec.tmpfs:
         host_config["Tmpfs"] = dict(spec.tmpfs)
+    if spec.read_only_root:
+        host_config["ReadonlyRootfs"] = True
     if spec.dns and spec.etc_dir is None:
         host_config["Dns"] = list(spec.dns)
     if spec.seccomp is not None:

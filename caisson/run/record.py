@@ -157,9 +157,13 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
             raise UsageError(f"cannot make the run's scratch directory: {exc}") from exc
         try:
             try:
-                scratch, _ = mount_chamber_fs(held.path, scenario.limits.disk_bytes)
+                scratch, own_fs = mount_chamber_fs(held.path, scenario.limits.disk_bytes)
             except OSError as exc:
                 raise UsageError(f"cannot make the chamber's filesystem: {exc}") from exc
+            if not own_fs:  # said, and recorded in run.started.limits.tree_fs
+                print("caisson record: the chamber's tree is a plain directory on the host's disk (not root, or"
+                      " the engine is in another mount namespace): limits.disk_bytes bounds only /tmp",
+                      file=sys.stderr)
             sandbox, binds = await _build_trees(plan, options, scenario, scratch)
             key = ensure_operator_key()
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -181,7 +185,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 scenario_digest=scenario_digest(options.scenario) if options.scenario else None,
                 env=chamber_env.recorded,
                 limits={"wall_seconds": plan.timeout_s, "pids": limits.pids, "memory_bytes": limits.memory_bytes,
-                        "cpus": limits.cpus, "disk_bytes": limits.disk_bytes, "network": plan.network,
+                        "cpus": limits.cpus, "disk_bytes": limits.disk_bytes,
+                        "tree_fs": "tmpfs" if own_fs else "host", "network": plan.network,
                         "user": plan.user},
                 image_id=image_id,
                 host=_host_facts(engine_info),
@@ -205,8 +210,12 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 labels={"caisson.run_dir": str(run_dir.resolve()), **owner},
                 limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
                               nano_cpus=int(limits.cpus * 1e9)),
-                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={limits.disk_bytes}",
-                       "/var/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={limits.disk_bytes}"},
+                # the image's own filesystem is read-only: the chamber writes its tree, config home,
+                # /tmp, /var/tmp and /run/lock (the image's other world-writable directories), each
+                # a tmpfs of limits.disk_bytes, never the container's layer on the host's disk
+                read_only_root=True,
+                tmpfs={path: f"rw,exec,nosuid,nodev,mode=1777,size={limits.disk_bytes}"
+                       for path in ("/tmp", "/var/tmp", "/run/lock")},
                 network_mode="none",  # the session puts it on its witnessed network
                 etc_dir=str(scratch / "etc"),  # its own resolv.conf (no nameserver without a network), hosts, hostname
                 deadline_s=plan.timeout_s,
