@@ -9,7 +9,7 @@ minus the grant, plus what the arm withholds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 import msgspec
@@ -111,31 +111,34 @@ def arm_grant(arm, scenario) -> list[str]:
     return [*arm.grant, *(m for m in dict.fromkeys(members) if m not in arm.grant)]
 
 
-def check_arm(arm, scenario, *, agent: Adapter | None, discovered: Iterable[str] = (), path: str = "") -> None:
+def check_arm(arm, scenario, *, agents: Sequence[Adapter], discovered: Iterable[str] = (), path: str = "") -> None:
     """That every ``grant`` and ``withhold`` entry of ``arm`` names something.
 
-    An entry names a tool of ``agent`` (its static list and the ``discovered`` tools), a
-    tool of another adapter (an arm shared by the agents of a study), a member of a
-    scenario strategy, or an MCP server (``mcp__SERVER``) a strategy lists as a backend or
-    a discovered tool belongs to. Anything else (``*``, a misspelt ``Bsah``) would silently
-    deny or withhold something other than what was written, so it is refused.
+    An entry names a tool of one of the ``agents`` that play the arm (their static lists
+    and the ``discovered`` tools: a study's arm may be shared by its agents, each naming its
+    own), a member of a scenario strategy, or an MCP server (``mcp__SERVER``) a strategy
+    lists as a backend or a discovered tool belongs to. Anything else (``*``, a misspelt
+    ``Bsah``, another agent's ``bash`` for Claude Code's ``Bash``) would silently deny or
+    withhold something other than what was written, so it is refused. With no adapter (a
+    plain command plays it) the names of every adapter count.
 
     Args:
         arm: the scenario's arm (`caisson.scenario.Arm`).
-        scenario: its scenario. agent: the adapter that plays it, or None (a plain command).
-        discovered: tools sessions of this agent showed (preflight, baseline).
+        scenario: its scenario. agents: the adapters that play it.
+        discovered: tools sessions of these agents showed (preflight, baseline).
         path: the scenario file, for the message.
 
     Raises:
-        ScenarioError: the first entry that names nothing, with its field, the agent's
+        ScenarioError: the first entry that names nothing, with its field, the agents'
             tools and the closest names.
     """
     import difflib
 
     discovered = tuple(discovered)
-    own = tuple(sorted({*(agent.static_tools if agent else ()), *discovered}))
+    names = " and ".join(a.name for a in agents) or "any agent caisson knows"
+    own = tuple(sorted({*(t for a in agents for t in a.static_tools), *discovered} or known_tools()))
     members = {m for s in scenario.strategies for m in s.members()}
-    valid = {*own, *known_tools(), *members}
+    valid = {*own, *members}
     servers = {m for m in members if m.startswith("mcp__")} | {
         t.rsplit("__", 1)[0] for t in discovered if t.startswith("mcp__") and t.count("__") >= 2}
     index = next((i for i, a in enumerate(scenario.arms) if a.name == arm.name), 0)
@@ -144,15 +147,13 @@ def check_arm(arm, scenario, *, agent: Adapter | None, discovered: Iterable[str]
             tool = parse_grant(entry).tool if field == "grant" else entry
             if tool in valid or tool in servers:
                 continue
-            who = f"{agent.name}'s tools" if agent else "the tools caisson's agents have"
             hint = difflib.get_close_matches(tool, sorted(valid), n=3, cutoff=0.6)
             why = ("is not a tool name: an arm lists tools by name (a pattern goes only inside a scoped grant's"
                    " rule, Bash(git *)); to grant an agent everything, list its tools or a strategy")
             if "*" not in tool:
-                why = (f"names no tool of {agent.name if agent else 'any agent'}, of another agent caisson knows,"
-                       " nor of a scenario strategy: it would configure nothing")
+                why = f"names no tool of {names}, nor a scenario strategy's: it would configure nothing"
             raise ScenarioError(
                 f"{entry!r} {why}" + (f"; did you mean {', '.join(hint)}?" if hint else "")
-                + f"; {who}: {', '.join(own or sorted(known_tools()))}"
+                + f"; the tools of {names}: {', '.join(own)}"
                 + (f"; strategies: {', '.join(s.name for s in scenario.strategies)}" if scenario.strategies else ""),
                 path=path or "the scenario", field=f"$.arms[{index}].{field}[{j}]")

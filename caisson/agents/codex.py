@@ -53,11 +53,11 @@ GATING: Gating = "ungated"
 PROGRAMS = ("/usr/local/bin/codex", "/usr/local/lib/node_modules/@openai/codex/bin/codex.js",
             "/usr/local/lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-*/vendor/*/bin/codex")
 STATIC_TOOLS = ("exec_command", "write_stdin", "view_image", "web_search", "request_user_input",
-                "get_goal", "create_goal", "update_goal", "multi_agent_v1")
+                "get_goal", "create_goal", "update_goal", "multi_agent_v1", "apply_patch")
 """Tools codex-cli 0.171.0 sends the model (the request's tool list is its only surface), as
-its Responses requests on the scripted model list them: ``multi_agent_v1`` included,
-``apply_patch`` absent (file changes go through ``exec_command``; a ``file_change`` item
-is still read as ``apply_patch``)."""
+its Responses requests on the scripted model list them: ``multi_agent_v1`` included; and
+``apply_patch``, absent from that list (file changes go through ``exec_command``), the
+name its transcript's ``file_change`` items are read as: a tool an arm may name."""
 PROVIDER = ('model_providers.caisson={name="caisson",base_url="https://api.openai.com/v1",'
             'env_key="OPENAI_API_KEY",wire_api="responses"}')
 

@@ -98,6 +98,8 @@ class RecordOptions(msgspec.Struct, kw_only=True):
     arm: str | None = None  # a scenario arm: the agent's grant and deny list
     transcript: str | None = None  # read stdout with this adapter's transcript parser (selftest probes)
     discovered_tools: list[str] = []  # tools sessions of this agent reported (preflight): unioned into the deny list
+    arm_shared_with: list[str] = []  # a study's other agents (adapters) sharing the arm: their tools' names are
+    # valid in it, and are not handed to this agent
     measured_gating: Gating | None = None  # what a gating probe measured for this agent version (preflight);
     # None: the adapter's claim stands. It can only weaken a claim (enforced -> not_enforced), never raise one.
     egress: Egress | None = None  # replaces the scenario's egress policy (preflight: the scripted endpoint)
@@ -350,6 +352,7 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
         UsageError: unknown agent or arm, no question, or a command given as well.
     """
     from caisson.agents import arm_grant, check_arm, deny_list
+    from caisson.grants import parse_grant
 
     spec = _adapter(options.agent)
     if options.command:
@@ -365,11 +368,15 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     if found is None:
         arm, allowed, denied = None, [], []
     else:
-        check_arm(found, scenario, agent=spec, discovered=options.discovered_tools,
+        others = [_adapter(name) for name in dict.fromkeys(options.arm_shared_with) if name != spec.name]
+        check_arm(found, scenario, agents=[spec, *others], discovered=options.discovered_tools,
                   path=str(options.scenario) if options.scenario else "")
         catalog = {s.name: s.members() for s in scenario.strategies}
-        grant = arm_grant(found, scenario)
-        deny = tuple(deny_list((*spec.static_tools, *options.discovered_tools), grant, found.withhold))
+        mine = {*spec.static_tools, *options.discovered_tools, *(m for ms in catalog.values() for m in ms)}
+        foreign = {t for o in others for t in o.static_tools} - mine  # another agent's: configures nothing here
+        grant = [g for g in arm_grant(found, scenario) if parse_grant(g).tool not in foreign]
+        withhold = [w for w in found.withhold if w not in foreign]
+        deny = tuple(deny_list((*spec.static_tools, *options.discovered_tools), grant, withhold))
         arm = PlannedArm(name=found.name, grant=tuple(found.grant), withhold=tuple(found.withhold), deny=deny,
                          strategies=tuple(found.strategies), catalog=catalog)
         allowed, denied = grant, list(deny)

@@ -69,6 +69,7 @@ class SessionJob(msgspec.Struct, frozen=True, kw_only=True):
     study_dir: Path
     weaken: list[str] = []
     discovered: list[str] = []
+    shared_with: list[str] = []  # the adapters of the study's agents, who share its arms
 
 
 class SessionResult(msgspec.Struct, kw_only=True):
@@ -113,7 +114,8 @@ def derived_scenario(scenario_file: Path, combo: Combo, target: Path, *, baselin
 @contextlib.contextmanager
 def session_options(combo: Combo, session: Session, *, scenario: Scenario, repo: Path, commit: str,
                     command: list[str], timeout_s: float | None, study_dir: Path,
-                    weaken: list[str], discovered: Iterable[str] = ()) -> Iterator[RecordOptions]:
+                    weaken: list[str], discovered: Iterable[str] = (), shared_with: Iterable[str] = ()
+                    ) -> Iterator[RecordOptions]:
     """The record options of one session, with its model endpoint up while they are used.
 
     A scripted endpoint is a fresh `caisson model serve` per session (a script plays its
@@ -154,7 +156,8 @@ def session_options(combo: Combo, session: Session, *, scenario: Scenario, repo:
                             commit=commit, out=session.run_dir, question=session.question_id,
                             agent=combo.adapter, arm=combo.arm if combo.adapter else None, env=env, egress=egress,
                             timeout_s=timeout_s, weaken=list(weaken),
-                            discovered_tools=list(discovered) if combo.adapter else [])
+                            discovered_tools=list(discovered) if combo.adapter else [],
+                            arm_shared_with=list(shared_with) if combo.adapter else [])
 
 
 def dispatch(options: RecordOptions, *, around: Callable[[Path], contextlib.AbstractContextManager] | None = None
@@ -181,7 +184,7 @@ def run_session_here(job: SessionJob, around: Callable[[Path], contextlib.Abstra
     """Record one session in this process (the local executor; a ray host's task)."""
     with session_options(job.combo, job.session, scenario=job.scenario, repo=job.repo, commit=job.commit,
                          command=list(job.command), timeout_s=job.timeout_s, study_dir=job.study_dir,
-                         weaken=list(job.weaken), discovered=job.discovered) as options:
+                         weaken=list(job.weaken), discovered=job.discovered, shared_with=job.shared_with) as options:
         try:
             return SessionResult(outcome=dispatch(options, around=around))
         except ChamberError as exc:

@@ -219,7 +219,8 @@ class _Runner:
                          repo=self.repo, commit=self.commit, command=list(agent.command),
                          timeout_s=self.study.timeout_s, study_dir=self.out, weaken=list(self.weaken),
                          discovered=[] if session.baseline else
-                         list(self.discovered.get((combo.arm, combo.agent, combo.model), ())))
+                         list(self.discovered.get((combo.arm, combo.agent, combo.model), ())),
+                         shared_with=sorted({a.adapter for a in self.study.agents if a.adapter}))
         try:
             result = self.executor.run(job, None if session.baseline else self.around_cell)
         except AllHostsDrained as exc:

@@ -299,10 +299,9 @@ def load_study(path: str | Path) -> tuple[Study, Scenario, bytes]:
                          name, f"$.arms[{i}]", text)
     from caisson.agents import adapter, check_arm
 
+    players = [adapter(a.adapter) for a in study.agents if a.adapter]  # an arm is shared by the study's agents
     for arm in (scenario.arm(a) for a in study.arms or arms):  # a grant that names nothing configures nothing
-        for agent in study.agents:
-            check_arm(arm, scenario, agent=adapter(agent.adapter) if agent.adapter else None,
-                      path=str(scenario_path))
+        check_arm(arm, scenario, agents=list({p.name: p for p in players}.values()), path=str(scenario_path))
     for i, agent in enumerate(study.agents):
         if agent.command and redact_argv(agent.command, key=_PROBE_KEY, patterns=scenario.credential_patterns) \
                 != list(agent.command):

@@ -12,12 +12,12 @@ import msgspec
 import pytest
 
 from caisson.cli import build_parser, main
-from caisson.errors import UsageError
+from caisson.errors import ScenarioError, UsageError
 from caisson.run import Controls, MonitorAddress, PlannedAgent, RecordOptions, Refusal, RunPlan, plan_run
 from caisson.run.plan import WEAKENABLE
 from caisson.scenario import Egress, parse_scenario
 
-SCENARIO = parse_scenario(b'''
+SCENARIO_BYTES = b'''
 name = "plan"
 user = "agent"
 [[questions]]
@@ -30,12 +30,17 @@ withhold = ["Write"]
 [[arms]]
 name = "everything"
 grant = []
+[[arms]]
+name = "no-patch"
+grant = ["exec_command"]
+withhold = ["apply_patch"]
 [limits]
 wall_seconds = 42
 [agent]
 model = "claude-sonnet-4-5"
 max_turns = 3
-''', "plan.toml")
+'''
+SCENARIO = parse_scenario(SCENARIO_BYTES, "plan.toml")
 
 
 class W(msgspec.Struct, frozen=True):
@@ -91,13 +96,39 @@ def test_an_agent_plan_has_its_command_gating_arm_and_deny_list():
 
 
 def test_an_ungated_agent_with_an_arm_that_denies_is_a_refusal_value_not_an_error():
-    plan = plan_run(RecordOptions(command=[], question="q1", agent="codex", arm="no-write"), SCENARIO)
+    plan = plan_run(RecordOptions(command=[], question="q1", agent="codex", arm="no-patch"), SCENARIO)
     assert isinstance(plan.refusal, Refusal)
-    assert (plan.refusal.agent, plan.refusal.arm, plan.refusal.gating) == ("codex", "no-write", "ungated")
-    assert "Write" in plan.refusal.denied and plan.refusal.denied == plan.arm.deny
-    assert plan.refusal.reason.startswith("codex is ungated (its flags cannot withhold tools), so arm no-write")
+    assert (plan.refusal.agent, plan.refusal.arm, plan.refusal.gating) == ("codex", "no-patch", "ungated")
+    assert "apply_patch" in plan.refusal.denied and plan.refusal.denied == plan.arm.deny
+    assert plan.refusal.reason.startswith("codex is ungated (its flags cannot withhold tools), so arm no-patch")
     assert plan.agent.gating == "ungated" and plan.command  # still a whole plan: a study records it
     assert plan_run(RecordOptions(command=[], question="q1", agent="codex"), SCENARIO).refusal is None
+
+
+def test_an_arm_naming_another_agents_tools_is_an_error_for_this_agent():
+    # Claude Code's Bash and Write name nothing codex has: withholding them would configure nothing
+    with pytest.raises(ScenarioError, match=r"'Bash' names no tool of codex.*the tools of codex: apply_patch"):
+        plan_run(RecordOptions(command=[], question="q1", agent="codex", arm="no-write"), SCENARIO)
+    with pytest.raises(ScenarioError, match=r"'exec_command' names no tool of claude-code"):
+        plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-patch"), SCENARIO)
+
+
+def test_an_arm_a_study_shares_names_each_agents_tools_and_hands_each_only_its_own():
+    shared = parse_scenario(SCENARIO_BYTES.replace(b'name = "no-write"\ngrant = ["Bash"]\nwithhold = ["Write"]',
+                                                   b'name = "no-write"\ngrant = ["Bash", "exec_command"]\n'
+                                                   b'withhold = ["Write", "apply_patch"]'), "plan.toml")
+    claude = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
+                                    arm_shared_with=["claude-code", "codex"]), shared)
+    alone = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write"), SCENARIO)
+    assert claude.command == alone.command  # codex's names reach Claude Code in no flag
+    assert "exec_command" not in " ".join(claude.command) and "apply_patch" not in " ".join(claude.command)
+    assert claude.arm.grant == ("Bash", "exec_command")  # the arm as the scenario wrote it, on record
+    with pytest.raises(ScenarioError, match=r"'exec_command' names no tool of claude-code"):  # not shared: an error
+        plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write"), shared)
+    with pytest.raises(ScenarioError, match=r"'Bsah' names no tool of claude-code and codex"):
+        plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
+                               arm_shared_with=["codex"]),
+                 parse_scenario(SCENARIO_BYTES.replace(b'grant = ["Bash"]', b'grant = ["Bsah"]'), "plan.toml"))
 
 
 def test_weakening_the_deny_list_hands_the_withheld_tools_as_allowed_but_records_the_real_deny_list():
@@ -135,7 +166,7 @@ def test_the_plan_is_a_pure_function_of_its_inputs():
     (dict(command=["true"], question="nope"), r"^--question nope: not in the scenario; its questions: q1$"),
     (dict(command=[], question="q1", agent="nope"), r"^--agent nope: unknown agent; known: claude-code, codex, copilot, mini-swe-agent, opencode$"),
     (dict(command=[], question="q1", agent="claude-code", arm="nope"),
-     r"^--arm nope: not in the scenario; its arms: no-write, everything$"),
+     r"^--arm nope: not in the scenario; its arms: no-write, everything, no-patch$"),
     (dict(command=["true"], arm="no-write"), r"^--arm no-write: an arm sets an agent's tools; give --agent"),
     (dict(command=["true"], commit="HEAD"), r"^--commit needs --repo$"),
     (dict(command=[]), r"^no command given"),
@@ -276,3 +307,20 @@ def test_an_allow_entry_the_proxy_could_not_read_is_a_usage_error(entry):
         plan_run(RecordOptions(command=["true"]), bad, witnesses=WITNESSES)
     good = msgspec.structs.replace(SCENARIO, egress=Egress(allow_hosts=["pypi.org", "*.example.com:8443"]))
     assert plan_run(RecordOptions(command=["true"]), good, witnesses=WITNESSES).network == "witnessed"
+
+
+def test_record_refuses_another_agents_tool_name():
+    scenario = parse_scenario(b'''
+name = "plan"
+[[questions]]
+id = "q1"
+prompt = "Where is the function `answer` defined?"
+[[arms]]
+name = "shell"
+grant = ["bash"]
+''', "plan.toml")
+    with pytest.raises(UsageError, match="'bash' names no tool of claude-code.*did you mean Bash"):
+        plan_run(RecordOptions(command=[], agent="claude-code", arm="shell", question="q1"), scenario,
+                 witnesses=WITNESSES)
+    assert plan_run(RecordOptions(command=[], agent="opencode", arm="shell", question="q1"), scenario,
+                    witnesses=WITNESSES).arm.grant == ("bash",)

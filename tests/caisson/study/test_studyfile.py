@@ -347,7 +347,7 @@ def test_a_grant_that_names_nothing_is_refused_with_its_field_and_what_is_valid(
         load_study(_write(folder, GOOD))
     message = str(caught.value)
     assert str(folder / "scenario.toml") in message and all(w in message for w in words), message
-    assert "claude-code's tools: Agent, Bash," in message  # what is valid, listed
+    assert "the tools of claude-code and codex: Agent, Bash," in message  # what is valid, listed
 
 
 def test_a_shared_arm_a_strategy_and_a_server_it_lists_are_valid(folder):
@@ -369,3 +369,13 @@ def test_the_text_plan_shows_each_combinations_grant_and_deny_list(folder, capsy
     at = out.index(next(line for line in out if line.startswith("RUN     no-write x claude-code")))
     assert out[at + 1].split() == ["grant", "Bash"]
     assert out[at + 2].startswith("          deny  Agent, BashOutput,") and "Write" in out[at + 2]
+
+
+def test_another_agents_spelling_is_no_name_for_the_agents_that_play_the_arm(folder):
+    """A reviewer's case: Claude Code's study arm granting ["bash", "read"] (OpenCode's and
+    Copilot's names) would deny Claude Code's Bash and Read: refused, as a misspelling is."""
+    (folder / "scenario.toml").write_text(SCENARIO.replace('grant = ["Bash"]\nwithhold = ["Write"]',
+                                                           'grant = ["bash", "read"]\nwithhold = ["Write"]'))
+    claude_only = GOOD.split("[[agents]]\nadapter = \"codex\"")[0]
+    with pytest.raises(ScenarioError, match="'bash' names no tool of claude-code.*did you mean Bash"):
+        load_study(_write(folder, claude_only))
