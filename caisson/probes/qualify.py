@@ -26,12 +26,14 @@ __all__ = ["PROBE", "check_qualification", "qualify_ebpf"]
 
 _LONG = "/caisson-qualify/" + "d" * 240 + "/absent"
 """A path past the 199 bytes the eBPF witness once kept: recorded whole, or the witness fails."""
+_ARG = "a" * 300
+"""An argv string past those 199 bytes too (Claude Code's bash -c command is longer)."""
 PROBE = f"""set -u
 cat /etc/hostname >/dev/null
 cat /caisson-qualify/absent 2>/dev/null
 cat {_LONG} 2>/dev/null
 mkdir /tmp/caisson-qualify
-sh -c 'exit 3'
+sh -c 'exit 3' {_ARG}
 python3 - <<'PY'
 import ctypes, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
@@ -43,6 +45,7 @@ except OSError as exc:
     print("connect:", exc.errno)
 d = os.open("/etc", os.O_RDONLY | os.O_DIRECTORY)
 t = os.open("/tmp", os.O_RDONLY | os.O_DIRECTORY)
+os.mkdir(f"/proc/self/fd/{{t}}/caisson-qualify-link")
 os.dup2(d, t)
 os.close(d)
 os.close(os.open("passwd", os.O_RDONLY, dir_fd=t))
@@ -87,6 +90,11 @@ def check_qualification(records: Sequence[Record], witness: str = "ebpf") -> lis
         isinstance(e, ProcessSyscall) and e.syscall == "io_uring_setup" and e.denied for e in mine))
     want("the connect to 127.0.0.1:9", (isinstance(e, NetConnect) and e.address == "127.0.0.1" and e.port == 9
                                         for e in mine))
+    want("mkdir through /proc/self/fd/N/ as /tmp/caisson-qualify-link", (
+        isinstance(e, FileChange) and e.syscall == "mkdir" and e.path == "/tmp/caisson-qualify-link"
+        and not e.unresolved for e in mine))
+    want(f"the {len(_ARG)}-byte argv string whole", (isinstance(e, ProcessExec) and e.argv[-1:] == [_ARG]
+                                                    and not e.argv_cut for e in mine))
     want("a child's birth", (isinstance(e, ProcessFork) for e in mine))
     want("a child's exit status 3", (isinstance(e, ProcessExit) and e.code == 3 for e in mine))
     moved = [e for e in mine if isinstance(e, FileOpen) and e.result is not None and e.path.endswith("/passwd")]

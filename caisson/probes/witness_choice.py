@@ -3,8 +3,8 @@
 eBPF is the stronger witness (it sees from outside the chamber what strace's ptrace can
 be made blind to, and costs less), so it is the default wherever it is shown to work:
 ``caisson selftest --syscall-witness ebpf`` (the whole detector matrix, minutes) or, at
-first use, its quick qualification (`caisson.probes.qualify`: one known-answer run, about
-a second). Each verdict is kept in the caisson home (`outcome_path`) with the identity it
+first use, its quick qualification (`caisson.probes.qualify`: one known-answer run in the
+chamber, a few seconds; a failed one is run again a day later). Each verdict is kept in the caisson home (`outcome_path`) with the identity it
 holds for (`machine_identity`: the machine id, the kernel's release and build, bpftrace's
 version, the Docker engine's version, the eBPF backend and the sha256 of the program it
 loads), signed with the operator key; a verdict for another identity, unsigned or failed
@@ -16,8 +16,10 @@ said once on stderr by the CLI. Nothing runs unwitnessed.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -114,17 +116,19 @@ def keep_outcome(syscall: str, failures: list[str], *, identity: dict[str, str] 
     operator key if there is none.
     """
     identity = identity if identity is not None else machine_identity()
-    kept = _load(identity)[0] or _Kept(identity=identity, outcomes={})
-    outcome = Outcome(complete=not failures, failures=list(failures),
-                      at_ns=now_ns if now_ns is not None else time.time_ns())
-    (kept.qualified if qualification else kept.outcomes)[syscall] = outcome
-    body = msgspec.json.encode(kept).decode()
-    signed = _Signed(body=body, signature=home.ensure_operator_key().sign(body.encode()).hex())
     path = outcome_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(msgspec.json.encode(signed))
-    tmp.replace(path)
+    with open(path.with_suffix(".lock"), "a") as lock:  # one writer at a time: none loses another's outcome
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = _load(identity)[0] or _Kept(identity=identity, outcomes={})
+        outcome = Outcome(complete=not failures, failures=list(failures),
+                          at_ns=now_ns if now_ns is not None else time.time_ns())
+        (kept.qualified if qualification else kept.outcomes)[syscall] = outcome
+        body = msgspec.json.encode(kept).decode()
+        signed = _Signed(body=body, signature=home.ensure_operator_key().sign(body.encode()).hex())
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name + ".", delete=False) as tmp:
+            tmp.write(msgspec.json.encode(signed))
+        os.replace(tmp.name, path)
     return path
 
 
@@ -161,9 +165,10 @@ def choose_syscall_witness(identity: dict[str, str] | None = None, *,
 
     eBPF when this identity's last ``caisson selftest --syscall-witness ebpf`` was complete;
     with no selftest verdict, when its quick qualification passed (`caisson.probes.qualify`),
-    run now by ``qualify`` if there is none yet (its verdict kept, signed, so it runs once
-    per identity); strace otherwise, with the reason. A failed selftest is never overridden
-    by a qualification.
+    run now by ``qualify`` if there is none yet, or if the last one failed
+    `REQUALIFY_AFTER_NS` ago or more (its verdict kept, signed: a pass runs once per
+    identity); strace otherwise, with the reason. A failed selftest is never overridden by
+    a qualification.
 
     Args:
         identity: what a verdict must hold for (default `machine_identity`).
@@ -179,7 +184,8 @@ def choose_syscall_witness(identity: dict[str, str] | None = None, *,
     kept, why = _load(identity)
     selftest = kept.outcomes.get("ebpf") if kept is not None else None
     quick = kept.qualified.get("ebpf") if kept is not None else None
-    if selftest is None and quick is None and qualify is not None:
+    stale = quick is not None and not quick.complete and time.time_ns() - quick.at_ns >= REQUALIFY_AFTER_NS
+    if selftest is None and (quick is None or stale) and qualify is not None:
         failures, seconds = qualify()
         keep_outcome("ebpf", failures, identity=identity, qualification=True)
         say(f"qualified the eBPF witness on this machine in {seconds:.1f} s: "
@@ -195,12 +201,18 @@ def choose_syscall_witness(identity: dict[str, str] | None = None, *,
         if quick.complete:
             return Choice(witness="ebpf", why=f"default: ebpf, the strongest syscall witness: its qualification"
                                               f" passed on this machine ({_stamp(quick)})")
-        why = f"the eBPF witness's qualification failed here: {'; '.join(quick.failures)}"
+        again = _stamp(msgspec.structs.replace(quick, at_ns=quick.at_ns + REQUALIFY_AFTER_NS))
+        why = (f"the eBPF witness's qualification failed here ({_stamp(quick)}; run again from {again}, or now by"
+               f" caisson selftest --syscall-witness ebpf): {'; '.join(quick.failures)}")
     elif kept is not None:
         why = "caisson selftest --syscall-witness ebpf was not run on this machine"
     return Choice(witness="strace", why=f"default: strace: {why}",
                   notice=f"caisson record: syscall witness strace, not eBPF: {why}")
 
+
+REQUALIFY_AFTER_NS = 24 * 3600 * 10**9
+"""A failed qualification is run again at first use this long after it (ns): a host under
+load at the time, or a fixed engine, is not kept on strace for good."""
 
 _CHOSEN: dict[Path, Choice] = {}  # caisson home -> the choice this process made for it
 
