@@ -111,6 +111,19 @@ def arm_grant(arm, scenario) -> list[str]:
     return [*arm.grant, *(m for m in dict.fromkeys(members) if m not in arm.grant)]
 
 
+def own_arm(arm, scenario, agent: Adapter, *, shared_with: Sequence[Adapter] = (),
+            discovered: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """The grant (as `arm_grant`) and withhold of ``arm`` as ``agent`` is handed them: less
+    the entries naming only a tool of another agent sharing the arm (``shared_with``, a
+    study's other adapters), which configure nothing for this one; both the study's plan
+    and the cell's record derive the deny list from these."""
+    members = {m for s in scenario.strategies for m in s.members()}
+    mine = {*agent.static_tools, *discovered, *members}
+    foreign = {t for other in shared_with if other.name != agent.name for t in other.static_tools} - mine
+    grant = [g for g in arm_grant(arm, scenario) if parse_grant(g).tool not in foreign]
+    return grant, [w for w in arm.withhold if w not in foreign]
+
+
 def check_arm(arm, scenario, *, agents: Sequence[Adapter], discovered: Iterable[str] = (), path: str = "") -> None:
     """That every ``grant`` and ``withhold`` entry of ``arm`` names something.
 

@@ -351,8 +351,7 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     Raises:
         UsageError: unknown agent or arm, no question, or a command given as well.
     """
-    from caisson.agents import arm_grant, check_arm, deny_list
-    from caisson.grants import parse_grant
+    from caisson.agents import check_arm, deny_list, own_arm
 
     spec = _adapter(options.agent)
     if options.command:
@@ -372,10 +371,7 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
         check_arm(found, scenario, agents=[spec, *others], discovered=options.discovered_tools,
                   path=str(options.scenario) if options.scenario else "")
         catalog = {s.name: s.members() for s in scenario.strategies}
-        mine = {*spec.static_tools, *options.discovered_tools, *(m for ms in catalog.values() for m in ms)}
-        foreign = {t for o in others for t in o.static_tools} - mine  # another agent's: configures nothing here
-        grant = [g for g in arm_grant(found, scenario) if parse_grant(g).tool not in foreign]
-        withhold = [w for w in found.withhold if w not in foreign]
+        grant, withhold = own_arm(found, scenario, spec, shared_with=others, discovered=options.discovered_tools)
         deny = tuple(deny_list((*spec.static_tools, *options.discovered_tools), grant, withhold))
         arm = PlannedArm(name=found.name, grant=tuple(found.grant), withhold=tuple(found.withhold), deny=deny,
                          strategies=tuple(found.strategies), catalog=catalog)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 
 import msgspec
 
-from caisson.agents import adapter, arm_grant, deny_list
+from caisson.agents import Adapter, adapter, arm_grant, deny_list, own_arm
 from caisson.scenario import Scenario
 from caisson.study.studyfile import Study, StudyAgent
 
@@ -93,19 +94,26 @@ def cell_id(arm: str, agent: str, model: str | None, question_id: str, repetitio
     return f"{combo_id(arm, agent, model)}--{_UNSAFE.sub('_', question_id)}--r{repetition}"
 
 
-def _combo(study_agent: StudyAgent, arm, model: str | None, cells: int, scenario: Scenario) -> Combo | Refusal:
+def _combo(study_agent: StudyAgent, arm, model: str | None, cells: int, scenario: Scenario,
+           players: Sequence[Adapter] = ()) -> Combo | Refusal:
+    """One (agent, arm, model): its combination, or its refusal. ``players``: the study's
+    adapters, who share its arms (each is handed only its own tools: `own_arm`, as the
+    cell's record derives its deny list)."""
     spec = adapter(study_agent.adapter) if study_agent.adapter is not None else None
     if spec is None:
-        gating, static, adapter_name = "ungated", (), None
+        gating, adapter_name = "ungated", None
+        deny = deny_list((), arm_grant(arm, scenario), arm.withhold)
+        withhold = list(arm.withhold)
     else:
-        gating, static, adapter_name = spec.gating, spec.static_tools, spec.name
-    deny = deny_list(static, arm_grant(arm, scenario), arm.withhold)
+        gating, adapter_name = spec.gating, spec.name
+        grant, withhold = own_arm(arm, scenario, spec, shared_with=players)
+        deny = deny_list(spec.static_tools, grant, withhold)
     if deny and gating != "enforced":
         kind = "cannot" if gating == "ungated" else "not_yet"
         why = ("its CLI has no way to withhold a tool" if kind == "cannot"
                else "it could gate, but no verified flag mapping exists yet")
         return Refusal(arm=arm.name, agent=study_agent.label, model=model, gating=gating, kind=kind, cells=cells,
-                       reason=f"arm {arm.name} withholds {', '.join(arm.withhold) or 'nothing by name'} and denies"
+                       reason=f"arm {arm.name} withholds {', '.join(withhold) or 'nothing by name'} and denies"
                        f" {len(deny)} tool(s) in all; {study_agent.label} is {gating}: {why}")
     endpoint = msgspec.to_builtins(study_agent.endpoint) if study_agent.endpoint else {}
     return Combo(arm=arm.name, agent=study_agent.label, adapter=adapter_name, model=model, gating=gating,
@@ -133,10 +141,11 @@ def plan_study(study: Study, scenario: Scenario, *, seed: int | None) -> StudyPl
     combos: list[Combo] = []
     refusals: list[Refusal] = []
     cells: list[Cell] = []
+    players = list({a.adapter: adapter(a.adapter) for a in study.agents if a.adapter}.values())
     for arm in arms:
         for agent in study.agents:
             for model in agent.models or [None]:
-                got = _combo(agent, arm, model, per_combo, scenario)
+                got = _combo(agent, arm, model, per_combo, scenario, players)
                 if isinstance(got, Refusal):
                     refusals.append(got)
                     continue

@@ -379,3 +379,25 @@ def test_another_agents_spelling_is_no_name_for_the_agents_that_play_the_arm(fol
     claude_only = GOOD.split("[[agents]]\nadapter = \"codex\"")[0]
     with pytest.raises(ScenarioError, match="'bash' names no tool of claude-code.*did you mean Bash"):
         load_study(_write(folder, claude_only))
+
+
+def test_a_shared_arm_gives_each_agent_the_deny_list_its_cells_record(folder):
+    """The study's plan and the cell's record derive one deny list: an arm that grants
+    every codex tool and withholds only Claude Code's WebFetch and WebSearch runs codex
+    (its withheld names configure nothing for it), never refused for denying them."""
+    from caisson.agents import adapter
+    from caisson.run.plan import RecordOptions, plan_run
+
+    codex_tools = ", ".join(f'"{t}"' for t in adapter("codex").static_tools)
+    (folder / "scenario.toml").write_text(SCENARIO.replace(
+        'grant = ["Bash"]\nwithhold = ["Write"]', f'grant = [{codex_tools}, "Bash"]\nwithhold = ["WebFetch", "WebSearch"]'))
+    study, scenario, _ = load_study(_write(folder, GOOD))
+    plan = plan_study(study, scenario, seed=1)
+    combos = {(c.arm, c.agent): c for c in plan.combos}
+    assert ("no-write", "codex") in combos and combos[("no-write", "codex")].deny == []
+    assert not [r for r in plan.refusals if (r.arm, r.agent) == ("no-write", "codex")]
+    for agent in ("claude-code", "codex"):
+        cell = plan_run(RecordOptions(command=[], question="q1", agent=agent, arm="no-write",
+                                      arm_shared_with=["claude-code", "codex"]), scenario)
+        assert list(cell.arm.deny) == list(combos[("no-write", agent)].deny), agent
+    assert {"WebFetch", "WebSearch"} <= set(combos[("no-write", "claude-code")].deny)
