@@ -330,6 +330,15 @@ def _check(scenario: Scenario, path: str) -> None:
                 parse_grant(entry)
             except ValueError as e:
                 raise ScenarioError(str(e), path=path, field=f"$.arms[{i}].grant[{j}]") from None
+    for i, q in enumerate(scenario.questions):  # a regex fact that cannot compile could never be met
+        for j, fact in enumerate(q.required):
+            if fact.regex:
+                try:
+                    re.compile(fact.pattern, re.IGNORECASE)
+                except re.error as e:
+                    raise ScenarioError(f"pattern {fact.pattern!r} is not a Python regular expression: {e}",
+                                        path=path, field=f"$.questions[{i}].required[{j}].pattern") from None
+    _check_egress(scenario.egress, path)
     if scenario.answer_file is not None:
         p = PurePosixPath(scenario.answer_file)
         if not scenario.answer_file or p.is_absolute() or ".." in p.parts:
@@ -339,6 +348,45 @@ def _check(scenario: Scenario, path: str) -> None:
                 path=path,
                 field="$.answer_file",
             )
+
+
+def _check_egress(egress: Egress, path: str) -> None:
+    """Egress settings that would configure nothing: an allow entry that parses as no name,
+    an upstream rewrite of a host the proxy never lets through (or whose target is not
+    ``[http://|https://]ip:port``), a static host whose address is no IP address."""
+    import ipaddress
+
+    from collectors.egress import canonical_host, host_allowed, parse_allow
+
+    allow = []
+    for j, entry in enumerate(egress.allow_hosts):
+        try:
+            allow += parse_allow([entry])
+        except ValueError as e:
+            raise ScenarioError(str(e), path=path, field=f"$.egress.allow_hosts[{j}]") from None
+    for host, target in egress.upstream.items():
+        at = f"$.egress.upstream.{host}"
+        if not host_allowed(canonical_host(host), allow):
+            raise ScenarioError(f"upstream {host!r} is not in egress.allow_hosts"
+                                f" ({', '.join(egress.allow_hosts) or 'none'}): the proxy refuses every request"
+                                " for it, so the rewrite would configure nothing", path=path, field=at)
+        scheme, _, rest = target.rpartition("://")
+        address, colon, port = rest.rpartition(":")
+        try:
+            ipaddress.ip_address(address.strip("[]"))
+            ok = scheme in ("", "http", "https") and colon and port.isdigit() and 0 < int(port) < 65536
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ScenarioError(f"upstream target {target!r}: expected [http://|https://]ip:port (an IP address"
+                                " and a port 1-65535)", path=path, field=at)
+    for name, addresses in egress.static_hosts.items():
+        for j, address in enumerate(addresses):
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ScenarioError(f"static host {name!r}: {address!r} is not an IP address", path=path,
+                                    field=f"$.egress.static_hosts.{name}[{j}]") from None
 
 
 def _no_literal_credentials(scenario: Scenario, path: str) -> None:

@@ -199,3 +199,40 @@ def test_a_malformed_scoped_grant_names_its_arm_and_entry(tmp_path: Path) -> Non
         load_scenario(p)
     assert e.value.field == "$.arms[0].grant[1]"
     assert load_scenario(write(tmp_path, 'name = "x"\n[[arms]]\nname = "a"\ngrant = ["Bash(git log:*)"]\n')).arms
+
+
+@pytest.mark.parametrize(("egress", "field", "words"), [
+    ('allow_hosts = ["api.anthropic.com"]\nupstream = { "api.openai.com" = "http://127.0.0.1:9" }',
+     "$.egress.upstream.api.openai.com", "is not in egress.allow_hosts (api.anthropic.com)"),
+    ('allow_hosts = ["api.anthropic.com"]\nupstream = { "api.anthropic.com" = "nonsense" }',
+     "$.egress.upstream.api.anthropic.com", "expected [http://|https://]ip:port"),
+    ('allow_hosts = ["*.anthropic.com"]\nupstream = { "api.anthropic.com" = "ftp://127.0.0.1:9" }',
+     "$.egress.upstream.api.anthropic.com", "expected [http://|https://]ip:port"),
+    ('allow_hosts = ["*.anthropic.com"]\nupstream = { "api.anthropic.com" = "127.0.0.1:65536" }',
+     "$.egress.upstream.api.anthropic.com", "a port 1-65535"),
+    ('allow_hosts = ["a.test"]\nstatic_hosts = { "a.test" = ["10.0.0.1", "a.test"] }',
+     "$.egress.static_hosts.a.test[1]", "'a.test' is not an IP address"),
+    ('allow_hosts = ["api.anthropic.com", "*."]', "$.egress.allow_hosts[1]", "expected name, *.suffix"),
+])
+def test_an_egress_setting_that_configures_nothing_is_refused_where_it_is(tmp_path: Path, egress, field, words):
+    path = tmp_path / "s.toml"
+    path.write_text(f'name = "e"\n[egress]\n{egress}\n')
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value).startswith(f"{path}: {field}: ") and words in str(caught.value), str(caught.value)
+
+
+def test_upstreams_that_configure_something_load(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('name = "e"\n[egress]\nallow_hosts = ["*.anthropic.com", "api.openai.com:443"]\n'
+                    'upstream = { "api.anthropic.com" = "http://127.0.0.1:9", "api.openai.com" = "[::1]:8080" }\n'
+                    'static_hosts = { "api.openai.com" = ["192.0.2.1", "2001:db8::1"] }\n')
+    assert load_scenario(path).egress.upstream["api.openai.com"] == "[::1]:8080"
+
+
+def test_a_regex_fact_that_cannot_compile_is_refused_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('name = "r"\n[[questions]]\nid = "q"\nprompt = "p"\n'
+                    'required = [{ subject = "s", pattern = "a" }, { subject = "s", pattern = "(", regex = true }]\n')
+    with pytest.raises(ScenarioError, match=r"\$\.questions\[0\]\.required\[1\]\.pattern: pattern '\(' is not a"):
+        load_scenario(path)
