@@ -551,7 +551,8 @@ class EbpfParser(SyscallParserOutput):
         if not name:  # kept empty: never resolved to the directory (AT_EMPTY_PATH, or unreadable)
             return name, False
         if name.startswith("/"):
-            magic = MAGIC_LINK.match(name)
+            name = _clean(name) + ("/" if name.endswith("/") else "")  # as the kernel reads it: /proc/self/./fd/N/
+            magic = MAGIC_LINK.match(name)  # and //proc/... are links too (the program walks only the plain spelling)
             if magic is None:
                 return _clean(name), False
             if self._kernel:  # the program's Y line of this field: the directory the link led into

@@ -482,6 +482,8 @@ class StraceParser(SyscallParserOutput):
         if cut:
             self.truncated += 1
             path += "..."
+        if path.startswith("/"):  # matched as the kernel reads it: /proc/self/./fd/N/ and //proc/... are links too
+            path = _clean(path) + ("/" if path.endswith("/") else "")
         magic = MAGIC_LINK.match(path)
         if magic is not None:  # /proc/self/fd/N/..., /proc/self/cwd/..., /dev/fd/N/...: that directory
             pid, fd = magic[1], magic[2] or magic[4]

@@ -34,9 +34,11 @@ over. With at most 8 configurations remembered, the memos stay within a few tens
 _UNSEEN = object()
 
 
-@reads(FileOpen, ProcessExec)
+@reads(FileOpen, ProcessExec, FileChange)
 def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
     """A successful open of a path in the exclusion set voids the cell; a failed one is shown.
+    So does a hard link or rename of one (its content under a name outside the set, read
+    later without a finding).
 
     A path is in the set when, relative to the sandbox root, it is one of the paths the
     sandbox withheld or matches one of the scenario's exclusion globs. Runs open the same
@@ -55,6 +57,23 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
         if event.__class__ is not FileOpen and not isinstance(event, FileOpen):
             if isinstance(event, ProcessExec) and event.cwd:
                 cwds[event.pid] = event.cwd
+            elif isinstance(event, FileChange) and event.syscall.startswith(("link", "rename")) \
+                    and not event.unresolved and event.target:
+                source, new = (event.target, event.path) if event.syscall.startswith("link") else \
+                    (event.path, event.target)
+                key = (source, None, cwds.get(event.pid))
+                hit = resolved.get(key, _UNSEEN)
+                if hit is _UNSEEN:
+                    hit = exclusion.resolve(key)
+                if hit is not None:
+                    rel, category = hit  # type: ignore[misc]
+                    verb = "linked" if event.syscall.startswith("link") else "renamed"
+                    if event.result == 0:
+                        yield Finding(detector=EXCLUDED_READ, kind="leak", effect=VOID, evidence=[record.seq],
+                                      message=f"{verb} {rel} ({category}) to {new} with {event.syscall}")
+                    else:
+                        yield Finding(detector=EXCLUDED_READ, kind="excluded_attempt", effect=INFO,
+                                      evidence=[record.seq], message=f"tried {rel} ({category}): {event.errno}")
             continue
         if event.real_path is None:
             if event.path in quiet:
@@ -285,20 +304,35 @@ def path_unjudged(records: Iterable[Record], config: DetectorConfig) -> Iterator
       ``real_path`` (the kernel's path of the file opened, which the others judge), or
       whose kernel path was longer than the witness reads (``real_path_cut``);
     - a `FileChange` whose ``path`` or file ``target`` is cut or unresolved (a change
-      returns no file: there is no kernel path to judge instead).
+      returns no file: there is no kernel path to judge instead);
+    - a `FileChange` through a symlink the run made (a directory of its path or file
+      target, or the file itself for ``chmod``, ``fchmodat`` and ``truncate``, which follow
+      it): the witnesses place a change by its names, and the kernel followed the link to
+      wherever its text leads. The run's symlinks are those its ``symlink``/``symlinkat``
+      made, moved by renames and gone with unlinks.
     """
+    links: set[str] = set()  # the symlinks the run made, where they are now
     for record in records:
         event = record.event
+        through = None
         if isinstance(event, FileOpen):
             if not (event.real_path_cut or (event.path_cut or event.unresolved) and event.real_path is None):
                 continue
             ok = event.result is not None
-        elif isinstance(event, FileChange) and (event.path_cut or event.unresolved):
+        elif isinstance(event, FileChange):
             ok = event.result == 0
+            if not (event.path_cut or event.unresolved):
+                through = _through_link(event, links) if links else None
+                if ok:
+                    _follow_links(event, links)
+                if through is None:
+                    continue
         else:
             continue
         why = ("the kernel's path of the file is longer than the witness reads"
                if isinstance(event, FileOpen) and event.real_path_cut else
+               f"it goes through {through}, a symlink the run made, which a change follows"
+               if through is not None else
                "the witness read only its start" if event.path_cut else
                "it is relative to a directory the witness does not know")
         shown = event.path if len(event.path) <= 120 else event.path[:100] + "..." + event.path[-17:]
@@ -306,6 +340,37 @@ def path_unjudged(records: Iterable[Record], config: DetectorConfig) -> Iterator
                       evidence=[record.seq],
                       message=f"{event.syscall} of {shown!r} {'succeeded' if ok else f'failed ({event.errno})'}"
                       f": its path cannot be judged ({why})")
+
+
+_FOLLOWS = ("chmod", "fchmodat", "truncate")  # changes that follow a symlink named last
+
+
+def _through_link(event: FileChange, links: set[str]) -> str | None:
+    """The first of ``links`` that ``event`` goes through (a directory of its path or file
+    target; the file itself for a call that follows it), or None."""
+    names = [event.path] + ([event.target] if event.target and not event.syscall.startswith("symlink") else [])
+    for name in names:
+        if event.syscall in _FOLLOWS and name in links:
+            return name
+        at = name.rfind("/")
+        while at > 0:
+            if name[:at] in links:
+                return name[:at]
+            at = name.rfind("/", 0, at)
+    return None
+
+
+def _follow_links(event: FileChange, links: set[str]) -> None:
+    """Keep ``links`` where a successful ``event`` leaves them."""
+    if event.syscall.startswith("symlink"):
+        links.add(event.path)
+    elif event.syscall.startswith("rename") and event.target:
+        old, new = event.path, event.target
+        moved = {p for p in links if p == old or p.startswith(old + "/")}
+        links.difference_update(moved | {p for p in links if p == new or p.startswith(new + "/")})  # replaced
+        links.update(new + p[len(old):] for p in moved)
+    elif event.syscall.startswith("unlink") or event.syscall == "rmdir":
+        links.discard(event.path)
 
 
 @reads(RunStarted, ProcessSyscall)

@@ -126,6 +126,9 @@ CASES: tuple[Case, ...] = (
     Case(name="path_mover/exclusions", command=_probe("path_mover.sh"), weaken=("exclusions",),
          expect=("containment.excluded_read@1",)),  # every read of the key by a moved fd, long name, link
     Case(name="deep_path", command=_probe("deep_path.sh"), expect=("containment.path_unjudged@1",)),
+    Case(name="link_changer", command=_probe("link_changer.sh"), expect=("containment.path_unjudged@1",)),
+    Case(name="link_changer/exclusions", command=_probe("link_changer.sh"), weaken=("exclusions",),
+         expect=("containment.path_unjudged@1", "containment.excluded_read@1")),
     Case(name="claude_code", command=[], agent="claude-code", arm="no-write", model_script="asks_for_write.toml",
          gating_probe=True),
     Case(name="claude_code/deny_list", command=[], agent="claude-code", arm="no-write", weaken=("deny_list",),

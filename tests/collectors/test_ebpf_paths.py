@@ -299,3 +299,20 @@ def test_argv_strings_have_the_limit_the_b_line_gives():
     [whole] = [e for _, e in parse([(LIBBPF_B.replace("kernel", "kernel 4097") + _exec_of("z" * 4096)).encode()],
                                    root_cwd=W) if isinstance(e, ProcessExec)]
     assert whole.argv_cut and whole.argv[1].endswith("...")  # 4096 bytes: the limit less one and more, cut
+
+
+def test_a_magic_link_spelt_with_dots_or_doubled_slashes_is_a_magic_link():
+    # the kernel reads /proc/self/./fd/4/ and //proc/self/fd/4/ as /proc/self/fd/4/: placed
+    # through fd 4 (bpftrace), or unresolved where the program did not walk it (the loader
+    # walks the plain spelling only): never judged as a path under /proc/self
+    names = ("/proc/self/./fd/4/a", "//proc/self/fd/4/b", "/proc/self//fd/4/c", "/proc/./self/cwd/d",
+             "/proc/self/./root/run/lock/e")
+    text = BPFTRACE_B + _open(100, -100, 4, "key", O_DIRECTORY) + "".join(
+        _mkdir(101 + i, 0, name) for i, name in enumerate(names))
+    got = [(e.path, e.unresolved) for _, e in parse([text.encode()], root_cwd=W) if isinstance(e, FileChange)]
+    assert got == [(f"{W}/key/a", False), (f"{W}/key/b", False), (f"{W}/key/c", False), (f"{W}/d", False),
+                   ("/proc/self/root/run/lock/e", True)]
+    text = LIBBPF_B + "".join(_mkdir(101 + i, 0, name) for i, name in enumerate(names))
+    got = [(e.path, e.unresolved) for _, e in parse([text.encode()], root_cwd=W) if isinstance(e, FileChange)]
+    assert got == [("/proc/self/fd/4/a", True), ("/proc/self/fd/4/b", True), ("/proc/self/fd/4/c", True),
+                   ("/proc/self/cwd/d", True), ("/proc/self/root/run/lock/e", True)]

@@ -674,3 +674,25 @@ def test_injected_results_and_sends_line_by_line():
     nameless = '7 1.000001 sendmsg(3<UDP:[1]>, {msg_name=NULL, msg_namelen=0, msg_iov=[], msg_iovlen=0, ' \
                'msg_controllen=0, msg_flags=0}, 0) = 0\n'
     assert events(nameless) == []
+
+
+def test_a_magic_link_spelt_with_dots_or_doubled_slashes_is_mapped_back_too():
+    from collectors.strace import StraceParser
+    from ledger.events import FileChange
+
+    trace = (
+        b'7 1700000000.000001 openat(AT_FDCWD</w>, "/run/lock", O_RDONLY|O_PATH|O_DIRECTORY) = 14</run/lock>\n'
+        b'7 1700000000.000002 mkdir("/proc/self/./fd/14/a", 0777) = 0\n'
+        b'7 1700000000.000003 mkdir("//proc/self/fd/14/b", 0777) = 0\n'
+        b'7 1700000000.000004 mkdir("/proc/self//fd/14/c", 0777) = 0\n'
+        b'7 1700000000.000005 mkdir("/proc/self/./root/run/lock/d", 0777) = 0\n'
+    )
+    parser = StraceParser(root_cwd="/w")
+    parser.feed(trace)
+    parser.close()
+    events = []
+    while (item := parser.next_event()) is not NEED_DATA:
+        events.append(item.event)
+    assert [(e.path, e.unresolved) for e in events if isinstance(e, FileChange)] == [
+        ("/run/lock/a", False), ("/run/lock/b", False), ("/run/lock/c", False),
+        ("/proc/self/root/run/lock/d", True)]  # never a path under /proc/self, its write prefix
