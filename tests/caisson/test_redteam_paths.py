@@ -187,7 +187,7 @@ RACE = ("accepted (docs/architecture.md, the eBPF witness's limits): a change is
     for mode in ("magic", "dirfd", "cwd", "name")
 ])
 def test_a_change_whose_directory_is_swapped_during_the_call_is_judged_where_it_landed(ebpf, tmp_path, mode):
-    run_dir, events = _record(tmp_path, f"mkdir pwn && ./swap_race {mode} {OUT} /work/sandbox 30")
+    run_dir, events = _record(tmp_path, f"mkdir pwn && ./swap_race {mode} {OUT} /work/sandbox 5")
     _landed(events)
     status, void = _judged(run_dir)
     landed = [c for c in _changes(events, "pwn") if c[4] == 0 and c[0] in ("mkdir", "mkdirat")]
