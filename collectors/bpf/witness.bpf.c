@@ -517,10 +517,19 @@ static __always_inline s32 number_at(const char *s, u32 *at)
  * leads into (proc(5); collectors._strace_parser.MAGIC_LINK's forms less root/):
  * /proc/<self|thread-self|its pid>[/task/<its tid>]/fd/N/... and /dev/fd/N/...; AT_FDCWD for
  * the same with cwd/; NO_FD for any other name (another process's or thread's, root/). */
-static __always_inline s32 magic_fd(const char *s)
+__noinline int magic_fd_of_name(void);
+
+/* Verified once (a global function), not in each of the programs that return a change. */
+__noinline int magic_fd_of_name(void)
 {
+	struct scratch *sc = scratch();
+	const char *s;
 	u32 at = 0;
 	s32 fd;
+
+	if (!sc)
+		return NO_FD;
+	s = sc->name.r.s;
 
 	if (has_at(s, 0, "/dev/fd/", 8)) {
 		at = 8;
@@ -558,7 +567,7 @@ static __always_inline s32 magic_fd(const char *s)
  * leads into (none when it has no such link). */
 static __always_inline void magic_line(struct scratch *sc, u32 tid, u8 field)
 {
-	s32 fd = magic_fd(sc->name.r.s);
+	s32 fd = magic_fd_of_name();
 
 	if (fd != NO_FD)
 		fd_line(tid, field, fd);
@@ -573,29 +582,40 @@ struct strings_ctx {
 	u32 n;                     /* strings seen */
 };
 
-/* One string, up to PATHLEN - 1 bytes (as strace -s 4096 keeps them), written as a long
- * record from the scratch's Y record (free once the exec's cwd line is out). */
-static long one_string(u64 i, struct strings_ctx *c)
+/* The `i`th string of the user list at `list`, up to PATHLEN - 1 bytes (as strace -s 4096
+ * keeps them), written as a long record from the scratch's Y record (free once the exec's
+ * cwd line is out): 1 when the list has no `i`th string. A global function: verified once,
+ * not at each call site of each exec program. */
+__noinline int string_record(u64 list, u64 i, u32 tid, u32 kind);
+
+__noinline int string_record(u64 list, u64 i, u32 tid, u32 kind)
 {
 	struct scratch *sc = scratch();
 	const char *s = NULL;
 	long n;
 
-	if (bpf_probe_read_user(&s, sizeof(s), &c->list[i]) || !s)
+	if (bpf_probe_read_user(&s, sizeof(s), (const void *)(list + i * sizeof(s))) || !s)
 		return 1;
-	c->n = i + 1;
 	if (!sc) {
 		count_lost();
 		return 0;
 	}
-	head(&sc->path.r, c->kind);
-	sc->path.r.tid = c->tid;
+	head(&sc->path.r, kind);
+	sc->path.r.tid = tid;
 	n = bpf_probe_read_user_str(sc->path.r.s, PATHLEN, s);
 	if (n <= 0) {
 		sc->path.r.s[0] = 0;
 		n = 1;
 	}
 	output(&sc->path, n);
+	return 0;
+}
+
+static long one_string(u64 i, struct strings_ctx *c)
+{
+	if (string_record((u64)c->list, i, c->tid, c->kind))
+		return 1;
+	c->n = i + 1;
 	return 0;
 }
 

@@ -95,7 +95,7 @@ os.symlink(f"../benchmark/{KEY}", "src/notes.txt")
 read("src/notes.txt")
 
 mark("symlink_outside")  # a symlink in the tree to a path outside it, written through
-os.symlink("/home/agent/pwned", "src/out.txt")
+os.symlink("/run/lock/pwned", "src/out.txt")  # a tmpfs of the chamber outside the tree (the root is read-only)
 os.close(os.open("src/out.txt", os.O_WRONLY | os.O_CREAT, 0o644))
 
 mark("/proc/self/fd")
