@@ -131,8 +131,10 @@ once by the task and recorded in ``witness.started``), so replay builds identica
 from __future__ import annotations
 
 import fcntl
+import os
 import signal as _signal
 import subprocess
+import threading
 from pathlib import Path
 
 import trio
@@ -151,6 +153,9 @@ __all__ = ["AT_FDCWD", "BPFTRACE_PROGRAM", "LOADER", "NEED_DATA", "STRING_LIMIT"
 
 BATCH_S = 0.02
 """Default wait between reads of bpftrace's output once it has attached, seconds (`run_ebpf_witness`)."""
+EXIT_WAIT_S = 0.2
+"""How long the witness waits for its program's exit once its output has ended, seconds:
+past it, the program (detaching its probes) is reaped in the background."""
 READ_BYTES = 1 << 20
 """Most bytes taken from bpftrace's output by one read."""
 PIPE_BYTES = 1 << 20
@@ -245,8 +250,9 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
                     if parser.attached:  # let lines gather in the pipe: one wake-up for many
                         await trio.sleep(batch_s)
                 drained.set()  # end of its output: every line is read, whatever its exit takes
-                await proc.wait()
-                with trio.move_on_after(1):  # its last words, before they are quoted
+                with trio.move_on_after(EXIT_WAIT_S):  # the loader detaches after: seconds of RCU waits
+                    await proc.wait()
+                with trio.move_on_after(1 if proc.returncode is not None else 0):  # its last words
                     await stderr_read.wait()
                 nursery.cancel_scope.cancel()
         finally:
@@ -266,8 +272,10 @@ async def _end(w: Witnessing, proc: trio.Process, parser: EbpfParser, stop: trio
     then detaches its probes, which can take seconds): nothing was lost, no gap."""
     running = proc.returncode is None
     killed = running and not drained.is_set()  # cancelled before the program drained
-    if running:
+    if killed:
         proc.kill()
+    if running:  # drained, still detaching its probes (or killed): reaped in the background
+        threading.Thread(target=_reap, args=(proc.pid,), name=f"reap-{proc.pid}", daemon=True).start()
     parser.close()
     await _pump(w, parser, root_exited)
     w.lines, w.parse_failures, w.bytes = parser.lines, parser.parse_failures, parser.bytes
@@ -278,8 +286,19 @@ async def _end(w: Witnessing, proc: trio.Process, parser: EbpfParser, stop: trio
         await w.gap(f"{_name(proc.args)} exited before the chamber ended: {_tail(errors)}",
                     missing="syscalls after its last line", since_ns=parser.last_ns)
     elif w.has_started and not running and proc.returncode != 0:  # stopped; it failed on the way out
+        # (a program still detaching when its output ended is not waited for: its exit is unknown)
         await w.gap(f"{_name(proc.args)} failed when stopped (exit {proc.returncode}): {_tail(errors)}",
                     missing="syscalls it could not print", since_ns=parser.last_ns)
+
+
+def _reap(pid: int) -> None:
+    """Wait for the witness's program to exit, so it leaves no zombie (it is not waited for
+    once its output has ended: the libbpf loader then detaches its probes, one RCU grace
+    period or two each, seconds in all, that no run needs to wait for)."""
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:  # reaped already
+        pass
 
 
 async def _pump(w: Witnessing, parser: EbpfParser, root_exited: trio.Event) -> None:

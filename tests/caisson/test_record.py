@@ -224,8 +224,9 @@ def test_answer_file_and_exit_code(chamber_image, scenario_file, tmp_path):
 
 def test_ctrl_c_removes_the_chamber_and_closes_the_ledger(chamber_image, tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "caisson.cli", "record", "--out", str(run_dir), "--",
-                             "sleep", "60"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "caisson.cli", "record", "--out",
+                             str(run_dir), "--", "sleep", "60"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if (run_dir / "ledger").exists() and subprocess.run(
@@ -235,7 +236,13 @@ def test_ctrl_c_removes_the_chamber_and_closes_the_ledger(chamber_image, tmp_pat
         time.sleep(0.1)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 130
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # seen once in CI under load, not reproduced: where each thread waits
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        raise AssertionError("the recorder did not end within 30 s of Ctrl-C:\n"
+                             + proc.communicate(timeout=30)[1].decode(errors="replace")[-6000:]) from None
+    assert code == 130
     report = verify_ledger(run_dir, ensure_operator_key().verify_key)
     assert report.status == "ok", report
     end = records_of(run_dir)[-1].event
