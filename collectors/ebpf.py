@@ -87,10 +87,10 @@ exec's ``E``..``Z``, ``cwd`` its cwd; state ``ok`` (the path follows), ``cut`` (
 4096 bytes), ``none`` (no path in the chamber: a pipe, a socket, outside its root), ``badf``
 (no such fd). A relative name is joined to its ``Y`` directory, and stays as given
 (``unresolved``) without one; a name through a magic link of the caller's own process
-(``/proc/self/fd/N/...``, ``/proc/thread-self/fd/N/...``, ``/proc/<its pid>/fd/N/...``,
-``/dev/fd/N/...``, ``/proc/self/cwd/...``) is joined to the ``Y`` line of its field, the
-path of the file at that fd when the call returned; any other (``task/``, ``root/``,
-another process's) stays as given (``unresolved``), beside an open's ``Y ret``.
+(``/proc/<self|thread-self|its pid>[/task/<its tid>]/fd/N/...``, ``/dev/fd/N/...``, and
+``cwd/``) is joined to the ``Y`` line of its field, the path of the file at that fd when the
+call returned; any other (``root/``, another process's or thread's, one spelt otherwise,
+``/proc/self/./fd/N/``) stays as given (``unresolved``), beside an open's ``Y ret``.
 bpftrace's strings are 199 bytes and it has no ``Y`` lines: the parser follows each
 process's fds from their opens and the ``X`` lines (``close``, ``close_range`` and the
 ``FIOCLEX``/``FIONCLEX`` ``ioctl`` at entry with ``ret`` 0; ``dup``, ``dup2``, ``dup3`` and
