@@ -252,8 +252,7 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
                 drained.set()  # end of its output: every line is read, whatever its exit takes
                 with trio.move_on_after(EXIT_WAIT_S):  # the loader detaches after: seconds of RCU waits
                     await proc.wait()
-                with trio.move_on_after(1 if proc.returncode is not None else 0):  # its last words
-                    await stderr_read.wait()
+                    await stderr_read.wait()  # its last words, before they are quoted
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(2):
