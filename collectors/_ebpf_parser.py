@@ -551,10 +551,12 @@ class EbpfParser(SyscallParserOutput):
         if not name:  # kept empty: never resolved to the directory (AT_EMPTY_PATH, or unreadable)
             return name, False
         if name.startswith("/"):
-            name = _clean(name) + ("/" if name.endswith("/") else "")  # as the kernel reads it: /proc/self/./fd/N/
-            magic = MAGIC_LINK.match(name)  # and //proc/... are links too (the program walks only the plain spelling)
+            cleaned = _clean(name)  # as the kernel reads it: /proc/self/./fd/N/ and //proc/... are links too
+            # (the program walks only the plain spelling); cleaned once: this is every absolute name's path
+            magic = MAGIC_LINK.match(cleaned + "/" if name.endswith("/") else cleaned)
             if magic is None:
-                return _clean(name), False
+                return cleaned, False
+            name = cleaned + ("/" if name.endswith("/") else "")
             if self._kernel:  # the program's Y line of this field: the directory the link led into
                 state, text = call.paths.get(field, (None, None))
                 base = text[0] if state == "ok" and text is not None else None

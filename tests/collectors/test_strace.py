@@ -677,7 +677,6 @@ def test_injected_results_and_sends_line_by_line():
 
 
 def test_a_magic_link_spelt_with_dots_or_doubled_slashes_is_mapped_back_too():
-    from collectors.strace import StraceParser
     from ledger.events import FileChange
 
     trace = (
@@ -687,12 +686,6 @@ def test_a_magic_link_spelt_with_dots_or_doubled_slashes_is_mapped_back_too():
         b'7 1700000000.000004 mkdir("/proc/self//fd/14/c", 0777) = 0\n'
         b'7 1700000000.000005 mkdir("/proc/self/./root/run/lock/d", 0777) = 0\n'
     )
-    parser = StraceParser(root_cwd="/w")
-    parser.feed(trace)
-    parser.close()
-    events = []
-    while (item := parser.next_event()) is not NEED_DATA:
-        events.append(item.event)
-    assert [(e.path, e.unresolved) for e in events if isinstance(e, FileChange)] == [
+    assert [(e.path, e.unresolved) for e in events(trace, root_cwd="/w") if isinstance(e, FileChange)] == [
         ("/run/lock/a", False), ("/run/lock/b", False), ("/run/lock/c", False),
         ("/proc/self/root/run/lock/d", True)]  # never a path under /proc/self, its write prefix
