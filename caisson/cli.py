@@ -1,7 +1,8 @@
 """The `caisson` command line: a thin dispatcher over one module per command.
 
 Exit codes (all commands): 0 ok; 1 a finding (tampered ledger, failed check);
-2 usage or I/O error; 3 `verify`: intact but not closed; 124 `record`: timeout.
+2 usage or I/O error; 3 `verify`: intact but not closed; 124 `record`: timeout;
+130 Ctrl-C; 143 SIGTERM (`caisson._signals`: both settle what they stop).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 import sys
 
 from caisson import __version__
+from caisson._signals import Terminated, install as install_sigterm
 from caisson.errors import CaissonError
 
 EXIT_OK = 0
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     except CaissonError as exc:
         print(f"caisson {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Terminated:
+        return 143
     except KeyboardInterrupt:
         return 130
 
@@ -84,6 +88,7 @@ def run() -> None:
     runs is ``__del__`` of garbage left in reference cycles, which caisson does not rely
     on: its ledgers, containers and temp dirs are closed and removed before this point.
     """
+    install_sigterm()
     code = main()
     gc.freeze()
     sys.exit(code)

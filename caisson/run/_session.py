@@ -165,7 +165,7 @@ async def run_session(s: Session) -> RunOutcome:
             try:
                 _drain(receive, writer)
                 if not ended:
-                    writer.append(RunEnded(status="interrupted", reason="interrupted (Ctrl-C or cancellation)"),
+                    writer.append(RunEnded(status="interrupted", reason="interrupted (Ctrl-C, SIGTERM or cancellation)"),
                                   source="recorder")
             finally:
                 writer.close()

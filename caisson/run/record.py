@@ -37,6 +37,7 @@ import trio
 from caisson import __version__
 from caisson.chamber import RUN_LABEL, ContainerSpec, Limits, open_engine, seccomp_profile
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
+from caisson._signals import run_terminable
 from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
 from caisson.chamber.envpin import ChamberEnv, build_env
 from caisson.errors import UsageError
@@ -122,8 +123,10 @@ def record(options: RecordOptions, *, witnesses: list[Witness] | None = None) ->
             the scratch root (`caisson.chamber.scratch`), the repository or commit.
         ContainmentError: the sandbox holds a question window or a leak term.
         ChamberError: the Docker engine is not reachable.
+        KeyboardInterrupt: Ctrl-C; `caisson._signals.Terminated` for SIGTERM. Either
+            way the chamber is removed and the ledger ends with an interrupted run.ended.
     """
-    return trio.run(_record, options, witnesses or [])
+    return run_terminable(_record, options, witnesses or [])
 
 
 async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcome:
