@@ -1,0 +1,156 @@
+"""The study ledger (caisson study run) and its backfill ledger; docs/studies.md."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+
+from ledger.events._base import _Event
+from ledger.events._network import LlmUsage
+
+
+
+class StudyPlanned(_Event, tag="study.planned", frozen=True, kw_only=True):
+    """A study's plan, first event of its study ledger: what will run, and what will not."""
+
+    study: str  # the study's name
+    study_sha256: str  # blob of the study file's bytes (role "study")
+    scenario_sha256: str = ""  # blob of the scenario file's bytes (role "scenario")
+    scenario: str = ""  # the scenario path as the study file gives it
+    repo: str | None = None  # live repository path on the host
+    commit: str | None = None  # full commit hash under test
+    order_seed: int | None = None  # seed of the shuffled cell order; None: the order as planned
+    combos: list[dict[str, Any]] = []  # per (arm, agent, model): gating, elicitation, endpoint, deny list, cells
+    cells: list[dict[str, Any]] = []  # the matrix in run order: cell_id, arm, agent, model, question_id, repetition
+    refusals: list[dict[str, Any]] = []  # per refused (arm, agent, model): gating, kind (cannot | not_yet), reason, cells
+    prices: dict[str, Any] = {}  # model -> {input_usd_per_mtok, output_usd_per_mtok}, as the study gives them
+    abort: dict[str, Any] = {}  # abort rules, e.g. {"host_stalled_in_a_row": 3}
+    infra_retries: int = 1  # attempts after an infra failure, per cell
+    grader: list[dict[str, Any]] = []  # per question: the key, empty and bad answers' scores
+    weakened: list[str] = []  # controls weakened on purpose (tests only): never a clean study
+    executor: str = "local"  # local | ray (docs/studies.md, "Executors")
+    # The host keys the operator enrolled (ray): {"host": label, "public_key": hex of the raw
+    # 32-byte Ed25519 key}; every run of the study must be signed by one of them. []: the
+    # runs are signed with the study ledger's own key (local).
+    host_keys: list[dict[str, str]] = []
+
+
+class StudyResumed(_Event, tag="study.resumed", frozen=True, kw_only=True):
+    """First event of a continuation segment: names the last sealed state of the one before."""
+
+    previous_run_id: str  # the previous segment's ledger run id
+    previous_records: int  # records covered by its last seal
+    previous_head: str  # hex chain head at its last seal
+    previous_final: bool = False  # whether it had been closed cleanly
+
+
+class BaselineMeasured(_Event, tag="baseline.measured", frozen=True, kw_only=True):
+    """The preflight probe session of one (arm, agent, model), before any cell."""
+
+    arm: str
+    agent: str
+    model: str | None = None
+    run_id: str | None = None  # the probe run's id
+    run_dir: str = ""  # relative to the study directory
+    ledger_records: int = 0  # records covered by the probe ledger's last seal
+    ledger_head: str = ""  # hex chain head at that seal
+    status: str = ""  # ok | abort | refused (gating measured not_enforced: its cells do not run)
+    reason: str = ""  # why the study aborts here, naming tool, arm and agent
+    tools_discovered: list[str] = []  # the surface the agent reported (agent.tools)
+    tools_requested: list[str] = []  # the tools its model requests offered (proxy witness: request bodies)
+    deny: list[str] = []  # the deny list of this combination's cells (static union discovered, minus grant)
+    floor_tokens: int | None = None  # the session's total tokens (input + output); None: not measured
+    floor_source: str | None = None  # where floor_tokens comes from, e.g. "claude-code result.usage"
+    # The gating probe (caisson/probes/gating.py), run when the agent claims ``enforced`` and the
+    # arm denies something; status ``refused``: the claim was measured ``not_enforced``.
+    gating_claimed: str | None = None  # the adapter's claim; None: no adapter
+    gating_measured: str | None = None  # enforced | not_enforced | ungated; None: not probed
+    gating_tool: str | None = None  # the denied tool the probe's model asked for
+    gating_outcome: str | None = None  # what became of that call (refused | executed | unknown ...)
+    gating_run_id: str | None = None  # the probe run's id
+    gating_run_dir: str = ""  # relative to the study directory
+    gating_ledger_records: int = 0  # records covered by the probe ledger's last seal
+    gating_ledger_head: str = ""  # hex chain head at that seal
+    gating_evidence: list[int] = []  # seqs of the probe run's records the verdict rests on
+    gating_reason: str = ""  # the verdict in words
+    host: str = ""  # where the probe ran ("host name/node id" under ray; "" local)
+
+
+class CellStarted(_Event, tag="cell.started", frozen=True, kw_only=True):
+    """An attempt of a cell is about to be dispatched (sealed before it is)."""
+
+    cell_id: str
+    attempt: int  # 1, 2, ... per cell
+    run_dir: str = ""  # where the attempt's run goes, relative to the study directory
+
+
+class CellEnded(_Event, tag="cell.ended", frozen=True, kw_only=True):
+    """An attempt of a cell ended; binds its ledger's sealed state into the study ledger."""
+
+    cell_id: str
+    attempt: int
+    run_id: str | None = None  # None: no ledger was written (the chamber never started)
+    run_dir: str = ""  # relative to the study directory
+    status: str = ""  # clean | void | unverified | unclosed | failed | refused (record refused the session)
+    void_reason: str = ""  # the voiding findings, one per line
+    infra_failure: bool = False  # void because the chamber or agent failed to start (retried)
+    counting: bool = False  # this attempt is the cell's counting one (first sealed, not infra)
+    score: float | None = None  # the checklist score as replayed (None: void or unscored)
+    ledger_records: int = 0  # records covered by the cell ledger's last seal
+    ledger_head: str = ""  # hex chain head at that seal
+    ledger_final: bool = False  # whether that seal is the final one (a cleanly closed ledger)
+    seal_signature: str = ""  # hex Ed25519 signature of that seal
+    duration_ns: int = 0  # the attempt's duration as the runner saw it, ns
+    host: str = ""  # where the attempt ran ("host name/node id" under ray; "" local or never placed)
+
+
+class StudyAborted(_Event, tag="study.aborted", frozen=True, kw_only=True):
+    """The study stopped before its matrix was done."""
+
+    reason: str
+    cells: list[str] = []  # the cells behind the reason (e.g. three stalled in a row)
+
+
+class StudyEnded(_Event, tag="study.ended", frozen=True, kw_only=True):
+    """The study's last event: counts over its cells."""
+
+    cells: int = 0  # cells planned
+    counted: int = 0  # cells with a counting attempt
+    void: int = 0  # counting attempts that are void, plus cells with none
+    aborted: bool = False
+
+
+# --- backfill (the backfill ledger of a study: caisson study backfill; docs/studies.md) ----
+
+
+class BackfillStarted(_Event, tag="backfill.started", frozen=True, kw_only=True):
+    """First event of a backfill ledger segment: what it was computed from."""
+
+    study_head: str  # hex chain head of the study ledger's last seal when the backfill read it
+    previous_run_id: str = ""  # the previous backfill segment's ledger run id ("" for the first)
+    previous_records: int = 0  # records covered by its last seal
+    previous_head: str = ""  # hex chain head at that seal
+    parsers: list[str] = []  # "name@version" of the session-file parsers this backfill ran
+    caisson_version: str = ""
+
+
+class TokenBackfilled(_Event, tag="token.backfilled", frozen=True, kw_only=True):
+    """A first-party token figure derived offline from the session files a run collected,
+    for a cell or baseline whose live figure was missing or only proxy-observed."""
+
+    target: Literal["cell", "baseline"]
+    cell_id: str = ""  # the cell (target cell)
+    arm: str = ""  # the baseline's arm, agent and model (target baseline); also set for a cell
+    agent: str = ""
+    model: str | None = None
+    run_id: str  # the run the files come from: a cell's counting attempt or a baseline probe
+    run_dir: str  # relative to the study directory
+    ledger_head: str  # hex chain head of that run's last seal, as the study ledger binds it
+    token_source: str  # e.g. "claude-code session files (messages[].usage)"
+    parser: str  # "name@version" of the parser that read the files
+    usage: dict[str, Any] | None = None  # the summed usage as the files report it
+    normalized: LlmUsage | None = None  # its normalised view: total = input + output (tokens)
+    cost_usd: float | None = None  # as the files report it
+    blobs: list[str] = []  # sha256 hex of the session-file blobs the figure was derived from
+    previous_total: int | None = None  # the figure it stands in for (tokens), None: not measured
+    previous_source: str = ""  # that figure's source, or why it was null
