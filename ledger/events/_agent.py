@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-
 from ledger.events._base import ToolOutcome, ToolSurface, _Event
 from ledger.events._network import LlmUsage
-
 
 
 class AgentTools(_Event, tag="agent.tools", frozen=True, kw_only=True):

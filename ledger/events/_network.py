@@ -9,7 +9,6 @@ import msgspec
 from ledger.events._base import LlmEndpoint, Provider, _Event
 
 
-
 class ClientProcess(msgspec.Struct, frozen=True, kw_only=True):
     """A chamber process that held the chamber's end of a proxied connection when the proxy
     witness looked it up, at the connection's first request (schema 14)."""

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
 from ledger.events._base import FileAccess, _Event
-
 
 
 class ProcessExec(_Event, tag="process.exec", frozen=True, kw_only=True):

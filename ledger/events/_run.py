@@ -9,7 +9,6 @@ import msgspec
 from ledger.events._base import Category, RunStatus, _Event
 
 
-
 class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
     """The run's manifest, first event of every ledger written by `caisson record`."""
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-
 from ledger.events._base import _Event
 from ledger.events._network import LlmUsage
-
 
 
 class StudyPlanned(_Event, tag="study.planned", frozen=True, kw_only=True):

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from ledger.events._base import _Event
-
 
 
 class WitnessStarted(_Event, tag="witness.started", frozen=True, kw_only=True):
