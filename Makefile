@@ -30,6 +30,7 @@ demo: engine
 # together), so the long tests, collected first, start on both workers at once; tests
 # marked engine_exclusive run alone (tests/conftest.py). A failure prints as in a serial run.
 test: images
+	$(PY) -m mypy
 	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 bench: setup

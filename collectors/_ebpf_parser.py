@@ -19,7 +19,7 @@ from collectors._ebpf_fds import O_CLOEXEC, FdTables
 from collectors._lines import take_lines
 from collectors._strace_parser import (AUDITED_SYSCALLS, DENIED_SYSCALLS, MAGIC_LINK, NEED_DATA, UNFINISHED,
                                       Stamped, SyscallParserOutput)
-from ledger import CaissonError, redact_exec
+from ledger import ParserClosedError, redact_exec
 from ledger.events import (FileChange, FileOpen, NetConnect, NetSend, ProcessExec, ProcessExit, ProcessFork,
                            ProcessSyscall, WitnessGap, WitnessRaw)
 
@@ -77,10 +77,6 @@ def _bit_names(bits: int, table) -> list[str]:
             names.append(name)
             bits &= ~bit
     return names + [hex(bits)] if bits else names
-
-
-class ParserClosedError(CaissonError):
-    """Raised on our own misuse: `EbpfParser.feed` after `EbpfParser.close`."""
 
 
 class _Call:
@@ -161,7 +157,8 @@ class EbpfParser(SyscallParserOutput):
         self._kernel = False  # the B line says the kernel side gives the paths it holds (Y lines)
         self._root = root_host_pid
         self._key, self._patterns = fingerprint_key, tuple(credential_patterns)
-        self._tracer, self._skip = skip_tracer, None  # the tracer's host pid, once its exec is read
+        self._tracer = skip_tracer
+        self._skip: int | None = None  # the tracer's host pid, once its exec is read
         self._skip_children: set[int] = set()  # the tracer's children, until their exec
         self.root_exited = False
         self._buf = bytearray()
@@ -182,7 +179,7 @@ class EbpfParser(SyscallParserOutput):
         self.lines = self.events = self.parse_failures = self.bytes = 0
         self.lost = self.truncated = self.unmapped = 0
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Add bytes of the program's output; any split point is fine.
 
         Raises:
@@ -435,7 +432,7 @@ class EbpfParser(SyscallParserOutput):
             argv_cut = bool(call.cut & {"argv", "env"}) or any(self._was_cut(v, self._arg_limit)
                                                                for v in (*call.argv, *call.env))
             argv = call.argv + (["..."] if "argv" in call.cut else [])
-            env = dict(item.partition("=")[::2] for item in call.env if "=" in item)
+            env: dict[str, str] | None = dict(item.partition("=")[::2] for item in call.env if "=" in item)
             if self._key is not None:  # no secret reaches the ledger, in argv or environment
                 argv, env = redact_exec(argv, env, key=self._key, patterns=self._patterns)
             state, text = call.paths.get("cwd", (None, None))
@@ -453,7 +450,7 @@ class EbpfParser(SyscallParserOutput):
             path, unresolved = self._place(call, "i0", dirfd, given)
             cut = self._was_cut(given, self._path_limit)
             state, text = call.paths.get("ret", (None, None))
-            real = text[0] if not failed and state == "ok" else None
+            real = text[0] if not failed and state == "ok" and text else None
             if not failed and not self._kernel:
                 known = not (cut or unresolved) and path.startswith("/")
                 self._fds.opened(call.tgid, ret, path if known else None, bool(call.i1 & O_CLOEXEC))  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import deque
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Callable, Iterable, Literal, Mapping, NamedTuple, Sequence, TypedDict
 
 from collectors._lines import take_lines
 from collectors._strace_lines import (
@@ -22,9 +22,10 @@ from collectors._strace_lines import (
     parse_sockaddr,
     split_call,
 )
-from ledger import CaissonError, redact_exec
+from ledger import NEED_DATA, NeedData, ParserClosedError, redact_exec
 from ledger.events import (
     Event,
+    FileAccess,
     FileChange,
     FileOpen,
     NetConnect,
@@ -47,13 +48,13 @@ UNFINISHED = "UNFINISHED"
 """``errno`` of an event whose call never returned a value (not a kernel errno)."""
 
 
-class _NeedData:
-    def __repr__(self) -> str:
-        return "NEED_DATA"
 
 
-NEED_DATA = _NeedData()
-"""Returned by `StraceParser.next_event` when it needs more bytes (or `close`)."""
+class Ident(TypedDict):
+    """A process's two identities, as every process event carries them (``**ident``)."""
+
+    pid: int  # in the chamber's namespace
+    host_pid: int | None  # on the host; None when unknown
 
 
 class Stamped(NamedTuple):
@@ -67,10 +68,6 @@ class Stamped(NamedTuple):
 
     wall_ns: int | None
     event: Event
-
-
-class ParserClosedError(CaissonError):
-    """Raised on our own misuse: `StraceParser.feed` after `StraceParser.close`."""
 
 
 _CLONES = frozenset({"clone", "clone3", "fork", "vfork"})
@@ -163,8 +160,13 @@ class SyscallParserOutput:
     """
 
     witness: str
+    _out: deque[Stamped]
+    lines: int
+    events: int
+    parse_failures: int
+    bytes: int
 
-    def next_event(self) -> Stamped | _NeedData:
+    def next_event(self) -> Stamped | NeedData:
         """The next ``(wall_ns, event)``, or `NEED_DATA` when the bytes so far are used up."""
         if not self._out:
             return NEED_DATA
@@ -269,7 +271,7 @@ class StraceParser(SyscallParserOutput):
 
     # --- bytes in, events out ------------------------------------------------------------
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Add bytes of the trace; any split point is fine.
 
         Raises:
@@ -421,7 +423,7 @@ class StraceParser(SyscallParserOutput):
         self._seen_any = True
         return task
 
-    def _ident(self, tgid: int) -> dict[str, int | None]:
+    def _ident(self, tgid: int) -> Ident:
         """``pid`` (in the chamber) and ``host_pid`` of the process strace names ``tgid``."""
         if tgid not in self._pids:
             if self._host_pid is not None:
@@ -526,7 +528,7 @@ class StraceParser(SyscallParserOutput):
             return [self._string(a) for a in argv[:-1]] + ["..."]
         return [self._string(a) for a in argv]
 
-    def _event(self, tid: int, c: Call, args: list[str], res: Result) -> Event | None | bool:
+    def _event(self, tid: int, c: Call, args: list[str], res: Result) -> Event | None | Literal[False]:
         """The event of one finished call; None for state-only calls, False for unmapped."""
         task = self._task(tid)
         name, failed = c.name, res.value is None or res.value < 0
@@ -566,7 +568,7 @@ class StraceParser(SyscallParserOutput):
                 flags = m[1] if m else ""
             else:
                 flags = args[at + 1]
-            access = "rw" if "O_RDWR" in flags.split("|") else "w" if "O_WRONLY" in flags.split("|") else "r"
+            access: FileAccess = "rw" if "O_RDWR" in flags.split("|") else "w" if "O_WRONLY" in flags.split("|") else "r"
             real = _decoration_path(res.decoration) if not failed else None
             if real is not None and res.value is not None:
                 self._fds[(task.tgid, res.value)] = real
@@ -602,14 +604,14 @@ class StraceParser(SyscallParserOutput):
         if name in _CLONES:
             if failed or not res.value:
                 return None
-            flags = self._cloned(tid, args, res.value)
-            if "CLONE_THREAD" in flags:
+            cloned = self._cloned(tid, args, res.value)
+            if "CLONE_THREAD" in cloned:
                 return None
             if name == "vfork":
-                flags |= {"CLONE_VM", "CLONE_VFORK"}
-            return ProcessFork(**self._ident(res.value), ppid=self._ident(self._ppid[res.value])["pid"]
-                               if self._ppid.get(res.value) is not None else None,
-                               syscall=name, flags=sorted(f for f in flags if f.startswith("CLONE_")))
+                cloned |= {"CLONE_VM", "CLONE_VFORK"}
+            parent = self._ppid.get(res.value)
+            return ProcessFork(**self._ident(res.value), ppid=None if parent is None else self._ident(parent)["pid"],
+                               syscall=name, flags=sorted(f for f in cloned if f.startswith("CLONE_")))
         if name == "chdir" and not failed:
             path, cut, unresolved = self._path(task, args, None, 0)
             task.fs.cwd = path if path.startswith("/") and not (cut or unresolved) else None
@@ -623,7 +625,7 @@ class StraceParser(SyscallParserOutput):
         return False
 
 
-    def _sends(self, ident: dict, name: str, args: list[str], res: Result, errno: str | None) -> NetSend | None:
+    def _sends(self, ident: Ident, name: str, args: list[str], res: Result, errno: str | None) -> NetSend | None:
         """A send naming its destination; None on a connected socket (no address).
 
         sendmmsg's messages may each name one: the first is the event, and the others,

@@ -198,7 +198,11 @@ async def witness_life(send_channel: trio.MemorySendChannel[Submission], witness
                     else:
                         await w.gap(f"failed: {failure!r}", missing=missing)
                 if _has(exc, trio.Cancelled):  # the cancellation goes on; the failure is told
-                    raise exc.split(trio.Cancelled)[0] if isinstance(exc, BaseExceptionGroup) else exc
+                    if isinstance(exc, BaseExceptionGroup):
+                        cancelled, _ = exc.split(trio.Cancelled)
+                        assert cancelled is not None  # _has found one
+                        raise cancelled
+                    raise
                 return
             if _has(exc, trio.Cancelled):
                 if not _has(exc, _GONE):

@@ -31,6 +31,7 @@ import functools
 import ipaddress
 import struct
 import time
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import dns.edns
@@ -135,8 +136,8 @@ def _malformed(wire: bytes, reason: str) -> DnsAnswer:
     return DnsAnswer(reply, event, False, reason)
 
 
-def _reply(query: dns.message.Message, rcode: int, *, ede: dns.edns.EDECode | None = None,
-           text: str = "", rrsets: list[dns.rrset.RRset] = (), max_size: int | None = None) -> bytes:
+def _reply(query: dns.message.Message, rcode: dns.rcode.Rcode, *, ede: dns.edns.EDECode | None = None,
+           text: str = "", rrsets: Sequence[dns.rrset.RRset] = (), max_size: int | None = None) -> bytes:
     response = dns.message.make_response(query, recursion_available=True, our_payload=_UDP_PAYLOAD)
     response.set_rcode(rcode)
     if ede is not None and query.edns >= 0:
@@ -206,7 +207,7 @@ def answer(query_bytes: bytes, policy: DnsPolicy, *, max_size: int | None = None
                          f"cannot answer: {type(exc).__name__}: {exc}"[:300])
 
 
-def _static_rrsets(qname: dns.name.Name, rdtype: int, addresses: list[str],
+def _static_rrsets(qname: dns.name.Name, rdtype: dns.rdatatype.RdataType, addresses: list[str],
                    ttl_s: int) -> tuple[list[dns.rrset.RRset], list[str]]:
     version = {dns.rdatatype.A: 4, dns.rdatatype.AAAA: 6}.get(rdtype)
     picked = [str(ipaddress.ip_address(a)) for a in addresses]

@@ -240,8 +240,8 @@ async def run_ebpf_witness(send_channel: trio.MemorySendChannel[Submission], *, 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_read_stderr, proc, errors, stderr_read)
                 nursery.start_soon(_stop_at_end, proc, stop, root_exited)
-                _widen_pipe(proc.stdout)
-                while data := await proc.stdout.receive_some(READ_BYTES):
+                stdout = _widened_stdout(proc)
+                while data := await stdout.receive_some(READ_BYTES):
                     parser.feed(data)
                     if parser.attached and not w.has_started:
                         await w.started({"argv": argv, "pidns_inum": parser.pidns_inum, **(detail or {})})
@@ -311,6 +311,7 @@ async def _pump(w: Witnessing, parser: EbpfParser, root_exited: trio.Event) -> N
 
 async def _read_stderr(proc: trio.Process, errors: bytearray, done: trio.Event) -> None:
     """Keep the program's words (16 KiB of each chunk at most), to quote them in a gap."""
+    assert proc.stderr is not None  # stderr=PIPE (`run_ebpf_witness`)
     async for chunk in proc.stderr:
         errors.extend(chunk[: 1 << 14])
     done.set()
@@ -323,12 +324,16 @@ async def _stop_at_end(proc: trio.Process, stop: trio.Event, root_exited: trio.E
     proc.send_signal(_signal.SIGINT)
 
 
-def _widen_pipe(stream) -> None:
-    """Ask for a `PIPE_BYTES` pipe (fcntl(2) ``F_SETPIPE_SZ``); the default stays if refused."""
+def _widened_stdout(proc: trio.Process) -> trio.lowlevel.FdStream:
+    """The program's stdout pipe, asked to be `PIPE_BYTES` (fcntl(2) ``F_SETPIPE_SZ``); the
+    default size stays if that is refused."""
+    stream = proc.stdout
+    assert isinstance(stream, trio.lowlevel.FdStream)  # stdout=PIPE
     try:
         fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     except OSError:  # refused: the program may wait on a full pipe, and what the kernel then drops is a gap
         pass
+    return stream
 
 
 def _tail(errors: bytearray) -> str:

@@ -311,6 +311,7 @@ async def run_pcap_witness(
         try:
             await w.started({"argv": argv, "interface": interface, "listening": listening})
             task_status.started(True)
+            assert proc.stderr is not None  # stderr=PIPE
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_drain, proc.stderr, stderr)
                 await proc.wait()
@@ -349,6 +350,7 @@ async def _start(argv: list[str], stderr: bytearray, timeout_s: float) -> tuple[
     """
     try:
         proc = await open_child(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
     except OSError as exc:
         raise WitnessFailed(f"cannot run tcpdump: {exc}") from exc
     listening = None
@@ -386,6 +388,7 @@ async def _stop(proc: trio.Process, pcap_path: Path, stderr: bytearray, timeout_
             proc.kill()
             await proc.wait()
             killed = True
+    assert proc.stderr is not None  # stderr=PIPE (`_start`)
     with trio.move_on_after(1.0):
         await _drain(proc.stderr, stderr)
     await _reap(proc)
@@ -418,6 +421,7 @@ async def _reap(proc: trio.Process) -> None:
     if proc.returncode is None:
         proc.kill()
     await proc.wait()
+    assert proc.stderr is not None  # stderr=PIPE (`_start`)
     await proc.stderr.aclose()
 
 

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import msgspec
 import psutil
@@ -233,7 +233,7 @@ class TcpSocket(NamedTuple):
     inode: int  # the socket's inode (``socket:[N]`` in /proc/PID/fd); 0 when no file holds it
 
 
-def _tcp_address(text: str, byteorder: str) -> tuple[str, int]:
+def _tcp_address(text: str, byteorder: Literal["little", "big"]) -> tuple[str, int]:
     """``0100007F:0CEA`` -> ("127.0.0.1", 3306); the address words as the kernel prints
     them (``%08X`` of each 32-bit word in host order), the port big-endian hex."""
     if _TCP_ADDRESS.fullmatch(text) is None:
@@ -246,7 +246,7 @@ def _tcp_address(text: str, byteorder: str) -> tuple[str, int]:
     return str(ip), int(port, 16)
 
 
-def parse_proc_net_tcp(text: str, *, byteorder: str = sys.byteorder) -> list[TcpSocket]:
+def parse_proc_net_tcp(text: str, *, byteorder: Literal["little", "big"] = sys.byteorder) -> list[TcpSocket]:
     """Parse ``/proc/net/tcp`` or ``/proc/net/tcp6`` (the kernel's ``get_tcp4_sock`` and
     ``get_tcp6_sock``, net/ipv4/tcp_ipv4.c and net/ipv6/tcp_ipv6.c, the same columns since
     Linux 2.6): ``sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt
@@ -502,7 +502,8 @@ def sample_tree(root_host_pid: int, *, failures: list[ProcfsParseError] | None =
             if failures is not None:
                 failures.append(exc)
     chamber = {s.host_pid: s.pid for s in samples}  # the root's parent is outside the tree: None
-    return [msgspec.structs.replace(s, ppid=chamber.get(parents[s.host_pid])) for s in samples]
+    return [msgspec.structs.replace(s, ppid=None if s.host_pid is None else chamber.get(parents[s.host_pid]))
+            for s in samples]
 
 
 def _sample_process(proc: psutil.Process, level: list[int]) -> tuple[ProcSample, int]:

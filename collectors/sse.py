@@ -44,22 +44,15 @@ from typing import Final
 
 import msgspec
 
-from ledger import CaissonError
+from ledger import NEED_DATA, NeedData, ParserClosedError
 
 __all__ = ["NEED_DATA", "ParserClosedError", "SseEvent", "SseParser"]
 
-NEED_DATA: Final = object()
-"""Sentinel from `SseParser.next_event`: no complete event is buffered (after
-`SseParser.close`, none ever will be)."""
 
 _BOM: Final = b"\xef\xbb\xbf"
 _FIELDS: Final = frozenset({"event", "data", "id", "retry"})
 STRAY_MAX_CHARS: Final = 1 << 16
 """Characters of stray JSON buffered at most; past it the value is dispatched as it is."""
-
-
-class ParserClosedError(CaissonError):
-    """Raised on our own misuse: feeding a sans-IO parser or builder after it closed."""
 
 
 class SseEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,6 +85,7 @@ class SseParser:
         self._bom_checked = False
         self._skip_lf = False  # the last line ended in CR: drop one leading LF
         self._closed = False
+        self._cut = False  # what `close` found: an event cut by the end of the stream
         self._queue: deque[SseEvent] = deque()
         # per-event buffers (spec: "event type buffer", "data buffer")
         self._event_type = ""

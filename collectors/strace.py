@@ -184,7 +184,7 @@ async def run_strace_witness(
     async with witness_life(send_channel, WITNESS, missing="syscalls") as w:
         await w.started(detail)
         task_status.started()
-        send_chunks, chunks = trio.open_memory_channel[tuple[bytes, Mapping[int, int]]](_READ_AHEAD_CHUNKS)
+        send_chunks, chunks = trio.open_memory_channel[tuple[bytes | bytearray, Mapping[int, int]]](_READ_AHEAD_CHUNKS)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_read_ahead, trace, send_chunks, host_pids)
@@ -203,7 +203,8 @@ async def run_strace_witness(
         await w.stopped()
 
 
-async def _read_ahead(trace: trio.abc.ReceiveStream, send: trio.MemorySendChannel[tuple[bytes, Mapping[int, int]]],
+async def _read_ahead(trace: trio.abc.ReceiveStream,
+                      send: trio.MemorySendChannel[tuple[bytes | bytearray, Mapping[int, int]]],
                       host_pids: Callable[[set[int]], Mapping[int, int]] | None) -> None:
     """Read the trace as it comes, each chunk with the host pids of the pids it names."""
     tail = b""  # a line cut by the chunk's end, named with the next chunk
@@ -213,14 +214,14 @@ async def _read_ahead(trace: trio.abc.ReceiveStream, send: trio.MemorySendChanne
             await send.send((data, host_pids(named_pids(lines)) if host_pids is not None and lines else {}))
 
 
-def _next_nowait(chunks: trio.MemoryReceiveChannel[tuple[bytes, Mapping[int, int]]]):
+def _next_nowait(chunks: trio.MemoryReceiveChannel[tuple[bytes | bytearray, Mapping[int, int]]]):
     try:
         return chunks.receive_nowait()
     except (trio.WouldBlock, trio.EndOfChannel):
         return None
 
 
-async def _parse(w: Witnessing, parser: StraceParser, data: bytes, hosts: Mapping[int, int]) -> None:
+async def _parse(w: Witnessing, parser: StraceParser, data: bytes | bytearray, hosts: Mapping[int, int]) -> None:
     """Feed ``data`` (after its host pids; nothing after `StraceParser.close`) and send the
     events, a slice at a time: parsing is the slow part, and between slices the reader
     takes in what the tracer wrote meanwhile, while its processes still live."""

@@ -14,6 +14,7 @@ from ledger._errors import (
     WriterClosedError,
 )
 from ledger._format import FORMAT_VERSION, Header, Record, Seal
+from ledger._sansio import NEED_DATA, NeedData, ParserClosedError
 from ledger._keys import (
     SigningKey,
     VerifyKey,
@@ -48,6 +49,9 @@ from ledger._reader import (
 from ledger._writer import BLOBS_DIR, LEDGER_FILE, LedgerWriter, Submission, run_writer
 
 __all__ = [
+    "NEED_DATA",
+    "NeedData",
+    "ParserClosedError",
     "CREDENTIAL_PATTERNS",
     "SECRET_HEADERS",
     "SECRET_QUERY_PARAMS",

@@ -90,8 +90,9 @@ class BlobStore:
         try:
             with open(path, "rb") as f:
                 if os.fstat(f.fileno()).st_size <= keep_max:
-                    data: bytes | None = f.read()
-                    h = hashlib.sha256(data)
+                    whole = f.read()
+                    data: bytes | None = whole
+                    h = hashlib.sha256(whole)
                 else:
                     data, h = None, hashlib.sha256()
                     for chunk in iter(lambda: f.read(1 << 20), b""):

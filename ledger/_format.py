@@ -34,6 +34,7 @@ import msgspec
 import zstandard
 
 from ledger._errors import LedgerError, NotALedgerError
+from ledger._sansio import NEED_DATA, NeedData
 from ledger.events import Event
 
 FORMAT_VERSION: Final = 2  # what the writer writes
@@ -204,8 +205,7 @@ class Damage(msgspec.Struct, frozen=True):
     first_seq: int | None = None  # from the frame header, when that header is intact
 
 
-NEED_DATA: Final = object()
-"""Sentinel: the parser needs more bytes (or the file ends in a torn frame)."""
+# `FrameParser.next_item` returns NEED_DATA when it needs more bytes (or the file ends in a torn frame)
 
 
 class FrameParser:

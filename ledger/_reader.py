@@ -13,6 +13,7 @@ import operator
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import zstandard
@@ -280,7 +281,8 @@ class LedgerChecker:
             raise _Tampered(f"frame payload is not exactly one zstd frame: {exc}", frame.offset,
                             self.sealed) from None
         try:
-            stored = envelope_list_decoder.decode(body)
+            # envelopes (events Raw), then, when decoded, the frame's records (events typed)
+            stored: list[Any] = envelope_list_decoder.decode(body)
         except msgspec.DecodeError as exc:
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
         except RecursionError:  # msgspec's depth limit; our writer stays under MAX_RECORD_DEPTH
@@ -300,7 +302,7 @@ class LedgerChecker:
             raise _Tampered(f"sequence gap: expected seq {first + bad}, found {seq}", frame.offset, self.sealed)
         skipped = self._decode and first + n <= self._skip_before
         if self._decode and not skipped:
-            stored = _decode_events(body, stored)
+            stored = _decode_events(body, stored)  # Records' events decoded (the envelopes' were Raw)
         try:
             self.head, _ = _chain.chain_frame(self.head, body)
         except ValueError as exc:  # msgspec read it, so this is unexpected; still never fatal

@@ -284,7 +284,8 @@ class LedgerWriter:
         self._appender = Appender(pending=self._pending, event_types=_EVENT_TYPES, on_due=self._callbacks.flush_due,
                                   flush_records=flush_records, flush_at_ns=self._flush_deadline(),
                                   closed_error=WriterClosedError, path=str(self.path))
-        self.append = self._appender.append  # the hot path: the same call, without a Python frame
+        # the hot path: the same call, without a Python frame (an instance attribute over the method)
+        setattr(self, "append", self._appender.append)
         # Whoever still holds that bound method once this writer is gone gets WriterClosedError,
         # not seqs for records that no flush will ever write.
         weakref.finalize(self, self._appender.close)
@@ -504,6 +505,7 @@ class LedgerWriter:
         self._sha256 = sha256
         self._head = head
         if n:
+            assert self._pending is not None  # a frame is written only while the writer is open
             del self._pending[:n]
         self._written = upto
         self._appender.flush_at_ns = self._flush_deadline()

@@ -27,7 +27,7 @@ import binascii
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast, get_args
 from urllib.parse import unquote, urlsplit
 
 import msgspec
@@ -37,7 +37,7 @@ from collectors.llm._jsonarray import JsonArrayEvents
 from collectors.llm._streams import PROVIDER_STREAMS, STREAMS, StreamState, error_detail
 from collectors.llm._usage import normalize_usage
 from collectors.sse import NEED_DATA, ParserClosedError, SseEvent, SseParser
-from ledger.events import LlmCall
+from ledger.events import LlmCall, LlmEndpoint, Provider
 
 __all__ = [
     "ANTHROPIC",
@@ -54,7 +54,7 @@ __all__ = [
 ANTHROPIC: Final = "anthropic"
 OPENAI: Final = "openai"
 
-ENDPOINTS: Final[dict[str, tuple[str, str]]] = {
+ENDPOINTS: Final[dict[str, tuple[Provider, LlmEndpoint]]] = {
     "/v1/messages": (ANTHROPIC, "messages"),
     "/v1/chat/completions": (OPENAI, "chat.completions"),
     "/v1/responses": (OPENAI, "responses"),
@@ -139,7 +139,7 @@ Headers = Iterable[tuple[str, str]] | Mapping[str, str]
 
 def classify(
     method: str, host: str, path: str, request_headers: Headers = ()
-) -> tuple[str, str] | None:
+) -> tuple[Provider, LlmEndpoint] | None:
     """Say whether a request is a model call, and of which API shape.
 
     Classification is by method and path only: gateways (OpenRouter, LiteLLM, the
@@ -163,13 +163,18 @@ def classify(
 
 
 @functools.lru_cache(maxsize=1024)
-def _path_kind(path: str) -> tuple[str, str] | None:
+def _path_kind(path: str) -> tuple[Provider, LlmEndpoint] | None:
     """`classify`'s answer for a POST to ``path`` (remembered: a run posts to the same few
     paths, and replay classifies each exchange more than once)."""
     path = _bare(path)
     for suffix, kind in ENDPOINTS.items():
         if path.endswith(suffix):
             return kind
+    found_kind = _matched_kind(path)
+    return None if found_kind is None else _kind(*found_kind)
+
+
+def _matched_kind(path: str) -> tuple[str, str] | None:
     if found := _GEMINI.search(path):
         return ("vertex" if found["vertex"] else "gemini"), found["ep"]
     if found := _CODE_ASSIST.search(path):
@@ -185,6 +190,17 @@ def _path_kind(path: str) -> tuple[str, str] | None:
     if found := _BEDROCK.match(path):
         return "bedrock", found["ep"]
     return None
+
+
+_PROVIDERS: Final = frozenset(get_args(Provider))
+_LLM_ENDPOINTS: Final = frozenset(get_args(LlmEndpoint))
+
+
+def _kind(provider: str, endpoint: str) -> tuple[Provider, LlmEndpoint]:
+    """A (provider, endpoint) a path pattern matched, checked against the ledger's vocabulary."""
+    if provider not in _PROVIDERS or endpoint not in _LLM_ENDPOINTS:
+        raise AssertionError(f"a path pattern matched outside the vocabulary: {provider} {endpoint}")
+    return cast(Provider, provider), cast(LlmEndpoint, endpoint)
 
 
 def non_generating(path: str) -> str | None:
@@ -422,8 +438,8 @@ class LlmCallBuilder:
 
     def __init__(
         self,
-        provider: str,
-        endpoint: str,
+        provider: Provider,
+        endpoint: LlmEndpoint,
         *,
         exchange_seq: int | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Final, NamedTuple
 
 from collectors.proxy._bodies import BodyDecoder
+from ledger import NeedData
 from collectors.proxy._frames import (
     NEED_DATA, Chunk, ConnError, Connected, Denied, Dropped, Frame, FrameError, Hello, ProxyError,
     Request, RequestBody, ResponseEnd, ResponseStart, Tunnel, TunnelEnd,
@@ -174,7 +175,7 @@ class ExchangeAssembler:
         """Exchanges started and not yet finished."""
         return len(self._open)
 
-    def next_output(self) -> Output | object:
+    def next_output(self) -> Output | NeedData:
         """The next output, or `NEED_DATA` when none is ready."""
         return self._out.popleft() if self._out else NEED_DATA
 

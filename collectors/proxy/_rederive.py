@@ -23,11 +23,17 @@ identity and pass each body through whole (up to its cap, `DEFAULT_MAX_BODY_BYTE
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypedDict
 
 from collectors.llm import LlmCallBuilder, classify, path_model
 from collectors.proxy._exchange import DEFAULT_MAX_BODY_BYTES, ExchangeAssembler
-from collectors.proxy._frames import NEED_DATA, Chunk, ProxyError, Request, RequestBody, ResponseEnd, ResponseStart
-from ledger.events import HttpExchange, LlmCall
+from collectors.proxy._frames import NEED_DATA, Chunk, Frame, ProxyError, Request, RequestBody, ResponseEnd, ResponseStart
+from ledger.events import HttpExchange, LlmCall, LlmEndpoint, Provider
+
+
+class _Times(TypedDict):
+    ts_ns: int  # wall clock of the frame, ns since the Unix epoch
+    mono_ns: int
 
 __all__ = ["Body", "rederive_llm_call"]
 
@@ -71,7 +77,7 @@ def rederive_llm_call(exchange: HttpExchange, request: Body | None, response: Bo
     return _assembled(exchange, request, response)
 
 
-def _built(exchange: HttpExchange, kind: tuple[str, str], request: Body | None, response: Body | None) -> LlmCall:
+def _built(exchange: HttpExchange, kind: tuple[Provider, LlmEndpoint], request: Body | None, response: Body | None) -> LlmCall:
     """The call of a model exchange whose kept bodies are decoded: the builder fed as the
     assembly feeds it through identity decoders (request body, response start, the body
     if any, the end; cut when the exchange recorded an error)."""
@@ -93,13 +99,13 @@ def _assembled(exchange: HttpExchange, request: Body | None, response: Body | No
     for frame in _frames(exchange, request, response):
         assembler.feed(frame)
     while (out := assembler.next_output()) is not NEED_DATA:
-        if isinstance(out.event, LlmCall):  # type: ignore[union-attr]
-            return out.event, None  # type: ignore[union-attr]
+        if isinstance(out.event, LlmCall):
+            return out.event, None
     return None, "no llm.call came out of the exchange"
 
 
-def _frames(exchange: HttpExchange, request: Body | None, response: Body | None) -> Iterator[object]:
-    t = {"ts_ns": exchange.started_ns, "mono_ns": 0}
+def _frames(exchange: HttpExchange, request: Body | None, response: Body | None) -> Iterator[Frame]:
+    t = _Times(ts_ns=exchange.started_ns, mono_ns=0)
     fid = "replay"
     yield Request(id=fid, method=exchange.method, scheme=exchange.scheme, host=exchange.host, port=exchange.port,
                   path=exchange.path, headers=_headers(exchange.request_headers, request and request[1]), **t)
@@ -109,7 +115,7 @@ def _frames(exchange: HttpExchange, request: Body | None, response: Body | None)
                             headers=_headers(exchange.response_headers, response and response[1]), **t)
         if response is not None and response[0]:
             yield Chunk(id=fid, data=response[0])
-    end = {"ts_ns": exchange.ended_ns, "mono_ns": 0}
+    end = _Times(ts_ns=exchange.ended_ns, mono_ns=0)
     if exchange.error is not None:
         yield ProxyError(id=fid, message=exchange.error, **end)
     else:

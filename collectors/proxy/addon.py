@@ -259,7 +259,8 @@ class _Sender:
             assert self._sock is not None
             self._sock.sendall(b"".join(batch))
         except OSError:
-            self._sock.close()
+            if self._sock is not None:
+                self._sock.close()
             self._sock = None
             return False
         return True
@@ -474,6 +475,7 @@ class CaissonWitness:
     def _upgraded(self, flow: http.HTTPFlow) -> None:
         """A 101 Switching Protocols: a WebSocket becomes a recorded tunnel; any other
         protocol would be relayed as raw TCP, so (policed) the flow is killed."""
+        assert flow.response is not None  # called from `responseheaders` with a 101
         token = (flow.response.headers.get("upgrade", "") or "?").strip().lower()
         protocol = "websocket" if flow.websocket is not None else token
         denied = None
@@ -548,7 +550,7 @@ class CaissonWitness:
             return
         if tunnel is not None:
             tunnel.denied = f"{REFUSED}: {refuse}: raw TCP is not relayed"
-        stale = chosen
+        stale: object = chosen
         while stale is not None:  # the layers mitmproxy made for its choice leave the stack
             if stale in nextlayer.context.layers:
                 nextlayer.context.layers.remove(stale)

@@ -272,7 +272,6 @@ Event = Union[
 """The one tagged union of every event kind."""
 
 EVENT_TYPES: tuple[type[_Event], ...] = Event.__args__  # type: ignore[attr-defined]
-EVENT_KINDS: frozenset[str] = frozenset(t.__struct_config__.tag for t in EVENT_TYPES)
 
 _decoder = msgspec.msgpack.Decoder(Event)
 
@@ -286,6 +285,9 @@ def decode_event(data: bytes) -> Event:
     return _decoder.decode(data)
 
 
-def event_kind(event: _Event) -> str:
-    """The dotted kind of an event, e.g. ``"process.exec"``."""
-    return event.__struct_config__.tag  # type: ignore[return-value]
+def event_kind(event: _Event | type[_Event]) -> str:
+    """The dotted kind of an event (or event type), e.g. ``"process.exec"``."""
+    return str(event.__struct_config__.tag)
+
+
+EVENT_KINDS: frozenset[str] = frozenset(event_kind(t) for t in EVENT_TYPES)
