@@ -15,6 +15,7 @@ __all__ = [
     "SandboxError",
     "ContainmentError",
     "ChamberError",
+    "AllHostsDrained",
 ]
 
 
@@ -55,3 +56,7 @@ class ContainmentError(CaissonError):
 
 class ChamberError(CaissonError):
     """The container runtime failed: engine unreachable, image missing, start failed."""
+
+
+class AllHostsDrained(CaissonError):
+    """Every host of a ray study is drained: nothing is left to run its sessions."""

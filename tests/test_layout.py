@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import ledger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,9 +68,13 @@ def _package_sources() -> dict[str, Path]:
     return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
-def _imported_modules(path: Path, modules: dict[str, Path], *, top_level_only: bool) -> set[str]:
-    """The project modules a file imports (``from a.b import c`` counts a.b.c when it is a module)."""
+def _imported_modules(path: Path, modules: dict[str, Path], *, top_level_only: bool,
+                      run_time_only: bool = False) -> set[str]:
+    """The project modules a file imports (``from a.b import c`` counts a.b.c when it is a module);
+    `run_time_only`: not those imported for a type checker only (``if TYPE_CHECKING:``)."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    if run_time_only:
+        tree = _without_type_checking(tree)
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     if top_level_only:  # module scope, including module-level if/try blocks, never function bodies
         stack, nodes = list(tree.body), []
@@ -90,6 +96,19 @@ def _imported_modules(path: Path, modules: dict[str, Path], *, top_level_only: b
     return found
 
 
+def _without_type_checking(tree: ast.Module) -> ast.Module:
+    """The module without its ``if TYPE_CHECKING:`` blocks (imports a type checker reads, never run)."""
+    class Drop(ast.NodeTransformer):
+        def visit_If(self, node: ast.If) -> ast.AST | None:
+            test = node.test
+            if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+                    isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+                return None
+            return self.generic_visit(node)
+
+    return Drop().visit(tree)
+
+
 def test_no_module_imports_another_packages_private_module():
     """A private module (``_name``) is imported only from inside the package that holds it."""
     modules = _package_sources()
@@ -107,11 +126,15 @@ def test_no_module_imports_another_packages_private_module():
     assert not bad, "\n".join(bad)
 
 
-def test_no_import_cycle():
-    """Module-level imports form no cycle (a package's __init__ counts as importing what it re-exports;
-    a submodule that imports names from its own package's __init__ closes a cycle)."""
+@pytest.mark.parametrize("top_level_only", [True, False], ids=["module-level", "with-function-level"])
+def test_no_import_cycle(top_level_only):
+    """Imports form no cycle (a package's __init__ counts as importing what it re-exports;
+    a submodule that imports names from its own package's __init__ closes a cycle): at module
+    level, and with the imports inside functions too (deferred, they still tie the modules
+    together); imports for a type checker only (``if TYPE_CHECKING:``) do not count."""
     modules = _package_sources()
-    graph = {name: _imported_modules(path, modules, top_level_only=True) - {name} for name, path in modules.items()}
+    graph = {name: _imported_modules(path, modules, top_level_only=top_level_only, run_time_only=True) - {name}
+             for name, path in modules.items()}
     state: dict[str, int] = {}
     path: list[str] = []
 

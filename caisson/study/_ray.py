@@ -53,9 +53,8 @@ from typing import TYPE_CHECKING
 import msgspec
 import ray
 
-from caisson.errors import UsageError
+from caisson.errors import AllHostsDrained, UsageError
 from caisson.study._rayhost import NAMESPACE, SLOT, service_generations, service_name, start_service
-from caisson.study.executor import AllHostsDrained
 
 if TYPE_CHECKING:
     from caisson.study._dispatch import SessionJob, SessionResult

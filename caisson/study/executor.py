@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from caisson.errors import CaissonError
+from caisson.errors import AllHostsDrained
 
 if TYPE_CHECKING:
     from caisson.study._dispatch import SessionJob, SessionResult
@@ -32,10 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["EXECUTORS", "AllHostsDrained", "Executor", "LocalExecutor", "make_executor"]
 
 EXECUTORS = ("local", "ray")
-
-
-class AllHostsDrained(CaissonError):
-    """Every host of a ray study is drained: nothing is left to run its sessions."""
 
 
 class Executor(Protocol):
