@@ -127,7 +127,7 @@ class SseParser:
         self._buf += data
         self._parse_lines()
 
-    def next_event(self) -> SseEvent | object:
+    def next_event(self) -> SseEvent | NeedData:
         """Return the next dispatched `SseEvent`, or `NEED_DATA` when none is buffered."""
         if self._queue:
             return self._queue.popleft()

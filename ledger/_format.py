@@ -251,7 +251,7 @@ class FrameParser:
             self._base += self._pos
             self._pos = 0
 
-    def next_item(self) -> Header | Frame | Damage | object:
+    def next_item(self) -> Header | Frame | Damage | NeedData:
         """Parse the next item; see the class docstring."""
         if self.damaged:
             return NEED_DATA
@@ -283,7 +283,7 @@ class FrameParser:
         self.damaged = True
         return Damage(offset, reason, first_seq)
 
-    def _next_header(self) -> Header | Damage | object:
+    def _next_header(self) -> Header | Damage | NeedData:
         buf = self._buf
         have = bytes(buf[: len(MAGIC)])
         if have != MAGIC[: len(have)]:

@@ -12,7 +12,7 @@ Checks, in order, stopping at nothing (every problem is listed):
 3. no run directory under ``DIR/cells/`` is left that the ledger does not name (started
    or ended): a cell added afterwards fails;
 4. the backfill ledger, when there is one (``DIR/backfill/``,
-   `caisson.study.backfill.verify_backfill`): every segment closed and verifying, chained,
+   `caisson.study.backfillledger.verify_backfill`): every segment closed and verifying, chained,
    each backfilled figure naming a run the study ledger binds at the same head and session
    files that run collected.
 5. every judge ledger under ``DIR/judge/`` (``caisson study judge``) verifies against the
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import msgspec
 
-from caisson.study.backfill import backfill_segments, verify_backfill
+from caisson.study.backfillledger import backfill_segments, verify_backfill
 from caisson.study.studyledger import announced, enrolled_keys, read_study, run_trust, sealed_state, segments
 from ledger import LedgerChecker, LedgerError, VerifyKey, locate, read_records, verify_ledger
 from ledger.events import (
