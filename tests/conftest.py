@@ -76,9 +76,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
 
 
+ENGINE_FIXTURES = frozenset({"docker_available", "chamber_image", "agent_image"})
+"""The fixtures that need a Docker engine (tests/caisson/conftest.py): a test that uses one,
+directly or through another fixture, is marked ``docker``."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker, tests marked ``long`` (15 s or more) come first, in their order:
-    `--dist loadgroup` hands them out round-robin, so they start on every worker at once and
-    no worker starts one last while the other has nothing left to run."""
+    """Mark ``docker`` every test that uses an engine fixture, so ``-m "not docker"`` runs
+    what needs no engine. In an xdist worker, tests marked ``long`` (15 s or more) come
+    first, in their order: `--dist loadgroup` hands them out round-robin, so they start on
+    every worker at once and no worker starts one last while the other has nothing left to run."""
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("docker") is None:
+            item.add_marker(pytest.mark.docker)
     if hasattr(config, "workerinput"):
         items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -7,7 +7,6 @@ import hashlib
 import os
 import stat
 import subprocess
-import time
 import zlib
 from pathlib import Path
 
@@ -402,7 +401,8 @@ def test_normaliser_ignores_case_and_separators(words: list[str], seps: list[str
         assert len(win) == min(5, len(normalize_words(joined)))
 
 
-def test_scan_is_fast(tmp_path: Path) -> None:
+def test_scan_of_many_ordinary_files_finds_nothing(tmp_path: Path) -> None:
+    """200 files against 20 prompts: no false hit (its speed is benchmarks/scan_bench.py's)."""
     body = "\n".join(f"line {i} of some ordinary source text with words" for i in range(200))
     paths = []
     for i in range(200):
@@ -410,9 +410,7 @@ def test_scan_is_fast(tmp_path: Path) -> None:
         paths.append(f"f{i}.py")
     qs = [Question(id=f"q{i}", prompt=f"{PROMPT} variant {i}") for i in range(20)]
     s = scenario(questions=qs)
-    t = time.perf_counter()
     assert containment_hits(tmp_path, paths, s) == []
-    assert time.perf_counter() - t < 1.0
 
 
 def test_odd_file_names_round_trip(tmp_path: Path) -> None:
@@ -428,7 +426,8 @@ def test_odd_file_names_round_trip(tmp_path: Path) -> None:
     assert sb.file_count == 4
 
 
-def test_build_200_files_is_fast(tmp_path: Path) -> None:
+def test_build_of_200_files_keeps_them_all(tmp_path: Path) -> None:
+    """(its speed is benchmarks/scan_bench.py's and record_bench.py's)"""
     root = tmp_path / "big"
     root.mkdir()
     git(root, "init", "-q", "-b", "main")
@@ -436,8 +435,6 @@ def test_build_200_files_is_fast(tmp_path: Path) -> None:
     write_files(root, {f"pkg{i % 10}/mod{i}.py": body for i in range(200)})
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "big")
-    t = time.perf_counter()
     s = scenario(questions=[Question(id="q", prompt=PROMPT)])
     sb = build_sandbox(root, "HEAD", s, tmp_path / "sb")
     assert sb.file_count == 200
-    assert time.perf_counter() - t < 5.0  # git process start-ups dominate; the scan is < 1 s

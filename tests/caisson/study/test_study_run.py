@@ -70,10 +70,9 @@ def _events(out: Path, kind):
 
 
 @pytest.fixture(scope="module")
-def small_study(tmp_path_factory, request) -> Path:
+def small_study(chamber_image, tmp_path_factory) -> Path:
     """A finished study: the grep probe on two questions, one repetition; arm plain runs,
     arm no-write is refused (a command is ungated and no-write withholds Write)."""
-    request.getfixturevalue("chamber_image")
     root = tmp_path_factory.mktemp("small-study")
     repo = make_probe_repo(root)
     study = _study(root, GREP_AGENT.replace("SLEEP ", ""))
