@@ -79,6 +79,8 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     key_fingerprint: str | None = None
     records: int = 0  # records in complete, checksum-valid frames
     sealed: int = 0  # records covered by the last valid seal
+    head: str = ""  # hex chain head at the last valid seal ("" when no seal checked out)
+    signature: str = ""  # hex Ed25519 signature of that seal ("" likewise)
     unsealed: int = 0  # records after the last valid seal
     torn_bytes: int = 0  # bytes of an incomplete last frame (cut by the reader)
     final: bool = False
@@ -489,7 +491,9 @@ def _verify(path: Path, trusted: VerifyKey, *, decode: bool, kept_blobs: dict[st
 
 def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobStore,
             kept_blobs: dict[str, bytes] | None = None, keep_roles: tuple[str, ...] = ()) -> VerifyReport:
-    report = VerifyReport(path=str(ledger_path), records=checker.expected, sealed=checker.sealed, final=checker.final)
+    seal = checker.last_seal
+    report = VerifyReport(path=str(ledger_path), records=checker.expected, sealed=checker.sealed, final=checker.final,
+                          head=seal.head.hex() if seal else "", signature=seal.signature.hex() if seal else "")
     if checker.header is not None:
         report.format_version = checker.header.format_version
         report.run_id = checker.header.run_id

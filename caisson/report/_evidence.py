@@ -29,7 +29,7 @@ from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector
 from caisson.replay import BLOB_ROLES, RunReplay, replay_streams
 from caisson.report._inputs import ReportCell
 from caisson.report._tokens import TOKEN_EVENTS, CellTokens, cell_tokens
-from ledger import LedgerError, VerifyKey, verify_and_read
+from ledger import LedgerError, VerifyKey, VerifyReport, verify_and_read
 from ledger.events import SandboxBuilt
 
 __all__ = ["CellEvidence", "read_cell", "read_cells", "report_cell", "share_out"]
@@ -52,6 +52,7 @@ class CellEvidence(msgspec.Struct, frozen=True, kw_only=True):
 
     replay: RunReplay
     tokens: CellTokens
+    ledger: VerifyReport | None = None  # what verifying the ledger found (None: unreadable), for verify_study
     sandbox_built: bool = False
 
 
@@ -80,10 +81,10 @@ def read_cell(run_dir: Path, trusted: VerifyKey,
         return CellEvidence(replay=replay, tokens=CellTokens(null_reason="ledger unreadable"))
     replay, (built, counted) = replay_streams(run_dir, report, records, detectors, _EVIDENCE, verified_blobs=kept)
     if replay.verified != "ok":
-        return CellEvidence(replay=replay, tokens=CellTokens(null_reason=f"ledger {replay.verified}"))
+        return CellEvidence(replay=replay, tokens=CellTokens(null_reason=f"ledger {replay.verified}"), ledger=report)
     if replay.rederived is not None:  # the rebuilt events are in the figure; not carried further
         replay.rederived.usage = []
-    return CellEvidence(replay=replay, tokens=cell_tokens(counted), sandbox_built=bool(built))
+    return CellEvidence(replay=replay, tokens=cell_tokens(counted), sandbox_built=bool(built), ledger=report)
 
 
 PARALLEL_FROM = 64

@@ -31,10 +31,11 @@ from pathlib import Path
 import msgspec
 
 from caisson.errors import UsageError
-from ledger import BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, locate
+from ledger import (BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, VerifyReport,
+                    locate)
 from ledger.events import BackfillRecorded, JudgeRecorded, StudyResumed
 
-__all__ = ["SealedState", "StudyLedger", "announce", "announced", "segments", "sealed_state", "read_study",
+__all__ = ["SealedState", "StudyLedger", "announce", "announced", "segments", "sealed_state", "state_of", "read_study",
            "STUDY_DIR", "SOURCE", "enrolled_keys", "run_signer", "run_key", "run_trust", "lock_study", "study_lock",
            "LOCK_FILE"]
 
@@ -52,6 +53,14 @@ class SealedState(msgspec.Struct, frozen=True, kw_only=True):
     signature: str  # hex Ed25519 signature of that seal
     status: str  # ok | tampered | unclosed (as `ledger.verify_ledger` would say)
     reason: str = ""
+
+
+def state_of(report: VerifyReport) -> SealedState:
+    """The sealed state a `ledger.verify_ledger` report found (blobs checked too): the same
+    `sealed_state` would give for an intact ledger, without reading it again."""
+    return SealedState(run_id=report.run_id, records=report.sealed, head=report.head,
+                       final=report.final, signature=report.signature,
+                       status=report.status, reason=report.reason or "")
 
 
 def sealed_state(path: Path, trusted: VerifyKey) -> SealedState:

@@ -41,13 +41,15 @@ last segment has no final seal: the study is running or crashed, and can be resu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
 
 from caisson.study.backfillledger import backfill_segments, verify_backfill
-from caisson.study.studyledger import announced, enrolled_keys, read_study, run_trust, sealed_state, segments
-from ledger import LedgerChecker, LedgerError, VerifyKey, locate, read_records, verify_ledger
+from caisson.study.studyledger import (announced, enrolled_keys, read_study, run_trust, sealed_state, segments,
+                                      state_of)
+from ledger import LedgerChecker, LedgerError, VerifyKey, VerifyReport, locate, read_records, verify_ledger
 from ledger.events import (
     BackfillRecorded,
     BaselineMeasured,
@@ -129,7 +131,8 @@ def _segment_events(seg: Path, trusted: VerifyKey):
 
 def _check_run(study_dir: Path, rel: str, run_id: str | None, records: int, head: str, final: bool,
                trusted: VerifyKey, what: str, report: StudyVerifyReport,
-               enrolled: dict[bytes, VerifyKey] | None = None) -> None:
+               enrolled: dict[bytes, VerifyKey] | None = None,
+               verified: Mapping[str, VerifyReport] | None = None) -> None:
     run_dir = study_dir / rel
     if run_id is None and not records:
         return  # no ledger was ever written for it (the chamber did not start)
@@ -143,8 +146,8 @@ def _check_run(study_dir: Path, rel: str, run_id: str | None, records: int, head
         return
     trusted = key
     try:
-        full = verify_ledger(run_dir, trusted)
-        state = sealed_state(run_dir, trusted)
+        full = (verified or {}).get(rel) or verify_ledger(run_dir, trusted)
+        state = state_of(full)
     except LedgerError as exc:
         report.problems.append(f"{what} {rel}: {exc}")
         return
@@ -220,8 +223,16 @@ def _check_judges(study_dir: Path, trusted: VerifyKey, counting: dict[str, str],
                                        f" run the study ledger binds is {counting.get(e.cell_id)}")
 
 
-def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
+def verify_study(study_dir: Path, trusted: VerifyKey,
+                 verified: Mapping[str, VerifyReport] | None = None) -> StudyVerifyReport:
     """Verify a study directory; see the module docstring.
+
+    Args:
+        study_dir: the study directory.
+        trusted: the key the study ledger (and, for a local study, every run) verifies against.
+        verified: run directory (relative to the study) -> the `ledger.verify_ledger` report
+            a caller already has of it, against the key it must verify with
+            (`caisson.study.studyledger.run_trust`): such a run is not read again.
 
     Raises:
         UsageError: ``study_dir`` holds no study ledger.
@@ -245,11 +256,11 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
             if e.run_id:
                 bound[e.run_dir] = (e.run_id, e.ledger_head)
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, True, trusted,
-                       "baseline", report, enrolled)
+                       "baseline", report, enrolled, verified)
             if e.gating_run_id is not None:  # the gating probe run, bound the same way
                 named.add(e.gating_run_dir)
                 _check_run(study_dir, e.gating_run_dir, e.gating_run_id, e.gating_ledger_records,
-                           e.gating_ledger_head, True, trusted, "gating probe", report, enrolled)
+                           e.gating_ledger_head, True, trusted, "gating probe", report, enrolled, verified)
         elif isinstance(e, CellStarted):
             named.add(e.run_dir)
         elif isinstance(e, CellEnded):
@@ -258,7 +269,7 @@ def verify_study(study_dir: Path, trusted: VerifyKey) -> StudyVerifyReport:
                 bound[e.run_dir] = (e.run_id, e.ledger_head)
                 counting[e.cell_id] = e.run_id
             _check_run(study_dir, e.run_dir, e.run_id, e.ledger_records, e.ledger_head, e.ledger_final, trusted,
-                       f"cell {e.cell_id} attempt {e.attempt}:", report, enrolled)
+                       f"cell {e.cell_id} attempt {e.attempt}:", report, enrolled, verified)
     cells = study_dir / "cells"
     if cells.is_dir():
         for ledger_file in sorted(cells.glob("*/*/ledger")):
