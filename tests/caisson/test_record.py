@@ -254,7 +254,7 @@ def _stop(tmp_path, once: str, signum: int, code: int) -> None:
     proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "caisson.cli", "record", "--out",
                              str(run_dir), "--", "sleep", "60"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, preexec_fn=_terminal_sigint)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a first run qualifies the eBPF witness; a loaded machine takes long
     while time.monotonic() < deadline:
         ids = subprocess.run(["docker", "ps", "-q", "--filter", f"label=caisson.run_dir={run_dir.resolve()}"],
                              capture_output=True, text=True).stdout.split() if (run_dir / "ledger").exists() else []
