@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import msgspec
 
 from caisson import __version__
 from caisson.export._facts import RunFacts
@@ -97,8 +98,8 @@ def _sample(run: RunFacts, index: int):
             "status": findings.get("status"),
             "findings": findings.get("findings", []),
             "score_if_clean": findings.get("score_if_clean"),
-            "arm": started.arm if started else {},
-            "agent": started.agent if started else {},
+            "arm": msgspec.to_builtins(started.arm) if started and started.arm else {},
+            "agent": msgspec.to_builtins(started.agent) if started and started.agent else {},
         }
     }
     answer = run.answer
