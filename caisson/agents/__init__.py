@@ -10,20 +10,13 @@ minus the grant, plus what the arm withholds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Literal
 
 import msgspec
 
 from caisson.agents import claude_code, codex, copilot, mini_swe_agent, opencode
 from caisson.errors import ScenarioError, UsageError
 from caisson.grants import granted_by, grants_by_tool, parse_grant
-from ledger.events import Gating
-
-Elicitation = Literal["stream", "answer_file"]
-"""How an adapter gets the agent's answer back: ``stream`` (a structured transcript on
-stdout as the agent works: Claude Code's stream-json, Codex's JSON lines) or
-``answer_file`` (a file the agent writes, printed once it exits: mini-swe-agent's
-trajectory)."""
+from ledger.events import Elicitation, Gating
 
 __all__ = ["Adapter", "Elicitation", "ADAPTERS", "adapter", "arm_grant", "check_arm", "deny_list", "known_tools"]
 

@@ -51,6 +51,8 @@ from typing import Any
 
 import msgspec
 
+from ledger.events import SeccompFacts
+
 __all__ = ["BASE_PROFILE", "CLONE_UNTRACED", "REFUSED_BY_ARGS", "SECCOMP_FILTER_FLAG_NEW_LISTENER", "SeccompProfile",
            "seccomp_profile"]
 
@@ -81,10 +83,11 @@ class SeccompProfile(msgspec.Struct, frozen=True, kw_only=True):
     denied: tuple[str, ...]
     action: str
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> SeccompFacts:
         """The ``run.started`` ``seccomp`` field: digest, base, denied calls, action."""
-        return {"sha256": self.sha256, "base": BASE_PROFILE, "denied": list(self.denied), "action": self.action,
-                "refused_by_args": list(REFUSED_BY_ARGS)}
+        return SeccompFacts(sha256=self.sha256, base=BASE_PROFILE, denied=list(self.denied),
+                            action=self.action,  # type: ignore[arg-type]  # seccomp_profile checks it
+                            refused_by_args=list(REFUSED_BY_ARGS))
 
 
 @cache

@@ -146,15 +146,14 @@ def config_from_records(records: Iterable[Record], scenario=None) -> DetectorCon
         if isinstance(event, WitnessStarted):
             witnesses.add(event.witness)
         elif isinstance(event, RunStarted):
-            if event.arm:
-                fields.update(granted_tools=tuple(event.arm.get("grant", ())),
-                              denied_tools=tuple(event.arm.get("deny", ())),
-                              strategies=tuple((name, tuple(members))
-                                               for name, members in event.arm.get("catalog", {}).items()),
-                              granted_strategies=tuple(event.arm.get("strategies", ())))
-            fields.update(live_repo=event.repo, caller_home=event.caller.get("home"),
-                          caller_cwd=event.caller.get("cwd"), weakened=tuple(event.weakened),
-                          deadline_s=event.limits.get("wall_seconds"))
+            if event.arm is not None:
+                fields.update(granted_tools=tuple(event.arm.grant), denied_tools=tuple(event.arm.deny),
+                              strategies=tuple((name, tuple(members)) for name, members in event.arm.catalog.items()),
+                              granted_strategies=tuple(event.arm.strategies))
+            caller = event.caller
+            fields.update(live_repo=event.repo, caller_home=caller.home if caller else None,
+                          caller_cwd=caller.cwd if caller else None, weakened=tuple(event.weakened),
+                          deadline_s=event.limits.wall_seconds if event.limits else None)
         elif isinstance(event, SandboxBuilt):
             fields.update(sandbox_path=event.path, excluded_paths=tuple(e.path for e in event.excluded))
     if scenario is not None:

@@ -112,7 +112,7 @@ def call_owners(records: Iterable[Record]) -> dict[int, CallOwner] | None:
     for record in records:
         event = record.event
         if isinstance(event, RunStarted):
-            agent = event.agent.get("name") or None
+            agent = event.agent.name if event.agent else None
         elif isinstance(event, (ProcessFork, ProcessExec)):
             if isinstance(event, ProcessExec) and event.result != 0:
                 continue

@@ -387,8 +387,8 @@ def denied_syscall(records: Iterable[Record], config: DetectorConfig) -> Iterato
     blind = frozenset(DENIED_SYSCALLS)
     for record in records:
         event = record.event
-        if isinstance(event, RunStarted) and event.seccomp.get("denied"):
-            blind = frozenset(event.seccomp["denied"])
+        if isinstance(event, RunStarted) and event.seccomp is not None and event.seccomp.denied:
+            blind = frozenset(event.seccomp.denied)
         elif isinstance(event, ProcessSyscall):
             if event.denied:
                 yield Finding(detector=DENIED_SYSCALL, kind="denied_syscall", effect=INFO, evidence=[record.seq],

@@ -74,14 +74,14 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
             calls.append((record.seq, event))
         elif isinstance(event, AgentError) and event.terminal and event.cause != "limit":
             errors.append((record.seq, event))
-    if started is None or not started.agent.get("name"):
+    if started is None or started.agent is None or not started.agent.name:
         return
-    agent = started.agent["name"]
+    agent = started.agent.name
 
     def infra(message: str, evidence: list[int]) -> Finding:
         return Finding(detector=IN_BAND, kind="infra_failure", effect=VOID, evidence=evidence, message=message)
 
-    if started.limits.get("network") == "none":
+    if started.limits is not None and started.limits.network == "none":
         yield infra(f"{agent} had no route to a model: the chamber had no network (the scenario's [egress]"
                     " allows no provider host)", [started_seq])
         return
@@ -182,7 +182,7 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
     for record in records:
         event = record.event
         if isinstance(event, RunStarted):
-            want, agent = event.agent.get("model") or None, event.agent.get("name") or ""
+            want, agent = (event.agent.model or None, event.agent.name) if event.agent else (None, "")
         elif isinstance(event, AgentModelSwitch):
             yield Finding(detector=MODEL_SWITCHED, kind="model_switched", effect=VOID, evidence=[record.seq],
                           message=f"{event.agent} switched from {event.requested or '?'} to {event.used or '?'}"

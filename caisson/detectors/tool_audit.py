@@ -39,7 +39,7 @@ def tool_audit(records: Iterable[Record], config: DetectorConfig) -> Iterator[Fi
     for record in records:
         event = record.event
         if isinstance(event, RunStarted):
-            agent = event.agent.get("name") if isinstance(event.agent, dict) else None
+            agent = event.agent.name if event.agent is not None else None
         elif isinstance(event, (AgentToolCall, AgentToolResult)):
             calls.append(record.seq)
         elif isinstance(event, AgentUsage):

@@ -58,7 +58,7 @@ def _tokens(run: RunFacts) -> tuple[int | None, int | None, str | None]:
 def to_trajectory(run: RunFacts) -> dict[str, Any]:
     """The ATIF trajectory of one run, as a JSON-ready dict (None fields left out)."""
     started = run.started
-    agent_info = dict(started.agent) if started else {}
+    agent = started.agent if started else None
     prompt, completion, model = _tokens(run)
     first_ns = run.records[0].wall_ns if run.records else 0
     steps: list[dict[str, Any]] = [{
@@ -92,8 +92,8 @@ def to_trajectory(run: RunFacts) -> dict[str, Any]:
     trajectory: dict[str, Any] = {
         "schema_version": ATIF_VERSION,
         "session_id": run.run_id or Path(run.run_dir).name,
-        "agent": {"name": str(agent_info.get("name") or "command"), "version": str(agent_info.get("version") or "unknown"),
-                  "model_name": model},
+        "agent": {"name": agent.name if agent and agent.name else "command",
+                  "version": agent.version if agent and agent.version else "unknown", "model_name": model},
         "steps": steps,
         "final_metrics": {"total_prompt_tokens": prompt, "total_completion_tokens": completion,
                           "total_steps": len(steps)},

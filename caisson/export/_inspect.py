@@ -14,16 +14,24 @@ import math
 from pathlib import Path
 from typing import Any
 
+import msgspec
 
 from caisson import __version__
 from caisson.export._facts import RunFacts
-from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, LlmCall
+from ledger.events import AgentAnswer, AgentToolCall, AgentToolResult, LlmCall, RunArm
 
 __all__ = ["to_eval_log", "write_inspect"]
 
 
 def _iso(ns: int) -> str:
     return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC).isoformat()
+
+
+def _arm(arm: RunArm) -> dict[str, Any]:
+    """The arm as the sample's metadata shows it: its name, grant, withhold and deny list,
+    even empty, and its strategies and their catalog when the scenario has some."""
+    shown = {"name": arm.name, "grant": arm.grant, "withhold": arm.withhold, "deny": arm.deny}
+    return shown | ({"strategies": arm.strategies, "catalog": arm.catalog} if arm.catalog else {})
 
 
 def _messages(run: RunFacts) -> list:
@@ -97,8 +105,8 @@ def _sample(run: RunFacts, index: int):
             "status": findings.get("status"),
             "findings": findings.get("findings", []),
             "score_if_clean": findings.get("score_if_clean"),
-            "arm": started.arm if started else {},
-            "agent": started.agent if started else {},
+            "arm": _arm(started.arm) if started and started.arm else {},
+            "agent": msgspec.to_builtins(started.agent) if started and started.agent else {},
         }
     }
     answer = run.answer

@@ -31,7 +31,10 @@ from ledger.events import (
     HttpExchange,
     LlmUsage,
     ProcessExec,
+    RunAgent,
+    RunArm,
     RunEnded,
+    RunLimits,
     RunStarted,
     SandboxBuilt,
     WitnessStarted,
@@ -176,9 +179,9 @@ def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int 
     with LedgerWriter(run_dir / "ledger", run_id=spec.run_id, key=key, blobs=blobs, flush_interval_s=3600,
                       created_ns=start_ns) as w:
         w.append(RunStarted(run_id=spec.run_id, caisson_version="synthetic", question_id="q-context",
-                            agent={"name": spec.agent, "gating": "enforced"},
-                            arm={"name": spec.arm, "grant": ["Read", "Grep", "Glob"], "deny": ["Bash"]},
-                            limits={"wall_seconds": 600}, env=ENV), source="recorder", **at())
+                            agent=RunAgent(name=spec.agent, gating="enforced"),
+                            arm=RunArm(name=spec.arm, grant=["Read", "Grep", "Glob"], deny=["Bash"]),
+                            limits=RunLimits(wall_seconds=600), env=ENV), source="recorder", **at())
         w.append(BlobStored(sha256=blobs.put(SCENARIO), size_bytes=len(SCENARIO), role="scenario"),
                  source="recorder", **at())
         w.append(SandboxBuilt(path=SANDBOX_PATH, commit="c" * 40, tree_digest="d" * 64,

@@ -171,7 +171,7 @@ def _check(run_dir: Path, arm: str, agent: str, version: str, claimed, tool: str
            discovered: list[str]) -> Check:
     records = list(read_records(run_dir))
     started = next(r.event for r in records if isinstance(r.event, RunStarted))
-    denied = set(started.arm.get("deny", ()))
+    denied = set(started.arm.deny if started.arm else ())
     offered = _shown(run_dir)
     verdict = judge_gating(records, agent=agent, version=version, claimed=claimed, tool=tool)
     facts = {"arm": arm, "agent": agent, "run_dir": str(run_dir), "offered": offered, "discovered": discovered,

@@ -369,7 +369,7 @@ def _gating(run_dir: Path, case: Case) -> GatingVerdict:
     spec = adapter(case.agent)
     records = list(read_records(run_dir))
     started = next(r.event for r in records if isinstance(r.event, RunStarted))
-    withheld = [t for t in started.arm.get("withhold", ()) if t in started.arm.get("deny", ())]
+    withheld = [t for t in started.arm.withhold if t in started.arm.deny] if started.arm else []
     return judge_gating(records, agent=spec.name, version=spec.version, claimed=spec.gating,
                         tool=pick_probe_tool(withheld) if withheld else None)
 

@@ -87,9 +87,9 @@ def _usage_changes(where: str, old: LlmUsage | None, new: LlmUsage | None,
 def _adapter(records: Sequence[Record]) -> tuple[str | None, str | None]:
     """(adapter name, agent version) the run names: its manifest, else its transcript events."""
     for record in records:
-        if isinstance(record.event, RunStarted) and record.event.agent.get("name") in ADAPTERS:
-            version = record.event.agent.get("version")
-            return record.event.agent["name"], version if isinstance(version, str) else None
+        agent = record.event.agent if isinstance(record.event, RunStarted) else None
+        if agent is not None and agent.name in ADAPTERS:
+            return agent.name, agent.version
     for record in records:
         name = getattr(record.event, "agent", None)
         if record.source == TRANSCRIPT_SOURCE and isinstance(name, str) and name in ADAPTERS:

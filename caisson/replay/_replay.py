@@ -164,7 +164,7 @@ def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record
                     findings=findings, question_id=started.question_id if started else None,
                     rederived=rederived)
     out.reasons = [f"{f.kind}: {f.message}" for f in findings if f.effect == VOID]
-    if (started is not None and started.agent) or config.granted_tools is not None:
+    if (started is not None and started.agent is not None) or config.granted_tools is not None:
         out.tool_audit = tool_audit_status(findings)
     out.status = "void" if out.reasons else "clean"
     question = None

@@ -36,7 +36,7 @@ from caisson.errors import UsageError
 from caisson.run.stream import MonitorAddress, parse_monitor_address
 from caisson.scenario import Egress, Question, Scenario
 from collectors.egress import parse_allow
-from ledger.events import Gating
+from ledger.events import Elicitation, Gating, NetworkMode, RunAgent, RunArm
 
 __all__ = [
     "Control",
@@ -54,10 +54,6 @@ __all__ = [
 
 Control = Literal["exclusions", "live_repo", "env", "tracer_user", "network", "deny_list"]
 """A control the selftest can weaken (see `WEAKENABLE`)."""
-
-NetworkMode = Literal["none", "witnessed"]
-"""``none``: the chamber has no network at all; ``witnessed``: its only way out is through
-the network witnesses (proxy, resolver, capture)."""
 
 WEAKENABLE: dict[Control, str] = {
     "exclusions": "the sandbox keeps the exclusion set and skips the containment scan",
@@ -152,7 +148,7 @@ class PlannedAgent(msgspec.Struct, frozen=True, kw_only=True):
     gating: Gating
     image: str  # the image recipe it runs in (images/<image>/)
     version: str = ""  # the CLI version the agent image installs
-    elicitation: str = "stream"  # how its answer comes back: stream | answer_file (caisson.agents.Elicitation)
+    elicitation: Elicitation = "stream"  # how its answer comes back
     model: str | None = None  # the model it is asked to use (the scenario's [agent] model); None: its default
 
 
@@ -229,26 +225,21 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     monitor: MonitorAddress | None = None
     weakened: Controls = Controls()
 
-    def agent_facts(self) -> dict:
-        """The agent as ``run.started.agent`` records it: ``{name, gating, version, elicitation}`` and the
-        ``model`` it is asked to use when the scenario names one, or {}."""
+    def agent_facts(self) -> RunAgent | None:
+        """The agent as ``run.started.agent`` records it, or None for a plain command."""
         if self.agent is None:
-            return {}
-        facts = {"name": self.agent.name, "gating": self.agent.gating, "version": self.agent.version,
-                 "elicitation": self.agent.elicitation}
-        return facts | ({"model": self.agent.model} if self.agent.model else {})
+            return None
+        return RunAgent(name=self.agent.name, gating=self.agent.gating, version=self.agent.version,
+                        elicitation=self.agent.elicitation, model=self.agent.model)
 
-    def arm_facts(self) -> dict:
-        """The arm as ``run.started.arm`` records it: ``{name, grant, withhold, deny}`` (and, when
-        the scenario has strategies, ``strategies`` granted and the ``catalog`` of all), or {}."""
+    def arm_facts(self) -> RunArm | None:
+        """The arm as ``run.started.arm`` records it (its ``strategies`` and ``catalog`` when the
+        scenario has strategies), or None."""
         if self.arm is None:
-            return {}
-        facts = {"name": self.arm.name, "grant": list(self.arm.grant), "withhold": list(self.arm.withhold),
-                 "deny": list(self.arm.deny)}
-        if self.arm.catalog:
-            facts.update(strategies=list(self.arm.strategies),
-                         catalog={name: list(members) for name, members in self.arm.catalog.items()})
-        return facts
+            return None
+        return RunArm(name=self.arm.name, grant=list(self.arm.grant), withhold=list(self.arm.withhold),
+                      deny=list(self.arm.deny), strategies=list(self.arm.strategies),
+                      catalog={name: list(members) for name, members in self.arm.catalog.items()})
 
 
 class WitnessInfo(Protocol):

@@ -50,7 +50,7 @@ from caisson.run.plan import WEAKENABLE, RecordOptions, RunPlan, plan_run
 from caisson.scenario import Scenario, load_scenario, scenario_digest
 from collectors.strace import DENIED_SYSCALLS
 from ledger import BlobStore, LedgerWriter, redact_argv
-from ledger.events import RunStarted
+from ledger.events import Caller, HostFacts, RunLimits, RunStarted, SyscallWitnessChoice
 
 __all__ = ["RecordOptions", "RunOutcome", "record", "SANDBOX_PATH", "EXIT_TIMEOUT", "EXIT_INFRA", "WEAKENABLE",
            "recorded_command", "syscall_witness_facts"]
@@ -72,7 +72,13 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(dirpath, name), uid, gid)
 
 
-def _host_facts(engine_info: dict) -> dict:
+def _host_facts(engine_info: dict) -> HostFacts:
+    """The recorder's machine and the engine's facts (`caisson.chamber.Engine.info`; the
+    Docker Engine API's types, checked here so a ledger never holds one it cannot read).
+
+    Raises:
+        msgspec.ValidationError: the engine reported a fact of another type than its API's.
+    """
     uname = platform.uname()
     facts = {"kernel": uname.release, "machine": uname.machine, "cpus": os.cpu_count() or 0,
              "python": sys.version.split()[0]}
@@ -81,7 +87,7 @@ def _host_facts(engine_info: dict) -> dict:
         facts["mem_total_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         pass
-    return facts
+    return msgspec.convert(facts, HostFacts)
 
 
 def recorded_command(command: Sequence[str], key: bytes, patterns: Sequence[str] = ()) -> list[str]:
@@ -187,19 +193,18 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 scenario=str(options.scenario) if options.scenario else None,
                 scenario_digest=scenario_digest(options.scenario) if options.scenario else None,
                 env=chamber_env.recorded,
-                limits={"wall_seconds": plan.timeout_s, "pids": limits.pids, "memory_bytes": limits.memory_bytes,
-                        "cpus": limits.cpus, "disk_bytes": limits.disk_bytes,
-                        "tree_fs": "tmpfs" if own_fs else "host", "network": plan.network,
-                        "user": plan.user},
+                limits=RunLimits(wall_seconds=plan.timeout_s, pids=limits.pids, memory_bytes=limits.memory_bytes,
+                                 cpus=limits.cpus, disk_bytes=limits.disk_bytes,
+                                 tree_fs="tmpfs" if own_fs else "host", network=plan.network, user=plan.user),
                 image_id=image_id,
                 host=_host_facts(engine_info),
                 question_id=plan.question.id if plan.question else None,
-                caller={"cwd": os.getcwd(), "home": os.path.expanduser("~")},
+                caller=Caller(cwd=os.getcwd(), home=os.path.expanduser("~")),
                 witnesses=[w.name for w in witnesses],
                 weakened=plan.weakened.names,
                 agent=plan.agent_facts(),
                 arm=plan.arm_facts(),
-                seccomp=seccomp.manifest() if seccomp else {},
+                seccomp=seccomp.manifest() if seccomp else None,
                 syscall_witness=syscall_witness_facts([w.name for w in witnesses], options.syscall_witness_why,
                                                       _witness_facts(witnesses)),
             )
@@ -309,15 +314,19 @@ def _adapter_transcript(name: str | None):
     return adapter(name).transcript
 
 
-def syscall_witness_facts(witnesses: list[str], why: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def syscall_witness_facts(witnesses: list[str], why: str, extra: dict[str, str] | None = None) -> SyscallWitnessChoice:
     """``run.started.syscall_witness``: which syscall witness runs, from the witnesses
     started (``strace``, ``ebpf``, ``both`` or ``none``), and ``why`` (the choice's reason;
     empty: the caller gave none, e.g. a library call with its own witnesses); then
-    ``extra``, the witnesses' own facts (the eBPF witness's ``ebpf_backend``, libbpf or
-    bpftrace, and ``ebpf_program_sha256``, the digest of the program it loads)."""
+    ``extra``, the witnesses' own facts, fields of `SyscallWitnessChoice` by name (the eBPF
+    witness's ``ebpf_backend`` and ``ebpf_program_sha256``).
+
+    Raises:
+        TypeError: a key of ``extra`` is not a field of `SyscallWitnessChoice`.
+    """
     ran = [name for name in ("strace", "ebpf") if name in witnesses]
-    return {"ran": "both" if len(ran) == 2 else ran[0] if ran else "none", "why": why or "chosen by the caller",
-            **(extra or {})}
+    return SyscallWitnessChoice(ran="both" if len(ran) == 2 else ran[0] if ran else "none",
+                                why=why or "chosen by the caller", **(extra or {}))
 
 
 def _witness_facts(witnesses: list) -> dict[str, str]:

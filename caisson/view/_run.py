@@ -35,6 +35,7 @@ from ledger.events import (
     ProcessExit,
     ProcSample,
     ProxyTunnel,
+    RunAgent,
     RunEnded,
     RunStarted,
     SandboxBuilt,
@@ -75,7 +76,7 @@ class RunView(msgspec.Struct, kw_only=True):
     run_id: str | None = None
     command: list[str] = []
     question_id: str | None = None
-    agent: dict[str, Any] = {}
+    agent: RunAgent | None = None  # the agent under test, None for a plain command
     excluded: list[str] = []  # sandbox paths of the exclusion set, as the chamber sees them
     findings: dict[str, Any] | None = None  # findings.json as `caisson replay` wrote it
     findings_error: str | None = None

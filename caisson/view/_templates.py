@@ -53,7 +53,7 @@ _RUN = """{% extends "base" %}{% block title %}run {{ run.run_id }}{% endblock %
 <p><code>{{ run.path }}</code></p>
 {% if run.command %}<p>command: <code>{{ run.command | join(" ") }}</code>
 {% if run.question_id %} &middot; question <code>{{ run.question_id }}</code>{% endif %}
-{% if run.agent %} &middot; agent <code>{{ run.agent.get("name", "") }}</code>{% endif %}</p>{% endif %}
+{% if run.agent %} &middot; agent <code>{{ run.agent.name }}</code>{% endif %}</p>{% endif %}
 
 <h2>Findings</h2>
 <p><small>findings.json is derived, not signed: <code>caisson replay</code> recomputes it from the ledger.</small></p>

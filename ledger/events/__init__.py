@@ -17,8 +17,11 @@ module, and decoded by one reused typed decoder (`decode_event`). Rules:
   Unix epoch) or a duration (``duration_ns``, ``cpu_ns``, ``timer_lateness_ns``); the
   name ``wall_ns`` means a record's timestamp (`ledger.Record.wall_ns`), never a duration.
 - Closed vocabularies are ``Literal`` types (`RunStatus`, `Category`, `FileAccess`,
-  `ToolOutcome`, `ToolSurface`, `TunnelVia`, `Provider`, `LlmEndpoint`, `Gating`): a value outside one
-  does not decode, and the reader keeps such a record as a ``witness.raw`` describing it.
+  `ToolOutcome`, `ToolSurface`, `TunnelVia`, `Provider`, `LlmEndpoint`, `Gating`, `Elicitation`,
+  `NetworkMode`): a value outside one does not decode, and the reader keeps such a record as a
+  ``witness.raw`` describing it.
+- What caisson records of its own is a nested Struct, never a map read back by key
+  (`RunAgent`, `RunLimits`, ...).
 - Processes carry both identities: ``pid`` as the chamber saw it and ``host_pid`` as the
   host did (a pid alone is not unique across namespaces).
 """
@@ -38,10 +41,19 @@ from ledger.events._base import (  # noqa: F401
     Provider,
     LlmEndpoint,
     Gating,
+    Elicitation,
+    NetworkMode,
     _Event,
 )
 from ledger.events._run import (  # noqa: F401
     RunStarted,
+    RunLimits,
+    HostFacts,
+    Caller,
+    RunAgent,
+    RunArm,
+    SeccompFacts,
+    SyscallWitnessChoice,
     RunEnded,
     ExcludedPath,
     AgentConfigFound,
@@ -115,10 +127,12 @@ from ledger.events._judge import (  # noqa: F401
 __all__ = [
     "SCHEMA_VERSION",
     "Category",
+    "Elicitation",
     "FileAccess",
     "Gating",
     "JudgeVerdictKind",
     "LlmEndpoint",
+    "NetworkMode",
     "Provider",
     "RunStatus",
     "ToolOutcome",
@@ -130,6 +144,13 @@ __all__ = [
     "decode_event",
     "event_kind",
     "RunStarted",
+    "RunLimits",
+    "HostFacts",
+    "Caller",
+    "RunAgent",
+    "RunArm",
+    "SeccompFacts",
+    "SyscallWitnessChoice",
     "RunEnded",
     "SandboxBuilt",
     "ExcludedPath",
@@ -186,7 +207,7 @@ __all__ = [
     "BackfillRecorded",
 ]
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -214,7 +235,11 @@ upgrade through the proxy witness, refused or relayed); ``file.open``'s
 ``path_cut``, ``unresolved`` and ``real_path_cut``, ``file.change``'s ``path_cut`` and
 ``unresolved``, ``process.exec``'s ``path_cut`` and ``argv_cut`` (what a syscall witness could
 not read whole or place); ``http.exchange.client``,
-``client_processes`` and ``client_unresolved`` (which chamber process made the exchange)."""
+``client_processes`` and ``client_unresolved`` (which chamber process made the exchange); 15:
+``run.started``'s ``agent``, ``arm``, ``limits``, ``host``, ``seccomp``, ``syscall_witness`` and
+``caller`` are typed Structs (`RunAgent`, `RunArm`, `RunLimits`, `HostFacts`, `SeccompFacts`,
+`SyscallWitnessChoice`, `Caller`; same keys, same values; absent, not an empty map, when there
+is none)."""
 
 Event = Union[
     RunStarted,

@@ -36,8 +36,18 @@ Responses; Vertex AI's ``rawPredict`` / ``streamRawPredict`` and Bedrock's ``inv
 ``generateContent`` / ``streamGenerateContent`` (schema 14)."""
 
 Gating = Literal["enforced", "not_enforced", "ungated"]
-"""An agent's gating capability (``run.started.agent["gating"]``): its flags restrict tools
+"""An agent's gating capability (``run.started.agent.gating``): its flags restrict tools
 (verified), could restrict them (no verified mapping yet), or cannot."""
+
+Elicitation = Literal["stream", "answer_file"]
+"""How an adapter gets the agent's answer back (``run.started.agent.elicitation``): ``stream``
+(a structured transcript on stdout as the agent works: Claude Code's stream-json, Codex's
+JSON lines) or ``answer_file`` (a file the agent writes, printed once it exits:
+mini-swe-agent's trajectory)."""
+
+NetworkMode = Literal["none", "witnessed"]
+"""A chamber's network (``run.started.limits.network``): ``none``, no network at all;
+``witnessed``, its only way out is through the network witnesses (proxy, resolver, capture)."""
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", omit_defaults=True):

@@ -2,11 +2,100 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
 import msgspec
 
-from ledger.events._base import Category, RunStatus, _Event
+from ledger.events._base import Category, Elicitation, Gating, NetworkMode, RunStatus, _Event
+
+
+class RunLimits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The limits the chamber ran under (``run.started.limits``); a field None: not recorded."""
+
+    wall_seconds: float | None = None  # the wall deadline, seconds
+    pids: int | None = None  # most processes and threads in the chamber
+    memory_bytes: int | None = None  # memory limit, bytes
+    cpus: float | None = None  # CPU quota, CPUs
+    # space the chamber may write per place (tree and config home, /tmp, /var/tmp, /run/lock), bytes
+    disk_bytes: int | None = None
+    tree_fs: Literal["tmpfs", "host"] | None = None  # the tree's own tmpfs, or a plain directory on the host's disk
+    network: NetworkMode | None = None
+    user: str | None = None  # the chamber's user: a name (agent | root) or uid[:gid]
+
+
+class HostFacts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The machine and engine a run ran on (``run.started.host``).
+
+    ``kernel``, ``machine``, ``cpus`` and ``python`` are the recorder's own
+    (`platform.uname`, `os.cpu_count`); the others are the Docker engine's as its API
+    (v1.41, ``GET /version`` and ``GET /info``) reports them. A field None: not recorded.
+    """
+
+    kernel: str | None = None  # the recorder's kernel release (uname -r)
+    machine: str | None = None  # its machine (uname -m): x86_64 | aarch64 | ...
+    cpus: int | None = None  # CPUs the recorder's OS counts (0: it could not tell)
+    python: str | None = None  # the recorder's Python version
+    mem_total_bytes: int | None = None  # the host's physical memory, bytes
+    server_version: str | None = None  # the engine's Version
+    api_version: str | None = None  # its ApiVersion
+    os: str | None = None  # its OperatingSystem
+    kernel_version: str | None = None  # its KernelVersion
+    arch: str | None = None  # its Arch (amd64 | arm64 | ...)
+    cgroup_version: str | None = None  # its CgroupVersion ("1" | "2")
+    cgroup_driver: str | None = None  # its CgroupDriver (cgroupfs | systemd | none)
+    storage_driver: str | None = None  # its Driver (overlay2 | ...)
+    runtime: str | None = None  # its DefaultRuntime (runc | ...)
+    ncpu: int | None = None  # its NCPU
+
+
+class Caller(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Where ``caisson record`` was run from (``run.started.caller``): the targets of the PWD trap."""
+
+    cwd: str | None = None  # the caller's working directory, a host path
+    home: str | None = None  # the caller's home directory, a host path
+
+
+class RunAgent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The agent under test (``run.started.agent``), when the run drove an agent adapter; a
+    field None: not recorded."""
+
+    name: str  # the adapter's name: claude-code | codex | opencode | mini-swe-agent | ...
+    gating: Gating | None = None  # what its flags can do to restrict its tools
+    version: str | None = None  # the CLI version its image installs ("": not known)
+    elicitation: Elicitation | None = None  # how its answer comes back (stream, when not recorded)
+    model: str | None = None  # the model it was asked to use; None: its default
+
+
+class RunArm(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The arm the run played (``run.started.arm``): the tools granted and the deny list handed to the agent."""
+
+    name: str
+    grant: list[str] = []  # tools the arm grants, by the agent's own names
+    withhold: list[str] = []  # tools always denied, whatever the grant
+    deny: list[str] = []  # the deny list handed to the agent: every tool it knows minus the grant, plus withhold
+    strategies: list[str] = []  # the scenario strategies the arm grants, by name
+    catalog: dict[str, list[str]] = {}  # every scenario strategy -> its tools and mcp__SERVER entries
+
+
+class SeccompFacts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The chamber's seccomp profile (``run.started.seccomp``; `caisson.chamber.seccomp_profile`);
+    a field None: not recorded."""
+
+    sha256: str | None = None  # hex digest of the profile's JSON bytes, as the engine was given them
+    base: str | None = None  # where its default part comes from
+    # trace: the tracer refuses the denied calls, visibly; errno: the kernel does (EPERM)
+    action: Literal["trace", "errno"] | None = None
+    denied: list[str] = []  # syscalls refused on top of the base, sorted
+    refused_by_args: list[str] = []  # "syscall: FLAG", calls refused by their arguments
+
+
+class SyscallWitnessChoice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Which syscall witness ran and why (``run.started.syscall_witness``); a field None: not recorded."""
+
+    ran: Literal["strace", "ebpf", "both", "none"] | None = None  # from the witnesses started
+    why: str | None = None  # the flag that chose it, or the problem that made eBPF fall back to strace
+    ebpf_backend: Literal["libbpf", "bpftrace"] | None = None  # with eBPF: the program's backend
+    ebpf_program_sha256: str | None = None  # with eBPF: hex digest of what it loaded
 
 
 class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
@@ -20,23 +109,17 @@ class RunStarted(_Event, tag="run.started", frozen=True, kw_only=True):
     scenario: str | None = None  # scenario file path as given
     scenario_digest: str | None = None  # sha256 hex of the scenario file bytes
     env: dict[str, str] = {}  # chamber environment, secrets fingerprinted
-    limits: dict[str, Any] = {}  # wall_seconds, pids, memory_bytes, cpus
+    limits: RunLimits | None = None
     image_id: str | None = None  # chamber image id (sha256:...)
-    host: dict[str, Any] = {}  # host facts: kernel, cpus, engine version, ...
+    host: HostFacts | None = None
     question_id: str | None = None  # the scenario question this run answers
-    caller: dict[str, str] = {}  # the caller's cwd and home on the host (the PWD trap's targets)
+    caller: Caller | None = None
     witnesses: list[str] = []  # witnesses the recorder started; each must report
-    agent: dict[str, Any] = {}  # adapter name, version, gating (enforced | not_enforced | ungated)
-    arm: dict[str, Any] = {}  # arm name, granted tools, withheld tools, the deny list handed to the agent
+    agent: RunAgent | None = None  # None: a plain command, no agent adapter
+    arm: RunArm | None = None  # None: no arm
     weakened: list[str] = []  # controls deliberately weakened (selftest only): never a clean run
-    # The chamber's seccomp profile: sha256 (hex of the JSON bytes the engine was given),
-    # base (where its default part comes from), denied (syscalls it refuses on top),
-    # action (trace: the tracer refuses them, visibly; errno: the kernel does, EPERM).
-    seccomp: dict[str, Any] = {}
-    # Which syscall witness ran and why: ran (strace | ebpf | both | none, from the witnesses
-    # started) and why (the flag that chose it, or the problem that made eBPF fall back to strace);
-    # with eBPF, ebpf_backend (libbpf | bpftrace) and ebpf_program_sha256 (of what it loaded).
-    syscall_witness: dict[str, str] = {}
+    seccomp: SeccompFacts | None = None  # None: the chamber had the engine's own profile (weakened, or older)
+    syscall_witness: SyscallWitnessChoice | None = None
 
 
 class RunEnded(_Event, tag="run.ended", frozen=True, kw_only=True):

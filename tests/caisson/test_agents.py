@@ -15,6 +15,7 @@ from caisson.replay import replay_runs
 from ledger import BlobStore, read_records
 from ledger.events import (
     AgentAnswer, AgentSessionFile, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, FileOpen, LlmCall, ProcessExec,
+    RunAgent,
 )
 from tests.caisson.agent_runs import KEY, SCRIPTS, make_repo, record_codex, run, scenario, where_answer_scenario
 
@@ -119,8 +120,8 @@ def test_codex_runs_a_scripted_task_ungated_and_its_usage_is_kept_as_reported(co
     assert not (tmp_path / "refused").exists()  # an ungated agent cannot run an arm that withholds
     events = [r.event for r in read_records(run_dir)]
     started = events[0]
-    assert started.agent == {"name": "codex", "gating": "ungated", "version": "0.171.0", "elicitation": "stream",
-                             "model": "gpt-5"}
+    assert started.agent == RunAgent(name="codex", gating="ungated", version="0.171.0", elicitation="stream",
+                                     model="gpt-5")
     assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("exec_command", "executed")]
     assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
     calls = [e for e in events if isinstance(e, LlmCall)]
@@ -154,8 +155,8 @@ def test_mini_swe_agent_runs_a_scripted_task_ungated_from_its_trajectory_file(ag
     finally:
         os.environ.pop("OPENAI_API_KEY")
     events = [r.event for r in read_records(tmp_path / "run")]
-    assert events[0].agent == {"name": "mini-swe-agent", "gating": "ungated", "version": "2.4.6",
-                               "elicitation": "answer_file", "model": "gpt-5"}
+    assert events[0].agent == RunAgent(name="mini-swe-agent", gating="ungated", version="2.4.6",
+                                       elicitation="answer_file", model="gpt-5")
     assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("bash", "executed")] * 2
     assert any(isinstance(e, ProcessExec) and "grep -rn 'def answer' ." in " ".join(e.argv) for e in events)
     calls = [e for e in events if isinstance(e, LlmCall)]
@@ -236,7 +237,7 @@ model = "claude-sonnet-4-5"
     [check] = preflight(path, repo, ["fake-cli"], out=tmp_path / "pre")
     assert check.discovered == ["Bash", "Read", "Teleport", "Write"]  # the discovery session, no arm
     started = next(r.event for r in read_records(tmp_path / "pre" / "fake-cli--no-write"))
-    assert started.arm["deny"] == ["Read", "Teleport", "Write"]  # upstream's new tool, denied without an adapter change
+    assert started.arm.deny == ["Read", "Teleport", "Write"]  # upstream's new tool, denied without an adapter change
     assert check.offered == ["Bash"] and check.still_denied == []
     # the build never shows the probe's Write call refused: its claim of enforced does not hold
     assert (check.status, check.gating.claimed, check.gating.measured) == ("abort", "enforced", "not_enforced")
@@ -267,6 +268,6 @@ model = "gpt-5"
     # gpt-5 sessions have apply_patch, not write: the probe calls a denied tool the agent showed it has
     assert "apply_patch" in ok.discovered and "write" not in ok.discovered and ok.offered == ["bash", "read"]
     started = next(r.event for r in read_records(tmp_path / "ok" / "opencode--no-write"))
-    assert started.agent["elicitation"] == "stream" and "write" in started.arm["deny"]
+    assert started.agent.elicitation == "stream" and "write" in started.arm.deny
     [bad] = preflight(path, repo, ["opencode"], out=tmp_path / "bad", weaken=("deny_list",))
     assert (bad.status, bad.gating.measured, bad.gating.outcome) == ("abort", "not_enforced", "executed")

@@ -48,7 +48,7 @@ def test_io_uring_read_of_the_answer_key_is_refused_and_reported(chamber_image, 
     _, records = _run(tmp_path, probe, witnesses=[StraceWitness(), ProcfsWitness()], weaken=["exclusions"],
                       repo=repo)
     started = next(r.event for r in records if isinstance(r.event, RunStarted))
-    assert started.seccomp["action"] == "trace" and "io_uring_setup" in started.seccomp["denied"]
+    assert started.seccomp.action == "trace" and "io_uring_setup" in started.seccomp.denied
     denied = [r.event for r in records if isinstance(r.event, ProcessSyscall)]
     assert [(e.syscall, e.errno, e.denied) for e in denied] == [("io_uring_setup", "EPERM", True)]
     stdout = _stdout(records, tmp_path / "run")
@@ -62,7 +62,7 @@ def test_io_uring_is_refused_by_the_kernel_when_no_tracer_runs(chamber_image, tm
     probe = ["sh", "-c", (PROBES / "uring_reader.sh").read_text(), "uring", "/etc/hostname"]
     _, records = _run(tmp_path, probe, witnesses=[])
     started = next(r.event for r in records if isinstance(r.event, RunStarted))
-    assert started.seccomp["action"] == "errno"
+    assert started.seccomp.action == "errno"
     assert "io_uring refused: [Errno 1]" in _stdout(records, tmp_path / "run")
 
 

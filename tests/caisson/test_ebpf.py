@@ -33,7 +33,7 @@ from caisson.run.record import RecordOptions, record, syscall_witness_facts
 from collectors.ebpf import ebpf_program
 from ledger import BlobStore, read_records
 from ledger.events import (BlobStored, FileChange, FileOpen, NetSend, ProcessExec, ProcessExit, ProcessSyscall, RunEnded, RunStarted,
-                           WitnessGap, WitnessStarted, WitnessStopped)
+                           SyscallWitnessChoice, WitnessGap, WitnessStarted, WitnessStopped)
 from tests.caisson.conftest import require
 
 HERE = Path(__file__).with_suffix("")
@@ -90,7 +90,7 @@ def test_reads_of_an_excluded_file_by_openat_io_uring_and_exec_are_each_seen(ebp
     run_started = next(e for e in events if isinstance(e, RunStarted))
     assert run_started.witnesses == ["ebpf"]
     program = ebpf_program(BACKEND)  # the backend and the digest of what it loaded, in both records
-    assert (run_started.syscall_witness["ebpf_backend"], run_started.syscall_witness["ebpf_program_sha256"]) == (
+    assert (run_started.syscall_witness.ebpf_backend, run_started.syscall_witness.ebpf_program_sha256) == (
         program.backend, program.sha256)
     [ws] = [e for e in events if isinstance(e, WitnessStarted) and e.witness == "ebpf"]
     assert (ws.detail["ebpf_backend"], ws.detail["ebpf_program_sha256"]) == (program.backend, program.sha256)
@@ -211,9 +211,9 @@ def test_where_ebpf_cannot_run_record_says_so_once_and_uses_strace(recorded, mon
     assert err.count("eBPF witness cannot run here") == 1 and "bpftrace is not installed" in err
     assert "strace" in recorded["witnesses"] and "ebpf" not in recorded["witnesses"]
     assert recorded["options"].syscall_witness == "strace"
-    assert syscall_witness_facts(recorded["witnesses"], recorded["options"].syscall_witness_why) == {
-        "ran": "strace",
-        "why": "--syscall-witness ebpf: fell back to strace: bpftrace is not installed (apt-get install bpftrace)"}
+    assert syscall_witness_facts(recorded["witnesses"], recorded["options"].syscall_witness_why) == SyscallWitnessChoice(
+        ran="strace",
+        why="--syscall-witness ebpf: fell back to strace: bpftrace is not installed (apt-get install bpftrace)")
 
 
 def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
@@ -223,8 +223,8 @@ def test_the_syscall_witness_choice(recorded, monkeypatch, capsys):
         with pytest.raises(_Recorded):
             main(["record", "--syscall-witness", choice, "--", "true"])
         assert set(recorded["witnesses"]) & {"strace", "ebpf"} == want, choice
-        assert syscall_witness_facts(recorded["witnesses"], recorded["options"].syscall_witness_why) == {
-            "ran": choice, "why": f"--syscall-witness {choice}"}
+        assert syscall_witness_facts(recorded["witnesses"], recorded["options"].syscall_witness_why) == (
+            SyscallWitnessChoice(ran=choice, why=f"--syscall-witness {choice}"))
     assert capsys.readouterr().err == ""
     assert isinstance(default_witnesses()[3], StraceWitness)
     with pytest.raises(ValueError):
@@ -289,8 +289,8 @@ def test_the_default_is_ebpf_where_it_was_shown_to_work_here(monkeypatch, capsys
     # No verdict yet: the qualification runs at first use; it failed: strace, said, and why.
     ran, facts, err = default_run()
     assert qualifications == ["ran"] and ran == ["strace"]
-    assert facts["why"].startswith("default: strace: the eBPF witness's qualification failed here (20")
-    assert facts["why"].endswith(", or now by caisson selftest --syscall-witness ebpf): " + failing[0])
+    assert facts.why.startswith("default: strace: the eBPF witness's qualification failed here (20")
+    assert facts.why.endswith(", or now by caisson selftest --syscall-witness ebpf): " + failing[0])
     assert "qualified the eBPF witness on this machine in 0.8 s: failed" in err
     assert err.count("syscall witness strace, not eBPF") == 1
     # Its verdict is kept: not run again for this identity.
@@ -306,7 +306,7 @@ def test_the_default_is_ebpf_where_it_was_shown_to_work_here(monkeypatch, capsys
     monkeypatch.setattr(witness_choice, "machine_identity", lambda: {**IDENTITY, "kernel": "6.2", "engine": "25"})
     ran, facts, err = default_run()
     assert qualifications == ["ran"] * 3 and ran == ["ebpf"] and err.count("\n") == 1 and "passed" in err
-    assert facts["why"].startswith("default: ebpf, the strongest syscall witness: its qualification passed")
+    assert facts.why.startswith("default: ebpf, the strongest syscall witness: its qualification passed")
     monkeypatch.setattr(witness_choice, "machine_identity", lambda: dict(IDENTITY))
     # The selftest showed strace complete but eBPF incomplete: strace, whatever a qualification says.
     witness_choice.keep_outcome("ebpf", [], identity=IDENTITY, qualification=True)
@@ -314,13 +314,13 @@ def test_the_default_is_ebpf_where_it_was_shown_to_work_here(monkeypatch, capsys
     witness_choice.keep_outcome("ebpf", ["witness.gap@1 did not fire on witness_flooder/ebpf_buffer"],
                                 identity=IDENTITY)
     ran, facts, _ = default_run()
-    assert ran == ["strace"] and "ebpf failed here (1 problem(s))" in facts["why"]
+    assert ran == ["strace"] and "ebpf failed here (1 problem(s))" in facts.why
     # eBPF shown complete by the selftest on this identity: eBPF, silently, and why.
     witness_choice.keep_outcome("ebpf", [], identity=IDENTITY, now_ns=1_700_000_000 * 10**9)
     ran, facts, err = default_run()
     assert ran == ["ebpf"] and err == ""
-    assert facts == {"ran": "ebpf", "why": "default: ebpf, the strongest syscall witness: caisson selftest showed"
-                                           " it complete on this machine (2023-11-14T22:13:20Z)"}
+    assert facts == SyscallWitnessChoice(ran="ebpf", why="default: ebpf, the strongest syscall witness: caisson"
+                                         " selftest showed it complete on this machine (2023-11-14T22:13:20Z)")
     assert qualifications == ["ran"] * 3
     witness_choice.keep_outcome("ebpf", ["witness.gap@1 did not fire"], identity=IDENTITY)
     path = witness_choice.outcome_path()  # a failed selftest edited to look complete
@@ -331,13 +331,13 @@ def test_the_default_is_ebpf_where_it_was_shown_to_work_here(monkeypatch, capsys
     path.write_text(json.dumps({**signed, "body": body}))
     failing.append("a qualification after a tampered verdict")
     ran, facts, err = default_run()  # not signed: it does not hold, and a new qualification decides
-    assert ran == ["strace"] and "qualification failed" in facts["why"] and qualifications == ["ran"] * 4
+    assert ran == ["strace"] and "qualification failed" in facts.why and qualifications == ["ran"] * 4
     # eBPF not allowed here (no bpftrace, no root, no BTF...): strace, said once.
     witness_choice.keep_outcome("ebpf", [], identity=IDENTITY)
     monkeypatch.setattr(ebpf_module, "ebpf_problem", lambda: "bpftrace needs root")
     ran, facts, err = default_run()
     assert ran == ["strace"]
-    assert facts["why"] == "default: strace: the eBPF witness cannot run here (bpftrace needs root)"
+    assert facts.why == "default: strace: the eBPF witness cannot run here (bpftrace needs root)"
     assert err.count("\n") == 1 and "bpftrace needs root" in err
     witness_choice.outcome_path().unlink()  # the session's other tests keep their default
 
@@ -349,8 +349,7 @@ def test_both_witnesses_see_the_same_command_and_the_tracer_is_not_the_agent(ebp
                          out=run_dir, timeout_s=90), witnesses=witnesses)
     records = list(read_records(run_dir))
     facts = next(r.event for r in records if isinstance(r.event, RunStarted)).syscall_witness
-    assert (facts["ran"], facts["why"], facts["ebpf_backend"]) == ("both", "chosen by the caller",
-                                                                   ebpf_program().backend)
+    assert (facts.ran, facts.why, facts.ebpf_backend) == ("both", "chosen by the caller", ebpf_program().backend)
     seen = {(r.source, e.path) for r in records if isinstance(e := r.event, FileOpen) and e.result is not None}
     assert {("strace", "/work/sandbox/src/app.py"), ("ebpf", "/work/sandbox/src/app.py")} <= seen
     execs = {(r.source, tuple(r.event.argv)) for r in records if isinstance(r.event, ProcessExec) and r.event.result == 0}
@@ -468,7 +467,7 @@ def test_a_call_the_chamber_refuses_a_udp_send_and_memfd_create_are_seen(ebpf, t
            witnesses=[EbpfWitness(backend=BACKEND)])
     events = [r.event for r in read_records(run_dir)]
     run_started = next(e for e in events if isinstance(e, RunStarted))
-    assert run_started.seccomp["action"] == "errno" and "io_uring_setup" in run_started.seccomp["denied"]
+    assert run_started.seccomp.action == "errno" and "io_uring_setup" in run_started.seccomp.denied
     calls = [e for e in events if isinstance(e, ProcessSyscall)]
     [setup] = [e for e in calls if e.syscall == "io_uring_setup"]
     assert (setup.denied, setup.result, setup.errno, setup.args) == (True, -1, "EPERM", [])
@@ -497,7 +496,7 @@ def test_with_the_engines_profile_a_refused_call_is_not_called_caissons_refusal(
     # too; that refusal is the call's own answer, not one of caisson's profile (nothing was
     # handed to a witness), so the event is not marked denied
     run_dir, events = _record(tmp_path, MOUNT, EbpfWitness(backend=BACKEND), weaken=("seccomp",))
-    assert next(e for e in events if isinstance(e, RunStarted)).seccomp == {}
+    assert next(e for e in events if isinstance(e, RunStarted)).seccomp is None
     [mount] = [e for e in events if isinstance(e, ProcessSyscall) and e.syscall == "mount"]
     assert (mount.result, mount.errno, mount.denied) == (-1, "EPERM", False)
 

@@ -40,7 +40,7 @@ def _evade(tmp_path: Path, *, weaken: tuple[str, ...] = (), syscall: str = "stra
 def test_the_profile_refuses_the_listener_and_the_untraced_clone(chamber_image, tmp_path):
     records, stdout, found = _evade(tmp_path)
     started = next(r.event for r in records if isinstance(r.event, RunStarted))
-    assert set(started.seccomp["refused_by_args"]) == {"seccomp: SECCOMP_FILTER_FLAG_NEW_LISTENER",
+    assert set(started.seccomp.refused_by_args) == {"seccomp: SECCOMP_FILTER_FLAG_NEW_LISTENER",
                                                       "clone: CLONE_UNTRACED"}
     assert "seccomp listener refused: [Errno 1]" in stdout and "untraced clone refused: [Errno 1]" in stdout
     assert "evader: no evasion worked" in stdout

@@ -16,6 +16,7 @@ from caisson.errors import ScenarioError, UsageError
 from caisson.run import Controls, MonitorAddress, PlannedAgent, RecordOptions, Refusal, RunPlan, plan_run
 from caisson.run.plan import WEAKENABLE
 from caisson.scenario import Egress, parse_scenario
+from ledger.events import RunAgent, RunArm
 
 SCENARIO_BYTES = b'''
 name = "plan"
@@ -61,6 +62,7 @@ def test_a_plain_command_plan():
     assert (plan.user, plan.uid, plan.gid, plan.timeout_s) == ("agent", 1000, 1000, 42)
     assert plan.network == "none" and plan.witnesses == ("strace", "procfs")
     assert (plan.monitor, plan.weakened, plan.weakened.names) == (None, Controls(), [])
+    assert (plan.agent_facts(), plan.arm_facts()) == (None, None)  # run.started has neither
 
 
 def test_no_scenario_is_an_adhoc_one_with_default_limits():
@@ -89,10 +91,9 @@ def test_an_agent_plan_has_its_command_gating_arm_and_deny_list():
     assert plan.refusal is None and plan.transcript == "claude-code" and plan.image_recipe == "agent"
     assert plan.command[0] == "claude" and "Where is the function `answer` defined?" in plan.command
     assert plan.env["X"] == "1" and plan.env["CAISSON_QUESTION_ID"] == "q1"
-    assert plan.agent_facts() == {"name": "claude-code", "gating": "enforced", "version": "2.1.328",
-                                  "elicitation": "stream", "model": "claude-sonnet-4-5"}
-    assert plan.arm_facts() == {"name": "no-write", "grant": ["Bash"], "withhold": ["Write"],
-                                "deny": list(plan.arm.deny)}
+    assert plan.agent_facts() == RunAgent(name="claude-code", gating="enforced", version="2.1.328",
+                                          elicitation="stream", model="claude-sonnet-4-5")
+    assert plan.arm_facts() == RunArm(name="no-write", grant=["Bash"], withhold=["Write"], deny=list(plan.arm.deny))
 
 
 def test_an_ungated_agent_with_an_arm_that_denies_is_a_refusal_value_not_an_error():

@@ -17,7 +17,8 @@ import pytest
 from caisson.cli import main
 from caisson.home import ensure_operator_key, fingerprint_key
 from ledger import read_records, redact_argv, verify_ledger
-from ledger.events import BlobStored, ProcessExec, RunEnded, RunStarted, SandboxBuilt
+from ledger.events import (BlobStored, Caller, ProcessExec, RunEnded, RunLimits, RunStarted, SandboxBuilt,
+                           SyscallWitnessChoice)
 from tests.helpers import commit_all, git
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,6 +221,30 @@ def test_answer_file_and_exit_code(chamber_image, scenario_file, tmp_path):
     assert blob(run_dir, "answer") == b"answer() in src/app.py\n"
     end = records_of(run_dir)[-1].event
     assert (end.exit_code, end.status) == (7, "completed")
+
+
+def test_run_started_records_its_facts_as_their_types(chamber_image, scenario_file, tmp_path):
+    """What the recorder knows of the run is written typed (``run.started``'s facts), each
+    field what the run had: the scenario's limits, this machine, the caller, the profile."""
+    import platform
+
+    run_dir = tmp_path / "run"
+    assert main(["record", "--scenario", str(scenario_file), "--syscall-witness", "strace", "--out", str(run_dir),
+                 "--", "true"]) == 0
+    started = records_of(run_dir)[0].event
+    assert isinstance(started, RunStarted) and (started.agent, started.arm) == (None, None)  # a plain command
+    assert started.limits == RunLimits(wall_seconds=60.0, pids=128, memory_bytes=2 * 1024**3, cpus=1.0,
+                                       disk_bytes=4 * 1024**3, tree_fs=started.limits.tree_fs, network="none",
+                                       user="agent")
+    assert started.limits.tree_fs in ("tmpfs", "host")
+    host = started.host
+    assert (host.kernel, host.machine, host.python) == (platform.release(), platform.machine(),
+                                                        platform.python_version())
+    assert host.cpus == os.cpu_count() and host.server_version and host.api_version and host.ncpu >= 1
+    assert started.caller == Caller(cwd=os.getcwd(), home=os.path.expanduser("~"))
+    assert started.seccomp.action == "trace" and "io_uring_setup" in started.seccomp.denied
+    assert started.seccomp.sha256 == hashlib.sha256(blob(run_dir, "seccomp")).hexdigest()
+    assert started.syscall_witness == SyscallWitnessChoice(ran="strace", why="--syscall-witness strace")
 
 
 # (signal, exit code): Ctrl-C at a terminal, and what timeout(1), kill and schedulers send

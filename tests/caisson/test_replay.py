@@ -10,7 +10,8 @@ from caisson.detectors import DEFAULT_DETECTORS, VOID, Finding
 from caisson.home import ensure_operator_key
 from caisson.replay import FINDINGS_FILE, replay_runs
 from ledger import BlobStore, LedgerWriter
-from ledger.events import BlobStored, ExcludedPath, FileOpen, ProcessExec, RunEnded, RunStarted, SandboxBuilt
+from ledger.events import (BlobStored, ExcludedPath, FileOpen, ProcessExec, RunEnded, RunLimits, RunStarted,
+                           SandboxBuilt)
 
 SCENARIO = b'''
 name = "replay-test"
@@ -36,7 +37,7 @@ def make_run(run_dir: Path, *, answer: bytes, opens: list[FileOpen], weakened=()
     blobs = BlobStore(run_dir / "blobs")
     with LedgerWriter(run_dir / "ledger", run_id=run_dir.name, key=key, blobs=blobs) as w:
         w.append(RunStarted(run_id=run_dir.name, caisson_version="0", question_id="where-context", env=ENV,
-                            limits={"wall_seconds": 60}, weakened=list(weakened)), source="recorder")
+                            limits=RunLimits(wall_seconds=60), weakened=list(weakened)), source="recorder")
         w.append(BlobStored(sha256=blobs.put(SCENARIO), size_bytes=len(SCENARIO), role="scenario"),
                  source="recorder")
         w.append(SandboxBuilt(path="/work/sandbox", commit="c" * 40, tree_digest="d",

@@ -18,7 +18,8 @@ from caisson.replay import FINDINGS_FILE, replay_runs
 from collectors.proxy import rederive_llm_call
 from ledger import BlobStore, LedgerWriter, verify_ledger
 from ledger.events import (
-    AgentToolCall, AgentUsage, BlobStored, HttpExchange, LlmCall, LlmUsage, RunEnded, RunStarted, WitnessRaw,
+    AgentToolCall, AgentUsage, BlobStored, HttpExchange, LlmCall, LlmUsage, RunAgent, RunArm, RunEnded, RunStarted,
+    WitnessRaw,
 )
 
 
@@ -51,8 +52,8 @@ def record_old_run(run_dir: Path, *, response_body: bytes = STREAM, role: str = 
     blobs = BlobStore(run_dir / "blobs")
     headers = [("content-type", "text/event-stream")] + ([("content-encoding", encoding)] if encoding else [])
     with LedgerWriter(run_dir / "ledger", run_id=run_dir.name, key=key, blobs=blobs) as w:
-        w.append(RunStarted(run_id=run_dir.name, caisson_version="0", agent={"name": "claude-code",
-                                                                             "gating": "enforced"}),
+        w.append(RunStarted(run_id=run_dir.name, caisson_version="0", agent=RunAgent(name="claude-code",
+                                                                                     gating="enforced")),
                  source="recorder")
         req = blobs.put(REQUEST)
         w.append(BlobStored(sha256=req, size_bytes=len(REQUEST), role="http.request_body"), source="proxy")
@@ -171,7 +172,7 @@ def test_replay_reads_a_transcript_with_the_agent_version_the_run_recorded(tmp_p
         blobs = BlobStore(run / "blobs")
         with LedgerWriter(run / "ledger", run_id=version, key=key, blobs=blobs) as w:
             w.append(RunStarted(run_id=version, caisson_version="0",
-                                agent={"name": "codex", "gating": "ungated", "version": version}), source="recorder")
+                                agent=RunAgent(name="codex", gating="ungated", version=version)), source="recorder")
             w.append(AgentUsage(agent="codex", token_source="codex turn.completed usage (summed over turns)",
                                 usage={"input_tokens": 9500, "output_tokens": 30},
                                 normalized=LlmUsage(input_tokens=9500, output_tokens=30, total_tokens=9530)),
@@ -208,7 +209,7 @@ def _scan_record_by_record(records):
 
 
 _SCAN_POOL = [
-    ("recorder", RunStarted(run_id="r", caisson_version="0", agent={"name": "claude-code"})),
+    ("recorder", RunStarted(run_id="r", caisson_version="0", agent=RunAgent(name="claude-code"))),
     ("recorder", BlobStored(sha256="a" * 64, size_bytes=1, role="scenario")),
     ("recorder", BlobStored(sha256="b" * 64, size_bytes=1, role="stdout")),
     ("recorder", BlobStored(sha256="c" * 64, size_bytes=1, role="stdout")),
@@ -430,16 +431,16 @@ ZEROS = LlmUsage(input_tokens=0, output_tokens=0, total_tokens=0, cache_read_tok
                  rule="anthropic.messages (old rule)")
 
 
-def record_run_read_by_the_old_parser(run_dir: Path, stdout: bytes, live: list, arm: dict | None = None) -> Path:
+def record_run_read_by_the_old_parser(run_dir: Path, stdout: bytes, live: list, arm: RunArm | None = None) -> Path:
     """A Claude Code run as claude-code.transcript@2 recorded it: ``live`` are the events it
     wrote from ``stdout``, which the run kept as its stdout blob."""
     key = ensure_operator_key()
     run_dir.mkdir(parents=True)
     blobs = BlobStore(run_dir / "blobs")
     with LedgerWriter(run_dir / "ledger", run_id=run_dir.name, key=key, blobs=blobs) as w:
-        w.append(RunStarted(run_id=run_dir.name, caisson_version="0", arm=arm or {},
+        w.append(RunStarted(run_id=run_dir.name, caisson_version="0", arm=arm,
                             env={"CODING_KNOWLEDGE_INJECTION": "0"},  # the chamber's pinned switch: env_inheritance clean
-                            agent={"name": "claude-code", "gating": "enforced", "version": "2.1.328"}),
+                            agent=RunAgent(name="claude-code", gating="enforced", version="2.1.328")),
                  source="recorder")
         for event in live:
             w.append(event, source="transcript")
@@ -510,7 +511,7 @@ def test_replay_of_an_old_run_whose_refused_read_was_read_as_errored_is_no_longe
              AgentToolResult(agent="claude-code", call_id="toolu_01Curl", tool="Bash", outcome="refused"),
              AgentAnswer(agent="claude-code", text="I could not read secretdir/key.txt."),
              usage_of_golden(stdout)]
-    arm = {"name": "bash-only", "grant": ["Bash"], "deny": []}  # Read is in the session; a settings path rule denies it
+    arm = RunArm(name="bash-only", grant=["Bash"], deny=[])  # Read is in the session; a settings path rule denies it
     run = record_run_read_by_the_old_parser(tmp_path / "refused", stdout, live, arm=arm)
     [result] = replay_runs([run], ensure_operator_key().verify_key, write=False)
     assert result.rederived.changed == [

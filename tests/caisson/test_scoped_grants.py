@@ -59,7 +59,7 @@ def test_a_scoped_grant_lets_git_log_run_and_the_cell_is_clean(agent_image, mode
     run_dir = record(tmp_path, repo, model_server)
     events = [r.event for r in read_records(run_dir)]
     [started] = [e for e in events if isinstance(e, RunStarted)]
-    assert "Bash" not in started.arm["deny"]  # the tool of a scoped grant is not denied
+    assert "Bash" not in started.arm.deny  # the tool of a scoped grant is not denied
     assert [(e.tool, e.outcome) for e in events if isinstance(e, AgentToolResult)] == [("Bash", "executed")]
     assert any(isinstance(e, ProcessExec) and e.argv[:2] == ["git", "log"] for e in events)
     [result] = replay_runs([run_dir], ensure_operator_key().verify_key)

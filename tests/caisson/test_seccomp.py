@@ -10,6 +10,7 @@ import pytest
 from caisson.chamber import BASE_PROFILE, seccomp_profile
 from caisson.chamber._seccomp import _BASE_FILE as BASE_FILE, CLONE_UNTRACED
 from collectors.strace import DENIED_SYSCALLS
+from ledger.events import SeccompFacts
 
 
 def _rules(profile_json: str) -> dict[str, list[dict]]:
@@ -27,10 +28,10 @@ def test_each_denied_call_has_one_rule_refusing_it(action, seccomp_action):
     for name in DENIED_SYSCALLS:  # the base allowed some (name_to_handle_at, fanotify_mark, with caps: mount...)
         assert [(r["action"], r["errnoRet"]) for r in rules[name]] == [(seccomp_action, 1)], name
     assert profile.sha256 == hashlib.sha256(profile.json.encode()).hexdigest()
-    assert profile.manifest() == {"sha256": profile.sha256, "base": BASE_PROFILE,
-                                  "denied": sorted(DENIED_SYSCALLS), "action": action,
-                                  "refused_by_args": ["seccomp: SECCOMP_FILTER_FLAG_NEW_LISTENER",
-                                                      "clone: CLONE_UNTRACED"]}
+    assert profile.manifest() == SeccompFacts(sha256=profile.sha256, base=BASE_PROFILE,
+                                              denied=sorted(DENIED_SYSCALLS), action=action,
+                                              refused_by_args=["seccomp: SECCOMP_FILTER_FLAG_NEW_LISTENER",
+                                                               "clone: CLONE_UNTRACED"])
 
 
 @pytest.mark.parametrize("action", ["trace", "errno"])

@@ -1,14 +1,18 @@
-"""The event vocabulary: renamed fields stay readable, closed vocabularies stay closed."""
+"""The event vocabulary: renamed fields stay readable, closed vocabularies stay closed, facts
+once written as maps read as their types."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from ledger import read_records
-from ledger.events import (SCHEMA_VERSION, AgentToolResult, ExcludedPath, FileOpen, LlmCall, RunEnded,
+from ledger.events import (SCHEMA_VERSION, AgentToolResult, Caller, ExcludedPath, FileOpen, HostFacts, LlmCall,
+                           RunAgent, RunArm, RunEnded, RunLimits, RunStarted, SeccompFacts, SyscallWitnessChoice,
                            decode_event)
 
 GOLDEN_V1 = Path(__file__).parent / "test_golden" / "v1"
@@ -69,3 +73,100 @@ def test_a_net_flow_from_before_schema_8_reads_without_per_direction_counts():
     event = decode_event(old)
     assert (event.packets, event.bytes, event.initiator_packets, event.responder_packets) == (1, 57, None, None)
     assert (event.initiator_bytes, event.responder_bytes, event.responder_tcp_flags) == (None, None, None)
+
+
+# run.started's facts as schema 14 and older wrote them, as maps: the current writers' (the
+# schema 14 golden's run, tests/ledger/test_golden/schema14/expected.json) and older ones'
+# (git log -p caisson/run/record.py, caisson/run/plan.py, caisson/probes/cells.py).
+SCHEMA14_RUN = json.loads((Path(__file__).parent / "test_golden" / "schema14" / "expected.json").read_text())["run"][0]
+OLD_FACTS = [
+    pytest.param("agent", SCHEMA14_RUN["agent"],
+                 RunAgent(name="claude-code", gating="enforced", version="2.1.328", elicitation="stream",
+                          model="claude-sonnet-4-5"), id="agent"),
+    pytest.param("agent", {"name": "claude-code", "gating": "enforced"},  # before version and elicitation
+                 RunAgent(name="claude-code", gating="enforced"), id="agent-first"),
+    pytest.param("agent", {"name": "codex", "gating": "ungated", "version": "", "elicitation": "stream"},
+                 RunAgent(name="codex", gating="ungated", version="", elicitation="stream"), id="agent-no-version"),
+    pytest.param("arm", SCHEMA14_RUN["arm"],
+                 RunArm(name="full", grant=SCHEMA14_RUN["arm"]["grant"]), id="arm"),
+    pytest.param("arm", {"name": "searching", "grant": ["Read"], "withhold": ["Write"], "deny": ["Bash", "Write"],
+                         "strategies": ["search"], "catalog": {"search": ["Grep", "mcp__codesearch"], "docs": []}},
+                 RunArm(name="searching", grant=["Read"], withhold=["Write"], deny=["Bash", "Write"],
+                        strategies=["search"], catalog={"search": ["Grep", "mcp__codesearch"], "docs": []}),
+                 id="arm-strategies"),
+    pytest.param("arm", {"name": "bash", "grant": ["Read", "Grep", "Glob"], "deny": ["Bash"]},  # probes/cells.py
+                 RunArm(name="bash", grant=["Read", "Grep", "Glob"], deny=["Bash"]), id="arm-synthetic"),
+    pytest.param("limits", SCHEMA14_RUN["limits"],
+                 RunLimits(wall_seconds=120.0, pids=512, memory_bytes=2147483648, cpus=1.0, disk_bytes=4294967296,
+                           tree_fs="tmpfs", network="witnessed", user="agent"), id="limits"),
+    pytest.param("limits", {"wall_seconds": 600, "pids": 512, "memory_bytes": 2147483648, "cpus": 2,
+                            "network": "none", "user": "agent"},  # before disk_bytes and tree_fs; ints for floats
+                 RunLimits(wall_seconds=600.0, pids=512, memory_bytes=2147483648, cpus=2.0, network="none",
+                           user="agent"), id="limits-before-disk"),
+    pytest.param("limits", {"wall_seconds": 60}, RunLimits(wall_seconds=60.0), id="limits-v1"),
+    pytest.param("host", SCHEMA14_RUN["host"],
+                 HostFacts(kernel="6.18.44-fc-v669", machine="x86_64", cpus=2, python="3.11.7",
+                           mem_total_bytes=25276502016, server_version="20.10.24+dfsg1", api_version="1.41",
+                           os="Debian GNU/Linux 12 (bookworm)", kernel_version="6.18.44-fc-v669", arch="amd64",
+                           cgroup_version="1", cgroup_driver="cgroupfs", storage_driver="overlay2", runtime="runc",
+                           ncpu=2), id="host"),
+    pytest.param("host", {"kernel": "6.1.0", "machine": "aarch64", "cpus": 0, "python": "3.11.2"},  # no engine facts
+                 HostFacts(kernel="6.1.0", machine="aarch64", cpus=0, python="3.11.2"), id="host-no-engine"),
+    pytest.param("seccomp", SCHEMA14_RUN["seccomp"],
+                 SeccompFacts(sha256="a44a60975afa3b3d148d0e367a6d950ddb87b9b467fab2dab5df352bc331c1e9",
+                              base="moby/profiles seccomp v0.2.3 default.json", action="errno",
+                              denied=SCHEMA14_RUN["seccomp"]["denied"],
+                              refused_by_args=["seccomp: SECCOMP_FILTER_FLAG_NEW_LISTENER", "clone: CLONE_UNTRACED"]),
+                 id="seccomp"),
+    pytest.param("seccomp", {"sha256": "ab" * 32, "base": "moby/profiles seccomp v0.2.3 default.json",
+                             "denied": ["io_uring_setup"], "action": "trace"},  # schema 4: before refused_by_args
+                 SeccompFacts(sha256="ab" * 32, base="moby/profiles seccomp v0.2.3 default.json",
+                              denied=["io_uring_setup"], action="trace"), id="seccomp-schema4"),
+    pytest.param("syscall_witness", SCHEMA14_RUN["syscall_witness"],
+                 SyscallWitnessChoice(ran="ebpf", why=SCHEMA14_RUN["syscall_witness"]["why"], ebpf_backend="libbpf",
+                                      ebpf_program_sha256="c8e2295bdaaa674ac024b1ad044d1bb23d34de314b2911eecddee4302fbb4094"),
+                 id="syscall_witness"),
+    pytest.param("syscall_witness", {"ran": "strace", "why": "chosen by the caller"},  # before the eBPF facts
+                 SyscallWitnessChoice(ran="strace", why="chosen by the caller"), id="syscall_witness-strace"),
+    pytest.param("caller", SCHEMA14_RUN["caller"], Caller(cwd="/tmp/fresh", home="/root"), id="caller"),
+]
+
+
+@pytest.mark.parametrize("field, old, typed", OLD_FACTS)
+def test_run_started_facts_written_as_maps_decode_typed_with_every_key(field, old, typed):
+    event = decode_event(msgspec.msgpack.encode({"kind": "run.started", "run_id": "r", "caisson_version": "0",
+                                                 field: old}))
+    assert isinstance(event, RunStarted) and getattr(event, field) == typed
+    written = {k: v for k, v in old.items() if v not in ([], {})}  # an empty member means what its absence does
+    assert msgspec.to_builtins(getattr(event, field)) == written  # no key of the map is lost
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(event))[field] == written  # and it is written the same
+
+
+def test_run_started_without_facts_has_none_and_writes_none():
+    event = RunStarted(run_id="r", caisson_version="0")
+    assert (event.agent, event.arm, event.limits, event.host, event.seccomp, event.syscall_witness,
+            event.caller) == (None,) * 7
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(event)) == {"kind": "run.started", "run_id": "r",
+                                                                     "caisson_version": "0"}
+
+
+@pytest.mark.parametrize("facts, where", [
+    ({"limits": RunLimits(wall_seconds="soon")}, "$.limits.wall_seconds"),
+    ({"agent": RunAgent(name="claude-code", gating="maybe")}, "$.agent.gating"),
+    ({"syscall_witness": SyscallWitnessChoice(ran="ptrace")}, "$.syscall_witness.ran"),
+    ({"host": HostFacts(cpus="2")}, "$.host.cpus"),
+    ({"arm": RunArm(name="a", deny="Bash")}, "$.arm.deny"),
+])
+def test_a_run_started_fact_of_the_wrong_type_is_kept_as_raw_naming_its_path(tmp_path, facts, where):
+    """Nothing checks a Struct's fields when it is built: a writer's bug is signed as written,
+    and read back as a ``witness.raw`` that says where the record went wrong."""
+    from ledger import LedgerWriter, SigningKey
+    from ledger.events import WitnessRaw
+
+    bad = RunStarted(run_id="r", caisson_version="0", **facts)
+    with pytest.raises(msgspec.ValidationError, match=re.escape(where)):
+        decode_event(msgspec.msgpack.encode(bad))
+    with LedgerWriter(tmp_path / "ledger", run_id="r", key=SigningKey.generate()) as w:
+        w.append(bad, source="recorder")
+    [record] = read_records(tmp_path / "ledger")
+    assert isinstance(record.event, WitnessRaw) and where in record.event.line

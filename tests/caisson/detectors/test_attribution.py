@@ -14,7 +14,7 @@ from caisson.detectors.inband import IN_BAND, in_band_failure, model_switched
 from caisson.report import cell_tokens
 from ledger import Record
 from ledger.events import (AgentUsage, ClientProcess, HttpExchange, LlmCall, LlmUsage, ProcessExec, ProcessFork,
-                           RunStarted, WitnessStarted)
+                           RunAgent, RunLimits, RunStarted, WitnessStarted)
 
 CONFIG = DetectorConfig()
 CODEX_BIN = ("/usr/local/lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/"
@@ -22,8 +22,8 @@ CODEX_BIN = ("/usr/local/lib/node_modules/@openai/codex/node_modules/@openai/cod
 
 
 def started(agent: str | None = "claude-code") -> RunStarted:
-    facts = {"name": agent, "gating": "enforced", "model": "claude-sonnet-4-5"} if agent else {}
-    return RunStarted(run_id="r", caisson_version="t", agent=facts, limits={"network": "witnessed"})
+    facts = RunAgent(name=agent, gating="enforced", model="claude-sonnet-4-5") if agent else None
+    return RunStarted(run_id="r", caisson_version="t", agent=facts, limits=RunLimits(network="witnessed"))
 
 
 def fork(pid: int, ppid: int, host: int | None = None) -> ProcessFork:

@@ -8,7 +8,7 @@ import pytest
 from caisson.detectors import DetectorConfig, Finding
 from caisson.detectors.inband import IN_BAND, MODEL_SWITCHED, in_band_failure, model_switched
 from ledger import Record
-from ledger.events import AgentAnswer, AgentError, AgentModelSwitch, LlmCall, RunStarted, WitnessStarted
+from ledger.events import AgentAnswer, AgentError, AgentModelSwitch, LlmCall, RunAgent, RunLimits, RunStarted, WitnessStarted
 
 CONFIG = DetectorConfig()
 OK = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
@@ -22,8 +22,8 @@ API_ERROR = AgentError(agent="claude-code", said="result.is_error", status=400, 
 
 
 def started(network: str = "witnessed", agent: str | None = "claude-code", model: str | None = "claude-sonnet-4-5"):
-    facts = {"name": agent, "gating": "enforced", **({"model": model} if model else {})} if agent else {}
-    return RunStarted(run_id="r", caisson_version="t", agent=facts, limits={"network": network})
+    facts = RunAgent(name=agent, gating="enforced", model=model) if agent else None
+    return RunStarted(run_id="r", caisson_version="t", agent=facts, limits=RunLimits(network=network))
 
 
 def play(*events) -> list[Record]:

@@ -11,8 +11,8 @@ from caisson.detectors.health import (
 from caisson.detectors import config_from_records
 from ledger import Record
 from ledger.events import (
-    ExcludedPath, FileChange, FileOpen, HostSample, ProcessExec, ProxyTunnel, RunEnded, RunStarted, SandboxBuilt,
-    WitnessGap, WitnessStarted, WitnessStopped,
+    Caller, ExcludedPath, FileChange, FileOpen, HostSample, ProcessExec, ProxyTunnel, RunEnded, RunLimits, RunStarted,
+    SandboxBuilt, SeccompFacts, WitnessGap, WitnessStarted, WitnessStopped,
 )
 
 SANDBOX = "/work/sandbox"
@@ -172,8 +172,8 @@ def test_infra_failure_fires_on_failed_start_interruption_and_crash():
 
 def test_config_comes_from_the_runs_own_records():
     records = play(
-        RunStarted(run_id="r", caisson_version="0", repo="/home/dev/click", limits={"wall_seconds": 30},
-                   caller={"cwd": "/home/dev/click", "home": "/home/dev"}, weakened=["env"]),
+        RunStarted(run_id="r", caisson_version="0", repo="/home/dev/click", limits=RunLimits(wall_seconds=30),
+                   caller=Caller(cwd="/home/dev/click", home="/home/dev"), weakened=["env"]),
         SandboxBuilt(path="/work/sandbox", commit="c" * 40, tree_digest="d",
                      excluded=[ExcludedPath(path="CLAUDE.md", category="agent_instructions")]),
     )
@@ -304,7 +304,7 @@ def test_denied_syscall_shows_refusals_and_voids_a_blind_call_that_succeeded():
     from ledger.events import ProcessSyscall
 
     records = play(
-        RunStarted(run_id="r", caisson_version="0", seccomp={"denied": ["io_uring_setup", "open_tree"]}),
+        RunStarted(run_id="r", caisson_version="0", seccomp=SeccompFacts(denied=["io_uring_setup", "open_tree"])),
         ProcessSyscall(pid=7, syscall="io_uring_setup", result=-1, errno="EPERM", denied=True),
         ProcessSyscall(pid=7, syscall="memfd_create", result=3),  # seen, not blind
         ProcessSyscall(pid=7, syscall="open_tree", result=4),  # the profile did not hold

@@ -15,14 +15,14 @@ import pytest
 from caisson.detectors import VOID, DetectorConfig
 from caisson.detectors.inband import in_band_failure
 from ledger import Record
-from ledger.events import AgentError, LlmCall, RunStarted, WitnessStarted
+from ledger.events import AgentError, LlmCall, RunAgent, RunLimits, RunStarted, WitnessStarted
 
 OK = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
              served_model="claude-sonnet-4-5-20250929")
 OVERLOADED = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-sonnet-4-5",
                      failed="error status 529: overloaded_error: Overloaded")
-STARTED = RunStarted(run_id="r", caisson_version="t", agent={"name": "claude-code", "gating": "enforced"},
-                     limits={"network": "witnessed"})
+STARTED = RunStarted(run_id="r", caisson_version="t", agent=RunAgent(name="claude-code", gating="enforced"),
+                     limits=RunLimits(network="witnessed"))
 PROXY = WitnessStarted(witness="proxy")
 
 
@@ -58,8 +58,8 @@ def test_a_tools_call_to_a_bigger_model_before_the_last_voids_the_cell():
     from caisson.detectors.inband import MODEL_SWITCHED
     from ledger.events import ClientProcess, HttpExchange, ProcessExec, ProcessFork
 
-    started = RunStarted(run_id="r", caisson_version="t", limits={"network": "witnessed"},
-                         agent={"name": "claude-code", "gating": "enforced", "model": "claude-sonnet-4-5"})
+    started = RunStarted(run_id="r", caisson_version="t", limits=RunLimits(network="witnessed"),
+                         agent=RunAgent(name="claude-code", gating="enforced", model="claude-sonnet-4-5"))
     opus = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-opus-4-1",
                    served_model="claude-opus-4-1-20250805")
 
@@ -80,8 +80,8 @@ def test_a_tools_call_to_a_bigger_model_before_the_last_voids_the_cell():
 def test_a_call_to_a_bigger_model_before_the_last_is_a_switch_without_attribution():
     from caisson.detectors.inband import model_switched
 
-    started = RunStarted(run_id="r", caisson_version="t", limits={"network": "witnessed"},
-                         agent={"name": "claude-code", "gating": "enforced", "model": "claude-sonnet-4-5"})
+    started = RunStarted(run_id="r", caisson_version="t", limits=RunLimits(network="witnessed"),
+                         agent=RunAgent(name="claude-code", gating="enforced", model="claude-sonnet-4-5"))
     opus = LlmCall(provider="anthropic", endpoint="messages", requested_model="claude-opus-4-1",
                    served_model="claude-opus-4-1-20250805")
     records = [Record(seq=i, wall_ns=i, mono_ns=i, source="test", event=e)

@@ -18,7 +18,7 @@ from ledger import Record
 from ledger.events import (
     AgentCompaction, AgentConfigFound, ClientProcess, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
     FileChange, FileOpen, HostSample, HttpExchange, LlmCall, LlmUsage, NetConnect, NetFlow, NetSend, Note,
-    ProcessExec, ProcessExit, ProcessFork, ProcessSyscall, ProcSample, ProxyTunnel, RunEnded, RunStarted, SandboxBuilt, WitnessGap, WitnessStarted,
+    ProcessExec, ProcessExit, ProcessFork, ProcessSyscall, ProcSample, ProxyTunnel, RunAgent, RunEnded, RunLimits, RunStarted, SandboxBuilt, SeccompFacts, WitnessGap, WitnessStarted,
     WitnessStopped,
 )
 
@@ -40,9 +40,9 @@ def _usage(n_in: int, n_out: int) -> LlmUsage:
 
 # (source, event): honest events and known-bad ones, for every type a detector reads and some none reads
 POOL = [
-    ("recorder", RunStarted(run_id="r", caisson_version="t", question_id="q", agent={"name": "claude-code"},
-                            witnesses=["strace", "ebpf", "proxy", "procfs"], limits={"wall_seconds": 60}, env=ENV,
-                            seccomp={"denied": ["io_uring_setup", "open_by_handle_at"]})),
+    ("recorder", RunStarted(run_id="r", caisson_version="t", question_id="q", agent=RunAgent(name="claude-code"),
+                            witnesses=["strace", "ebpf", "proxy", "procfs"], limits=RunLimits(wall_seconds=60), env=ENV,
+                            seccomp=SeccompFacts(denied=["io_uring_setup", "open_by_handle_at"]))),
     ("recorder", SandboxBuilt(path=SANDBOX, commit="c" * 40, tree_digest="d" * 64,
                               excluded=[ExcludedPath(path="benchmark/questions.toml", category="answer_key")],
                               agent_config=[AgentConfigFound(path=".claude/settings.json", agent="claude-code",

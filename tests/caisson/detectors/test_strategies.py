@@ -11,7 +11,7 @@ from caisson.detectors.agents import TOOL_ESCAPE, isolation, strategy, tool_esca
 from caisson.errors import ScenarioError
 from caisson.scenario import parse_scenario
 from ledger import Record
-from ledger.events import AgentTools, AgentToolResult, RunStarted
+from ledger.events import AgentTools, AgentToolResult, RunArm, RunStarted
 
 CATALOG = (("search", ("Grep", "Glob", "mcp__codesearch")), ("docs", ("mcp__docs",)))
 SEARCH = DetectorConfig(granted_tools=("Read",), denied_tools=("Bash", "Write"), strategies=CATALOG,
@@ -62,12 +62,12 @@ def test_isolation_knows_the_tools_of_granted_strategies():
 
 
 def test_the_strategies_come_from_the_runs_own_record_and_old_ledgers_have_none():
-    arm = {"name": "a", "grant": ["Read"], "deny": ["Bash"], "strategies": ["search"],
-           "catalog": {name: list(members) for name, members in CATALOG}}
+    arm = RunArm(name="a", grant=["Read"], deny=["Bash"], strategies=["search"],
+                 catalog={name: list(members) for name, members in CATALOG})
     started = RunStarted(run_id="r", caisson_version="0", arm=arm)
     config = config_from_records(play(started))
     assert (config.strategies, config.granted_strategies) == (CATALOG, ("search",))
-    old = config_from_records(play(RunStarted(run_id="r", caisson_version="0", arm={"name": "a", "grant": ["Read"]})))
+    old = config_from_records(play(RunStarted(run_id="r", caisson_version="0", arm=RunArm(name="a", grant=["Read"]))))
     assert (old.strategies, old.granted_strategies) == ((), ())
 
 
@@ -110,8 +110,8 @@ def test_a_plan_hands_the_agent_the_granted_strategies_and_records_the_catalog()
     assert allowed == ["Read", "Grep", "Glob", "mcp__codesearch"]
     assert {"Grep", "Glob", "Read"}.isdisjoint(plan.arm.deny) and "Bash" in plan.arm.deny
     facts = plan.arm_facts()
-    assert facts["strategies"] == ["search"]
-    assert facts["catalog"] == {"search": ["Grep", "Glob", "mcp__codesearch"], "docs": ["mcp__docs"]}
+    assert facts.strategies == ["search"]
+    assert facts.catalog == {"search": ["Grep", "Glob", "mcp__codesearch"], "docs": ["mcp__docs"]}
     assert config_from_records(play(RunStarted(run_id="r", caisson_version="0", arm=facts))).granted_strategies == (
         "search",)
 

@@ -10,11 +10,11 @@ from caisson.agents import mini_swe_agent
 from caisson.detectors import DetectorConfig, Finding, run_detectors
 from caisson.detectors.tool_audit import TOOL_AUDIT, tool_audit, tool_audit_status
 from ledger import Record
-from ledger.events import AgentToolCall, AgentToolResult, AgentUsage, RunStarted
+from ledger.events import AgentToolCall, AgentToolResult, AgentUsage, RunAgent, RunStarted
 
 GOLDEN = Path(__file__).resolve().parents[1] / "test_transcripts_mini"
 ARM = DetectorConfig(granted_tools=("bash",), denied_tools=())
-STARTED = RunStarted(run_id="r", caisson_version="0", agent={"name": "mini-swe-agent", "gating": "ungated"})
+STARTED = RunStarted(run_id="r", caisson_version="0", agent=RunAgent(name="mini-swe-agent", gating="ungated"))
 
 
 def recs(*events) -> list[Record]:

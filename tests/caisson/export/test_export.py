@@ -85,6 +85,7 @@ def test_inspect_log_reads_back_with_inspect_ai(tmp_path: Path, keys):
     assert sample.metadata["caisson"]["verified"] == "ok"
     assert sample.metadata["caisson"]["status"] == "void"
     assert [f["kind"] for f in sample.metadata["caisson"]["findings"]][0] == "leak"
+    assert (sample.metadata["caisson"]["agent"], sample.metadata["caisson"]["arm"]) == ({"name": "command"}, {})
     assert math.isnan(sample.scores["caisson"].value)  # void is never 0
     assert sample.scores["caisson"].answer == "The answer is 42."
     assert [m.role for m in sample.messages] == ["user", "assistant", "tool", "assistant"]
@@ -173,3 +174,18 @@ def test_study_export_has_one_sample_per_cell_from_the_study_ledger(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr
     dirs = sorted(s.metadata["caisson"]["run_dir"] for s in read_eval_log(str(out)).samples)  # inspect orders samples its way
     assert dirs == [str(study / "cells" / "c1" / "2"), str(study / "cells" / "c2" / "1")]
+
+
+def test_the_inspect_metadata_shows_an_arm_as_its_recorder_wrote_it():
+    """The schema 14 golden's arm (a map then, with its empty deny list) is shown as it was written."""
+    import json
+
+    from caisson.export._inspect import _arm
+    from ledger.events import RunArm
+
+    golden = Path(__file__).parents[2] / "ledger" / "test_golden" / "schema14" / "expected.json"
+    written = json.loads(golden.read_text())["run"][0]["arm"]
+    assert written["deny"] == [] and _arm(RunArm(**written)) == written
+    catalog = {"search": ["Grep"]}
+    assert _arm(RunArm(name="s", strategies=["search"], catalog=catalog)) == {
+        "name": "s", "grant": [], "withhold": [], "deny": [], "strategies": ["search"], "catalog": catalog}

@@ -18,6 +18,7 @@ from ledger.events import (
     LlmUsage,
     ProcessExec,
     ProcessExit,
+    RunAgent,
     RunEnded,
     RunStarted,
     SandboxBuilt,
@@ -35,7 +36,7 @@ def leaky_run(run_dir: Path, key: SigningKey, trusted: VerifyKey, *, filler: int
     run_dir.mkdir(parents=True)
     events = [
         RunStarted(run_id=run_dir.name, caisson_version="test", command=["sh", "-c", "cat answers/key.md"],
-                   agent={"name": "command"}),
+                   agent=RunAgent(name="command")),
         SandboxBuilt(path="/work/sandbox", commit="0" * 40, tree_digest="0" * 64, file_count=3,
                      excluded=[ExcludedPath(path="answers/key.md", category="answer_key")]),
         ProcessExec(pid=1, ppid=0, path="/bin/sh", argv=["sh", "-c", "cat answers/key.md"]),

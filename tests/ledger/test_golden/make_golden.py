@@ -26,6 +26,7 @@ from ledger.events import (  # noqa: E402
     ProcessExec,
     ProcessExit,
     RunEnded,
+    RunLimits,
     RunStarted,
 )
 
@@ -44,7 +45,7 @@ def main() -> int:
     digest = blobs.put(b"hi\n")
     events = [
         ("recorder", RunStarted(run_id=run_id, caisson_version="0.1.0", command=["sh", "-c", "echo hi"],
-                                limits={"wall_seconds": 60})),
+                                limits=RunLimits(wall_seconds=60))),
         ("strace", ProcessExec(pid=1, host_pid=4242, path="/bin/sh", argv=["sh", "-c", "echo hi"],
                                cwd="/work/sandbox")),
         ("strace", FileOpen(pid=1, host_pid=4242, path="/etc/ld.so.cache", flags="O_RDONLY|O_CLOEXEC", result=3)),
