@@ -73,21 +73,26 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
 
 
 def _host_facts(engine_info: dict) -> HostFacts:
-    """The recorder's machine and the engine's facts (`caisson.chamber.Engine.info`; the
-    Docker Engine API's types, checked here so a ledger never holds one it cannot read).
-
-    Raises:
-        msgspec.ValidationError: the engine reported a fact of another type than its API's.
-    """
+    """The recorder's machine and the engine's facts (`caisson.chamber.Engine.info`), each
+    checked against the Docker Engine API's type `HostFacts` gives it: a fact of another
+    type (an engine that answers otherwise) is left out, so the run still starts and its
+    ledger never holds a value it cannot read."""
     uname = platform.uname()
-    facts = {"kernel": uname.release, "machine": uname.machine, "cpus": os.cpu_count() or 0,
-             "python": sys.version.split()[0]}
-    facts.update({k: v for k, v in engine_info.items() if isinstance(v, (str, int, float, bool))})
+    facts: dict[str, object] = {"kernel": uname.release, "machine": uname.machine, "cpus": os.cpu_count() or 0,
+                                "python": sys.version.split()[0]}
+    facts.update(engine_info)
     try:
         facts["mem_total_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         pass
-    return msgspec.convert(facts, HostFacts)
+    kept = {}
+    for field in msgspec.structs.fields(HostFacts):
+        if field.name in facts:
+            try:
+                kept[field.name] = msgspec.convert(facts[field.name], field.type)
+            except msgspec.ValidationError:
+                pass
+    return HostFacts(**kept)
 
 
 def recorded_command(command: Sequence[str], key: bytes, patterns: Sequence[str] = ()) -> list[str]:
