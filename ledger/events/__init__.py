@@ -91,6 +91,14 @@ from ledger.events._agent import (  # noqa: F401
     AgentSessionFile,
 )
 from ledger.events._study import (  # noqa: F401
+    AbortRules,
+    Combo,
+    Endpoint,
+    GraderCheck,
+    HostKey,
+    PlannedCell,
+    Price,
+    Refusal,
     StudyPlanned,
     StudyResumed,
     BaselineMeasured,
@@ -169,6 +177,14 @@ __all__ = [
     "AgentModelSwitch",
     "AgentSessionFile",
     "StudyPlanned",
+    "PlannedCell",
+    "Combo",
+    "Endpoint",
+    "Refusal",
+    "Price",
+    "AbortRules",
+    "GraderCheck",
+    "HostKey",
     "StudyResumed",
     "BaselineMeasured",
     "CellStarted",
@@ -186,7 +202,7 @@ __all__ = [
     "BackfillRecorded",
 ]
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -214,7 +230,9 @@ upgrade through the proxy witness, refused or relayed); ``file.open``'s
 ``path_cut``, ``unresolved`` and ``real_path_cut``, ``file.change``'s ``path_cut`` and
 ``unresolved``, ``process.exec``'s ``path_cut`` and ``argv_cut`` (what a syscall witness could
 not read whole or place); ``http.exchange.client``,
-``client_processes`` and ``client_unresolved`` (which chamber process made the exchange)."""
+``client_processes`` and ``client_unresolved`` (which chamber process made the exchange);
+15: study.planned's cells, combos, refusals, prices, abort, grader and host_keys are typed
+Structs (same keys)."""
 
 Event = Union[
     RunStarted,
