@@ -13,7 +13,7 @@ from caisson.resources import resource_dir
 from caisson.scenario import parse_scenario
 from caisson.study import assess_baseline, check_grader, load_study, plan_study, study_status
 from ledger import Record
-from ledger.events import (AgentTools, AgentUsage, CellEnded, CellStarted, Endpoint, HostDrained, LlmUsage,
+from ledger.events import (AgentTools, AgentUsage, CellEnded, CellStarted, Combo, Endpoint, HostDrained, LlmUsage,
                            PlannedCell, Refusal, StudyAborted, StudyPlanned)
 
 SCENARIO = """
