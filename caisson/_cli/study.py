@@ -33,8 +33,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from ledger.events import HostKey
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -181,7 +185,7 @@ def run_run(args: argparse.Namespace) -> int:
         nonlocal hosts_shown
         if not hosts_shown:  # the first event is sealed: the hosts joined and the study enrolled its keys
             hosts_shown = True
-            enrolled = {k["public_key"] for k in _host_keys(args.out)}
+            enrolled = {k.public_key for k in _host_keys(args.out)}
             for host, raw, reaped, _ in executor.joined:
                 state = "enrolled" if raw.hex() in enrolled else "NOT ENROLLED: gets no session"
                 print(f"HOST    {host}: key {raw.hex()}, {state}; {reaped} orphaned chambers reaped", flush=True)
@@ -200,7 +204,7 @@ def run_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _host_keys(study_dir: Path) -> list[dict[str, str]]:
+def _host_keys(study_dir: Path) -> list[HostKey]:
     """The host keys a study enrolled (``study.planned``); [] when none or unreadable."""
     from caisson.errors import CaissonError
     from caisson.study import read_study

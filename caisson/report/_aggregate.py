@@ -9,13 +9,14 @@ intervals, pass@k and pass^k, and the schema tax between arms of one (agent, mod
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from caisson.report._inputs import Price, ReportBaseline, ReportCell
+from caisson.report._inputs import ReportBaseline, ReportCell
 from caisson.report._stats import Spread, pass_at_k, pass_hat_k, spread, wilson
 from caisson.report._tokens import TokenFigure
+from ledger.events import Price
 
 __all__ = ["ArmSummary", "PassK", "Rate", "SchemaTax", "content_tokens", "cell_cost", "schema_tax", "summarize_arms"]
 
@@ -119,7 +120,7 @@ def content_tokens(cell: ReportCell, baseline: ReportBaseline | None) -> int | N
     return cell.tokens.total - baseline.floor.total
 
 
-def cell_cost(cell: ReportCell, prices: dict[str, Price]) -> float | None:
+def cell_cost(cell: ReportCell, prices: Mapping[str, Price]) -> float | None:
     """USD of one cell from the study's price of its model, or None (no price, no split)."""
     price = prices.get(cell.model)
     t = cell.tokens
@@ -156,19 +157,18 @@ def _one(values: Iterable[str]) -> str:
 
 
 def summarize_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseline],
-                   prices: Sequence[Price]) -> dict[str, list[ArmSummary]]:
+                   prices: Mapping[str, Price]) -> dict[str, list[ArmSummary]]:
     """Aggregate cells per agent, then per (arm, model).
 
     Args:
         cells: every planned cell.
         baselines: the floors, one per (arm, agent, model).
-        prices: the study's prices.
+        prices: the study's prices, model -> price.
 
     Returns:
         agent -> its rows, sorted by (model, arm); agents sorted.
     """
     floors = {(b.arm, b.agent, b.model): b for b in baselines}
-    price_of = {p.model: p for p in prices}
     groups: dict[tuple[str, str, str], list[ReportCell]] = defaultdict(list)
     for cell in cells:
         groups[(cell.agent, cell.model, cell.arm)].append(cell)
@@ -185,7 +185,7 @@ def summarize_arms(cells: Sequence[ReportCell], baselines: Sequence[ReportBaseli
         clean = [c for c in ran if c.status == "clean"]  # spreads over the cells the scores come from
         totals = [c.tokens.total for c in clean if c.tokens is not None]
         contents = [v for v in (content_tokens(c, baseline) for c in clean) if v is not None]
-        costs = [v for v in (cell_cost(c, price_of) for c in ran) if v is not None]
+        costs = [v for v in (cell_cost(c, prices) for c in ran) if v is not None]
         void = Counter(c.void_reason or "unknown" for c in ran if c.status == "void")
         out[agent].append(ArmSummary(
             agent=agent, arm=arm, model=model, gating=_one(c.gating for c in group),

@@ -99,8 +99,9 @@ def checklist(data: StudyReportInput, rows: dict[str, list[ArmSummary]],
         _item("trust", "host_stalled", [c.cell_id for c in ran if "host_stalled" in c.findings], WARN,
               "no host stall", "{n} cells void for a stalled host"),
         CheckItem(part="trust", name="refusals", status=FAIL if any(not r.reason for r in data.refusals) else PASS,
-                  count=len(data.refusals), cells=[f"{_combo(r.arm, r.agent, r.model)}: {r.reason or 'NO REASON'}"
-                                                   for r in data.refusals][:_SHOWN],
+                  count=len(data.refusals),
+                  cells=[f"{_combo(r.arm, r.agent, r.model or '-')}: {r.reason or 'NO REASON'}"
+                         for r in data.refusals][:_SHOWN],
                   detail=f"{len(data.refusals)} refusals, each with its reason" if all(r.reason for r in data.refusals)
                   else "a refusal without a reason"),
     ]

@@ -8,7 +8,8 @@ How a loader fills them (the study ledger's events, issue #13):
 
 - ``study.planned``: one `ReportCell` per matrix cell (cell id, arm, agent, model,
   question id and kind, repetition; gating and elicitation of its (arm, agent, model)),
-  one `Refusal` per refusal, `Price` per model, ``seed`` from the order seed.
+  its refusals and prices as it records them (`ledger.events.Refusal`, model ``-`` for
+  a plain command; `ledger.events.Price` per model), ``seed`` from the order seed.
 - ``baseline.measured``: one `ReportBaseline`; its floor is `read_cell` of the baseline
   run directory (the same rank as a cell's), ``tools`` the tools discovered (None when
   the agent is ungated: ``isolation="unavailable"``).
@@ -29,6 +30,7 @@ import msgspec
 
 from caisson.errors import UsageError
 from caisson.report._tokens import TokenFigure
+from ledger.events import Price, Refusal
 
 __all__ = [
     "CELL_STATUSES",
@@ -139,24 +141,6 @@ class ReportBaseline(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str | None = None
 
 
-class Refusal(msgspec.Struct, frozen=True, kw_only=True):
-    """An (arm, agent, model) the plan would not run, and why."""
-
-    arm: str
-    agent: str
-    model: str
-    reason: str
-    gating: str
-
-
-class Price(msgspec.Struct, frozen=True, kw_only=True):
-    """A model's price as the study file states it, US dollars per million tokens."""
-
-    model: str
-    input_usd_per_mtok: float
-    output_usd_per_mtok: float
-
-
 class Disagreement(msgspec.Struct, frozen=True, kw_only=True):
     """The judge and the deterministic score disagree on a cell: an alarm, never a rescore."""
 
@@ -202,8 +186,8 @@ class StudyReportInput(msgspec.Struct, frozen=True, kw_only=True):
         detector_versions: ``name@version`` of every detector replay ran.
         cells: every planned cell (refused and not run included).
         baselines: one per (arm, agent, model) measured.
-        refusals: combinations the plan refused.
-        prices: per model; cost is computed from these only.
+        refusals: combinations the plan refused (model ``-`` for a plain command).
+        prices: model -> its price; cost is computed from these only.
         judge: the judge run's summary, or None when no judge ran.
         seed: seeds the bootstrap and the Monte Carlo sign flips (the study's order seed).
         elicitation: per (arm, agent, model), how the agent was asked; cells carry it too.
@@ -215,7 +199,7 @@ class StudyReportInput(msgspec.Struct, frozen=True, kw_only=True):
     cells: tuple[ReportCell, ...] = ()
     baselines: tuple[ReportBaseline, ...] = ()
     refusals: tuple[Refusal, ...] = ()
-    prices: tuple[Price, ...] = ()
+    prices: dict[str, Price] = {}
     judge: JudgeSummary | None = None
     seed: int = 0
 
@@ -227,7 +211,7 @@ def check_input(data: StudyReportInput) -> None:
         ReportInputError: an unknown status or gating, a duplicate cell id, a score
             outside [0, 1], a clean cell with a void reason, a void cell without one, a
             score on a cell that did not run clean, a negative token total, a duplicate
-            baseline or price, a baseline whose tool list is empty or disagrees with its
+            baseline, a baseline whose tool list is empty or disagrees with its
             isolation (``unavailable`` exactly when no tools were audited).
     """
     seen: set[str] = set()
@@ -268,8 +252,3 @@ def check_input(data: StudyReportInput) -> None:
         if (base.isolation == "unavailable") != (base.tools is None):
             raise ReportInputError(f"isolation {base.isolation} with tools {base.tools!r}: unavailable goes with"
                                    " tools None, and only with it", where=where, field="tools")
-    models: set[str] = set()
-    for price in data.prices:
-        if price.model in models:
-            raise ReportInputError("two prices", where=f"price {price.model}", field="model")
-        models.add(price.model)

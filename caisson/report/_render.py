@@ -125,7 +125,7 @@ def table_sections(report: Report) -> Iterator[tuple[str, list[str], list[list[s
                    [[c.model, "; ".join(context[(arm, c.model)] for arm in (c.arm_a, c.arm_b)), fmt_comparison(c)]
                     for c in section.comparisons])
     yield ("Refusals", ["agent", "arm", "model", "gating", "reason"],
-           [[r.agent, r.arm, r.model, r.gating, r.reason] for r in report.refusals])
+           [[r.agent, r.arm, r.model or "-", r.gating, r.reason] for r in report.refusals])
     if report.judge is not None:
         yield ("Judge alarms (never a change of score)", ["cell", "question", "score", "judge", "answer"],
                [[d.cell_id, d.question_id, _num(d.score), d.judge_verdict, d.answer_excerpt]

@@ -12,7 +12,8 @@ import caisson
 from caisson.report._aggregate import ArmSummary, SchemaTax, cell_cost, content_tokens, schema_tax, summarize_arms
 from caisson.report._checklist import FAIL, CheckItem, checklist, limitations
 from caisson.report._gate import Comparison, compare_arms
-from caisson.report._inputs import Disagreement, JudgeSummary, Refusal, StudyReportInput, check_input
+from caisson.report._inputs import Disagreement, JudgeSummary, StudyReportInput, check_input
+from ledger.events import Refusal
 
 __all__ = ["AgentSection", "CellRow", "Report", "build_report"]
 
@@ -106,13 +107,13 @@ def build_report(data: StudyReportInput, *, allow_untrusted: bool = False, jobs:
             c.label = f"withheld: trust checklist FAIL ({', '.join(failed)})"
     taxes = schema_tax(data.baselines)
     floors = {(b.arm, b.agent, b.model): b for b in data.baselines}
-    prices = {p.model: p for p in data.prices}
     cells = [CellRow(
         cell_id=c.cell_id, agent=c.agent, arm=c.arm, model=c.model, question_id=c.question_id,
         question_kind=c.question_kind, repetition=c.repetition, status=c.status, void_reason=c.void_reason,
         score=c.score, tokens=c.tokens.total if c.tokens else None, token_source=c.tokens.source if c.tokens else None,
         tokens_null_reason=c.tokens_null_reason, content_tokens=content_tokens(c, floors.get((c.arm, c.agent, c.model))),
-        cost_usd=cell_cost(c, prices), token_ambiguous=c.token_ambiguous, gating=c.gating, elicitation=c.elicitation)
+        cost_usd=cell_cost(c, data.prices), token_ambiguous=c.token_ambiguous, gating=c.gating,
+        elicitation=c.elicitation)
         for c in sorted(data.cells, key=lambda c: (c.agent, c.model, c.arm, c.question_id, c.repetition, c.cell_id))]
     sections = [AgentSection(agent=agent, rows=agent_rows,
                              comparisons=[c for c in comparisons if c.agent == agent],

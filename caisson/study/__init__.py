@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 _WHERE = {
     "_dispatch": ("SessionJob", "SessionResult"),
     "executor": ("Executor", "LocalExecutor", "make_executor"),
-    "plan": ("Cell", "Combo", "Refusal", "StudyPlan", "cell_id", "plan_study"),
-    "preflight": ("BaselineFacts", "GraderCheck", "assess_baseline", "check_grader"),
+    "plan": ("StudyPlan", "cell_id", "plan_study"),
+    "preflight": ("BaselineFacts", "assess_baseline", "check_grader"),
     "runner": ("StudyResult", "run_study"),
     "status": ("StudyStatus", "status_lines", "study_status"),
     "studyfile": ("Study", "StudyAgent", "load_study", "parse_study"),
@@ -33,8 +33,8 @@ _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names
 if TYPE_CHECKING:
     from caisson.study._dispatch import SessionJob, SessionResult  # noqa: F401 (named in __all__)
     from caisson.study.executor import Executor, LocalExecutor, make_executor  # noqa: F401 (named in __all__)
-    from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, cell_id, plan_study  # noqa: F401 (named in __all__)
-    from caisson.study.preflight import BaselineFacts, GraderCheck, assess_baseline, check_grader  # noqa: F401 (named in __all__)
+    from caisson.study.plan import StudyPlan, cell_id, plan_study  # noqa: F401 (named in __all__)
+    from caisson.study.preflight import BaselineFacts, assess_baseline, check_grader  # noqa: F401 (named in __all__)
     from caisson.study.runner import StudyResult, run_study  # noqa: F401 (named in __all__)
     from caisson.study.status import StudyStatus, status_lines, study_status  # noqa: F401 (named in __all__)
     from caisson.study.studyfile import Study, StudyAgent, load_study, parse_study  # noqa: F401 (named in __all__)

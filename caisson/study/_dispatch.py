@@ -25,8 +25,8 @@ from caisson.model import scripted_model
 from caisson.probes.witness_choice import default_syscall_witness
 from caisson.run import RecordOptions, RunOutcome, default_witnesses, record
 from caisson.scenario import Egress, Scenario
-from caisson.study.plan import Combo
 from caisson.study.studyfile import PROVIDERS
+from ledger.events import Combo
 
 __all__ = ["BASELINE_QUESTION", "SCRIPTED_KEY", "Session", "SessionJob", "SessionResult", "dispatch", "derived_scenario",
            "run_session_here", "session_options"]
@@ -97,7 +97,7 @@ def derived_scenario(scenario_file: Path, combo: Combo, target: Path, *, baselin
     text = Path(scenario_file).read_text()
     head, tail = "", ""
     if combo.adapter is not None:
-        credential = combo.endpoint.get("credential") or PROVIDERS[combo.adapter][1]
+        credential = combo.endpoint.credential or PROVIDERS[combo.adapter][1]
         head = f"pass_credentials = [{json.dumps(credential)}]\n"
         tail += "\n[agent]\n"
         if combo.model:
@@ -129,7 +129,7 @@ def session_options(combo: Combo, session: Session, *, scenario: Scenario, repo:
         egress = None
         if combo.adapter is not None:
             host, credential = PROVIDERS[combo.adapter]
-            credential = combo.endpoint.get("credential") or credential
+            credential = combo.endpoint.credential or credential
             if session.model_script is not None:  # a probe runs on the scripted endpoint, whatever the study's
                 script = session.run_dir.parent / f"{session.run_dir.name}-model.toml"
                 script.parent.mkdir(parents=True, exist_ok=True)
@@ -137,21 +137,23 @@ def session_options(combo: Combo, session: Session, *, scenario: Scenario, repo:
                 address = stack.enter_context(scripted_model(script))
                 egress = Egress(allow_hosts=[host], upstream={host: f"http://{address}"})
                 env[credential] = SCRIPTED_KEY
-            elif combo.endpoint.get("script"):
-                script = Path(combo.endpoint["script"].replace("{question}", session.question_id))
+            elif combo.endpoint.script:
+                script = Path(combo.endpoint.script.replace("{question}", session.question_id))
                 if session.baseline:
                     script = study_dir / "scenarios" / "baseline-model.toml"
                     script.write_text(_BASELINE_SCRIPT)
                 address = stack.enter_context(scripted_model(script))
                 egress = Egress(allow_hosts=[host], upstream={host: f"http://{address}"})
                 env[credential] = SCRIPTED_KEY
-            else:
-                host = combo.endpoint["provider"]
+            elif combo.endpoint.provider:
+                host = combo.endpoint.provider
                 if not os.environ.get(credential):
                     raise UsageError(f"agent {combo.agent}: its endpoint is {host}, but {credential} is not set"
                                      " in the environment")
                 egress = msgspec.structs.replace(scenario.egress,
                                                  allow_hosts=sorted({*scenario.egress.allow_hosts, host}))
+            else:
+                raise UsageError(f"agent {combo.agent}: its endpoint names neither a script nor a provider")
         yield RecordOptions(command=[] if combo.adapter else list(command), scenario=session.scenario, repo=repo,
                             commit=commit, out=session.run_dir, question=session.question_id,
                             agent=combo.adapter, arm=combo.arm if combo.adapter else None, env=env, egress=egress,

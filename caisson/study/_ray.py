@@ -55,6 +55,7 @@ import ray
 
 from caisson.errors import AllHostsDrained, UsageError
 from caisson.study._rayhost import NAMESPACE, SLOT, service_generations, service_name, start_service
+from ledger.events import HostKey
 
 if TYPE_CHECKING:
     from caisson.study._dispatch import SessionJob, SessionResult
@@ -260,7 +261,7 @@ class RayExecutor:
         """The ``caisson_slot`` total of the cluster now (hosts may join or leave)."""
         return int(ray.cluster_resources().get(SLOT, 0))
 
-    def host_keys(self) -> list[dict[str, str]]:
+    def host_keys(self) -> list[HostKey]:
         """The enrolled key files' keys, else those the hosts reported when they joined (the
         hosts have joined either way: reaped, their recipes checked).
 
@@ -271,12 +272,12 @@ class RayExecutor:
         if self._enroll_files:
             from caisson.home import trusted_key
 
-            return [{"host": f"enrolled:{p.name}", "public_key": trusted_key(p).raw.hex()} for p in self._enroll_files]
-        return [{"host": host, "public_key": raw.hex()} for host, raw, _, _ in joined]
+            return [HostKey(host=f"enrolled:{p.name}", public_key=trusted_key(p).raw.hex()) for p in self._enroll_files]
+        return [HostKey(host=host, public_key=raw.hex()) for host, raw, _, _ in joined]
 
-    def enroll(self, host_keys: list[dict[str, str]]) -> None:
+    def enroll(self, host_keys: list[HostKey]) -> None:
         """Run sessions only on hosts whose key is one of ``host_keys`` (the study's)."""
-        self._enrolled = frozenset(bytes.fromhex(k["public_key"]) for k in host_keys)
+        self._enrolled = frozenset(bytes.fromhex(k.public_key) for k in host_keys)
 
     def drain(self, host: str) -> None:
         """Give ``host`` no further session."""
@@ -365,7 +366,7 @@ class RayExecutor:
         from caisson.study._dispatch import SessionResult
 
         files = {"scenario": Path(job.session.scenario).read_bytes()}
-        script = job.combo.endpoint.get("script")
+        script = job.combo.endpoint.script
         if script and not job.session.baseline and job.session.model_script is None:
             files["model_script"] = Path(script.replace("{question}", job.session.question_id)).read_bytes()
         with around(job.session.run_dir) if around is not None else contextlib.nullcontext():

@@ -250,7 +250,8 @@ class HostService:
             combo = job.combo
             if "model_script" in files:
                 (root / "model.toml").write_bytes(files["model_script"])
-                combo = msgspec.structs.replace(combo, endpoint={**combo.endpoint, "script": str(root / "model.toml")})
+                combo = msgspec.structs.replace(combo, endpoint=msgspec.structs.replace(combo.endpoint,
+                                                                                       script=str(root / "model.toml")))
             here = msgspec.structs.replace(job, combo=combo, study_dir=root / "study",
                                            session=msgspec.structs.replace(job.session, run_dir=run_dir,
                                                                            scenario=scenario))

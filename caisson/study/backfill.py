@@ -109,7 +109,7 @@ def targets(study_records: list[Record]) -> list[Target]:
     """Every counting cell attempt and every baseline probe the study ledger binds."""
     events = [r.event for r in study_records]
     planned = next((e for e in events if isinstance(e, StudyPlanned)), None)
-    places = {c["cell_id"]: c for c in planned.cells} if planned else {}
+    places = {c.cell_id: c for c in planned.cells} if planned else {}
     out: list[Target] = []
     for e in events:
         if isinstance(e, BaselineMeasured) and e.run_id and e.run_dir:
@@ -117,9 +117,9 @@ def targets(study_records: list[Record]) -> list[Target]:
                               agent=e.agent, model=e.model, run_id=e.run_id, run_dir=e.run_dir,
                               ledger_head=e.ledger_head))
         elif isinstance(e, CellEnded) and e.counting and e.run_id:
-            place = places.get(e.cell_id, {})
-            out.append(Target(target="cell", name=e.cell_id, cell_id=e.cell_id, arm=place.get("arm", ""),
-                              agent=place.get("agent", ""), model=place.get("model"), run_id=e.run_id,
+            place = places.get(e.cell_id)
+            out.append(Target(target="cell", name=e.cell_id, cell_id=e.cell_id, arm=place.arm if place else "",
+                              agent=place.agent if place else "", model=place.model if place else None, run_id=e.run_id,
                               run_dir=e.run_dir, ledger_head=e.ledger_head))
     return out
 

@@ -28,6 +28,7 @@ from caisson.errors import AllHostsDrained
 
 if TYPE_CHECKING:
     from caisson.study._dispatch import SessionJob, SessionResult
+    from ledger.events import HostKey
 
 __all__ = ["EXECUTORS", "AllHostsDrained", "Executor", "LocalExecutor", "make_executor"]
 
@@ -42,14 +43,14 @@ class Executor(Protocol):
     def slots(self) -> int:
         """How many sessions may run at once now (>= 1)."""
 
-    def host_keys(self) -> list[dict[str, str]]:
+    def host_keys(self) -> list[HostKey]:
         """The host keys to enroll in a new study (``study.planned.host_keys``); [] local."""
 
     def run(self, job: SessionJob, around: Callable[[Path], contextlib.AbstractContextManager] | None
             ) -> SessionResult:
         """Record one session; its run directory is at ``job.session.run_dir`` when this returns."""
 
-    def enroll(self, host_keys: list[dict[str, str]]) -> None:
+    def enroll(self, host_keys: list[HostKey]) -> None:
         """The study's enrolled host keys (new or resumed): sessions run only on those hosts."""
 
     def drain(self, host: str) -> None:
@@ -67,7 +68,7 @@ class LocalExecutor:
     def slots(self) -> int:
         return 1
 
-    def host_keys(self) -> list[dict[str, str]]:
+    def host_keys(self) -> list[HostKey]:
         return []
 
     def run(self, job: SessionJob, around=None) -> SessionResult:
@@ -75,7 +76,7 @@ class LocalExecutor:
 
         return run_session_here(job, around)
 
-    def enroll(self, host_keys: list[dict[str, str]]) -> None:
+    def enroll(self, host_keys: list[HostKey]) -> None:
         """Nothing to enroll: local runs are signed with the operator key."""
 
     def drain(self, host: str) -> None:

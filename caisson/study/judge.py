@@ -190,7 +190,7 @@ def _items(study_dir: Path, trusted) -> tuple[StudyPlanned, list[_Item]]:
     counting = {e.cell_id: e for r in records if isinstance(e := r.event, CellEnded) and e.counting and e.run_id}
     items = []
     for c in planned.cells:
-        ended = counting.get(c["cell_id"])
+        ended = counting.get(c.cell_id)
         if ended is None:
             continue
         run_dir = study_dir / ended.run_dir
@@ -204,7 +204,7 @@ def _items(study_dir: Path, trusted) -> tuple[StudyPlanned, list[_Item]]:
         if question is None:
             continue
         text, sha = (answer[0].decode("utf-8", "replace"), answer[1]) if answer else ("", "")
-        items.append(_Item(cell_id=c["cell_id"], run_id=ended.run_id, question=question, score=replay.score,
+        items.append(_Item(cell_id=c.cell_id, run_id=ended.run_id, question=question, score=replay.score,
                            answer=text, answer_sha256=sha))
     return planned, items
 

@@ -9,8 +9,9 @@ for an ``ungated`` agent (its CLI has no way to withhold a tool), ``not_yet`` fo
 cells; the refusal is data, printed by `caisson study plan` and recorded in the study
 ledger's ``study.planned``.
 
-Cells are ordered by a seeded shuffle (`Study.order`) so that arms interleave in time
-and a drift of the provider or the host does not line up with one arm.
+The plan's parts are the types ``study.planned`` records (`ledger.events.PlannedCell`,
+`Combo`, `Refusal`). Cells are ordered by a seeded shuffle (`Study.order`) so that arms
+interleave in time and a drift of the provider or the host does not line up with one arm.
 """
 
 from __future__ import annotations
@@ -18,55 +19,18 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+from typing import Literal
 
 import msgspec
 
 from caisson.agents import Adapter, adapter, arm_grant, deny_list, own_arm
 from caisson.scenario import Scenario
 from caisson.study.studyfile import Study, StudyAgent
+from ledger.events import Combo, Endpoint, Gating, PlannedCell, Refusal
 
-__all__ = ["Cell", "Combo", "Refusal", "StudyPlan", "plan_study", "cell_id", "combo_id"]
+__all__ = ["StudyPlan", "plan_study", "cell_id", "combo_id"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-class Cell(msgspec.Struct, frozen=True, kw_only=True):
-    """One cell of the matrix: a run of one agent on one question under one arm."""
-
-    cell_id: str  # arm--agent[--model]--question--rN, safe as a directory name
-    arm: str
-    agent: str
-    model: str | None
-    question_id: str
-    repetition: int  # 1..repetitions
-
-
-class Combo(msgspec.Struct, frozen=True, kw_only=True):
-    """One (arm, agent, model) that runs: how the agent is gated, asked and reached."""
-
-    arm: str
-    agent: str
-    adapter: str | None  # None: a plain command
-    model: str | None
-    gating: str  # enforced | not_enforced | ungated
-    elicitation: dict = {}
-    endpoint: dict = {}  # {"script": path} or {"provider": host, "credential": NAME}; {} for a command
-    grant: list[str] = []
-    withhold: list[str] = []
-    deny: list[str] = []  # the static deny list (preflight unions the discovered surface)
-    cells: int = 0
-
-
-class Refusal(msgspec.Struct, frozen=True, kw_only=True):
-    """One (arm, agent, model) the plan will not run, and why."""
-
-    arm: str
-    agent: str
-    model: str | None
-    gating: str
-    kind: str  # cannot (ungated) | not_yet (not_enforced)
-    reason: str
-    cells: int  # cells that would have run
 
 
 class StudyPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,7 +43,7 @@ class StudyPlan(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None  # the order's seed; None when not shuffled
     combos: list[Combo]
     refusals: list[Refusal]
-    cells: list[Cell]  # in run order
+    cells: list[PlannedCell]  # in run order
 
 
 def combo_id(arm: str, agent: str, model: str | None) -> str:
@@ -100,6 +64,7 @@ def _combo(study_agent: StudyAgent, arm, model: str | None, cells: int, scenario
     adapters, who share its arms (each is handed only its own tools: `own_arm`, as the
     cell's record derives its deny list)."""
     spec = adapter(study_agent.adapter) if study_agent.adapter is not None else None
+    gating: Gating
     if spec is None:
         gating, adapter_name = "ungated", None
         deny = deny_list((), arm_grant(arm, scenario), arm.withhold)
@@ -109,15 +74,15 @@ def _combo(study_agent: StudyAgent, arm, model: str | None, cells: int, scenario
         grant, withhold = own_arm(arm, scenario, spec, shared_with=players)
         deny = deny_list(spec.static_tools, grant, withhold)
     if deny and gating != "enforced":
-        kind = "cannot" if gating == "ungated" else "not_yet"
+        kind: Literal["cannot", "not_yet"] = "cannot" if gating == "ungated" else "not_yet"
         why = ("its CLI has no way to withhold a tool" if kind == "cannot"
                else "it could gate, but no verified flag mapping exists yet")
         return Refusal(arm=arm.name, agent=study_agent.label, model=model, gating=gating, kind=kind, cells=cells,
                        reason=f"arm {arm.name} withholds {', '.join(withhold) or 'nothing by name'} and denies"
                        f" {len(deny)} tool(s) in all; {study_agent.label} is {gating}: {why}")
-    endpoint = msgspec.to_builtins(study_agent.endpoint) if study_agent.endpoint else {}
     return Combo(arm=arm.name, agent=study_agent.label, adapter=adapter_name, model=model, gating=gating,
-                 elicitation=dict(study_agent.elicitation), endpoint=endpoint, grant=list(arm.grant),
+                 elicitation=dict(study_agent.elicitation), endpoint=study_agent.endpoint or Endpoint(),
+                 grant=list(arm.grant),
                  withhold=list(arm.withhold), deny=deny, cells=cells)
 
 
@@ -140,7 +105,7 @@ def plan_study(study: Study, scenario: Scenario, *, seed: int | None) -> StudyPl
     per_combo = len(questions) * study.repetitions
     combos: list[Combo] = []
     refusals: list[Refusal] = []
-    cells: list[Cell] = []
+    cells: list[PlannedCell] = []
     players = list({a.adapter: adapter(a.adapter) for a in study.agents if a.adapter}.values())
     for arm in arms:
         for agent in study.agents:
@@ -150,8 +115,8 @@ def plan_study(study: Study, scenario: Scenario, *, seed: int | None) -> StudyPl
                     refusals.append(got)
                     continue
                 combos.append(got)
-                cells += [Cell(cell_id=cell_id(arm.name, agent.label, model, q, r), arm=arm.name, agent=agent.label,
-                               model=model, question_id=q, repetition=r)
+                cells += [PlannedCell(cell_id=cell_id(arm.name, agent.label, model, q, r), arm=arm.name,
+                                      agent=agent.label, model=model, question_id=q, repetition=r)
                           for q in questions for r in range(1, study.repetitions + 1)]
     if study.order.shuffle:
         if seed is None:

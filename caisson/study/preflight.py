@@ -34,23 +34,12 @@ from caisson.errors import ScenarioError
 from caisson.replay import grade
 from caisson.scenario import Scenario
 from ledger import Record
-from ledger.events import AgentTools, AgentUsage
+from ledger.events import AgentTools, AgentUsage, GraderCheck
 
-__all__ = ["GraderCheck", "BaselineFacts", "check_grader", "assess_baseline", "BAD_ANSWER"]
+__all__ = ["BaselineFacts", "check_grader", "assess_baseline", "BAD_ANSWER"]
 
 BAD_ANSWER = "It is defined in src/caisson_nowhere/never.py at line 1."
 """A known-bad answer when the key has none: a confident location that answers nothing."""
-
-
-class GraderCheck(msgspec.Struct, frozen=True, kw_only=True):
-    """The grader on one question: the scores of the key's, an empty and a bad answer."""
-
-    question_id: str
-    key: float | None
-    empty: float | None
-    bad: float | None
-    ok: bool
-    reason: str = ""
 
 
 class BaselineFacts(msgspec.Struct, frozen=True, kw_only=True):

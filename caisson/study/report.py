@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -42,8 +43,6 @@ from caisson.report import (
     CellEvidence,
     Disagreement,
     JudgeSummary,
-    Price,
-    Refusal,
     ReportBaseline,
     ReportCell,
     StudyReportInput,
@@ -58,7 +57,8 @@ from caisson.study.judging import disagrees, read_judge_records
 from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
 from caisson.study.verify import StudyVerifyReport, judge_dirs, verify_study
 from ledger import BlobStore, VerifyKey, read_records, verify_ledger
-from ledger.events import BaselineMeasured, CellEnded, StudyPlanned, TokenBackfilled
+from ledger.events import (BaselineMeasured, CellEnded, Combo, Gating, PlannedCell, Refusal, StudyPlanned,
+                           TokenBackfilled)
 
 __all__ = ["NO_MODEL", "load_study_report"]
 
@@ -69,8 +69,16 @@ def _model(model: str | None) -> str:
     return model or NO_MODEL
 
 
-def _elicitation(combo: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (combo.get("elicitation") or {}).items()) or "default"
+def _elicitation(combo: Combo) -> str:
+    return ", ".join(f"{k}={v}" for k, v in combo.elicitation.items()) or "default"
+
+
+def _measured_refusal(e: BaselineMeasured, combo: Combo | None) -> Refusal:
+    """The refusal of a combination whose enforced claim the preflight's probe did not bear out."""
+    gating: Gating = "ungated" if e.gating_measured == "ungated" else "not_enforced"
+    return Refusal(arm=e.arm, agent=e.agent, model=_model(e.model), gating=gating,
+                   kind="cannot" if gating == "ungated" else "not_yet", cells=combo.cells if combo else 0,
+                   reason=f"gating measured {gating} by the preflight's probe: {e.gating_reason or e.reason}")
 
 
 def _question_kinds(study_dir: Path, planned: StudyPlanned) -> dict[str, str]:
@@ -155,8 +163,8 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     kinds = _question_kinds(study_dir, planned)
     backfill = read_backfill(study_dir, trusted)
     enrolled = enrolled_keys(planned.host_keys)  # verify_study checked every run is signed by one of them
-    combos = {(c["arm"], c["agent"], _model(c.get("model"))): c for c in planned.combos}
-    refused = {(r["arm"], r["agent"], _model(r.get("model"))): r for r in planned.refusals}
+    combos = {(c.arm, c.agent, _model(c.model)): c for c in planned.combos}
+    refused = {(r.arm, r.agent, _model(r.model)): r for r in planned.refusals}
     counting = {e.cell_id: e for e in events if isinstance(e, CellEnded) and e.counting}
     infra_attempts: dict[str, int] = {}  # attempts of a cell discarded as infra failures (and run again)
     for e in events:
@@ -168,11 +176,11 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
                         if isinstance(e, BaselineMeasured) and e.status == "refused"}
     # what each planned cell is (refused, not run, or a run to read); every run's evidence
     # is read first, in parallel (`read_cells`), then mapped in plan order
-    plan: list[tuple[dict, tuple[str, str, str], CellEnded | None]] = []
+    plan: list[tuple[PlannedCell, tuple[str, str, str], CellEnded | None]] = []
     runs: list[tuple[Path, VerifyKey]] = []
     for c in planned.cells:
-        key = (c["arm"], c["agent"], _model(c.get("model")))
-        ended = counting.get(c["cell_id"])
+        key = (c.arm, c.agent, _model(c.model))
+        ended = counting.get(c.cell_id)
         if (key in refused and key not in combos) or key in measured_refused:
             ended = None  # refused: its cells are not read
         elif ended is not None and ended.run_id is not None:
@@ -183,24 +191,26 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     read = iter(read_cells(runs, detectors, jobs=jobs))
     cells: list[ReportCell] = []
     for c, key, ended in plan:
-        combo = combos.get(key) or refused.get(key) or {}
-        place = dict(cell_id=c["cell_id"], arm=key[0], agent=key[1], model=key[2], question_id=c["question_id"],
-                     question_kind=kinds.get(c["question_id"], "locate"), repetition=int(c["repetition"]),
-                     gating=combo.get("gating", "ungated"), elicitation=_elicitation(combo))
+        combo, refusal = combos.get(key), refused.get(key)
+        place: dict[str, Any] = dict(
+            cell_id=c.cell_id, arm=key[0], agent=key[1], model=key[2], question_id=c.question_id,
+            question_kind=kinds.get(c.question_id, "locate"), repetition=c.repetition,
+            gating=combo.gating if combo else refusal.gating if refusal else "ungated",
+            elicitation=_elicitation(combo) if combo else "default")
         if (key in refused and key not in combos) or key in measured_refused:
             cells.append(ReportCell(status="refused", **place))
         elif ended is None or ended.run_id is None:
             cells.append(ReportCell(status="not_run", **place))
         else:
             evidence = _backfilled(next(read), ended.run_id, ended.ledger_head, backfill)
-            cells.append(report_cell(evidence, **place, infra_attempts=infra_attempts.get(c["cell_id"], 0)))
+            cells.append(report_cell(evidence, **place, infra_attempts=infra_attempts.get(c.cell_id, 0)))
     for r in planned.refusals:  # a refusal's cells are not in the run order: still planned
-        key = (r["arm"], r["agent"], _model(r.get("model")))
+        key = (r.arm, r.agent, _model(r.model))
         if not any((x.arm, x.agent, x.model) == key for x in cells):
-            for i in range(int(r.get("cells", 0))):
+            for i in range(r.cells):
                 cells.append(ReportCell(cell_id=f"{'--'.join(key)}--refused-{i + 1}", arm=key[0], agent=key[1],
                                         model=key[2], question_id="-", status="refused",
-                                        gating=r.get("gating", "ungated"), elicitation="-"))
+                                        gating=r.gating, elicitation="-"))
     baselines: list[ReportBaseline] = []
     for e in baseline_events:
         evidence = _backfilled(next(read), e.run_id, e.ledger_head, backfill)
@@ -214,15 +224,9 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     data = StudyReportInput(
         study_id=planned.study, study_head=head, detector_versions=tuple(name for name, _ in detectors),
         cells=tuple(cells), baselines=tuple(baselines),
-        refusals=tuple(Refusal(arm=r["arm"], agent=r["agent"], model=_model(r.get("model")),
-                               reason=r.get("reason", ""), gating=r.get("gating", "ungated"))
-                       for r in planned.refusals)
-        + tuple(Refusal(arm=e.arm, agent=e.agent, model=_model(e.model), gating=e.gating_measured or "not_enforced",
-                        reason=f"gating measured {e.gating_measured or 'not_enforced'} by the preflight's probe:"
-                               f" {e.gating_reason or e.reason}")
-                for e in measured_refused.values()),
-        prices=tuple(Price(model=m, input_usd_per_mtok=float(p["input_usd_per_mtok"]),
-                           output_usd_per_mtok=float(p["output_usd_per_mtok"])) for m, p in planned.prices.items()),
+        refusals=tuple(msgspec.structs.replace(r, model=_model(r.model)) for r in planned.refusals)
+        + tuple(_measured_refusal(e, combos.get(key)) for key, e in measured_refused.items()),
+        prices=dict(planned.prices),
         judge=_judge(study_dir, trusted, cells), seed=planned.order_seed or 0)
     return verified, data
 

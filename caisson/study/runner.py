@@ -51,14 +51,14 @@ from caisson.agents import adapter as get_adapter
 from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
 from caisson.study._dispatch import BASELINE_QUESTION, Session, SessionJob, derived_scenario
 from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor
-from caisson.study.plan import Cell, Combo, Refusal, StudyPlan, combo_id, plan_study
+from caisson.study.plan import StudyPlan, combo_id, plan_study
 from caisson.probes.gating import request_tools
 from caisson.study.preflight import assess_baseline, check_grader
 from caisson.study.studyfile import PROVIDERS, load_study, resolve
 from caisson.study.studyledger import StudyLedger, enrolled_keys, read_study, run_key, sealed_state
 from ledger import BLOBS_DIR, BlobStore, LedgerError, SigningKey, VerifyKey, read_records, verify_ledger
-from ledger.events import (BaselineMeasured, CellEnded, CellStarted, HostDrained, HttpExchange, StudyAborted,
-                           StudyEnded, StudyPlanned)
+from ledger.events import (BaselineMeasured, CellEnded, CellStarted, Combo, HostDrained, HostKey, HttpExchange,
+                           PlannedCell, StudyAborted, StudyEnded, StudyPlanned)
 
 __all__ = ["StudyResult", "run_study", "EXIT_ABORTED"]
 
@@ -100,7 +100,7 @@ class _Runner:
         self.key: SigningKey = ensure_operator_key()
         self.commit = commit
         self.executor: Executor = executor or LocalExecutor()
-        self.host_keys: list[dict[str, str]] = []  # the enrolled host keys ([]: runs are signed with self.key)
+        self.host_keys: list[HostKey] = []  # the enrolled host keys ([]: runs are signed with self.key)
         # per host ("" local): counting cells' findings and ids, in the order they ended (the abort/drain rule)
         self.history: dict[str, list[list[Finding]]] = {}
         self.history_cells: dict[str, list[str]] = {}
@@ -142,9 +142,8 @@ class _Runner:
             self.host_keys = list(planned.host_keys)
             self.commit, self.infra_retries, self.weaken = planned.commit, planned.infra_retries, planned.weakened
             plan = StudyPlan(study=planned.study, questions=[], arms=[], repetitions=self.study.repetitions,
-                             seed=planned.order_seed, combos=msgspec.convert(planned.combos, list[Combo]),
-                             refusals=msgspec.convert(planned.refusals, list[Refusal]),
-                             cells=msgspec.convert(planned.cells, list[Cell]))
+                             seed=planned.order_seed, combos=list(planned.combos), refusals=list(planned.refusals),
+                             cells=list(planned.cells))
         else:
             if self.out.exists() and any(self.out.iterdir()):
                 raise UsageError(f"--out {self.out}: exists and is not empty; pick a new directory (or --resume)")
@@ -155,10 +154,10 @@ class _Runner:
             key_file = resolve(self.study_path, self.study.answer_key) if self.study.answer_key else None
             self.grader = check_grader(self.scenario, plan.questions, key_file)
         for combo in plan.combos:  # a real provider's credential comes from the caller: check it first
-            if combo.adapter and combo.endpoint.get("provider"):
-                credential = combo.endpoint.get("credential") or PROVIDERS[combo.adapter][1]
+            if combo.adapter and combo.endpoint.provider:
+                credential = combo.endpoint.credential or PROVIDERS[combo.adapter][1]
                 if not os.environ.get(credential):
-                    raise UsageError(f"agent {combo.agent}: its endpoint is {combo.endpoint['provider']}, but"
+                    raise UsageError(f"agent {combo.agent}: its endpoint is {combo.endpoint.provider}, but"
                                      f" {credential} is not set in the environment")
         if not self.resume:  # last before the ledger: the hosts (ray) join while the driver plans and checks
             self.host_keys = self.executor.host_keys()
@@ -179,19 +178,19 @@ class _Runner:
         scenario_file = resolve(self.study_path, self.study.scenario)
         scenario_sha = self.ledger.put_blob(scenario_file.read_bytes(), "scenario", "application/toml")
         for combo in plan.combos:  # what the scripted endpoint played is evidence too
-            script = combo.endpoint.get("script")
-            for qid in (plan.questions if script and "{question}" in script else [None] if script else []):
+            script = combo.endpoint.script
+            if script is None:
+                continue
+            for qid in (plan.questions if "{question}" in script else [None]):
                 path = resolve(self.study_path, script.replace("{question}", qid or ""))
                 self.ledger.put_blob(path.read_bytes(), f"model_script {combo.agent} {qid or '*'}", "application/toml")
         grader = self.grader
         self.emit(StudyPlanned(
             study=self.study.name, study_sha256=study_sha, scenario_sha256=scenario_sha, scenario=self.study.scenario,
             repo=str(self.repo.resolve()), commit=self.commit, order_seed=plan.seed,
-            combos=[msgspec.to_builtins(c) for c in plan.combos], cells=[msgspec.to_builtins(c) for c in plan.cells],
-            refusals=[msgspec.to_builtins(r) for r in plan.refusals],
-            prices={m: msgspec.to_builtins(p) for m, p in self.study.prices.items()},
-            abort=msgspec.to_builtins(self.study.abort), infra_retries=self.infra_retries,
-            grader=[msgspec.to_builtins(g) for g in grader], weakened=sorted(self.weaken),
+            combos=list(plan.combos), cells=list(plan.cells), refusals=list(plan.refusals),
+            prices=dict(self.study.prices), abort=self.study.abort, infra_retries=self.infra_retries,
+            grader=list(grader), weakened=sorted(self.weaken),
             executor=self.executor.name, host_keys=self.host_keys))
         return [g.reason for g in grader if not g.ok]
 
@@ -207,9 +206,9 @@ class _Runner:
         return target
 
     def _combo_for_session(self, combo: Combo) -> Combo:
-        if combo.endpoint.get("script"):
-            script = str(resolve(self.study_path, combo.endpoint["script"]).resolve())
-            return msgspec.structs.replace(combo, endpoint={**combo.endpoint, "script": script})
+        if combo.endpoint.script:
+            script = str(resolve(self.study_path, combo.endpoint.script).resolve())
+            return msgspec.structs.replace(combo, endpoint=msgspec.structs.replace(combo.endpoint, script=script))
         return combo
 
     def _record(self, combo: Combo, session: Session):
@@ -367,10 +366,10 @@ class _Runner:
 
     # -- cells ---------------------------------------------------------------------------
 
-    def _attempt_dir(self, cell: Cell, attempt: int) -> Path:
+    def _attempt_dir(self, cell: PlannedCell, attempt: int) -> Path:
         return Path("cells") / cell.cell_id / str(attempt)
 
-    def _conclude(self, cell: Cell, attempt: int, rel: Path, outcome, error: str, duration_ns: int,
+    def _conclude(self, cell: PlannedCell, attempt: int, rel: Path, outcome, error: str, duration_ns: int,
                   host: str = "") -> CellEnded:
         run_dir = self.out / rel
         key = self._run_key(run_dir) if (run_dir / "ledger").exists() else None
@@ -395,7 +394,7 @@ class _Runner:
                          ledger_final=state.final, seal_signature=state.signature, duration_ns=duration_ns,
                          host=host)
 
-    def run_cell(self, cell: Cell, combo: Combo, ended: list[CellEnded], started: set[int]) -> None:
+    def run_cell(self, cell: PlannedCell, combo: Combo, ended: list[CellEnded], started: set[int]) -> None:
         for attempt in sorted(started - {e.attempt for e in ended}):  # killed mid-attempt: settle it first
             rel = self._attempt_dir(cell, attempt)
             settled = self._conclude(cell, attempt, rel, None, "", 0) if (self.out / rel / "ledger").exists() else None
@@ -474,7 +473,7 @@ class _Runner:
             if not self.ledger.writer.closed:
                 self.ledger.close()
 
-    def _run_serial(self, plan: StudyPlan, todo: list[Cell], combos: dict, ended: dict[str, list[CellEnded]],
+    def _run_serial(self, plan: StudyPlan, todo: list[PlannedCell], combos: dict, ended: dict[str, list[CellEnded]],
                     started: dict[str, set[int]]) -> StudyResult:
         """The local executor: one cell after the other; three host_stalled in a row abort the study."""
         for cell in todo:
@@ -493,7 +492,7 @@ class _Runner:
                                    " measured", stalled, ended)
         return self.finish(plan, "", [], ended)
 
-    def _run_concurrent(self, plan: StudyPlan, todo: list[Cell], combos: dict, ended: dict[str, list[CellEnded]],
+    def _run_concurrent(self, plan: StudyPlan, todo: list[PlannedCell], combos: dict, ended: dict[str, list[CellEnded]],
                         started: dict[str, set[int]]) -> StudyResult:
         """A distributed executor: as many cells at once as it has slots, in the recorded order of
         dispatch; a host with three host_stalled cells in a row (its own) is drained, recorded."""

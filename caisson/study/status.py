@@ -61,7 +61,7 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
         status.last_ns = record.wall_ns
         if isinstance(event, StudyPlanned):
             status.study, status.cells = event.study, len(event.cells)
-            status.refused = sum(int(r.get("cells", 0)) for r in event.refusals)
+            status.refused = sum(r.cells for r in event.refusals)
             status.started_ns, retries = record.wall_ns, event.infra_retries
         elif isinstance(event, StudyResumed):
             status.segments += 1

@@ -33,8 +33,9 @@ from caisson.agents import ADAPTERS
 from caisson.errors import ScenarioError
 from caisson.scenario import Scenario, load_scenario, read_toml
 from ledger import redact_argv
+from ledger.events import AbortRules, Endpoint, Price
 
-__all__ = ["AbortRules", "Endpoint", "JudgeTable", "Order", "Price", "Study", "StudyAgent", "load_study", "parse_study",
+__all__ = ["JudgeTable", "Order", "Study", "StudyAgent", "load_study", "parse_study",
            "ELICITATION", "PROVIDERS"]
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
@@ -51,23 +52,6 @@ class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Base for study Structs: immutable, keyword-only, unknown fields are errors."""
 
 
-class Endpoint(_Strict):
-    """Where an agent's model calls go: a scripted endpoint, or a real provider.
-
-    Exactly one of ``script`` (a model script served by `caisson model serve`, fresh for
-    every session) and ``provider`` (a real host reached through the egress proxy, with
-    the credential taken from the caller's environment) is given.
-    """
-
-    script: NonEmpty | None = None
-    """A model script (scenarios/model/), relative to the study file; ``{question}`` in it is
-    replaced by each cell's question id (one script per question)."""
-    provider: NonEmpty | None = None
-    """A provider host, e.g. ``api.anthropic.com``; the chamber reaches it through the proxy."""
-    credential: NonEmpty | None = None
-    """The variable holding the provider's key (default: the adapter's, e.g. ANTHROPIC_API_KEY)."""
-
-
 class StudyAgent(_Strict):
     """One agent under test: an adapter and its models, or a plain command."""
 
@@ -82,19 +66,12 @@ class StudyAgent(_Strict):
     elicitation: dict[str, Any] = {}
     """How the agent is asked, as its adapter defines it (today: ``max_turns``)."""
     endpoint: Endpoint | None = None
-    """Where its model calls go (required for an adapter)."""
+    """Where its model calls go (required for an adapter); the type ``study.planned`` records."""
 
     @property
     def label(self) -> str:
         """The agent's name in cell ids and reports."""
         return self.name or self.adapter or ""
-
-
-class AbortRules(_Strict):
-    """When a study stops before its matrix is done."""
-
-    host_stalled_in_a_row: Annotated[int, msgspec.Meta(ge=1)] = 3
-    """Counting cells voided by ``host.stalled`` in a row that abort the study."""
 
 
 class Order(_Strict):
@@ -104,13 +81,6 @@ class Order(_Strict):
     """Shuffle the cells, so arms interleave in time and drift does not line up with one."""
     seed: int | None = None
     """The shuffle's seed (default: drawn at plan time; always recorded in the study ledger)."""
-
-
-class Price(_Strict):
-    """A model's price, as the study's author states it (none is built in)."""
-
-    input_usd_per_mtok: Annotated[float, msgspec.Meta(ge=0)]
-    output_usd_per_mtok: Annotated[float, msgspec.Meta(ge=0)]
 
 
 class JudgeTable(_Strict):
@@ -151,6 +121,8 @@ class Study(_Strict, kw_only=True):
     timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
     """Wall deadline of one cell (default: the scenario's)."""
     abort: AbortRules = AbortRules()
+    """When the study stops early. `Endpoint`, `AbortRules` and `Price` are the types
+    ``study.planned`` records (`ledger.events`); they too forbid unknown fields."""
     order: Order = Order()
     prices: dict[str, Price] = {}
     """Model -> its price (optional; reports convert tokens with it)."""

@@ -25,7 +25,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -33,7 +33,7 @@ import msgspec
 from caisson.errors import UsageError
 from ledger import (BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, VerifyReport,
                     locate)
-from ledger.events import BackfillRecorded, JudgeRecorded, StudyResumed
+from ledger.events import BackfillRecorded, HostKey, JudgeRecorded, StudyResumed
 
 __all__ = ["SealedState", "StudyLedger", "announce", "announced", "segments", "sealed_state", "state_of", "read_study",
            "STUDY_DIR", "SOURCE", "enrolled_keys", "run_signer", "run_key", "run_trust", "lock_study", "study_lock",
@@ -108,7 +108,7 @@ def run_signer(path: Path) -> bytes | None:
     return checker.header.public_key if checker.header is not None else None
 
 
-def enrolled_keys(host_keys: list[dict[str, str]]) -> dict[bytes, VerifyKey]:
+def enrolled_keys(host_keys: Iterable[HostKey]) -> dict[bytes, VerifyKey]:
     """``study.planned.host_keys`` as raw public key -> key.
 
     Raises:
@@ -117,9 +117,9 @@ def enrolled_keys(host_keys: list[dict[str, str]]) -> dict[bytes, VerifyKey]:
     keys = {}
     for entry in host_keys:
         try:
-            raw = bytes.fromhex(entry["public_key"])
+            raw = bytes.fromhex(entry.public_key)
             keys[raw] = VerifyKey.from_raw(raw)
-        except (KeyError, ValueError) as exc:
+        except ValueError as exc:
             raise UsageError(f"study.planned.host_keys: {entry!r}: not an Ed25519 public key ({exc})") from None
     return keys
 

@@ -23,7 +23,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, StreamingRespon
 from starlette.routing import Route
 
 from ledger import LEDGER_FILE, LedgerChecker, Record, VerifyKey, read_records
-from ledger.events import event_kind
+from ledger.events import Refusal, event_kind
 
 __all__ = ["REPORT_FILES", "GridCell", "StudyGrid", "fold", "read_grid", "routes", "segments"]
 
@@ -56,7 +56,7 @@ class StudyGrid(msgspec.Struct, kw_only=True):
     name: str = ""
     state: str = "waiting for study.planned"  # running | ended | aborted
     cells: dict[str, GridCell] = {}
-    refusals: list[dict[str, Any]] = []  # as study.planned records them: arm, agent, model, kind, reason, cells
+    refusals: list[Refusal] = []  # as study.planned records them
     questions: list[str] = []
     rows: list[tuple[str, str, str | None]] = []
     records: int = 0
@@ -71,9 +71,8 @@ class StudyGrid(msgspec.Struct, kw_only=True):
 def fold(records: Iterable[Record], grid: StudyGrid | None = None) -> StudyGrid:
     """Fold study events into the grid (pure; feed it more records later to update it).
 
-    Event fields follow ledger/events.py: ``study.planned.cells`` entries carry cell_id,
-    arm, agent, model, question_id, repetition; ``cell.ended`` carries status, counting,
-    void_reason, infra_failure, score and run_dir.
+    Event fields follow ledger.events: ``study.planned.cells`` are `PlannedCell`s;
+    ``cell.ended`` carries status, counting, void_reason, infra_failure, score and run_dir.
     """
     grid = grid or StudyGrid()
     for record in records:
@@ -84,9 +83,8 @@ def fold(records: Iterable[Record], grid: StudyGrid | None = None) -> StudyGrid:
             grid.name, grid.state, grid.weakened = e.study, "running", list(getattr(e, "weakened", []))
             grid.refusals = list(e.refusals)
             for c in e.cells:
-                cell = GridCell(cell_id=str(c["cell_id"]), arm=str(c["arm"]), agent=str(c["agent"]),
-                                model=c.get("model"), question_id=str(c["question_id"]),
-                                repetition=int(c.get("repetition", 1)))
+                cell = GridCell(cell_id=c.cell_id, arm=c.arm, agent=c.agent, model=c.model,
+                                question_id=c.question_id, repetition=c.repetition)
                 grid.cells[cell.cell_id] = cell
                 row = (cell.arm, cell.agent, cell.model)
                 if row not in grid.rows:

@@ -105,8 +105,8 @@ _GRID = """<table class="grid" data-records="{{ grid.records }}">
  data-status="{{ c.status }}" title="{{ c.cell_id }}: {{ c.status }}{% if c.reason %}: {{ c.reason }}{% endif %} ({{ c.attempts }} attempts)"
  {% if c.run_dir %}href="{{ base }}/run?dir={{ c.run_dir | urlencode }}"{% endif %}>r{{ c.repetition }} {{ c.status }}{% if c.score is not none %} {{ "%.2f" | format(c.score) }}{% endif %}</a>{% endfor %}</td>{% endfor %}</tr>
 {% endfor %}
-{% for r in grid.refusals %}<tr><td>{{ r.get("arm") }}</td><td>{{ r.get("agent") }}</td><td>{{ r.get("model") or "" }}</td>
-<td colspan="{{ [grid.questions | length, 1] | max }}"><span class="cell refused" data-status="refused">refused ({{ r.get("kind") }}, {{ r.get("cells") }} cells): {{ r.get("reason") }}</span></td></tr>{% endfor %}
+{% for r in grid.refusals %}<tr><td>{{ r.arm }}</td><td>{{ r.agent }}</td><td>{{ r.model or "" }}</td>
+<td colspan="{{ [grid.questions | length, 1] | max }}"><span class="cell refused" data-status="refused">refused ({{ r.kind }}, {{ r.cells }} cells): {{ r.reason }}</span></td></tr>{% endfor %}
 </table>
 <h2>Trust checklist</h2><ul id="checklist">
 <li>study ledger: {{ grid.records }} records read{% if grid.state %}; {{ grid.state }}{% endif %}</li>

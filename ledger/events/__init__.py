@@ -103,6 +103,14 @@ from ledger.events._agent import (  # noqa: F401
     AgentSessionFile,
 )
 from ledger.events._study import (  # noqa: F401
+    AbortRules,
+    Combo,
+    Endpoint,
+    GraderCheck,
+    HostKey,
+    PlannedCell,
+    Price,
+    Refusal,
     StudyPlanned,
     StudyResumed,
     BaselineMeasured,
@@ -190,6 +198,14 @@ __all__ = [
     "AgentModelSwitch",
     "AgentSessionFile",
     "StudyPlanned",
+    "PlannedCell",
+    "Combo",
+    "Endpoint",
+    "Refusal",
+    "Price",
+    "AbortRules",
+    "GraderCheck",
+    "HostKey",
     "StudyResumed",
     "BaselineMeasured",
     "CellStarted",
@@ -239,7 +255,9 @@ not read whole or place); ``http.exchange.client``,
 ``run.started``'s ``agent``, ``arm``, ``limits``, ``host``, ``seccomp``, ``syscall_witness`` and
 ``caller`` are typed Structs (`RunAgent`, `RunArm`, `RunLimits`, `HostFacts`, `SeccompFacts`,
 `SyscallWitnessChoice`, `Caller`; same keys, same values; absent, not an empty map, when there
-is none)."""
+is none); ``study.planned``'s ``cells``, ``combos``, ``refusals``, ``prices``, ``abort``,
+``grader`` and ``host_keys`` are typed Structs (`PlannedCell`, `Combo`, `Refusal`, `Price`,
+`AbortRules`, `GraderCheck`, `HostKey`; same keys)."""
 
 Event = Union[
     RunStarted,

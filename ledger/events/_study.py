@@ -2,10 +2,103 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from ledger.events._base import _Event
+import msgspec
+
+from ledger.events._base import Gating, _Event
 from ledger.events._network import LlmUsage
+
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+# --- the parts of study.planned ---------------------------------------------------------
+# Every key a study ledger of schema 6-14 wrote has its field; a key absent from an older
+# ledger reads as the default its readers gave it. The study file (caisson/study/studyfile.py)
+# is parsed straight into `Endpoint`, `AbortRules` and `Price`: they forbid unknown fields.
+
+
+class Endpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where an agent's model calls go: a scripted endpoint, or a real provider.
+
+    Exactly one of ``script`` (a model script served by `caisson model serve`, fresh for
+    every session) and ``provider`` (a real host reached through the egress proxy, with
+    the credential taken from the caller's environment) is given; neither for a command.
+    """
+
+    script: NonEmpty | None = None  # a model script, relative to the study file; "{question}": per question
+    provider: NonEmpty | None = None  # a provider host, e.g. api.anthropic.com (reached through the proxy)
+    credential: NonEmpty | None = None  # the variable holding its key; None: the adapter's (ANTHROPIC_API_KEY)
+
+
+class PlannedCell(msgspec.Struct, frozen=True, kw_only=True):
+    """One cell of a study's matrix: a run of one agent on one question under one arm."""
+
+    cell_id: str  # arm--agent[--model]--question--rN, safe as a directory name
+    arm: str
+    agent: str
+    model: str | None = None  # None: a plain command
+    question_id: str
+    repetition: int  # 1..repetitions
+
+
+class Combo(msgspec.Struct, frozen=True, kw_only=True):
+    """One (arm, agent, model) a study runs: how the agent is gated, asked and reached."""
+
+    arm: str
+    agent: str
+    adapter: str | None = None  # None: a plain command
+    model: str | None = None
+    gating: Gating = "ungated"
+    elicitation: dict[str, int] = {}  # as the adapter defines it (caisson.study.studyfile.ELICITATION): max_turns
+    endpoint: Endpoint = Endpoint()  # the empty Endpoint for a command
+    grant: list[str] = []  # tools the arm grants, by the agent's own names
+    withhold: list[str] = []  # tools always denied
+    deny: list[str] = []  # the static deny list (preflight unions the discovered surface)
+    cells: int = 0  # cells planned
+
+
+class Refusal(msgspec.Struct, frozen=True, kw_only=True):
+    """One (arm, agent, model) a study will not run, and why."""
+
+    arm: str
+    agent: str
+    model: str | None = None
+    gating: Gating = "ungated"
+    kind: Literal["cannot", "not_yet"]  # cannot: ungated; not_yet: not_enforced
+    reason: str = ""  # one line for humans
+    cells: int = 0  # cells that would have run
+
+
+class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A model's price as the study's author states it (none is built in)."""
+
+    input_usd_per_mtok: Annotated[float, msgspec.Meta(ge=0)]  # US dollars per million input tokens
+    output_usd_per_mtok: Annotated[float, msgspec.Meta(ge=0)]  # US dollars per million output tokens
+
+
+class AbortRules(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """When a study stops before its matrix is done."""
+
+    host_stalled_in_a_row: Annotated[int, msgspec.Meta(ge=1)] = 3  # counting cells voided by host.stalled
+
+
+class GraderCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """The grader on one question before a study spends anything: the scores (0..1; None:
+    unscored) of the answer key's, an empty and a known-bad answer."""
+
+    question_id: str
+    key: float | None = None
+    empty: float | None = None
+    bad: float | None = None
+    ok: bool = False  # the key scores full, the empty and the bad answers do not
+    reason: str = ""  # why not ok
+
+
+class HostKey(msgspec.Struct, frozen=True, kw_only=True):
+    """A host key the operator enrolled (``--executor ray``)."""
+
+    host: str = ""  # the host's label ("host name/node id", or "enrolled:FILE")
+    public_key: str  # hex of the raw 32-byte Ed25519 public key
 
 
 class StudyPlanned(_Event, tag="study.planned", frozen=True, kw_only=True):
@@ -18,19 +111,18 @@ class StudyPlanned(_Event, tag="study.planned", frozen=True, kw_only=True):
     repo: str | None = None  # live repository path on the host
     commit: str | None = None  # full commit hash under test
     order_seed: int | None = None  # seed of the shuffled cell order; None: the order as planned
-    combos: list[dict[str, Any]] = []  # per (arm, agent, model): gating, elicitation, endpoint, deny list, cells
-    cells: list[dict[str, Any]] = []  # the matrix in run order: cell_id, arm, agent, model, question_id, repetition
-    refusals: list[dict[str, Any]] = []  # per refused (arm, agent, model): gating, kind (cannot | not_yet), reason, cells
-    prices: dict[str, Any] = {}  # model -> {input_usd_per_mtok, output_usd_per_mtok}, as the study gives them
-    abort: dict[str, Any] = {}  # abort rules, e.g. {"host_stalled_in_a_row": 3}
+    combos: list[Combo] = []  # per (arm, agent, model) that runs
+    cells: list[PlannedCell] = []  # the matrix in run order
+    refusals: list[Refusal] = []  # per refused (arm, agent, model)
+    prices: dict[str, Price] = {}  # model -> its price, as the study gives them
+    abort: AbortRules = AbortRules()
     infra_retries: int = 1  # attempts after an infra failure, per cell
-    grader: list[dict[str, Any]] = []  # per question: the key, empty and bad answers' scores
+    grader: list[GraderCheck] = []  # per question
     weakened: list[str] = []  # controls weakened on purpose (tests only): never a clean study
     executor: str = "local"  # local | ray (docs/studies.md, "Executors")
-    # The host keys the operator enrolled (ray): {"host": label, "public_key": hex of the raw
-    # 32-byte Ed25519 key}; every run of the study must be signed by one of them. []: the
-    # runs are signed with the study ledger's own key (local).
-    host_keys: list[dict[str, str]] = []
+    # The host keys the operator enrolled (ray): every run of the study must be signed by one
+    # of them. []: the runs are signed with the study ledger's own key (local).
+    host_keys: list[HostKey] = []
 
 
 class StudyResumed(_Event, tag="study.resumed", frozen=True, kw_only=True):

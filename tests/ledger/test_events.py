@@ -11,9 +11,10 @@ import msgspec
 import pytest
 
 from ledger import read_records
-from ledger.events import (SCHEMA_VERSION, AgentToolResult, Caller, ExcludedPath, FileOpen, HostFacts, LlmCall,
-                           RunAgent, RunArm, RunEnded, RunLimits, RunStarted, SeccompFacts, SyscallWitnessChoice,
-                           decode_event)
+from ledger.events import (SCHEMA_VERSION, AbortRules, AgentToolResult, Caller, Combo, Endpoint, ExcludedPath,
+                           FileOpen, GraderCheck, HostFacts, HostKey, LlmCall, PlannedCell, Price, Refusal,
+                           RunAgent, RunArm, RunEnded, RunLimits, RunStarted, SeccompFacts, StudyPlanned,
+                           SyscallWitnessChoice, decode_event)
 
 GOLDEN_V1 = Path(__file__).parent / "test_golden" / "v1"
 
@@ -170,3 +171,59 @@ def test_a_run_started_fact_of_the_wrong_type_is_kept_as_raw_naming_its_path(tmp
         w.append(bad, source="recorder")
     [record] = read_records(tmp_path / "ledger")
     assert isinstance(record.event, WitnessRaw) and where in record.event.line
+
+
+GOLDEN_SCHEMA14 = Path(__file__).parent / "test_golden" / "schema14" / "expected.json"
+
+
+def _schema14_planned() -> dict:
+    """The study.planned the demo study's ledger holds, as main wrote it (schema 14: dicts)."""
+    import json
+
+    return json.loads(GOLDEN_SCHEMA14.read_text())["study"][0]
+
+
+def test_a_schema_14_study_planned_decodes_into_the_typed_plan():
+    old = _schema14_planned()
+    event = decode_event(msgspec.msgpack.encode(old))
+    assert isinstance(event, StudyPlanned)
+    assert all(isinstance(c, PlannedCell) for c in event.cells) and len(event.cells) == len(old["cells"])
+    first = old["cells"][0]
+    assert event.cells[0] == PlannedCell(**first)
+    combo = event.combos[0]
+    assert isinstance(combo, Combo) and combo.endpoint == Endpoint(script=old["combos"][0]["endpoint"]["script"])
+    assert (combo.gating, combo.elicitation, combo.cells) == ("enforced", {"max_turns": 4}, 8)
+    assert event.refusals == [Refusal(**old["refusals"][0])] and event.refusals[0].kind == "cannot"
+    assert event.prices == {m: Price(**p) for m, p in old["prices"].items()}
+    assert event.abort == AbortRules(host_stalled_in_a_row=3)
+    assert event.grader == [GraderCheck(**g) for g in old["grader"]]
+    for name in ("cells", "combos", "refusals", "prices", "abort", "grader"):  # every key, as main wrote it
+        assert msgspec.to_builtins(getattr(event, name)) == old[name], name
+
+
+def test_study_planned_keys_an_older_ledger_left_out_read_as_their_defaults():
+    old = {"kind": "study.planned", "study": "s", "study_sha256": "0" * 64,
+           "cells": [{"cell_id": "c", "arm": "a", "agent": "probe", "question_id": "q", "repetition": 1}],
+           "combos": [{"arm": "a", "agent": "probe", "endpoint": {}}],
+           "refusals": [{"arm": "b", "agent": "probe", "kind": "cannot"}],
+           "host_keys": [{"host": "h1/n", "public_key": "ab" * 32}], "abort": {}}
+    event = decode_event(msgspec.msgpack.encode(old))
+    assert isinstance(event, StudyPlanned)
+    assert event.cells == [PlannedCell(cell_id="c", arm="a", agent="probe", model=None, question_id="q",
+                                       repetition=1)]
+    assert event.combos == [Combo(arm="a", agent="probe", adapter=None, model=None, gating="ungated",
+                                  endpoint=Endpoint(), cells=0)]
+    assert event.refusals == [Refusal(arm="b", agent="probe", gating="ungated", kind="cannot", reason="", cells=0)]
+    assert event.host_keys == [HostKey(host="h1/n", public_key="ab" * 32)]
+    assert (event.abort, event.prices, event.grader) == (AbortRules(), {}, [])
+
+
+@pytest.mark.parametrize("member", [
+    {"cells": [{"arm": "a", "agent": "probe", "question_id": "q", "repetition": 1}]},  # no cell_id
+    {"refusals": [{"arm": "a", "agent": "probe", "kind": "maybe"}]},  # kind outside cannot | not_yet
+    {"combos": [{"arm": "a", "agent": "probe", "gating": "sometimes"}]},  # gating outside Gating
+    {"prices": {"m": {"input_usd_per_mtok": "3"}}},  # a price that is not a number
+])
+def test_a_study_planned_member_outside_its_type_does_not_decode(member):
+    with pytest.raises(msgspec.ValidationError):
+        decode_event(msgspec.msgpack.encode({"kind": "study.planned", "study": "s", "study_sha256": "0", **member}))

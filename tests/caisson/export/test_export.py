@@ -158,7 +158,7 @@ def test_study_export_has_one_sample_per_cell_from_the_study_ledger(tmp_path: Pa
     leaky_run(study / "cells" / "c2" / "1", keys[0], keys[1])
     seg = study / "study" / "000"
     seg.mkdir(parents=True)
-    cells = [{"cell_id": c, "arm": "grep", "agent": "command", "model": None, "question_id": "q1", "repetition": r}
+    cells = [events.PlannedCell(cell_id=c, arm="grep", agent="command", question_id="q1", repetition=r)
              for r, c in ((1, "c1"), (2, "c2"))]
     with LedgerWriter(seg / "ledger", run_id="study", key=keys[0], blobs=BlobStore(seg / "blobs")) as writer:
         for i, event in enumerate([

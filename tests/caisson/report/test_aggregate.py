@@ -29,7 +29,7 @@ def test_content_tokens_need_a_floor_of_the_same_combination_and_source():
 
 def test_rows_are_per_agent_and_never_pooled():
     cs = cells("alpha", "a", 2, 2, lambda q, r: 1.0) + cells("beta", "a", 2, 2, lambda q, r: 0.0)
-    rows = summarize_arms(cs, baselines("alpha", ["a"]) + baselines("beta", ["a"]), [])
+    rows = summarize_arms(cs, baselines("alpha", ["a"]) + baselines("beta", ["a"]), {})
     assert list(rows) == ["alpha", "beta"]
     assert [(r.agent, r.arm, r.score.median, r.planned) for rs in rows.values() for r in rs] == [
         ("alpha", "a", 1.0, 4), ("beta", "a", 0.0, 4)]
@@ -46,7 +46,7 @@ def test_counts_void_by_reason_spreads_per_kind_and_rates():
         _cell(cell_id="7", question_id="q3", status="not_run", score=None, tokens=None),
         _cell(cell_id="8", question_id="q3", status="refused", score=None, tokens=None),
     ]
-    (row,) = summarize_arms(cs, [], [])["ag"]
+    (row,) = summarize_arms(cs, [], {})["ag"]
     assert (row.planned, row.run, row.refused, row.not_run, row.scored, row.score_null) == (8, 6, 1, 1, 3, 1)
     assert row.void_by_reason == {"host_stalled": 1, "tool_escape": 1}
     assert (row.score.median, row.score.min, row.score.max) == (1.0, 0.5, 1.0)
@@ -60,7 +60,7 @@ def test_counts_void_by_reason_spreads_per_kind_and_rates():
 
 def test_mixed_sources_are_counted_not_pooled():
     cs = [_cell(cell_id="1"), _cell(cell_id="2", tokens=figure(900, PROXY)), _cell(cell_id="3", tokens=None)]
-    (row,) = summarize_arms(cs, baselines("ag", ["a"]), [])["ag"]
+    (row,) = summarize_arms(cs, baselines("ag", ["a"]), {})["ag"]
     assert row.token_sources == {SOURCE: 1, PROXY: 1}
     assert (row.tokens_mixed, row.tokens, row.tokens_unmeasured) == (True, None, 1)
     assert (row.content.median, row.content.n, row.content_null) == (500, 1, 2)
@@ -82,7 +82,7 @@ def test_cost_only_from_the_study_prices():
     cs = [_cell(cell_id="1", tokens=figure(1000, input=800, output=200)),
           _cell(cell_id="2", tokens=figure(1000, input=None, output=None)),
           _cell(cell_id="3", model="unpriced", tokens=figure(1000, input=800, output=200))]
-    rows = summarize_arms(cs, [], [Price(model="m1", input_usd_per_mtok=3.0, output_usd_per_mtok=15.0)])["ag"]
+    rows = summarize_arms(cs, [], {"m1": Price(input_usd_per_mtok=3.0, output_usd_per_mtok=15.0)})["ag"]
     priced = next(r for r in rows if r.model == "m1")
     assert priced.cost_usd == pytest.approx((800 * 3 + 200 * 15) / 1e6) and priced.cost_cells == 1
     assert next(r for r in rows if r.model == "unpriced").cost_usd is None
@@ -99,8 +99,8 @@ def test_void_cells_spend_money_but_stay_out_of_the_token_spreads():
     cs = [_cell(cell_id="1", tokens=figure(1500, input=1000, output=500)),
           _cell(cell_id="2", status="void", void_reason="tool_escape", score=None,
                 tokens=figure(9000, input=8000, output=1000))]
-    (row,) = summarize_arms(cs, baselines("ag", ["a"]), [Price(model="m1", input_usd_per_mtok=1.0,
-                                                               output_usd_per_mtok=2.0)])["ag"]
+    (row,) = summarize_arms(cs, baselines("ag", ["a"]), {"m1": Price(input_usd_per_mtok=1.0,
+                                                                       output_usd_per_mtok=2.0)})["ag"]
     assert (row.tokens.median, row.tokens.n, row.content.median, row.content.n) == (1500, 1, 500, 1)
     assert row.token_sources == {SOURCE: 2} and row.cost_cells == 2
     assert row.cost_usd == pytest.approx((1000 + 8000 + 2 * (500 + 1000)) / 1e6)
@@ -110,11 +110,11 @@ def test_backfilled_figures_rank_and_subtract_only_from_a_backfilled_floor():
     late = "first_party_backfill:claude-code session files (messages[].usage)"
     cs = [_cell(cell_id="1", tokens=figure(1500, late)), _cell(cell_id="2", tokens=figure(1600, late))]
     live_floor = baselines("ag", ["a"])  # a live first-party floor: another source
-    (row,) = summarize_arms(cs, live_floor, [])["ag"]
+    (row,) = summarize_arms(cs, live_floor, {})["ag"]
     assert row.token_sources == {late: 2} and not row.tokens_mixed
     assert (row.content, row.content_null) == (None, 2)  # never across sources, even both first-party
     late_floor = [msgspec.structs.replace(live_floor[0], floor=figure(1000, late))]
-    (row,) = summarize_arms(cs, late_floor, [])["ag"]
+    (row,) = summarize_arms(cs, late_floor, {})["ag"]
     assert (row.content.median, row.content.n, row.content_null) == (550, 2, 0)
     text = render_text(build_report(study(cs, late_floor)))
     assert f"1,000 ({late})" in text or f"1000 ({late})" in text  # the source printed beside the floor

@@ -77,7 +77,8 @@ def test_isolation_fails_on_a_denied_tool_and_warns_when_unavailable():
 def test_baselines_refusals_judge_and_disagreements():
     cs, base = _clean()
     items = _items(study(cs, [base[0], msgspec.structs.replace(base[1], floor=None)],
-                         refusals=(Refusal(arm="a", agent="codex", model="m1", reason="ungated", gating="ungated"),),
+                         refusals=(Refusal(arm="a", agent="codex", model="m1", reason="ungated", gating="ungated",
+                                                    kind="cannot"),),
                          judge=JudgeSummary(requested_model="judge-1", served_models=("judge-2",), cells_judged=12,
                                             disagreements=(Disagreement(cell_id=cs[0].cell_id, question_id="q0",
                                                                         score=1.0, judge_verdict="wrong"),))))
@@ -85,7 +86,8 @@ def test_baselines_refusals_judge_and_disagreements():
     assert (items["refusals"].status, items["refusals"].cells) == ("PASS", ["codex/a/m1: ungated"])
     assert (items["judge_model"].status, items["judge_model"].cells) == ("FAIL", ["judge-2"])
     assert items["disagreements"].status == "WARN" and items["disagreements"].count == 1
-    silent = _items(study(cs, base, refusals=(Refusal(arm="a", agent="x", model="m1", reason="", gating="ungated"),)))
+    silent = _items(study(cs, base, refusals=(Refusal(arm="a", agent="x", model="m1", reason="", gating="ungated",
+                                                                             kind="cannot"),)))
     assert silent["refusals"].status == "FAIL"
 
 

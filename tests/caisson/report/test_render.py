@@ -44,8 +44,9 @@ def _report(**kw) -> Report:
     return build_report(study(cs, baselines("claude-code", ["lean", "rich"])
                               + baselines("codex", ["lean"], isolation="unavailable"),
                               refusals=(Refusal(arm="rich", agent="codex", model="m1", reason="ungated agent: an arm"
-                                                " that withholds tools cannot run", gating="ungated"),),
-                              prices=(Price(model="m1", input_usd_per_mtok=3.0, output_usd_per_mtok=15.0),),
+                                                " that withholds tools cannot run", gating="ungated", kind="cannot",
+                                                cells=4),),
+                              prices={"m1": Price(input_usd_per_mtok=3.0, output_usd_per_mtok=15.0)},
                               judge=judge), **kw)
 
 

@@ -24,8 +24,8 @@ from caisson.study.studyledger import StudyLedger, read_study, sealed_state
 from caisson.study.verify import verify_study
 from ledger import BlobStore, LedgerWriter
 from ledger.events import (AgentSessionFile, AgentUsage, BackfillRecorded, BaselineMeasured, BlobStored, CellEnded,
-                           CellStarted, HttpExchange, LlmCall, LlmUsage, RunEnded, RunStarted, StudyEnded,
-                           StudyPlanned, StudyResumed, TokenBackfilled)
+                           CellStarted, Combo, HttpExchange, LlmCall, LlmUsage, PlannedCell, RunEnded, RunStarted,
+                           StudyEnded, StudyPlanned, StudyResumed, TokenBackfilled)
 
 GOLDEN = Path(__file__).parents[1] / "test_sessionfiles"
 CLAUDE = (GOLDEN / "claude_session.jsonl").read_bytes()  # 5956 in + 52 out = 6008
@@ -85,8 +85,8 @@ def study(tmp_path) -> Path:
     cells = {"late": dict(session=CLAUDE), "live": dict(session=CLAUDE, first_party=4000), "none": {}}
     ledger = StudyLedger(out, key, run_id="study-test")
     place = dict(arm="a", agent="claude-code", model="m")
-    ledger.append(StudyPlanned(study="t", study_sha256="", combos=[{**place, "gating": "enforced", "cells": 3}],
-                               cells=[{**place, "cell_id": c, "question_id": "q", "repetition": 0} for c in cells]))
+    ledger.append(StudyPlanned(study="t", study_sha256="", combos=[Combo(**place, gating="enforced", cells=3)],
+                               cells=[PlannedCell(**place, cell_id=c, question_id="q", repetition=1) for c in cells]))
     run_id, records, head = _run(out / "baselines/a--claude-code--m/1", key, session=BASE)
     ledger.append(BaselineMeasured(**place, run_id=run_id, run_dir="baselines/a--claude-code--m/1",
                                    ledger_records=records, ledger_head=head, status="ok", tools_discovered=["Bash"]))
@@ -268,8 +268,8 @@ wall_seconds = 120
     state = sealed_state(run, key.verify_key)
     ledger = StudyLedger(tmp_path / "study", key, run_id="study-e2e")
     place = dict(arm="a", agent="claude", model="claude-sonnet-4-5")
-    ledger.append(StudyPlanned(study="t", study_sha256="", combos=[{**place, "gating": "ungated", "cells": 1}],
-                               cells=[{**place, "cell_id": "c", "question_id": "q", "repetition": 0}]))
+    ledger.append(StudyPlanned(study="t", study_sha256="", combos=[Combo(**place, gating="ungated", cells=1)],
+                               cells=[PlannedCell(**place, cell_id="c", question_id="q", repetition=1)]))
     ledger.append(CellStarted(cell_id="c", attempt=1, run_dir="cells/c/1"))
     ledger.append(CellEnded(cell_id="c", attempt=1, run_id=state.run_id, run_dir="cells/c/1", status="clean",
                             counting=True, ledger_records=state.records, ledger_head=state.head, ledger_final=True))

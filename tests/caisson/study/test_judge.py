@@ -23,8 +23,8 @@ from caisson.study.report import load_study_report
 from caisson.study.studyledger import StudyLedger, read_study, segments
 from caisson.study.verify import judge_dirs
 from ledger import read_records
-from ledger.events import (CellEnded, CellStarted, JudgeAlarm, JudgeRecorded, JudgeStarted, JudgeVerdict, LlmCall,
-                           StudyEnded, StudyPlanned)
+from ledger.events import (CellEnded, CellStarted, Combo, JudgeAlarm, JudgeRecorded, JudgeStarted, JudgeVerdict,
+                           LlmCall, PlannedCell, StudyEnded, StudyPlanned)
 
 STUDY = b'''name = "judged"
 scenario = "scenario.toml"
@@ -69,16 +69,16 @@ def study(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("judged") / "study"
     ledger = StudyLedger(out, key, run_id="study-judged")
     sha = ledger.put_blob(STUDY, "study", "application/toml")
-    cells = [dict(cell_id=f"read-only--claude-code--m1--{name}", arm="read-only", agent="claude-code", model="m1",
-                  question_id="q-context", repetition=0) for name in ANSWERS]
-    ledger.append(StudyPlanned(study="judged", study_sha256=sha, cells=cells, combos=[dict(
-        arm="read-only", agent="claude-code", model="m1", gating="enforced", elicitation={}, cells=len(cells))]))
+    cells = [PlannedCell(cell_id=f"read-only--claude-code--m1--{name}", arm="read-only", agent="claude-code",
+                         model="m1", question_id="q-context", repetition=1) for name in ANSWERS]
+    ledger.append(StudyPlanned(study="judged", study_sha256=sha, cells=cells, combos=[Combo(
+        arm="read-only", agent="claude-code", model="m1", gating="enforced", cells=len(cells))]))
     for cell, (answer, _) in zip(cells, ANSWERS.values()):
-        rel = f"cells/{cell['cell_id']}/1"
-        write_cell(out / rel, CellSpec(run_id=f"run-{cell['cell_id']}", answer=answer, strace_events=5), key)
+        rel = f"cells/{cell.cell_id}/1"
+        write_cell(out / rel, CellSpec(run_id=f"run-{cell.cell_id}", answer=answer, strace_events=5), key)
         state = sealed_state(out / rel, key.verify_key)
-        ledger.append(CellStarted(cell_id=cell["cell_id"], attempt=1, run_dir=rel))
-        ledger.append(CellEnded(cell_id=cell["cell_id"], attempt=1, run_id=state.run_id, run_dir=rel, status="clean",
+        ledger.append(CellStarted(cell_id=cell.cell_id, attempt=1, run_dir=rel))
+        ledger.append(CellEnded(cell_id=cell.cell_id, attempt=1, run_id=state.run_id, run_dir=rel, status="clean",
                                 counting=True, ledger_records=state.records, ledger_head=state.head,
                                 ledger_final=state.final, seal_signature=state.signature))
     ledger.append(StudyEnded(cells=len(cells), counted=len(cells)))

@@ -14,10 +14,10 @@ from caisson.errors import UsageError
 from caisson.probes.gating import probe_script
 from caisson.scenario import Scenario
 from caisson.study._dispatch import BASELINE_QUESTION, SCRIPTED_KEY, Session, session_options
-from caisson.study.plan import Combo
+from ledger.events import Combo, Endpoint
 
 COMBO = Combo(arm="no-write", agent="claude-code", adapter="claude-code", model="claude-sonnet-4-5",
-              gating="enforced", endpoint={"provider": "api.anthropic.com"}, deny=["Write"])
+              gating="enforced", endpoint=Endpoint(provider="api.anthropic.com"), deny=["Write"])
 
 
 def _options(tmp_path: Path, script: str | None):

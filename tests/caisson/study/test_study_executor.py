@@ -26,7 +26,7 @@ from caisson.study.status import study_status
 from caisson.study.studyledger import run_signer, sealed_state
 from caisson.errors import UsageError
 from ledger import BlobStore, LedgerWriter, SigningKey, read_records
-from ledger.events import CellEnded, HostDrained, HostSample, RunEnded, StudyAborted, StudyPlanned
+from ledger.events import CellEnded, HostDrained, HostKey, HostSample, RunEnded, StudyAborted, StudyPlanned
 from tests.caisson.study.test_study_run import GREP_AGENT, _study
 
 
@@ -52,13 +52,13 @@ class TwoHosts:
     def __init__(self):
         self.keys = {"a/0": SigningKey.generate(), "b/1": SigningKey.generate()}
         self.drained: list[str] = []
-        self.enrolled: list[dict] = []
+        self.enrolled: list[HostKey] = []
 
     def slots(self) -> int:
         return 1
 
     def host_keys(self):
-        return [{"host": h, "public_key": k.verify_key.raw.hex()} for h, k in self.keys.items()]
+        return [HostKey(host=h, public_key=k.verify_key.raw.hex()) for h, k in self.keys.items()]
 
     def enroll(self, host_keys):
         self.enrolled = host_keys

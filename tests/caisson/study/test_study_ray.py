@@ -28,7 +28,7 @@ from caisson.probes import make_probe_repo
 from caisson.study import read_study, run_study, verify_study
 from caisson.study.report import load_study_report
 from caisson.study.studyledger import run_signer
-from ledger.events import CellEnded, CellStarted, StudyPlanned
+from ledger.events import CellEnded, CellStarted, HostKey, StudyPlanned
 from tests.caisson.conftest import require
 from tests.caisson.study.test_study_run import GREP_AGENT, _study
 
@@ -108,7 +108,7 @@ def test_two_nodes_give_the_cells_statuses_and_report_of_the_local_executor(ray_
     assert main(["verify", str(tmp_path / "ray")]) == 0
     # each host signed with its own key, enrolled in study.planned; never the operator's
     [planned] = [r.event for r in read_study(tmp_path / "ray") if isinstance(r.event, StudyPlanned)]
-    enrolled = {bytes.fromhex(k["public_key"]) for k in planned.host_keys}
+    enrolled = {bytes.fromhex(k.public_key) for k in planned.host_keys}
     assert planned.executor == "ray" and len(enrolled) == 2 and operator.raw not in enrolled
     for e in _ended(tmp_path / "ray"):
         assert e.host and run_signer(tmp_path / "ray" / e.run_dir) in enrolled
@@ -166,8 +166,8 @@ def test_sessions_go_only_to_enrolled_undrained_hosts_with_a_free_slot(ray_clust
 
     executor = _executor()
     keys = executor.host_keys()
-    (a, key_a), (b, _) = sorted((k["host"], k["public_key"]) for k in keys)
-    executor.enroll([{"host": a, "public_key": key_a}])  # b's key not enrolled: b takes nothing
+    (a, key_a), (b, _) = sorted((k.host, k.public_key) for k in keys)
+    executor.enroll([HostKey(host=a, public_key=key_a)])  # b's key not enrolled: b takes nothing
     first = executor._take()
     assert first.label == a and first.busy == 1
     taken = []
@@ -235,7 +235,7 @@ def test_a_resumed_studys_first_sessions_at_once_take_one_slot_each(ray_cluster)
     while len(taken) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.5)  # the others stay waiting: each host's one slot is taken
-    assert len(taken) == 2 and {h.label for h in taken} == {k["host"] for k in keys}  # one slot per host
+    assert len(taken) == 2 and {h.label for h in taken} == {k.host for k in keys}  # one slot per host
     assert all(executor._hosts[h.node_id] is h and h.busy == 1 for h in taken)
     with executor._free:
         for h in list(taken):

@@ -22,7 +22,8 @@ from caisson.probes import make_probe_repo
 from caisson.resources import resource_dir
 from caisson.study import read_study, run_study, verify_study
 from ledger import read_records
-from ledger.events import BaselineMeasured, CellEnded, CellStarted, StudyAborted, StudyPlanned, StudyResumed
+from ledger.events import (BaselineMeasured, CellEnded, CellStarted, Endpoint, StudyAborted, StudyPlanned,
+                           StudyResumed)
 
 SCENARIO = """
 name = "study-test"
@@ -85,10 +86,10 @@ def test_study_ledger_binds_baseline_and_every_cell(small_study):
     key = ensure_operator_key().verify_key
     assert verify_study(small_study, key).status == "ok"
     [planned] = _events(small_study, StudyPlanned)
-    assert [c["question_id"] for c in sorted(planned.cells, key=lambda c: c["question_id"])] == [
+    assert [c.question_id for c in sorted(planned.cells, key=lambda c: c.question_id)] == [
         "where-answer", "where-nothing"]
     assert planned.order_seed is not None and len(planned.grader) == 2
-    assert [(r["arm"], r["agent"], r["gating"], r["kind"], r["cells"]) for r in planned.refusals] == [
+    assert [(r.arm, r.agent, r.gating, r.kind, r.cells) for r in planned.refusals] == [
         ("no-write", "grep", "ungated", "cannot", 2)]
     [baseline] = _events(small_study, BaselineMeasured)
     assert baseline.status == "ok" and (small_study / baseline.run_dir / "ledger").is_file()
@@ -217,7 +218,7 @@ def test_sigkill_mid_cell_then_resume_runs_the_same_cells(chamber_image, tmp_pat
     assert link.previous_records > 0 and len(link.previous_head) == 64
     ended = _events(out, CellEnded)
     counting = sorted(e.cell_id for e in ended if e.counting)
-    assert counting == sorted(c["cell_id"] for c in planned.cells)  # every cell, once
+    assert counting == sorted(c.cell_id for c in planned.cells)  # every cell, once
     attempts = [e for e in ended if e.cell_id == killed.cell_id]
     assert [(e.attempt, e.status, e.counting) for e in attempts] == [(1, "unclosed", False), (2, "clean", True)]
     assert (out / attempts[0].run_dir / "ledger").is_file()  # the old attempt stays on disk
@@ -322,8 +323,8 @@ def test_checked_in_study_runs_end_to_end(agent_image, tmp_path, capsys):
     assert code == 0, text
     assert "REFUSE  no-search x codex x gpt-5: gating ungated (cannot)" in text
     [planned] = _events(out, StudyPlanned)
-    assert [(r["arm"], r["agent"], r["kind"]) for r in planned.refusals] == [("no-search", "codex", "cannot")]
-    assert len(planned.cells) == 24 and planned.prices["gpt-5"]["input_usd_per_mtok"] == 1.25
+    assert [(r.arm, r.agent, r.kind) for r in planned.refusals] == [("no-search", "codex", "cannot")]
+    assert len(planned.cells) == 24 and planned.prices["gpt-5"].input_usd_per_mtok == 1.25
     baselines = _events(out, BaselineMeasured)
     assert len(baselines) == 3 and all(b.status == "ok" for b in baselines)
     assert all(b.floor_tokens for b in baselines if b.agent == "claude-code")
@@ -333,7 +334,7 @@ def test_checked_in_study_runs_end_to_end(agent_image, tmp_path, capsys):
     assert narrow.tools_discovered == narrow.tools_requested == ["Bash", "Read"]
     assert (narrow.gating_claimed, narrow.gating_measured, narrow.gating_outcome) == ("enforced", "enforced", "refused")
     ended = [e for e in _events(out, CellEnded) if e.counting]
-    assert sorted(e.cell_id for e in ended) == sorted(c["cell_id"] for c in planned.cells)
+    assert sorted(e.cell_id for e in ended) == sorted(c.cell_id for c in planned.cells)
     assert not any(e.cell_id.startswith("no-search--codex") for e in ended)
     assert main(["verify", str(out)]) == 0
 
@@ -405,3 +406,51 @@ def test_resume_concludes_a_closed_attempt_without_running_it_again(chamber_imag
     assert (ended.attempt, ended.status, ended.counting, ended.score) == (1, "clean", True, 1.0)
     assert len(_events(tmp_path / "out", CellStarted)) == 1  # not dispatched again
     assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
+
+
+def test_a_study_planned_in_the_schema_14_dict_shape_resumes_and_reports(chamber_image, tmp_path):
+    """A study ledger main wrote (study.planned's members as dicts, schema 14) resumes under
+    today's typed study.planned: its cells run and its report reads them."""
+    import hashlib
+
+    import msgspec
+
+    from caisson.study import load_study, plan_study
+    from caisson.study.report import load_study_report
+    from caisson.study.studyledger import StudyLedger
+
+    repo = make_probe_repo(tmp_path)
+    study = _study(tmp_path, GREP_AGENT.replace("SLEEP ", ""), questions='questions = ["where-answer"]')
+    loaded, scenario, _ = load_study(study)
+    plan = plan_study(loaded, scenario, seed=7)
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    key = ensure_operator_key()
+    out = tmp_path / "out"
+    old = StudyLedger(out, key, run_id="study-schema14")
+    data = study.read_bytes()
+    assert old.put_blob(data, "study", "application/toml") == hashlib.sha256(data).hexdigest()
+    # main's writer: msgspec.to_builtins of each part; a command's endpoint was {}
+    planned = {"kind": "study.planned", "study": "t", "study_sha256": hashlib.sha256(data).hexdigest(),
+               "scenario_sha256": old.put_blob((tmp_path / "scenario.toml").read_bytes(), "scenario",
+                                               "application/toml"),
+               "scenario": "scenario.toml", "repo": str(repo.resolve()), "commit": commit, "order_seed": 7,
+               "combos": [{**msgspec.to_builtins(c), "endpoint": {}} for c in plan.combos],
+               "cells": msgspec.to_builtins(plan.cells), "refusals": msgspec.to_builtins(plan.refusals),
+               "prices": {}, "abort": {"host_stalled_in_a_row": 3}, "infra_retries": 1,
+               "grader": [{"question_id": "where-answer", "key": 1.0, "empty": 0.0, "bad": 0.0, "ok": True,
+                           "reason": ""}], "weakened": [], "executor": "local", "host_keys": []}
+    old.append(msgspec.msgpack.decode(msgspec.msgpack.encode(planned), type=StudyPlanned))
+    old.close()
+    [typed] = _events(out, StudyPlanned)
+    assert typed.cells == plan.cells and typed.refusals == plan.refusals and len(plan.refusals) == 1
+    assert typed.combos == plan.combos and typed.combos[0].endpoint == Endpoint()  # {}: no script, no provider
+
+    result = run_study(study, out, repo=repo, resume=True)
+    assert (result.state, result.cells, result.counted) == ("ended", 1, 1), result
+    verified, report = load_study_report(out, key.verify_key)
+    assert verified.status == "ok", verified.problems
+    assert [(c.cell_id, c.status, c.score) for c in report.cells if c.status != "refused"] == [
+        (plan.cells[0].cell_id, "clean", 1.0)]
+    assert [(r.arm, r.agent, r.model, r.kind) for r in report.refusals] == [("no-write", "grep", "-", "cannot")]
+    assert main(["study", "report", str(out)]) == 0

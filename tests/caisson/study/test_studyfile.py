@@ -13,8 +13,8 @@ from caisson.resources import resource_dir
 from caisson.scenario import parse_scenario
 from caisson.study import assess_baseline, check_grader, load_study, plan_study, study_status
 from ledger import Record
-from ledger.events import (AgentTools, AgentUsage, CellEnded, CellStarted, HostDrained, LlmUsage, StudyAborted,
-                           StudyPlanned)
+from ledger.events import (AgentTools, AgentUsage, CellEnded, CellStarted, Combo, Endpoint, HostDrained, LlmUsage,
+                           PlannedCell, Refusal, StudyAborted, StudyPlanned)
 
 SCENARIO = """
 name = "t"
@@ -222,9 +222,13 @@ def test_baseline_isolation_discovery_and_floor_playbook():
     assert assess_baseline(_records(), arm="a", agent="probe", grant=[], deny=[], static=[]).ok
 
 
+def _cell(cell_id: str) -> PlannedCell:
+    return PlannedCell(cell_id=cell_id, arm="a", agent="x", question_id="q1", repetition=1)
+
+
 def test_status_folds_attempts_infra_retries_and_abort():
-    planned = StudyPlanned(study="s", study_sha256="0", cells=[{"cell_id": c} for c in "abc"],
-                           refusals=[{"cells": 4}], infra_retries=1)
+    planned = StudyPlanned(study="s", study_sha256="0", cells=[_cell(c) for c in "abc"],
+                           refusals=[Refusal(arm="a", agent="x", kind="cannot", cells=4)], infra_retries=1)
     records = _records(
         planned,
         CellStarted(cell_id="a", attempt=1), CellEnded(cell_id="a", attempt=1, status="clean", counting=True,
@@ -244,7 +248,7 @@ def test_status_folds_attempts_infra_retries_and_abort():
 def test_status_counts_per_host_and_cells_running_at_once():
     from caisson.study import status_lines
 
-    planned = StudyPlanned(study="s", study_sha256="0", cells=[{"cell_id": c} for c in "abcd"], executor="ray")
+    planned = StudyPlanned(study="s", study_sha256="0", cells=[_cell(c) for c in "abcd"], executor="ray")
     records = _records(
         planned,
         CellStarted(cell_id="a", attempt=1), CellStarted(cell_id="b", attempt=1),
@@ -278,7 +282,7 @@ def test_public_surface_is_pinned():
     import caisson.study
 
     assert sorted(caisson.study.__all__) == [
-        "BaselineFacts", "Cell", "Combo", "Executor", "GraderCheck", "LocalExecutor", "Refusal", "SealedState",
+        "BaselineFacts", "Executor", "LocalExecutor", "SealedState",
         "SessionJob", "SessionResult", "Study", "StudyAgent",
         "StudyPlan", "StudyResult", "StudyStatus", "StudyVerifyReport", "assess_baseline", "cell_id",
         "check_grader", "is_study_dir", "load_study", "make_executor", "parse_study", "plan_study", "read_study",
@@ -314,12 +318,11 @@ def test_discovered_tools_reach_the_record_options_of_cells_not_of_baselines(tmp
     from caisson.run.plan import plan_run
     from caisson.scenario import parse_scenario
     from caisson.study._dispatch import Session, session_options
-    from caisson.study.plan import Combo
 
     scenario = parse_scenario(b'name = "s"\n[[questions]]\nid = "q1"\nprompt = "Where is it?"\n'
                               b'[[arms]]\nname = "a"\ngrant = ["Bash"]\nwithhold = ["Write"]\n', "s.toml")
     combo = Combo(arm="a", agent="claude", adapter="claude-code", model="m", gating="enforced",
-                  endpoint={"provider": "api.anthropic.com"}, grant=["Bash"], withhold=["Write"])
+                  endpoint=Endpoint(provider="api.anthropic.com"), grant=["Bash"], withhold=["Write"])
     session = Session(run_dir=tmp_path / "run", question_id="q1", scenario=tmp_path / "s.toml")
     kwargs = dict(scenario=scenario, repo=tmp_path, commit="HEAD", command=[], timeout_s=10, study_dir=tmp_path,
                   weaken=[])

@@ -20,10 +20,10 @@ T0 = 1_767_225_600_000_000_000
 
 
 def _planned():
-    cells = [{"cell_id": f"{arm}-{q}-r{rep}", "arm": arm, "agent": "claude-code", "model": "m1", "question_id": q,
-              "repetition": rep} for arm in ("grep", "lsp") for q in ("q1", "q2") for rep in (1, 2)]
-    refusals = [{"arm": "lsp", "agent": "codex", "model": "m1", "gating": "ungated", "kind": "cannot",
-                 "reason": "codex cannot withhold its shell tool", "cells": 4}]
+    cells = [events.PlannedCell(cell_id=f"{arm}-{q}-r{rep}", arm=arm, agent="claude-code", model="m1", question_id=q,
+                                repetition=rep) for arm in ("grep", "lsp") for q in ("q1", "q2") for rep in (1, 2)]
+    refusals = [events.Refusal(arm="lsp", agent="codex", model="m1", gating="ungated", kind="cannot",
+                               reason="codex cannot withhold its shell tool", cells=4)]
     return events.StudyPlanned(study="demo-study", study_sha256="0" * 64, cells=cells, refusals=refusals)
 
 
