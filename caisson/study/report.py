@@ -56,7 +56,7 @@ from caisson.study.backfill import read_backfill
 from caisson.study.judging import disagrees, read_judge_records
 from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
 from caisson.study.verify import StudyVerifyReport, judge_dirs, verify_study
-from ledger import BlobStore, VerifyKey, read_records, verify_ledger
+from ledger import BlobStore, LedgerError, VerifyKey, read_records, verify_ledger
 from ledger.events import (BaselineMeasured, CellEnded, Combo, Gating, PlannedCell, Refusal, StudyPlanned,
                            TokenBackfilled)
 
@@ -152,17 +152,19 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     from caisson.errors import UsageError
 
     study_dir = Path(study_dir)
-    verified = verify_study(study_dir, trusted)
-    if verified.status == "tampered":
-        return verified, None
-    records = read_study(study_dir, trusted)
+    try:  # the plan first, to read every run once: its verification (below) uses what that read found
+        records = read_study(study_dir, trusted)
+    except LedgerError:
+        records = []  # verify_study says what is wrong
     events = [r.event for r in records if r.event.__struct_config__.tag != "blob.stored"]
     planned = next((e for e in events if isinstance(e, StudyPlanned)), None)
     if planned is None:
+        verified = verify_study(study_dir, trusted)
+        if verified.status == "tampered":
+            return verified, None
         raise UsageError(f"{study_dir}: the study ledger has no study.planned event")
     kinds = _question_kinds(study_dir, planned)
-    backfill = read_backfill(study_dir, trusted)
-    enrolled = enrolled_keys(planned.host_keys)  # verify_study checked every run is signed by one of them
+    enrolled = enrolled_keys(planned.host_keys)  # verify_study, below, checks every run is signed by one of them
     combos = {(c.arm, c.agent, _model(c.model)): c for c in planned.combos}
     refused = {(r.arm, r.agent, _model(r.model)): r for r in planned.refusals}
     counting = {e.cell_id: e for e in events if isinstance(e, CellEnded) and e.counting}
@@ -188,7 +190,13 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
         plan.append((c, key, ended))
     baseline_events = [e for e in events if isinstance(e, BaselineMeasured) and e.run_dir and e.run_id is not None]
     runs += [(study_dir / e.run_dir, run_trust(study_dir / e.run_dir, trusted, enrolled)) for e in baseline_events]
-    read = iter(read_cells(runs, detectors, jobs=jobs))
+    evidences = read_cells(runs, detectors, jobs=jobs)
+    verified = verify_study(study_dir, trusted, {str(run_dir.relative_to(study_dir)): e.ledger
+                                                 for (run_dir, _), e in zip(runs, evidences) if e.ledger is not None})
+    if verified.status == "tampered":  # nothing read above is counted
+        return verified, None
+    backfill = read_backfill(study_dir, trusted)  # verified with the study
+    read = iter(evidences)
     cells: list[ReportCell] = []
     for c, key, ended in plan:
         combo, refusal = combos.get(key), refused.get(key)

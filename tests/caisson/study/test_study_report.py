@@ -94,3 +94,25 @@ def test_cli_jobs_reads_the_same_report_and_refuses_zero(small_study, tmp_path):
     assert one.read_bytes() == two.read_bytes()
     bad = _cli(str(small_study), "--jobs", "0")
     assert bad.returncode == 2 and "--jobs: at least 1" in bad.stderr
+
+
+def test_the_report_reads_each_run_ledger_once(small_study, monkeypatch):  # noqa: F811
+    """Verifying the study and reading its cells share one read of each run's ledger (its
+    bytes read, its chain, seals and blobs checked once)."""
+    from collections import Counter
+
+    import ledger._reader as reader
+
+    reads: Counter[str] = Counter()
+    real = reader._read_ledger
+
+    def counted(path):
+        reads[str(path)] += 1
+        return real(path)
+
+    monkeypatch.setattr(reader, "_read_ledger", counted)
+    verified, data = load_study_report(small_study, trusted_key(None), jobs=1)
+    assert verified.status == "ok" and data is not None
+    runs = {p: n for p, n in reads.items() if "/cells/" in p or "/baselines/" in p}
+    assert runs and set(runs.values()) == {1}, reads
+    assert verified.runs_checked == len(runs)
