@@ -37,10 +37,13 @@ def run_terminable(async_fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``trio.run(async_fn, *args)`` where SIGTERM cancels `async_fn` (its ``finally``
     blocks and shielded clean-up run, as under Ctrl-C) and then raises `Terminated`; a
     result `async_fn` reached before it saw the cancellation is returned. Off the main
-    thread, where no signal handler can be set, it is plain ``trio.run``.
+    thread, where no signal handler can be set, it is plain ``trio.run``. Every command
+    that runs trio goes through here (`caisson.cli.run` makes SIGTERM raise `Terminated`,
+    which must never land inside trio's own loop).
 
     Raises:
-        Terminated: SIGTERM arrived before `async_fn` returned.
+        Terminated: SIGTERM arrived before `async_fn` returned, or while trio closed
+            (the work's result stands, and the process is still asked to stop).
     """
     import trio
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-import trio
-
+from caisson._signals import run_terminable
 from caisson.chamber import open_engine
 from caisson.chamber.reap import Reaped, reap
 
@@ -32,7 +31,7 @@ async def _gc(dry_run: bool) -> list[Reaped]:
 
 
 def run(args: argparse.Namespace) -> int:
-    found = trio.run(_gc, args.dry_run)
+    found = run_terminable(_gc, args.dry_run)
     for r in found:
         print(f"caisson gc: {r.line()}", file=sys.stderr)
     failed = sum(1 for r in found if r.error)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import trio
 
+from caisson._signals import run_terminable
 from caisson.home import trusted_key
 
 
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     failed: list[BaseException] = []
     try:
-        trio.run(main)
+        run_terminable(main)
     except* KeyboardInterrupt:
         pass
     except* OSError as group:  # return is not allowed inside except*

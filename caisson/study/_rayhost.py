@@ -112,8 +112,7 @@ def _reap_here() -> int:
     Raises:
         ChamberError: the engine cannot list containers or networks.
     """
-    import trio
-
+    from caisson._signals import run_terminable
     from caisson.chamber import open_engine
     from caisson.chamber.reap import reap
 
@@ -121,7 +120,7 @@ def _reap_here() -> int:
         async with open_engine() as engine:
             return sum(1 for r in await reap(engine) if r.removed)
 
-    return trio.run(_reap)
+    return run_terminable(_reap)
 
 
 class HostService:

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 import msgspec
 import trio
 
+from caisson._signals import run_terminable
 from caisson.detectors.model import same_model
 from caisson.errors import UsageError
 from caisson.home import fingerprint_key
@@ -370,7 +371,7 @@ def _run_judge(study_dir: Path, key: SigningKey, spec: JudgeSpec, *, say: Callab
                                          prompt=PROMPT, cells=len(items)))
             say(f"judging {len(items)} scored cells of {planned.study} with {spec.model} at {spec.endpoint}"
                 f" ({spec.api}), through the proxy witness, into {judge_dir}")
-            tap = trio.run(_session, writer, blobs, items, spec, fingerprint_key(key), say, timeout_s, counts)
+            tap = run_terminable(_session, writer, blobs, items, spec, fingerprint_key(key), say, timeout_s, counts)
             pairs: dict[tuple[str, str], list[int]] = {}
             for seq, call in tap.calls.values():
                 if call.requested_model and call.served_model and not same_model(call.requested_model,

@@ -163,7 +163,6 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
         if verified.status == "tampered":
             return verified, None
         raise UsageError(f"{study_dir}: the study ledger has no study.planned event")
-    kinds = _question_kinds(study_dir, planned)
     enrolled = enrolled_keys(planned.host_keys)  # verify_study, below, checks every run is signed by one of them
     combos = {(c.arm, c.agent, _model(c.model)): c for c in planned.combos}
     refused = {(r.arm, r.agent, _model(r.model)): r for r in planned.refusals}
@@ -195,7 +194,8 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
                                                  for (run_dir, _), e in zip(runs, evidences) if e.ledger is not None})
     if verified.status == "tampered":  # nothing read above is counted
         return verified, None
-    backfill = read_backfill(study_dir, trusted)  # verified with the study
+    backfill = read_backfill(study_dir, trusted)  # verified with the study, as the scenario blob is
+    kinds = _question_kinds(study_dir, planned)
     read = iter(evidences)
     cells: list[ReportCell] = []
     for c, key, ended in plan:

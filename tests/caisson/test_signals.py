@@ -25,10 +25,11 @@ def test_sigterm_cancels_the_work_runs_its_cleanup_then_raises_terminated():
                 await trio.sleep(0.01)  # a shielded clean-up still awaits
                 cleaned.append(True)
 
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Terminated):
         run_terminable(work)
     assert cleaned == [True]
-    assert signal.getsignal(signal.SIGTERM) is not None  # the previous handler is back
+    assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
 
 
 def test_work_that_returns_is_returned_and_no_sigterm_handler_stays():

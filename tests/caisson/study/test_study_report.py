@@ -10,6 +10,8 @@ import json
 import shutil
 import subprocess
 import sys
+
+import pytest
 from pathlib import Path
 
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Finding
@@ -116,3 +118,61 @@ def test_the_report_reads_each_run_ledger_once(small_study, monkeypatch):  # noq
     runs = {p: n for p, n in reads.items() if "/cells/" in p or "/baselines/" in p}
     assert runs and set(runs.values()) == {1}, reads
     assert verified.runs_checked == len(runs)
+
+
+def _synthetic_study(out: Path):
+    """A closed study of two clean cells written without a chamber (`caisson.probes.cells`)."""
+    from caisson.home import ensure_operator_key
+    from caisson.probes.cells import SCENARIO, CellSpec, write_cell
+    from caisson.study.studyledger import StudyLedger, sealed_state
+    from ledger.events import CellEnded, CellStarted, Combo, PlannedCell, StudyEnded, StudyPlanned
+
+    key = ensure_operator_key()
+    study = StudyLedger(out, key, run_id="study-synthetic")
+    sha = study.put_blob(b'name = "x"\nscenario = "scenario.toml"\n', "study", "application/toml")
+    scenario = study.put_blob(SCENARIO, "scenario", "application/toml")
+    cells = [PlannedCell(cell_id=f"a--cc--m1--c{i}", arm="a", agent="cc", model="m1", question_id="q-context",
+                         repetition=1) for i in range(2)]
+    study.append(StudyPlanned(study="x", study_sha256=sha, scenario_sha256=scenario, scenario="scenario.toml",
+                              cells=cells, combos=[Combo(arm="a", agent="cc", model="m1", gating="enforced", cells=2)]))
+    for c in cells:
+        rel = f"cells/{c.cell_id}/1"
+        write_cell(out / rel, CellSpec(run_id=f"run-{c.cell_id}", answer="`Context` is in src/click/core.py:234.",
+                                       strace_events=5), key)
+        state = sealed_state(out / rel, key.verify_key)
+        study.append(CellStarted(cell_id=c.cell_id, attempt=1, run_dir=rel))
+        study.append(CellEnded(cell_id=c.cell_id, attempt=1, run_id=state.run_id, run_dir=rel, status="clean",
+                               counting=True, ledger_records=state.records, ledger_head=state.head,
+                               ledger_final=state.final, seal_signature=state.signature))
+    study.append(StudyEnded(cells=2, counted=2))
+    study.close()
+    return key, scenario
+
+
+def _overwrite(path: Path, data: bytes) -> None:
+    path.chmod(0o644)
+    path.write_bytes(data)
+
+
+TAMPERS = {
+    "scenario blob": lambda out, scenario: _overwrite(next(out.glob(f"study/000/blobs/**/{scenario}")),
+                                                      b"garbage = [\n"),
+    "run ledger byte": lambda out, _: _overwrite(p := next(out.glob("cells/*/1/ledger")),
+                                                 p.read_bytes()[:200] + b"\xff" + p.read_bytes()[201:]),
+    "run ledger dropped": lambda out, _: next(out.glob("cells/*/1/ledger")).unlink(),
+    "run blob": lambda out, _: _overwrite(next(p for p in sorted(out.glob("cells/*/1/blobs/**/*")) if p.is_file()),
+                                          b"x"),
+}
+
+
+@pytest.mark.parametrize("tamper", sorted(TAMPERS))
+def test_a_tampered_study_is_reported_tampered_and_nothing_is_counted(tmp_path, tamper):
+    """The report reads the cells before it verifies the study (to read each ledger once):
+    whatever was altered, the answer is still "tampered" and no input, never an error."""
+    out = tmp_path / "study"
+    key, scenario = _synthetic_study(out)
+    verified, data = load_study_report(out, key.verify_key, jobs=1)
+    assert verified.status == "ok" and data is not None and {c.status for c in data.cells} == {"clean"}
+    TAMPERS[tamper](out, scenario)
+    verified, data = load_study_report(out, key.verify_key, jobs=1)
+    assert (verified.status, data) == ("tampered", None), verified.problems
