@@ -146,7 +146,9 @@ def test_a_sigkilled_recorder_leaves_no_chamber(chamber_image, tmp_path, capsys,
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     found = _containers(run_dir)
-    assert [c["State"] for c in found] == ["running"], found
+    # still running (its command, or its wrapper waiting for the eBPF witness's go), or
+    # already exited: a wrapper whose go FIFO closed with the recorder never runs the command
+    assert len(found) == 1 and found[0]["State"] in ("running", "exited"), found
     info = _inspect(found[0]["ID"])
     deadline_ns = int(info["Config"]["Labels"][DEADLINE_LABEL])
     assert info["Config"]["Labels"][RECORDER_PID_LABEL] == str(proc.pid)
