@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from caisson.study.studyledger import run_trust, sealed_state
-from ledger import LedgerChecker, LedgerError, Record, VerifyKey, locate, read_records, verify_ledger
+from caisson.study.studyledger import numbered_dirs, run_trust, sealed_records, sealed_state
+from ledger import LedgerError, VerifyKey, read_records, verify_ledger
 from ledger.events import AgentSessionFile, BackfillStarted, TokenBackfilled
 
 __all__ = ["BACKFILL_DIR", "backfill_segments", "read_backfill", "verify_backfill"]
@@ -21,19 +21,7 @@ BACKFILL_DIR = "backfill"
 
 def backfill_segments(study_dir: Path) -> list[Path]:
     """The backfill ledger's segment directories under ``DIR/backfill/``, in order."""
-    root = Path(study_dir) / BACKFILL_DIR
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
-
-
-def _records(seg: Path, trusted: VerifyKey) -> list[Record]:
-    ledger_path, _ = locate(seg)
-    checker = LedgerChecker(trusted, decode=True)
-    checker.feed(ledger_path.read_bytes())
-    records = list(checker.records())
-    sealed = checker.last_seal.upto if checker.last_seal else 0
-    return [r for r in records if r.seq < sealed]
+    return numbered_dirs(Path(study_dir) / BACKFILL_DIR)
 
 
 def read_backfill(study_dir: Path, trusted: VerifyKey) -> dict[str, TokenBackfilled]:
@@ -45,7 +33,7 @@ def read_backfill(study_dir: Path, trusted: VerifyKey) -> dict[str, TokenBackfil
     """
     latest: dict[str, TokenBackfilled] = {}
     for seg in backfill_segments(study_dir):
-        for record in _records(seg, trusted):
+        for record in sealed_records(seg, trusted):
             if isinstance(record.event, TokenBackfilled):
                 latest[record.event.run_id] = record.event
     return latest
@@ -82,7 +70,7 @@ def verify_backfill(study_dir: Path, trusted: VerifyKey, bound: dict[str, tuple[
         if full.status != "ok" or not state.final:
             problems.append(f"{seg}: backfill ledger {full.status}: {full.reason or 'not closed'}")
             return problems
-        records = _records(seg, trusted)
+        records = sealed_records(seg, trusted)
         first = records[0].event if records else None
         expected = (prev.run_id, prev.records, prev.head) if prev else ("", 0, "")
         if not isinstance(first, BackfillStarted):

@@ -35,7 +35,8 @@ from ledger import (BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record,
                     locate)
 from ledger.events import BackfillRecorded, HostKey, JudgeRecorded, StudyResumed
 
-__all__ = ["SealedState", "StudyLedger", "announce", "announced", "segments", "sealed_state", "state_of", "read_study",
+__all__ = ["SealedState", "StudyLedger", "announce", "announced", "segments", "numbered_dirs", "sealed_records",
+           "sealed_state", "state_of", "read_study",
            "STUDY_DIR", "SOURCE", "enrolled_keys", "run_signer", "run_key", "run_trust", "lock_study", "study_lock",
            "LOCK_FILE"]
 
@@ -136,12 +137,29 @@ def run_trust(run_dir: Path, trusted: VerifyKey, enrolled: dict[bytes, VerifyKey
     return run_key(run_dir, enrolled) if enrolled else trusted
 
 
-def segments(study_dir: Path) -> list[Path]:
-    """The study ledger's segment directories under ``DIR/study/``, in order."""
-    root = Path(study_dir) / STUDY_DIR
+def numbered_dirs(root: Path) -> list[Path]:
+    """The directories under ``root`` named by a number (``000``, ``001``, ...: segments,
+    judge runs), in order; [] when ``root`` is not a directory."""
+    root = Path(root)
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def segments(study_dir: Path) -> list[Path]:
+    """The study ledger's segment directories under ``DIR/study/``, in order."""
+    return numbered_dirs(Path(study_dir) / STUDY_DIR)
+
+
+def sealed_records(segment: Path, trusted: VerifyKey | None) -> list[Record]:
+    """A segment's records up to its last valid seal (a crash's unsealed tail left out),
+    signatures checked against ``trusted`` (None: not checked)."""
+    ledger_path, _ = locate(segment)
+    checker = LedgerChecker(trusted, decode=True)
+    checker.feed(ledger_path.read_bytes())
+    records = list(checker.records())
+    sealed = checker.last_seal.upto if checker.last_seal else 0
+    return [r for r in records if r.seq < sealed]
 
 
 def read_study(study_dir: Path, trusted: VerifyKey | None = None) -> list[Record]:
@@ -156,15 +174,7 @@ def read_study(study_dir: Path, trusted: VerifyKey | None = None) -> list[Record
     segs = segments(study_dir)
     if not segs:
         raise UsageError(f"{study_dir}: no study ledger ({STUDY_DIR}/000/ledger); is it a study directory?")
-    out: list[Record] = []
-    for seg in segs:
-        ledger_path, _ = locate(seg)
-        checker = LedgerChecker(trusted, decode=True)
-        checker.feed(ledger_path.read_bytes())
-        records = list(checker.records())
-        sealed = checker.last_seal.upto if checker.last_seal else 0
-        out += [r for r in records if r.seq < sealed]
-    return out
+    return [r for seg in segs for r in sealed_records(seg, trusted)]
 
 
 LOCK_FILE = ".lock"

@@ -47,8 +47,8 @@ from pathlib import Path
 import msgspec
 
 from caisson.study.backfillledger import backfill_segments, verify_backfill
-from caisson.study.studyledger import (announced, enrolled_keys, read_study, run_trust, sealed_state, segments,
-                                      state_of)
+from caisson.study.studyledger import (announced, enrolled_keys, numbered_dirs, read_study, run_trust, sealed_state,
+                                      segments, state_of)
 from ledger import LedgerChecker, LedgerError, VerifyKey, VerifyReport, locate, read_records, verify_ledger
 from ledger.events import (
     BackfillRecorded,
@@ -163,10 +163,7 @@ def _check_run(study_dir: Path, rel: str, run_id: str | None, records: int, head
 
 def judge_dirs(study_dir: Path) -> list[Path]:
     """The judge runs' directories under ``DIR/judge/``, in order."""
-    root = Path(study_dir) / JUDGE_DIR
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+    return numbered_dirs(Path(study_dir) / JUDGE_DIR)
 
 
 def _closed_heads(study_dir: Path, trusted: VerifyKey) -> list[str]:
