@@ -9,33 +9,21 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Literal, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
 
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from ledger import Record
-from ledger.events import RunStarted, SandboxBuilt, WitnessStarted
+from ledger.events import Effect, Finding, RunStarted, SandboxBuilt, WitnessStarted
 
 __all__ = ["Detector", "DetectorConfig", "Effect", "Finding", "VOID", "SCORE_NULL", "INFO", "config_from_records",
            "norm", "reads", "reads_of", "under", "UnderAny"]
 
-Effect = Literal["void", "score_null", "info"]
-"""What a finding does to its cell: `VOID`, `SCORE_NULL` or `INFO`."""
-
 VOID: Final = "void"  # the cell cannot be scored (never 0)
 SCORE_NULL: Final = "score_null"  # the answer keeps score_if_clean, scores null
 INFO: Final = "info"  # visible, no effect on the cell
-
-
-class Finding(msgspec.Struct, frozen=True, kw_only=True):
-    """One thing a detector found, with the records it rests on."""
-
-    detector: str  # "name@version"
-    kind: str  # e.g. "leak", "outside_tree", "env_inheritance", "host_stalled", "witness_gap"
-    effect: Effect
-    message: str
-    evidence: list[int] = []  # sequence numbers of the records it rests on
+# `Finding` and its `Effect` are persisted (a study ledger's ``cell.ended`` verdict): ledger.events
 
 
 class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):

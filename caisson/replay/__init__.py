@@ -15,6 +15,9 @@ from caisson.replay._replay import (
     replay_run,
     replay_runs,
     replay_streams,
+    verdict_change,
+    verdict_of,
+    write_findings,
 )
 from caisson.replay.scoring import Grade, Summary, grade, summarize
 
@@ -33,4 +36,7 @@ __all__ = [
     "replay_runs",
     "replay_streams",
     "summarize",
+    "verdict_change",
+    "verdict_of",
+    "write_findings",
 ]

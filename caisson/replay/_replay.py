@@ -26,9 +26,10 @@ from caisson.scenario import Scenario, parse_scenario
 from caisson.replay._rederive import Rederived, rederive, rederive_kinds
 from caisson.replay.scoring import Grade, grade
 from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
-from ledger.events import BlobStored, RunStarted, SandboxBuilt, WitnessStarted
+from ledger.events import BlobStored, RunStarted, SandboxBuilt, Verdict, WitnessStarted
 
-__all__ = ["BLOB_ROLES", "FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "rebuilt_records", "replay_runs", "replay_streams"]
+__all__ = ["BLOB_ROLES", "FINDINGS_FILE", "RunReplay", "replay_records", "replay_run", "rebuilt_records", "replay_runs",
+           "replay_streams", "verdict_change", "verdict_of", "write_findings"]
 
 FINDINGS_FILE = "findings.json"
 WEAKENED = "controls.weakened@1"
@@ -52,6 +53,42 @@ class RunReplay(msgspec.Struct, kw_only=True):
     rederived: Rederived | None = None  # LLM usage and agent events rebuilt from blobs, with versions
     # how far the agent's tool use was audited (audited | partial | unavailable); None: no agent, no arm
     tool_audit: str | None = None
+
+
+def verdict_of(replay: RunReplay) -> Verdict:
+    """A replay's verdict: its status, score, voiding findings and the detectors that judged it.
+
+    The one function from a replay to a cell's outcome: the study runner records it in
+    ``cell.ended`` and the report computes it again with today's detectors.
+    """
+    return Verdict(status=replay.status, score=replay.score, detectors=list(replay.detectors),
+                   void=[f for f in replay.findings if f.effect == VOID] if replay.status == "void" else [])
+
+
+def verdict_change(recorded: Verdict, today: Verdict) -> str:
+    """How today's verdict of a run differs from the one recorded of it ("" when it does not).
+
+    Status, score and the kinds of the voiding findings are compared; the detector versions
+    are named when they changed (a change of versions alone is no change of verdict).
+    """
+    def said(v: Verdict) -> str:
+        kinds = ", ".join(dict.fromkeys(f.kind or "?" for f in v.void))
+        score = "" if v.score is None else f" {v.score:.2f}"
+        return f"{v.status}{score}" + (f" ({kinds})" if kinds else "")
+
+    same_score = (recorded.score is None) == (today.score is None) and (
+        recorded.score is None or today.score is None or abs(recorded.score - today.score) < 1e-9)
+    if (recorded.status == today.status and same_score
+            and {f.kind for f in recorded.void} == {f.kind for f in today.void}):
+        return ""
+    change = f"recorded {said(recorded)}, today {said(today)}"
+    if not recorded.detectors:
+        return change + "; the recorded detector versions are unknown (schema <= 15)"
+    gone = [d for d in recorded.detectors if d not in today.detectors]
+    new = [d for d in today.detectors if d not in recorded.detectors]
+    if gone or new:
+        change += f"; detectors then {', '.join(gone) or '-'}, now {', '.join(new) or '-'}"
+    return change
 
 
 def _blob(blob: Callable[[str], bytes], records: Iterable[Record], role: str) -> bytes | None:
@@ -239,14 +276,26 @@ def replay_runs(run_dirs: Iterable[Path], trusted: VerifyKey, *, write: bool = T
     results = []
     for run_dir in run_dirs:
         result = replay_run(Path(run_dir), trusted, detectors)
-        if write and result.verified != "unreadable":
-            ledger_path, _ = locate(Path(run_dir))
-            target = ledger_path.parent / FINDINGS_FILE
-            tmp = target.with_suffix(".tmp")
-            tmp.write_bytes(msgspec.json.format(msgspec.json.encode(result)) + b"\n")
-            os.replace(tmp, target)
+        if write:
+            write_findings(Path(run_dir), result)
         results.append(result)
     return results
+
+
+def write_findings(run_dir: Path, result: RunReplay) -> None:
+    """Put ``findings.json`` (the replay, as JSON) beside a run's ledger, replacing it whole;
+    nothing for an unreadable run.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    if result.verified == "unreadable":
+        return
+    ledger_path, _ = locate(Path(run_dir))
+    target = ledger_path.parent / FINDINGS_FILE
+    tmp = target.with_suffix(".tmp")
+    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(result)) + b"\n")
+    os.replace(tmp, target)
 
 
 def check_replayable(run_dir: Path) -> None:

@@ -2,7 +2,8 @@
 
 Two parts, in the order a reader needs them (issue #14). *Before trusting a run*: ledgers
 verified, containment (the sandbox built and scanned), the isolation assertion, tool
-escapes, contamination, host stalls, refusals, token sources, retries (uneven across arms:
+escapes, contamination, host stalls, recorded verdicts (WARN with the cells whose verdict by
+today's detectors differs from the one ``cell.ended`` recorded), refusals, token sources, retries (uneven across arms:
 a provider confound), token ambiguity, baselines,
 the judge's served model (PASS: every judge call served by the model asked for; WARN: no
 judge ran, or a call's served model is unknown; FAIL: a substitution, so the verdicts are
@@ -98,6 +99,10 @@ def checklist(data: StudyReportInput, rows: dict[str, list[ArmSummary]],
               "no contamination flag", "{n} cells with a contamination flag (" + ", ".join(CONTAMINATION) + ")"),
         _item("trust", "host_stalled", [c.cell_id for c in ran if "host_stalled" in c.findings], WARN,
               "no host stall", "{n} cells void for a stalled host"),
+        _item("trust", "recorded_verdicts", [f"{c.cell_id}: {c.verdict_change}" for c in ran if c.verdict_change],
+              WARN, "every run cell's verdict today is the one the study recorded",
+              "{n} cells judged otherwise today than when they ran (the live view and status show the recorded"
+              " verdict; this report, today's)"),
         CheckItem(part="trust", name="refusals", status=FAIL if any(not r.reason for r in data.refusals) else PASS,
                   count=len(data.refusals),
                   cells=[f"{_combo(r.arm, r.agent, r.model or '-')}: {r.reason or 'NO REASON'}"

@@ -26,11 +26,11 @@ from pathlib import Path
 import msgspec
 
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector
-from caisson.replay import BLOB_ROLES, RunReplay, replay_streams
+from caisson.replay import BLOB_ROLES, RunReplay, replay_streams, verdict_change, verdict_of
 from caisson.report._inputs import ReportCell
 from caisson.report._tokens import TOKEN_EVENTS, CellTokens, cell_tokens
 from ledger import LedgerError, VerifyKey, VerifyReport, verify_and_read
-from ledger.events import SandboxBuilt
+from ledger.events import SandboxBuilt, Verdict
 
 __all__ = ["CellEvidence", "read_cell", "read_cells", "report_cell", "share_out"]
 
@@ -179,27 +179,31 @@ def _read_chunk(chunk: range) -> bytes:
 
 def report_cell(evidence: CellEvidence, *, cell_id: str, arm: str, agent: str, model: str, question_id: str,
                 question_kind: str, repetition: int, gating: str, elicitation: str,
-                infra_attempts: int = 0) -> ReportCell:
+                infra_attempts: int = 0, recorded: Verdict | None = None) -> ReportCell:
     """The `ReportCell` of a cell that ran, from its evidence and its place in the plan.
 
-    A ledger that does not verify makes the cell void (reason ``unverified``,
-    ``verified`` False); otherwise its status, void reason (the first voiding finding's
-    kind) and score are the replay's. An answer caught by the leak backstop adds the
-    kind ``leak`` to the cell's findings. ``retries`` and ``compactions`` count the
-    replay's ``retry`` and ``compaction`` findings (``agent.session``); ``infra_attempts``
-    is how many earlier attempts of the cell the study discarded as infra failures.
+    Its status, void reason and score come from today's verdict of the replay
+    (`caisson.replay.verdict_of`, the function the study runner recorded ``recorded`` with):
+    a ledger that does not verify makes the cell void (reason ``unverified``, ``verified``
+    False); a void one's reason is its first voiding finding's kind. ``verdict_change`` says
+    how today's verdict differs from ``recorded`` (`caisson.replay.verdict_change`). An
+    answer caught by the leak backstop adds the kind ``leak`` to the cell's findings.
+    ``retries`` and ``compactions`` count the replay's ``retry`` and ``compaction`` findings
+    (``agent.session``); ``infra_attempts`` is how many earlier attempts of the cell the
+    study discarded as infra failures.
     """
     replay, tokens = evidence.replay, evidence.tokens
+    verdict = verdict_of(replay)
     kinds = tuple(dict.fromkeys(f.kind for f in replay.findings))
     if replay.grade is not None and replay.grade.leak_cited is not None:
         kinds += ("leak",)  # the answer cites the ground truth's provenance: scored null
-    if replay.status == "unverified":
+    if verdict.status == "unverified":
         status, reason, score = "void", "unverified", None
-    elif replay.status == "void":
+    elif verdict.status == "void":
         status, score = "void", None
-        reason = next((f.kind for f in replay.findings if f.effect == VOID), "void")
+        reason = next((f.kind for f in verdict.void), "void")
     else:
-        status, reason, score = "clean", None, replay.score
+        status, reason, score = "clean", None, verdict.score
     return ReportCell(
         cell_id=cell_id, arm=arm, agent=agent, model=model, question_id=question_id, question_kind=question_kind,
         repetition=repetition, status=status, void_reason=reason, score=score, tokens=tokens.figure,
@@ -207,4 +211,5 @@ def report_cell(evidence: CellEvidence, *, cell_id: str, arm: str, agent: str, m
         gating=gating, elicitation=elicitation, verified=replay.verified == "ok",
         contained=evidence.sandbox_built, findings=kinds,
         run_id=replay.run_id, retries=sum(f.kind == "retry" for f in replay.findings),
-        compactions=sum(f.kind == "compaction" for f in replay.findings), infra_attempts=infra_attempts)
+        compactions=sum(f.kind == "compaction" for f in replay.findings), infra_attempts=infra_attempts,
+        verdict_change=verdict_change(recorded, verdict) if recorded is not None else "")

@@ -93,6 +93,8 @@ class ReportCell(msgspec.Struct, frozen=True, kw_only=True):
             followed, or the agent's own reports: ``agent.session``).
         compactions: context compactions the agent reported.
         infra_attempts: earlier attempts of the cell discarded as infra failures.
+        verdict_change: how today's verdict of the run differs from the one the study
+            recorded when it ran ("" when it does not, or nothing was recorded).
     """
 
     cell_id: str
@@ -118,6 +120,7 @@ class ReportCell(msgspec.Struct, frozen=True, kw_only=True):
     retries: int = 0
     compactions: int = 0
     infra_attempts: int = 0
+    verdict_change: str = ""
 
 
 class ReportBaseline(msgspec.Struct, frozen=True, kw_only=True):

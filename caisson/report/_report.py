@@ -39,6 +39,7 @@ class CellRow(msgspec.Struct, frozen=True, kw_only=True):
     token_ambiguous: bool = False
     gating: str
     elicitation: str
+    verdict_change: str = ""  # how today's verdict differs from the one recorded when the cell ran
 
 
 class AgentSection(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,7 +114,7 @@ def build_report(data: StudyReportInput, *, allow_untrusted: bool = False, jobs:
         score=c.score, tokens=c.tokens.total if c.tokens else None, token_source=c.tokens.source if c.tokens else None,
         tokens_null_reason=c.tokens_null_reason, content_tokens=content_tokens(c, floors.get((c.arm, c.agent, c.model))),
         cost_usd=cell_cost(c, data.prices), token_ambiguous=c.token_ambiguous, gating=c.gating,
-        elicitation=c.elicitation)
+        elicitation=c.elicitation, verdict_change=c.verdict_change)
         for c in sorted(data.cells, key=lambda c: (c.agent, c.model, c.arm, c.question_id, c.repetition, c.cell_id))]
     sections = [AgentSection(agent=agent, rows=agent_rows,
                              comparisons=[c for c in comparisons if c.agent == agent],

@@ -211,7 +211,8 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
             cells.append(ReportCell(status="not_run", **place))
         else:
             evidence = _backfilled(next(read), ended.run_id, ended.ledger_head, backfill)
-            cells.append(report_cell(evidence, **place, infra_attempts=infra_attempts.get(c.cell_id, 0)))
+            cells.append(report_cell(evidence, **place, infra_attempts=infra_attempts.get(c.cell_id, 0),
+                                     recorded=ended.verdict))
     for r in planned.refusals:  # a refusal's cells are not in the run order: still planned
         key = (r.arm, r.agent, _model(r.model))
         if not any((x.arm, x.agent, x.model) == key for x in cells):

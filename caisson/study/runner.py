@@ -45,7 +45,7 @@ from caisson.detectors import VOID, Finding, config_from_records, run_detectors
 from caisson.detectors.health import HOST_STALLED, should_abort_study
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key
-from caisson.replay import replay_runs
+from caisson.replay import BLOB_ROLES, replay_records, verdict_of, write_findings
 from caisson.run.record import new_run_id
 from caisson.agents import adapter as get_adapter
 from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
@@ -55,12 +55,13 @@ from caisson.study.plan import StudyPlan, combo_id, plan_study
 from caisson.probes.gating import request_tools
 from caisson.study.preflight import assess_baseline, check_grader
 from caisson.study.studyfile import PROVIDERS, load_study, resolve
-from caisson.study.studyledger import StudyLedger, enrolled_keys, read_study, run_key, sealed_state
-from ledger import BLOBS_DIR, BlobStore, LedgerError, SigningKey, VerifyKey, read_records, verify_ledger
+from caisson.study.studyledger import StudyLedger, enrolled_keys, read_study, run_key, sealed_state, state_of
+from ledger import (BLOBS_DIR, BlobStore, LedgerError, SigningKey, VerifyKey, read_records, verify_and_read,
+                    verify_ledger)
 from ledger.events import (BaselineMeasured, CellEnded, CellStarted, Combo, HostDrained, HostKey, HttpExchange,
                            PlannedCell, StudyAborted, StudyEnded, StudyPlanned)
 
-__all__ = ["StudyResult", "run_study", "EXIT_ABORTED"]
+__all__ = ["StudyResult", "run_study", "counting_history", "EXIT_ABORTED"]
 
 EXIT_ABORTED = 1
 QUARANTINE_DIR = "quarantine"
@@ -77,6 +78,24 @@ class StudyResult(msgspec.Struct, kw_only=True):
     cells: int = 0
     counted: int = 0
     void: int = 0
+
+
+def counting_history(records) -> dict[str, tuple[list[list[Finding]], list[str]]]:
+    """Per host, the voiding findings of each counting attempt and its cell, in the order the
+    study ledger's ``cell.ended`` events give them: what a resumed study's stall rule reads,
+    as the attempts' verdicts recorded it (a schema <= 15 ledger kept no detector versions:
+    its host stalls are named by today's `HOST_STALLED`)."""
+    history: dict[str, tuple[list[list[Finding]], list[str]]] = {}
+    for record in records:
+        e = record.event
+        if isinstance(e, CellEnded) and e.counting:
+            void = list(e.verdict.void) if e.verdict is not None else []
+            void = [msgspec.structs.replace(f, detector=HOST_STALLED) if not f.detector and f.kind == "host_stalled"
+                    else f for f in void]
+            found, cells = history.setdefault(e.host, ([], []))
+            found.append(void)
+            cells.append(e.cell_id)
+    return history
 
 
 class _Stop(Exception):
@@ -371,28 +390,38 @@ class _Runner:
 
     def _conclude(self, cell: PlannedCell, attempt: int, rel: Path, outcome, error: str, duration_ns: int,
                   host: str = "") -> CellEnded:
+        """The ``cell.ended`` of an attempt that recorded: its ledger read once (verified, its
+        sealed state, replayed, ``findings.json`` written beside it) and its `Verdict`."""
         run_dir = self.out / rel
         key = self._run_key(run_dir) if (run_dir / "ledger").exists() else None
         if key is None:  # no ledger; or (ray) signed by a key the study did not enroll, which arrival refuses
             return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="failed",
-                             void_reason=error or ("no ledger was written" if not (run_dir / "ledger").exists()
-                                                   else "signed by a key the study did not enroll"),
+                             reason=error or ("no ledger was written" if not (run_dir / "ledger").exists()
+                                              else "signed by a key the study did not enroll"),
                              infra_failure=True, duration_ns=duration_ns, host=host)
-        state = sealed_state(run_dir, key)
-        [result] = replay_runs([run_dir], key)
+        kept: dict[str, bytes] = {}
+        try:
+            report, records = verify_and_read(run_dir, key, kept_blobs=kept, keep_roles=BLOB_ROLES)
+        except LedgerError as exc:  # not even a header: nothing to bind
+            return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="failed",
+                             reason=error or str(exc), infra_failure=True, duration_ns=duration_ns, host=host)
+        state = state_of(report)
+        result = replay_records(run_dir, report, records, verified_blobs=kept)
+        write_findings(run_dir, result)
+        verdict = verdict_of(result)
         infra = any(f.kind == "infra_failure" and f.effect == VOID for f in result.findings)  # retried
         infra = infra or (outcome is not None and outcome.status == "infra_failure") or state.status != "ok"
         counting = state.status == "ok" and not infra
         if counting:
             with self._lock:
-                self.history.setdefault(host, []).append(list(result.findings))
+                self.history.setdefault(host, []).append(verdict.void)
                 self.history_cells.setdefault(host, []).append(cell.cell_id)
-        status = result.status if state.status == "ok" else state.status
+        status = verdict.status if state.status == "ok" else state.status
+        reason = "" if state.status == "ok" and verdict.status != "unverified" else (state.reason or error)
         return CellEnded(cell_id=cell.cell_id, attempt=attempt, run_id=state.run_id, run_dir=str(rel), status=status,
-                         void_reason="\n".join(result.reasons) or state.reason or error, infra_failure=infra,
-                         counting=counting, score=result.score, ledger_records=state.records, ledger_head=state.head,
-                         ledger_final=state.final, seal_signature=state.signature, duration_ns=duration_ns,
-                         host=host)
+                         verdict=verdict, reason=reason, infra_failure=infra, counting=counting,
+                         ledger_records=state.records, ledger_head=state.head, ledger_final=state.final,
+                         seal_signature=state.signature, duration_ns=duration_ns, host=host)
 
     def run_cell(self, cell: PlannedCell, combo: Combo, ended: list[CellEnded], started: set[int]) -> None:
         for attempt in sorted(started - {e.attempt for e in ended}):  # killed mid-attempt: settle it first
@@ -400,7 +429,7 @@ class _Runner:
             settled = self._conclude(cell, attempt, rel, None, "", 0) if (self.out / rel / "ledger").exists() else None
             if settled is None or settled.status in ("unclosed", "failed", "tampered"):
                 settled = CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel), status="unclosed",
-                                    void_reason="the runner stopped during this attempt", infra_failure=True,
+                                    reason="the runner stopped during this attempt", infra_failure=True,
                                     run_id=settled.run_id if settled else None,
                                     ledger_records=settled.ledger_records if settled else 0,
                                     ledger_head=settled.ledger_head if settled else "")
@@ -423,7 +452,7 @@ class _Runner:
                 drained = isinstance(stop, _Drained)
                 self.emit(CellEnded(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel),
                                     status="failed" if drained else "refused", infra_failure=drained,
-                                    void_reason=str(stop), duration_ns=time.monotonic_ns() - t0))
+                                    reason=str(stop), duration_ns=time.monotonic_ns() - t0))
                 raise
             done = self._conclude(cell, attempt, rel, outcome, error, time.monotonic_ns() - t0, host)
             self.emit(done)
@@ -432,16 +461,13 @@ class _Runner:
                 raise KeyboardInterrupt
 
     def _restore_history(self, previous: list) -> None:
+        for host, (void, cells) in counting_history(previous).items():
+            self.history.setdefault(host, []).extend(void)
+            self.history_cells.setdefault(host, []).extend(cells)
         for record in previous:
-            e = record.event
-            if isinstance(e, CellEnded) and e.counting:
-                stalled = [Finding(detector=HOST_STALLED, kind="host_stalled", effect=VOID, message=line)
-                           for line in e.void_reason.splitlines() if line.startswith("host_stalled:")]
-                self.history.setdefault(e.host, []).append(stalled)
-                self.history_cells.setdefault(e.host, []).append(e.cell_id)
-            elif isinstance(e, HostDrained):
-                self.drained.add(e.host)
-                self.executor.drain(e.host)
+            if isinstance(record.event, HostDrained):
+                self.drained.add(record.event.host)
+                self.executor.drain(record.event.host)
 
     def run(self) -> StudyResult:
         plan, previous = self.start()

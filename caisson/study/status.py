@@ -79,10 +79,10 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
                 host = status.hosts.setdefault(event.host, HostCounts())
                 host.attempts += 1
                 host.counted += event.counting
-                host.void += event.counting and event.status != "clean"
+                host.void += event.counting and not _clean(event)
                 host.infra_failures += event.infra_failure and event.status != "unclosed"
             if event.counting:
-                settled[event.cell_id] = "clean" if event.status == "clean" else "void"
+                settled[event.cell_id] = "clean" if _clean(event) else "void"
             elif event.infra_failure and event.status != "unclosed":
                 status.infra_failures += 1
                 infra_attempts[event.cell_id] = infra_attempts.get(event.cell_id, 0) + 1
@@ -106,6 +106,11 @@ def study_status(records: Iterable[Record]) -> StudyStatus:
     if status.state != "running":
         status.current = None
     return status
+
+
+def _clean(event: CellEnded) -> bool:
+    """A counting attempt's verdict is clean (its ledger verified closed, nothing voided it)."""
+    return event.verdict is not None and event.verdict.status == "clean"
 
 
 def _seconds(ns: int | None) -> str:

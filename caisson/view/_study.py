@@ -72,7 +72,8 @@ def fold(records: Iterable[Record], grid: StudyGrid | None = None) -> StudyGrid:
     """Fold study events into the grid (pure; feed it more records later to update it).
 
     Event fields follow ledger.events: ``study.planned.cells`` are `PlannedCell`s;
-    ``cell.ended`` carries status, counting, void_reason, infra_failure, score and run_dir.
+    ``cell.ended`` carries status, counting, its `ledger.events.Verdict`, reason, infra_failure
+    and run_dir.
     """
     grid = grid or StudyGrid()
     for record in records:
@@ -107,8 +108,8 @@ def fold(records: Iterable[Record], grid: StudyGrid | None = None) -> StudyGrid:
                 cell.status = "failed"  # retried as a new attempt, or void after the last retry
             else:
                 cell.status = e.status or "failed"
-            cell.reason = e.void_reason or ("infra failure" if e.infra_failure else "")
-            cell.score = e.score
+            cell.reason = e.explanation() or ("infra failure" if e.infra_failure else "")
+            cell.score = e.verdict.score if e.verdict is not None else None
         elif kind == "study.aborted":
             grid.state = f"aborted: {e.reason}"
         elif kind == "study.ended" and not grid.state.startswith("aborted"):

@@ -116,6 +116,11 @@ from ledger.events._study import (  # noqa: F401
     BaselineMeasured,
     CellStarted,
     CellEnded,
+    AttemptStatus,
+    Effect,
+    Finding,
+    Verdict,
+    VerdictStatus,
     StudyAborted,
     StudyEnded,
     BackfillStarted,
@@ -210,6 +215,11 @@ __all__ = [
     "BaselineMeasured",
     "CellStarted",
     "CellEnded",
+    "AttemptStatus",
+    "Effect",
+    "Finding",
+    "Verdict",
+    "VerdictStatus",
     "StudyAborted",
     "StudyEnded",
     "BackfillStarted",
@@ -223,7 +233,7 @@ __all__ = [
     "BackfillRecorded",
 ]
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 """Version of the event vocabulary; bumped when kinds or fields are added or renamed.
 
 1: the first; 2: ``agent.*``; 3: ``run.ended`` names the command's duration
@@ -257,7 +267,10 @@ not read whole or place); ``http.exchange.client``,
 `SyscallWitnessChoice`, `Caller`; same keys, same values; absent, not an empty map, when there
 is none); ``study.planned``'s ``cells``, ``combos``, ``refusals``, ``prices``, ``abort``,
 ``grader`` and ``host_keys`` are typed Structs (`PlannedCell`, `Combo`, `Refusal`, `Price`,
-`AbortRules`, `GraderCheck`, `HostKey`; same keys)."""
+`AbortRules`, `GraderCheck`, `HostKey`; same keys); 16: ``cell.ended`` carries its attempt's
+`Verdict` (status, score, the voiding `Finding`s, the detector versions) and ``reason`` for an
+attempt without one, in place of ``score`` and the text ``void_reason`` (both still read from
+older ledgers); its ``status`` is a closed vocabulary (`AttemptStatus`)."""
 
 Event = Union[
     RunStarted,

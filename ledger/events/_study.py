@@ -174,24 +174,108 @@ class CellStarted(_Event, tag="cell.started", frozen=True, kw_only=True):
     run_dir: str = ""  # where the attempt's run goes, relative to the study directory
 
 
+Effect = Literal["void", "score_null", "info"]
+"""What a finding does to its cell: void (it cannot be scored, never 0), score_null (the
+answer keeps its score_if_clean and scores null) or info (visible, no effect)."""
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing a detector found in a run, with the records it rests on."""
+
+    detector: str  # "name@version"
+    kind: str  # e.g. "leak", "outside_tree", "env_inheritance", "host_stalled", "witness_gap"
+    effect: Effect
+    message: str
+    evidence: list[int] = []  # sequence numbers of the records it rests on
+
+
+VerdictStatus = Literal["clean", "void", "unverified"]
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    """What the detectors and the checklist made of one run: the outcome of a cell's attempt.
+
+    One function computes it from a replay (`caisson.replay.verdict_of`): the runner when it
+    records ``cell.ended``, and the report again with today's detectors, which says where
+    the two disagree.
+    """
+
+    status: VerdictStatus  # unverified: the ledger did not verify closed (nothing of it is scored)
+    score: float | None = None  # the checklist score, 0.0-1.0 (None: void, unverified, unscored, leak backstop)
+    void: list[Finding] = []  # the findings that voided the run, in order ([] unless status is void)
+    detectors: list[str] = []  # name@version of every detector that judged it ([]: recorded before schema 16)
+
+    def reasons(self) -> list[str]:
+        """Why the run is void: one ``kind: message`` line per voiding finding."""
+        return [f"{f.kind}: {f.message}" if f.kind else f.message for f in self.void]
+
+
+AttemptStatus = Literal["", "clean", "void", "unverified", "unclosed", "tampered", "failed", "refused"]
+"""How an attempt ended: its verdict's status when its ledger verified closed; else the
+ledger's state (``unclosed``, ``tampered``), ``failed`` (no ledger the study can use) or
+``refused`` (record refused the session). "" only in ledgers that never set it."""
+
+
+def _legacy_findings(text: str) -> list[Finding]:
+    """Schema 6-15's ``void_reason`` of a judged attempt ("kind: message", one per line)."""
+    found = []
+    for line in text.splitlines():
+        kind, sep, message = line.partition(": ")
+        if sep and kind.isidentifier():
+            found.append(Finding(detector="", kind=kind, effect="void", message=message))
+        elif line:
+            found.append(Finding(detector="", kind="", effect="void", message=line))
+    return found
+
+
 class CellEnded(_Event, tag="cell.ended", frozen=True, kw_only=True):
-    """An attempt of a cell ended; binds its ledger's sealed state into the study ledger."""
+    """An attempt of a cell ended; binds its ledger's sealed state into the study ledger.
+
+    Schema 6-15 wrote the verdict as ``score`` and ``void_reason`` (the voiding findings as
+    text, one per line, or the error of an attempt that was not judged); decoding folds them
+    into ``verdict`` and ``reason``, with the detector versions unknown.
+    """
 
     cell_id: str
     attempt: int
     run_id: str | None = None  # None: no ledger was written (the chamber never started)
     run_dir: str = ""  # relative to the study directory
-    status: str = ""  # clean | void | unverified | unclosed | failed | refused (record refused the session)
-    void_reason: str = ""  # the voiding findings, one per line
+    status: AttemptStatus = ""
+    verdict: Verdict | None = None  # None: the attempt was not judged (no ledger, refused, the runner stopped)
+    reason: str = ""  # why an attempt has no verdict, or why its ledger is not closed ("" otherwise)
     infra_failure: bool = False  # void because the chamber or agent failed to start (retried)
     counting: bool = False  # this attempt is the cell's counting one (first sealed, not infra)
-    score: float | None = None  # the checklist score as replayed (None: void or unscored)
     ledger_records: int = 0  # records covered by the cell ledger's last seal
     ledger_head: str = ""  # hex chain head at that seal
     ledger_final: bool = False  # whether that seal is the final one (a cleanly closed ledger)
     seal_signature: str = ""  # hex Ed25519 signature of that seal
     duration_ns: int = 0  # the attempt's duration as the runner saw it, ns
     host: str = ""  # where the attempt ran ("host name/node id" under ray; "" local or never placed)
+    legacy_void_reason: str | None = msgspec.field(default=None, name="void_reason")
+    legacy_score: float | None = msgspec.field(default=None, name="score")
+    """Schema 6-15's names (see the class docstring), read from older ledgers and folded on
+    decode; never written."""
+
+    def explanation(self) -> str:
+        """Why the attempt is not clean, as lines: its verdict's voiding findings (``kind:
+        message``), then its ``reason``; "" for a clean attempt."""
+        return "\n".join([*(self.verdict.reasons() if self.verdict is not None else []), *filter(None, [self.reason])])
+
+    def __post_init__(self) -> None:
+        text, score = self.legacy_void_reason, self.legacy_score
+        if text is None and score is None:
+            return
+        msgspec.structs.force_setattr(self, "legacy_void_reason", None)
+        msgspec.structs.force_setattr(self, "legacy_score", None)
+        if self.verdict is not None:
+            return
+        if self.status in ("clean", "void", "unverified") and self.run_id is not None:
+            void = _legacy_findings(text or "") if self.status == "void" else []
+            msgspec.structs.force_setattr(self, "verdict", Verdict(status=self.status, score=score, void=void))
+            if self.status != "void" and text:
+                msgspec.structs.force_setattr(self, "reason", text)
+        elif text and not self.reason:
+            msgspec.structs.force_setattr(self, "reason", text)
 
 
 class StudyAborted(_Event, tag="study.aborted", frozen=True, kw_only=True):

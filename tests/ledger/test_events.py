@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from ledger import read_records
-from ledger.events import (SCHEMA_VERSION, AbortRules, AgentToolResult, Caller, Combo, Endpoint, ExcludedPath,
+from ledger.events import (SCHEMA_VERSION, AbortRules, CellEnded, Finding, Verdict, AgentToolResult, Caller, Combo, Endpoint, ExcludedPath,
                            FileOpen, GraderCheck, HostFacts, HostKey, LlmCall, PlannedCell, Price, Refusal,
                            RunAgent, RunArm, RunEnded, RunLimits, RunStarted, SeccompFacts, StudyPlanned,
                            SyscallWitnessChoice, decode_event)
@@ -227,3 +227,55 @@ def test_study_planned_keys_an_older_ledger_left_out_read_as_their_defaults():
 def test_a_study_planned_member_outside_its_type_does_not_decode(member):
     with pytest.raises(msgspec.ValidationError):
         decode_event(msgspec.msgpack.encode({"kind": "study.planned", "study": "s", "study_sha256": "0", **member}))
+
+
+# --- cell.ended: the attempt's verdict (schema 16) and what schema 6-15 wrote -----------
+
+
+def _old_cell_ended(**fields):
+    """A schema 6-15 cell.ended as its recorder encoded it (score and void_reason as members)."""
+    return msgspec.json.decode(msgspec.json.encode({"kind": "cell.ended", "cell_id": "c", "attempt": 1, **fields}),
+                               type=CellEnded)
+
+
+def test_an_old_void_cell_ended_reads_its_findings_into_the_verdict():
+    e = _old_cell_ended(run_id="r", status="void", counting=True,
+                        void_reason="host_stalled: 4.1 s of stall\ntool_escape: ran curl: outside the grant")
+    assert e.verdict is not None and e.reason == ""
+    assert (e.verdict.status, e.verdict.score, e.verdict.detectors) == ("void", None, [])
+    assert [(f.kind, f.message, f.effect) for f in e.verdict.void] == [
+        ("host_stalled", "4.1 s of stall", "void"), ("tool_escape", "ran curl: outside the grant", "void")]
+    assert e.explanation() == "host_stalled: 4.1 s of stall\ntool_escape: ran curl: outside the grant"
+
+
+def test_an_old_clean_cell_ended_keeps_its_score_in_the_verdict():
+    e = _old_cell_ended(run_id="r", status="clean", counting=True, score=0.5)
+    assert (e.verdict, e.reason) == (Verdict(status="clean", score=0.5), "")
+    assert e.explanation() == ""
+
+
+@pytest.mark.parametrize("status, text", [
+    ("failed", "no ledger was written"), ("unclosed", "the runner stopped during this attempt"),
+    ("refused", "record refused: the sandbox holds the answer key"), ("tampered", "seal 3: bad signature")])
+def test_an_old_unjudged_attempt_reads_its_text_as_the_reason(status, text):
+    e = _old_cell_ended(status=status, void_reason=text, infra_failure=status != "refused")
+    assert (e.verdict, e.reason, e.status) == (None, text, status)
+
+
+def test_a_message_that_is_no_finding_line_is_kept_whole():
+    e = _old_cell_ended(run_id="r", status="void", void_reason="the witness said: gone")
+    assert [(f.kind, f.message) for f in e.verdict.void] == [("", "the witness said: gone")]
+
+
+def test_a_schema_16_cell_ended_writes_the_verdict_and_no_old_member():
+    v = Verdict(status="void", void=[Finding(detector="host.stalled@2", kind="host_stalled", effect="void",
+                                             message="late")], detectors=["host.stalled@2"])
+    e = CellEnded(cell_id="c", attempt=1, run_id="r", status="void", counting=True, verdict=v)
+    wire = msgspec.json.decode(msgspec.json.encode(e))
+    assert "score" not in wire and "void_reason" not in wire and wire["verdict"]["void"][0]["kind"] == "host_stalled"
+    assert msgspec.json.decode(msgspec.json.encode(e), type=CellEnded) == e
+
+
+def test_an_attempt_status_outside_its_vocabulary_does_not_decode():
+    with pytest.raises(msgspec.ValidationError):
+        _old_cell_ended(status="finished")

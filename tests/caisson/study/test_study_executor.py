@@ -90,7 +90,7 @@ def test_a_host_with_three_stalled_cells_in_a_row_is_drained_and_the_study_goes_
     assert planned.executor == "two-hosts" and planned.host_keys == executor.host_keys() == executor.enrolled
     ended = [e for e in events if isinstance(e, CellEnded)]
     assert [(e.host, e.status) for e in ended] == [("a/0", "void")] * 3 + [("b/1", "clean")]
-    assert all("host_stalled" in e.void_reason for e in ended[:3])
+    assert all("host_stalled" in e.explanation() for e in ended[:3])
     [drained] = [e for e in events if isinstance(e, HostDrained)]
     assert (drained.host, drained.cells) == ("a/0", [e.cell_id for e in ended[:3]])
     assert executor.drained == ["a/0"] and not any(isinstance(e, StudyAborted) for e in events)

@@ -96,7 +96,8 @@ def test_two_nodes_give_the_cells_statuses_and_report_of_the_local_executor(ray_
     operator = ensure_operator_key().verify_key
 
     def cells(out):
-        return sorted((e.cell_id, e.attempt, e.status, e.score, e.counting) for e in _ended(out))
+        return sorted((e.cell_id, e.attempt, e.status, e.verdict.score if e.verdict else None, e.counting)
+                      for e in _ended(out))
 
     assert cells(tmp_path / "ray") == cells(tmp_path / "local")
     report = {}
@@ -456,7 +457,7 @@ def test_a_cell_altered_in_transit_fails_verification_on_arrival(ray_cluster, tm
     ended = sorted(_ended(out), key=lambda e: (e.cell_id, e.attempt))
     altered = [e for e in ended if e.infra_failure]
     assert len(altered) == 1 and not altered[0].counting and altered[0].run_id is None
-    assert "does not verify on arrival" in altered[0].void_reason
+    assert "does not verify on arrival" in altered[0].explanation()
     assert (out / "quarantine" / altered[0].run_dir / "ledger").is_file()  # kept aside, not in cells/
     assert not (out / altered[0].run_dir).exists()
     again = [e for e in ended if e.cell_id == altered[0].cell_id and e.counting]
@@ -616,7 +617,7 @@ def test_a_node_removed_mid_cell_is_an_infra_failed_attempt_run_again_on_the_oth
     lost = [e for e in ended if e.infra_failure]
     counting = [e for e in ended if e.counting]
     assert lost and all(e.run_id is None and e.status == "failed" for e in lost)
-    assert "lost" in lost[0].void_reason
+    assert "lost" in lost[0].explanation()
     # nothing sealed lost or duplicated: each cell counts once, from the surviving node's key
     assert sorted(e.cell_id for e in counting) == sorted({e.cell_id for e in ended})
     assert len({(e.cell_id, e.attempt) for e in ended}) == len(ended)

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import msgspec
 import pytest
 from pathlib import Path
 
@@ -120,8 +121,9 @@ def test_the_report_reads_each_run_ledger_once(small_study, monkeypatch):  # noq
     assert verified.runs_checked == len(runs)
 
 
-def _synthetic_study(out: Path):
-    """A closed study of two clean cells written without a chamber (`caisson.probes.cells`)."""
+def _synthetic_study(out: Path, recorded=None):
+    """A closed study of two clean cells written without a chamber (`caisson.probes.cells`);
+    ``recorded``: the verdict its ``cell.ended`` events say the runner saw (None: none)."""
     from caisson.home import ensure_operator_key
     from caisson.probes.cells import SCENARIO, CellSpec, write_cell
     from caisson.study.studyledger import StudyLedger, sealed_state
@@ -143,7 +145,7 @@ def _synthetic_study(out: Path):
         study.append(CellStarted(cell_id=c.cell_id, attempt=1, run_dir=rel))
         study.append(CellEnded(cell_id=c.cell_id, attempt=1, run_id=state.run_id, run_dir=rel, status="clean",
                                counting=True, ledger_records=state.records, ledger_head=state.head,
-                               ledger_final=state.final, seal_signature=state.signature))
+                               ledger_final=state.final, seal_signature=state.signature, verdict=recorded))
     study.append(StudyEnded(cells=2, counted=2))
     study.close()
     return key, scenario
@@ -176,3 +178,34 @@ def test_a_tampered_study_is_reported_tampered_and_nothing_is_counted(tmp_path, 
     TAMPERS[tamper](out, scenario)
     verified, data = load_study_report(out, key.verify_key, jobs=1)
     assert (verified.status, data) == ("tampered", None), verified.problems
+
+
+def test_the_report_says_where_todays_verdict_differs_from_the_recorded_one(tmp_path):
+    """The runner recorded each attempt's verdict; the report judges again with today's
+    detectors (the same `verdict_of`) and names every cell where the two differ."""
+    from caisson.report import build_report
+    from caisson.replay import verdict_of
+    from caisson.report import read_cell
+    from ledger.events import Finding, Verdict
+
+    out = tmp_path / "agree"
+    key, _ = _synthetic_study(out)
+    today = verdict_of(read_cell(next(out.glob("cells/*/1")), key.verify_key).replay)
+    assert today.status == "clean" and today.detectors
+    for name, recorded, changed in [("same", today, False),
+                                    ("stalled", Verdict(status="void", detectors=today.detectors, void=[Finding(
+                                        detector="host.stalled@2", kind="host_stalled", effect="void",
+                                        message="4 s")]), True),
+                                    ("scored", msgspec.structs.replace(today, score=0.0), True)]:
+        out = tmp_path / name
+        key, _ = _synthetic_study(out, recorded)
+        verified, data = load_study_report(out, key.verify_key, jobs=1)
+        assert verified.status == "ok" and data is not None
+        [item] = [i for i in build_report(data).checklist if i.name == "recorded_verdicts"]
+        if not changed:
+            assert (item.status, item.count) == ("PASS", 0) and not any(c.verdict_change for c in data.cells)
+            continue
+        assert (item.status, item.count) == ("WARN", 2), item
+        assert all(c.verdict_change.startswith("recorded void (host_stalled)" if name == "stalled"
+                                               else "recorded clean 0.00") for c in data.cells)
+        assert {c.status for c in data.cells} == {"clean"}  # the figures are today's

@@ -95,7 +95,7 @@ def test_study_ledger_binds_baseline_and_every_cell(small_study):
     assert baseline.status == "ok" and (small_study / baseline.run_dir / "ledger").is_file()
     ended = _events(small_study, CellEnded)
     assert len(_events(small_study, CellStarted)) == len(ended) == 2
-    scores = {e.cell_id.split("--")[2]: e.score for e in ended}
+    scores = {e.cell_id.split("--")[2]: e.verdict.score for e in ended}
     assert scores == {"where-answer": 1.0, "where-nothing": 0.0}
     for e in ended:
         assert e.counting and e.ledger_final and len(e.ledger_head) == 64 and len(e.seal_signature) == 128
@@ -248,10 +248,10 @@ def test_three_stalled_cells_in_a_row_abort_the_study(chamber_image, tmp_path):
     study = _study(tmp_path, 'arms = ["plain"]\n[order]\nshuffle = false\n' + GREP_AGENT.replace("SLEEP", "sleep 8;"),
                    repetitions=2)
     result = run_study(study, tmp_path / "out", repo=repo, around_cell=_host_staller)
-    seen = [(e.cell_id, e.status, e.void_reason) for e in _events(tmp_path / "out", CellEnded)]
+    seen = [(e.cell_id, e.status, e.explanation()) for e in _events(tmp_path / "out", CellEnded)]
     assert result.state == "aborted" and "3 host_stalled cells in a row" in result.reason, seen
     ended = _events(tmp_path / "out", CellEnded)
-    assert len(ended) == 3 and all("host_stalled" in e.void_reason and e.counting for e in ended)
+    assert len(ended) == 3 and all("host_stalled" in e.explanation() and e.counting for e in ended)
     [aborted] = _events(tmp_path / "out", StudyAborted)
     assert aborted.cells == [e.cell_id for e in ended]
     assert len(_events(tmp_path / "out", CellStarted)) == 3  # the fourth cell never ran
@@ -359,16 +359,16 @@ def test_infra_failures_are_void_attempts_and_the_first_sealed_clean_one_counts(
     ended = _events(tmp_path / "out", CellEnded)
     assert [(e.attempt, e.status, e.infra_failure, e.counting) for e in ended] == [
         (1, "failed", True, False), (2, "clean", False, True)]
-    assert "injected" in ended[0].void_reason and ended[1].score == 1.0
+    assert "injected" in ended[0].explanation() and ended[1].verdict.score == 1.0
     assert len(_events(tmp_path / "out", CellStarted)) == 2  # each attempt written before its dispatch
 
     missing = _study(tmp_path, 'arms = ["plain"]\n[[agents]]\nname = "missing"\ncommand = ["/opt/agent/bin/none"]\n',
                      questions='questions = ["where-answer"]')
     result = run_study(missing, tmp_path / "out2", repo=repo, infra_retries=1)
     ended = _events(tmp_path / "out2", CellEnded)
-    assert [(e.attempt, e.infra_failure, e.counting, e.score) for e in ended] == [(1, True, False, None),
-                                                                                   (2, True, False, None)]
-    assert all("infra_failure" in e.void_reason for e in ended)
+    assert [(e.attempt, e.infra_failure, e.counting, e.verdict.score if e.verdict else None)
+            for e in ended] == [(1, True, False, None), (2, True, False, None)]
+    assert all("infra_failure" in e.explanation() for e in ended)
     assert result.state == "ended" and (result.counted, result.void) == (0, 1)  # void, never a 0
     assert verify_study(tmp_path / "out2", ensure_operator_key().verify_key).status == "ok"
 
@@ -403,7 +403,7 @@ def test_resume_concludes_a_closed_attempt_without_running_it_again(chamber_imag
     result = run_study(study, tmp_path / "out", repo=repo, resume=True)
     assert result.state == "ended" and result.counted == 1
     [ended] = _events(tmp_path / "out", CellEnded)
-    assert (ended.attempt, ended.status, ended.counting, ended.score) == (1, "clean", True, 1.0)
+    assert (ended.attempt, ended.status, ended.counting, ended.verdict.score) == (1, "clean", True, 1.0)
     assert len(_events(tmp_path / "out", CellStarted)) == 1  # not dispatched again
     assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
 

@@ -13,8 +13,8 @@ from caisson.resources import resource_dir
 from caisson.scenario import parse_scenario
 from caisson.study import assess_baseline, check_grader, load_study, plan_study, study_status
 from ledger import Record
-from ledger.events import (AgentTools, AgentUsage, CellEnded, CellStarted, Combo, Endpoint, HostDrained, LlmUsage,
-                           PlannedCell, Refusal, StudyAborted, StudyPlanned)
+from ledger.events import (AgentTools, AgentUsage, CellEnded, CellStarted, Combo, Endpoint, Finding, HostDrained,
+                           LlmUsage, PlannedCell, Refusal, StudyAborted, StudyPlanned, Verdict)
 
 SCENARIO = """
 name = "t"
@@ -222,6 +222,9 @@ def test_baseline_isolation_discovery_and_floor_playbook():
     assert assess_baseline(_records(), arm="a", agent="probe", grant=[], deny=[], static=[]).ok
 
 
+CLEAN = Verdict(status="clean", score=1.0)
+
+
 def _cell(cell_id: str) -> PlannedCell:
     return PlannedCell(cell_id=cell_id, arm="a", agent="x", question_id="q1", repetition=1)
 
@@ -232,7 +235,7 @@ def test_status_folds_attempts_infra_retries_and_abort():
     records = _records(
         planned,
         CellStarted(cell_id="a", attempt=1), CellEnded(cell_id="a", attempt=1, status="clean", counting=True,
-                                                       duration_ns=2_000_000_000),
+                                                       verdict=CLEAN, duration_ns=2_000_000_000),
         CellStarted(cell_id="b", attempt=1), CellEnded(cell_id="b", attempt=1, status="failed", infra_failure=True),
         CellStarted(cell_id="b", attempt=2), CellEnded(cell_id="b", attempt=2, status="failed", infra_failure=True),
         CellStarted(cell_id="c", attempt=1),
@@ -254,9 +257,11 @@ def test_status_counts_per_host_and_cells_running_at_once():
         CellStarted(cell_id="a", attempt=1), CellStarted(cell_id="b", attempt=1),
         CellEnded(cell_id="a", attempt=1, status="failed", infra_failure=True, host="h1/1"),
         CellStarted(cell_id="a", attempt=2), CellStarted(cell_id="c", attempt=1),
-        CellEnded(cell_id="b", attempt=1, status="void", counting=True, void_reason="host_stalled: late", host="h1/1"),
+        CellEnded(cell_id="b", attempt=1, status="void", counting=True, host="h1/1",
+                  verdict=Verdict(status="void", void=[Finding(detector="host.stalled@2", kind="host_stalled",
+                                                               effect="void", message="late")])),
         HostDrained(host="h1/1", reason="3 in a row", cells=["b"]),
-        CellEnded(cell_id="a", attempt=2, status="clean", counting=True, host="h2/2"),
+        CellEnded(cell_id="a", attempt=2, status="clean", counting=True, verdict=CLEAN, host="h2/2"),
         CellStarted(cell_id="d", attempt=1),
     )
     status = study_status(records)

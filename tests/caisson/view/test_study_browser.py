@@ -62,10 +62,12 @@ def test_study_grid_renders_and_updates_live(tmp_path: Path, keys, serve, browse
     page.wait_for_selector("#cell-grep-q1-r1[data-status=running]", timeout=10_000)
     shoot(page, "view-study-running")
     ledger.emit(events.CellEnded(cell_id="grep-q1-r1", attempt=1, run_dir="cells/grep-q1-r1/1", status="clean",
-                                 counting=True, score=1.0))
+                                 counting=True, verdict=events.Verdict(status="clean", score=1.0)))
     ledger.emit(events.CellStarted(cell_id="lsp-q2-r2", attempt=1, run_dir="cells/lsp-q2-r2/1"))
     ledger.emit(events.CellEnded(cell_id="lsp-q2-r2", attempt=1, run_dir="cells/lsp-q2-r2/1", status="void",
-                                 counting=True, void_reason="leak: read answers/key.md (excluded)"))
+                                 counting=True, verdict=events.Verdict(status="void", void=[events.Finding(
+                                     detector="leak@1", kind="leak", effect="void",
+                                     message="read answers/key.md (excluded)")])))
     page.wait_for_selector("#cell-lsp-q2-r2[data-status=void]", timeout=10_000)
     assert page.locator("#cell-grep-q1-r1").get_attribute("data-status") == "clean"
     assert "leak: read answers/key.md" in page.locator("#cell-lsp-q2-r2").get_attribute("title")
