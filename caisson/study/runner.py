@@ -4,7 +4,7 @@ Order of work (docs/studies.md): plan (cells, refusals, order seed) and the grad
 -> ``study.planned`` -> preflight: one baseline probe per (arm, agent, model), each a
 recorded run under ``DIR/baselines/`` (``baseline.measured``; a failed isolation
 assertion aborts before any cell), then, for an ``enforced`` claim under an arm that denies
-something, the live gating probe (`caisson.probes.gating`; measured ``not_enforced``: that
+something, the live gating probe (`caisson.gating.probe`; measured ``not_enforced``: that
 combination is refused, recorded with its evidence, and the study goes on) -> cells in
 the recorded order, each attempt under
 ``DIR/cells/<cell-id>/<n>/`` with its ``findings.json`` from replay, ``cell.started``
@@ -48,11 +48,10 @@ from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
 from caisson.run.record import new_run_id
 from caisson.agents import adapter as get_adapter
-from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
+from caisson.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script, request_tools
 from caisson.study._dispatch import BASELINE_QUESTION, Session, SessionJob, derived_scenario
 from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor
 from caisson.study.plan import StudyPlan, combo_id, plan_study
-from caisson.probes.gating import request_tools
 from caisson.study.preflight import assess_baseline, check_grader
 from caisson.study.studyfile import PROVIDERS, load_study, resolve
 from caisson.study.studyledger import StudyLedger, enrolled_keys, read_study, run_key, sealed_state

@@ -88,7 +88,7 @@ def probe_script(model: str | None, tool: str) -> str:
     """
     arguments = json.dumps(PROBE_ARGUMENTS.get(tool, {}))
     return "\n".join([
-        "# The gating probe (caisson/probes/gating.py): the model calls a denied tool, then answers.",
+        "# The gating probe (caisson/gating/probe.py): the model calls a denied tool, then answers.",
         'name = "gating_probe"',
         f"models = [{json.dumps(model)}]" if model else "# any model",
         "[[turns]]",
