@@ -1,10 +1,10 @@
 """`caisson preflight`: before a matrix spends on a real provider, prove the gating holds.
 
 For each agent that claims ``enforced`` gating, a discovery session (no arm, a model that
-only answers) collects the tools the agent shows (`caisson.gating.probe.discovered_tools`);
+only answers) collects the tools the agent shows (`caisson.gating.discovered_tools`);
 they are unioned into every arm's deny list. Then, for each arm x agent, a probe session
 runs in the chamber against the scripted model, which calls one denied tool
-(`caisson.gating.probe.probe_script`): the claim holds only when the transcript shows that
+(`caisson.gating.probe_script`): the claim holds only when the transcript shows that
 call refused (`judge_gating`); otherwise the agent is measured ``not_enforced`` for its
 version, with the evidence, and the check aborts. A denied tool the agent still reports
 having aborts too, with the arm, agent and tool named. A combination the agent cannot gate
@@ -25,7 +25,7 @@ import msgspec
 from caisson.agents import adapter
 from caisson.model import scripted_model
 from caisson.errors import UsageError
-from caisson.gating.probe import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script
+from caisson.gating import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script
 from caisson.resources import resource_dir
 from caisson.run.plan import RecordOptions, plan_run
 from caisson.run.record import record

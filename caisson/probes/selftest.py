@@ -32,7 +32,7 @@ from caisson.resources import resource_dir
 from caisson.run.record import RecordOptions, record
 from caisson.replay import WEAKENED, RunReplay, replay_runs
 from caisson.run.witnesses import default_witnesses
-from caisson.gating.probe import GatingVerdict, judge_gating, pick_probe_tool
+from caisson.gating import GatingVerdict, judge_gating, pick_probe_tool
 from caisson.probes.witness_choice import keep_outcome
 from ledger import read_records
 from ledger.events import RunStarted

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson.model.script import parse_model_script
-from caisson.gating.probe import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script, request_tools
+from caisson.gating import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script, request_tools
 from ledger import Record
 from ledger.events import AgentToolCall, AgentToolResult, AgentTools, BlobStored
 
