@@ -121,9 +121,9 @@ def test_the_report_reads_each_run_ledger_once(small_study, monkeypatch):  # noq
 
 
 def _synthetic_study(out: Path):
-    """A closed study of two clean cells written without a chamber (`caisson.probes.cells`)."""
+    """A closed study of two clean cells written without a chamber (`tests._fixtures.cells`)."""
     from caisson.home import ensure_operator_key
-    from caisson.probes.cells import SCENARIO, CellSpec, write_cell
+    from tests._fixtures.cells import SCENARIO, CellSpec, write_cell
     from caisson.study.studyledger import StudyLedger, sealed_state
     from ledger.events import CellEnded, CellStarted, Combo, PlannedCell, StudyEnded, StudyPlanned
 
