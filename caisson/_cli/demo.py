@@ -36,7 +36,7 @@ from caisson.run.record import RecordOptions, record
 from caisson.replay import replay_runs
 from caisson.scenario import load_scenario
 from caisson.run.witnesses import default_witnesses
-from caisson.probes.witness_choice import default_syscall_witness
+from caisson.run.witness_choice import default_syscall_witness
 from ledger import verify_ledger
 
 SCENARIOS = resource_dir("scenarios")

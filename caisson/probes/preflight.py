@@ -31,7 +31,7 @@ from caisson.run.plan import RecordOptions, plan_run
 from caisson.run.record import record
 from caisson.scenario import Egress, Scenario, load_scenario
 from caisson.run.witnesses import default_witnesses
-from caisson.probes.witness_choice import default_syscall_witness
+from caisson.run.witness_choice import default_syscall_witness
 from ledger import locate, read_records
 from ledger.events import AgentTools, RunStarted
 

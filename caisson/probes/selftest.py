@@ -33,7 +33,7 @@ from caisson.run.record import RecordOptions, record
 from caisson.replay import WEAKENED, RunReplay, replay_runs
 from caisson.run.witnesses import default_witnesses
 from caisson.gating import GatingVerdict, judge_gating, pick_probe_tool
-from caisson.probes.witness_choice import keep_outcome
+from caisson.run.witness_choice import keep_outcome
 from ledger import read_records
 from ledger.events import RunStarted
 
@@ -303,7 +303,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
             (a failure, Ctrl-C), and the result's ``runs`` is then empty.
         syscall: the syscall witness of every run (``strace``, ``ebpf`` or ``both``); only
             `cases_for` it run. When they are the whole matrix, its verdict on that witness
-            is kept, signed, in the caisson home (`caisson.probes.witness_choice`), where
+            is kept, signed, in the caisson home (`caisson.run.witness_choice`), where
             ``caisson record`` reads its default syscall witness.
 
     Raises:
