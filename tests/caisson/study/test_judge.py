@@ -19,7 +19,7 @@ from tests._fixtures.cells import CellSpec, write_cell
 from caisson.report import build_report, render_text
 from caisson.study import sealed_state, study_status, verify_study
 from caisson.study.judge import resolve_judge, run_judge
-from caisson.study.report import load_study_report
+from caisson.study.report_input import load_study_report
 from caisson.study.studyledger import StudyLedger, read_study, segments
 from caisson.study.verify import judge_dirs
 from ledger import read_records

@@ -17,7 +17,7 @@ from pathlib import Path
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Finding
 from caisson.home import trusted_key
 from caisson.report import build_report, render_json
-from caisson.study.report import load_study_report
+from caisson.study.report_input import load_study_report
 from tests.caisson.study.test_study_run import small_study  # noqa: F401  (the fixture)
 
 
