@@ -5,8 +5,8 @@
 both sides of a match are folded. `fold` keeps a text's line feeds and lower-cases ASCII
 only; `fold_term` also makes each whitespace run one space, which `find_term` matches
 across any whitespace; `fold_readings` gives the stored and, where bidirectional text
-reorders it, the displayed reading. The steps, the character classes and the tables they come from: docs/architecture.md,
-"The fold, step by step".
+reorders it, the displayed reading. The steps, the character classes and the tables they
+come from: docs/architecture.md, "The fold, step by step".
 """
 
 from __future__ import annotations
