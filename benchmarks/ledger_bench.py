@@ -30,7 +30,7 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from caisson.home import ensure_operator_key  # noqa: E402
-from caisson.probes.synthetic import strace_like  # noqa: E402
+from tests._fixtures.synthetic import strace_like  # noqa: E402
 from ledger import BlobStore, LedgerWriter, Record, _append, _chain, verify_ledger  # noqa: E402
 
 FRAME = 4096

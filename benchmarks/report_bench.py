@@ -3,7 +3,7 @@
 Usage: python benchmarks/report_bench.py [--cells N] [--events E] [--request-bytes B] [--json-responses]
                                         [--recorded DIR] [--repeat R] [--jobs J] [--html]
 
-Writes N synthetic cell ledgers (`caisson.probes.cells`: 2 agents x 2 arms x questions x
+Writes N synthetic cell ledgers (`tests._fixtures.cells`: 2 agents x 2 arms x questions x
 10 repetitions, E strace-like events each, 2-5 model calls through the proxy with request
 bodies of B bytes and streamed responses, first-party usage, a graded answer) plus one
 baseline per (arm, agent), signed with the operator key of ``$CAISSON_HOME``.
@@ -72,7 +72,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from caisson.home import ensure_operator_key  # noqa: E402
-from caisson.probes.cells import CellSpec, write_cell  # noqa: E402
+from tests._fixtures.cells import CellSpec, write_cell  # noqa: E402
 from caisson.detectors import config_from_records, run_detectors  # noqa: E402
 from caisson.replay import BLOB_ROLES, rebuilt_records, replay_streams  # noqa: E402
 from caisson.report import (  # noqa: E402

@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/view_bench.py [--events 1000000] [--repeat 3]
 
-Writes a synthetic strace-like ledger (caisson.probes.synthetic) of ``--events`` records,
+Writes a synthetic strace-like ledger (tests._fixtures.synthetic) of ``--events`` records,
 then, ``--repeat`` times, starts a fresh `caisson view` server (nothing cached) and
 times: the run page's first open (verification of the whole ledger, findings, the first
 page of the timeline), a page in the middle and the last page. Last line:
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from caisson.probes.synthetic import strace_like  # noqa: E402
+from tests._fixtures.synthetic import strace_like  # noqa: E402
 from ledger import BlobStore, LedgerWriter, generate_keypair  # noqa: E402
 
 

@@ -1,50 +1,12 @@
 """One normal form for every leak match: text that reads the same folds the same.
 
-`fold` is the only normaliser the leak matches use: the containment scan (question
-windows and leak terms, `caisson.chamber._containment`) and the answer's leak backstop
-(`caisson.replay.scoring`). Both sides of a match are folded, the text and the term. In
-order:
-
-1. **Compatibility decomposition and case folding**: NFKD, `str.casefold`, NFKD again, a
-   form of the compatibility caseless match (The Unicode Standard, section 3.13, D146),
-   left decomposed where NFKC would compose, so that step 2 can drop the marks. Fullwidth
-   and mathematical letters, ligatures, superscripts and the no-break and typographic
-   spaces become their plain forms, upper case lower. These are the running Python's
-   Unicode tables (`unicodedata.unidata_version`: 14.0.0 on Python 3.11).
-2. **One character map** (`str.translate`):
-   - dropped: format characters (category Cf: soft hyphen U+00AD, U+200B-U+200D, word
-     joiner U+2060, U+FEFF, the bidirectional controls, tag characters U+E0000-U+E007F)
-     and combining marks (Mn, Me: accents, and the decorations U+0332 LOW LINE, U+0336 LONG
-     STROKE OVERLAY, U+20DD ENCLOSING CIRCLE, variation selectors);
-   - a space: the blanks that are no whitespace (`_BLANKS`: the Hangul fillers U+115F,
-     U+1160, and U+3164, U+FFA0 that NFKD maps to U+1160; BRAILLE PATTERN BLANK U+2800);
-   - every dash to `-`: category Pd (U+2010-U+2015, U+2E3A, U+FE58, U+FE63, U+FF0D ...),
-     the minus signs U+2212, U+2796, U+02D7, U+2043, and what confusables.txt maps to EM
-     DASH's prototype but letters (`caisson._confusables.DASH_STROKES`: U+2500 `─`,
-     U+2501 `━`, U+30FC `ー`, U+31D0 CJK STROKE H; not `一`, a word);
-   - a digit of any script (Nd) to its ASCII digit by `unicodedata.digit` (U+0661 `١` is
-     1), and the digits and circled numbers of No without a decomposition (`❶`, `⓫`) to
-     theirs;
-   - quotes to `'` and `"` (`_QUOTES`);
-   - a lookalike to its ASCII prototype in Unicode 17.0.0 confusables.txt, the prototype's
-     combining marks dropped (`caisson._confusables`): Cyrillic `о` and Greek `ο` to `o`,
-     Cherokee `Ꭺ` to `a`, dotless `ı` to `i`, `ł` (`l` + U+0338) to `l`, U+2215 DIVISION
-     SLASH to `/`. A lookalike is keyed by its folded form (Cyrillic `О` folds to `о`, then
-     maps); when two prototypes meet on one key, an exact one outranks one with a mark,
-     then the key's own wins (Greek `ι` is `i`, although capital `Ι` imitates `l`; `η` is
-     `h` as `Η` is, though `η` alone is `n` + U+0329). A symbol or punctuation mark is
-     never mapped to a letter or digit (`×` stays, `│` is not `l`): that would join the
-     words it separates;
-   - a letter the Unicode names say is drawn as another, where nothing above maps it
-     (`_NAMED`: small capitals, negative circled and squared capitals, regional
-     indicators), to the fold of that one.
-
-ASCII text is only lower-cased: ASCII characters never map to one another (`0` is not `O`,
-`1` is not `l`), so a letter that imitates an ASCII digit folds to the letter it imitates
-too (Cyrillic `О` to `o`), and a term spelt with the digit does not match it. Whitespace is
-kept as it is, line feeds included, so a folded text has the lines of its original; a term
-matches across any whitespace (`find_term`). Folding is per character; the order a reader
-sees is `fold_readings`' business.
+`fold` is the only normaliser the leak matches use (the containment scan,
+`caisson.chamber._containment`, and the answer's leak backstop, `caisson.replay.scoring`);
+both sides of a match are folded. `fold` keeps a text's line feeds and lower-cases ASCII
+only; `fold_term` also makes each whitespace run one space, which `find_term` matches
+across any whitespace; `fold_readings` gives the stored and, where bidirectional text
+reorders it, the displayed reading. The steps, the character classes and the tables they
+come from: docs/architecture.md, "The fold, step by step".
 """
 
 from __future__ import annotations
@@ -199,7 +161,7 @@ def _table() -> dict[int, str | None]:
 
 
 def fold(text: str) -> str:
-    """The normal form of a text for leak matching (see the module docstring).
+    """The normal form of a text for leak matching (docs/architecture.md, "The fold, step by step").
 
     Args:
         text: any text.

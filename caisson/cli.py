@@ -83,7 +83,7 @@ def run() -> None:
 
     Before the interpreter tears down, every object still alive is frozen out of the
     garbage collector (`gc.freeze`): its final collection would otherwise walk everything
-    trio, aiohttp and the ledger imported, about 60-90 ms of a 0.8 s `caisson record`.
+    trio, aiohttp and the ledger imported (its cost: docs/benchmarks.md, "Figures behind the code").
     Finalisation itself (atexit handlers, flushing files) runs as usual; what no longer
     runs is ``__del__`` of garbage left in reference cycles, which caisson does not rely
     on: its ledgers, containers and temp dirs are closed and removed before this point.

@@ -1,131 +1,14 @@
 """The eBPF syscall witness: a BPF program run from the host, its output parsed sans-IO into events.
 
-Two backends (`collectors._ebpf_backend`) run the same probes and print the same lines:
-the libbpf loader ``collectors/bpf/build/caisson-ebpf`` (``collectors/bpf/witness.bpf.c``,
-one BPF ring buffer read in batches; built by ``scripts/setup.sh``) and, where it is not
-built, bpftrace with `BPFTRACE_PROGRAM` (``collectors/ebpf.bt``). Either attaches to
-syscall, scheduler and io_uring tracepoints from the host, outside the chamber's reach,
-and prints one line per fact about the tasks of one PID namespace (the chamber's, and any
-nested in it). `EbpfParser` turns those lines into the same events as the strace witness
-(`collectors.strace`); the parser is `collectors._ebpf_parser`'s, re-exported here:
-
-- ``execve``/``execveat`` -> `ProcessExec` (argv, environment, ppid in the chamber);
-- ``open``/``openat``/``openat2``/``creat`` and io_uring's ``IORING_OP_OPENAT[2]`` ->
-  `FileOpen` (``syscall`` ``io_uring_openat`` for the latter, which strace cannot see);
-- ``unlink[at]``, ``rename[at[2]]``, ``mkdir[at]``, ``rmdir``, ``[sym]link[at]``, ``chmod``,
-  ``fchmodat``, ``truncate`` -> `FileChange` (``path`` and ``target`` as strace's);
-- ``mknod``/``mknodat`` -> `FileChange` too;
-- ``connect`` -> `NetConnect` (AF_INET, AF_INET6, AF_UNIX);
-- ``sendto``/``sendmsg``/``sendmmsg`` naming a destination -> `NetSend`, one per distinct
-  destination, as the strace witness's (a send on a connected socket names none and is
-  not recorded at all: the kernel side tests the address pointer first);
-- the audited calls (`collectors.strace.AUDITED_SYSCALLS`: io_uring, file handles,
-  fanotify, mount-like, ``pidfd_getfd``, ``ptrace``, ``process_vm_readv``/``writev``,
-  ``memfd_create``) -> `ProcessSyscall`, ``denied`` when the chamber's seccomp filter
-  refused it (see the ``P`` line);
-- a process's last thread exiting -> `ProcessExit`;
-- ``chdir``/``fchdir``/fork, and bpftrace's fd-table lines (``X``): state only (cwd and
-  fds, inherited by children);
-- ``Lost N events`` (bpftrace's perf buffer, or the loader's count of records its ring
-  buffer or entry map had no room for) -> `WitnessGap` (the cell is void);
-- any other line -> `WitnessRaw` (``parse_failures``), never dropped.
-
-Line grammar (space separated; a string is the rest of its line)::
-
-    B <mono_ns> <pidns_inum> <level> <init_pid> [<path_limit> kernel [<arg_limit>]]  probes attached (BEGIN)
-    O <entry_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> <ret> <path>   an open or change, on return
-    Y <tid> <field> <state> <path>                     a path the kernel holds (libbpf only; below)
-    E <mono_ns> <tgid> <tid> <nspid> <probe> <i0> <i1> exec, fchdir or connect entered
-    S|A|V <tid> <string>                               path / argv / env string of that call
-    T <tid> argv|env                                   the list was cut (64 argv, 128 env)
-    Z <tid>                                            the entry's strings are complete
-    R <mono_ns> <tgid> <tid> <nspid> <probe> <ret>     it returned (ret: value or -errno)
-    F <mono_ns> <tgid> <tid> <nspid> <child_tid> [<clone_flags>]  a fork or thread
-    X <mono_ns> <tgid> <tid> <nspid> <probe> <ret> <a0> <a1> <a2>  an fd-table call (bpftrace only; below)
-    Q <mono_ns> <tgid> <tid> <nspid> <exit_code>       a process's last thread exited (wait status)
-    U <mono_ns> <tgid> <tid> <nspid> <op> <req> <dfd> <flags> [<path>]  io_uring submission
-    K <mono_ns> <tgid> <tid> <req> <res>               completion of a traced io_uring open
-    N <tid> <family> <port> <address>                  one destination of the send its thread entered
-    T <tid> dests                                      sendmmsg: messages past the 64th were not read
-    P <mono_ns> <tgid> <tid> <nspid> <syscall> <entered> <ret> <a0> <a1> <a2> <a3> <string>
-                                                       an audited call returned
-
-``i0``/``i1``: exec: the parent's pid in the chamber (0: outside) and on the host; opens:
-dirfd (-100 is AT_FDCWD), flags; renames and links: old and new dirfd (the first name is
-an ``S`` line just before the ``O``); unlinkat: dirfd, flags; connect: family, port; fchdir: fd;
-sends (``E`` then one ``N`` per message naming a destination, ``Z``; then ``R``): the
-flags (``MSG_*``) and 0. ``N``: the family number, the port (0 outside AF_INET/AF_INET6)
-and the address (IP text, a unix path, ``@name`` for an abstract one; empty for other
-families). The libbpf program reads the ``msg_name`` of sendmmsg's first 64 messages
-(bpftrace's, the first 8: 0.17 has no bounded loop but ``unroll``); past those, a
-``T <tid> dests`` line, and the parser makes a `WitnessGap` (destinations unread).
-
-``P``: the syscall's name (``umount2``, as seccomp spells it), ``entered`` 1 when its
-``sys_enter`` tracepoint fired, ``ret`` the value or -errno, four integer arguments as the
-kernel got them (ptrace: request, pid, addr, data; process_vm_readv/writev: pid, liovcnt,
-riovcnt, flags, never the buffers nor their addresses; memfd_create: flags, 0, 0, 0 and
-its name as the string; the others: their first four, 0 past their count) and a string
-(empty but for memfd_create). The refusal rule: the kernel runs the seccomp filter before
-the ``sys_enter`` tracepoints, and a refused call still passes the ``sys_exit`` one with the
-filter's errno (kernel/entry/common.c, ``syscall_trace_enter`` and ``syscall_exit_work``;
-checked on Linux 6.18 with SECCOMP_RET_ERRNO). So a ``P`` line with ``entered`` 0 and ret
--EPERM of a call in the run's denied list (`EbpfParser`'s ``denied_syscalls``) is a call the
-chamber's policy refused: ``ProcessSyscall`` ``denied``, with no arguments (the filter ran
-before any probe could read them). A call entered before the probes attached also has no
-entry: it is reported as refused only if it also returned -EPERM.
-Paths (issue #28: a recorded path is the one the kernel opened, or says why not). The
-loader's ``B`` line ends ``4097 kernel 4097``: its path arguments (``O``, ``S``, ``U``) are read up
-to 4096 bytes (a name the kernel accepts is whole; one of 4096 bytes or more, which it
-refuses, is taken as cut), and its kernel side walks the dentries and mounts of the paths it
-holds up to the chamber's root, as d_path() does, printing a ``Y`` line for each before the
-call's ``O`` (or ``U``): field ``i0``/``i1`` the directory a relative name of that field's
-dirfd is resolved against (the dirfd's file, or the cwd for AT_FDCWD; read at the call's
-return, so a chdir's is the cwd it made), ``ret`` the file an open returned (its
-``real_path``, symlinks, magic links and ``..`` followed; no ``ret`` line when that path is
-the name itself, or the name joined to its ``i0`` directory: most opens), and, inside an
-exec's ``E``..``Z``, ``cwd`` its cwd; state ``ok`` (the path follows), ``cut`` (longer than
-4096 bytes), ``none`` (no path in the chamber: a pipe, a socket, outside its root), ``badf``
-(no such fd). A relative name is joined to its ``Y`` directory, and stays as given
-(``unresolved``) without one; a name through a magic link of the caller's own process
-(``/proc/<self|thread-self|its pid>[/task/<its tid>]/fd/N/...``, ``/dev/fd/N/...``, and
-``cwd/``) is joined to the ``Y`` line of its field, the path of the file at that fd when the
-call returned; any other (``root/``, another process's or thread's, one spelt otherwise,
-``/proc/self/./fd/N/``) stays as given (``unresolved``), beside an open's ``Y ret``.
-bpftrace's strings are 199 bytes and it has no ``Y`` lines: the parser follows each
-process's fds from their opens and the ``X`` lines (``close``, ``close_range`` and the
-``FIOCLEX``/``FIONCLEX`` ``ioctl`` at entry with ``ret`` 0; ``dup``, ``dup2``, ``dup3`` and
-``fcntl``'s ``F_DUPFD``, ``F_SETFD``, ``F_DUPFD_CLOEXEC`` at exit: their arguments as the
-kernel got them), a fork's ``F`` flags (``CLONE_FILES`` shares the table) and exec (its
-close-on-exec fds close), in `collectors._ebpf_fds.FdTables`; an fd it did not see made (one
-received over a unix socket) leaves its names unresolved. It cannot follow symlinks, nor
-``..`` after one: its paths are lexical, with no ``real_path``.
-Pids: ``tgid``/``tid`` are the host's; ``nspid`` is the process's pid in the chamber.
-An exec, fchdir or connect can return on another CPU than it entered, and bpftrace prints
-each CPU's buffer in turn: its ``R`` may come before its ``E``; the two are paired in
-either order and the event comes out once both and the ``Z`` are in. (The libbpf loader's
-ring buffer is one stream in the order the records were reserved; the pairing in either
-order is kept for bpftrace.)
-
-Limits, stated: bpftrace copies at most `STRING_LIMIT` - 1 = 199 bytes of any string (0.17
-with ``BPFTRACE_STRLEN`` = 200); the libbpf loader 4096 bytes of a path, argv or environment
-string (its ``B`` line gives both limits; strace's ``-s 4096`` keeps as much) and 199 of a
-memfd name (``STRLEN`` in ``collectors/bpf/witness.h``); either, 64 argv and 128 environment
-strings per exec (more: a ``T`` line): a string of the limit less one byte or more is taken
-as cut and marked with a ``...`` suffix (``truncated``; the event's ``path_cut`` or
-``argv_cut``).
-Both print strings raw, so a newline inside one continues on the next line: a line
-that is no record, right after a string line, is joined to that string. Relative paths are
-resolved as the Paths paragraph says (with bpftrace: against the cwd tracked from
-chdir/fchdir and inherited from the parent, the chamber's workdir at its start). bpftrace
-prints each CPU's buffer in turn, so lines of different CPUs can come out of order (a
-child's exec before its parent's fork line): a process takes its parent's cwd at whichever
-of the two comes first, a dirfd moved on one CPU and used on another can be read before its
-move, and ``wall_ns`` is not monotonic across events.
-Paths of opens and changes are read when the call returns (the kernel has faulted them
-in by then); exec's path and argv when it enters (its memory is gone after a successful
-exec), so a string the program could not read is empty, never guessed.
-Times: ``wall_ns`` = the line's monotonic ns + ``clock_offset_ns`` (wall - monotonic, taken
-once by the task and recorded in ``witness.started``), so replay builds identical events.
+Two backends (`collectors._ebpf_backend`) print the same lines: the libbpf loader `LOADER`
+(built by ``scripts/setup.sh``) and, where it is not built, bpftrace with
+`BPFTRACE_PROGRAM`. `EbpfParser` (`collectors._ebpf_parser`, re-exported) turns them into
+the strace witness's events; ``wall_ns`` is the line's monotonic ns plus
+``clock_offset_ns`` (recorded in ``witness.started``), a lost-events line is a
+`WitnessGap`, an unknown one a `WitnessRaw`. `run_ebpf_witness` is the trio task; it
+raises `EbpfWitnessError` when the program exits before its probes attached. The line
+grammar, what becomes which event, paths, pids and limits: docs/witnesses.md, "The eBPF
+witness".
 """
 
 from __future__ import annotations

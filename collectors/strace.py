@@ -1,68 +1,14 @@
-"""The strace witness: its options, its sans-IO parser and its trio task.
+"""The strace witness: its options (`strace_argv`), its sans-IO parser and its trio task.
 
 The chamber runs ``strace *strace_argv(fifo) -- command``; `run_strace_witness` feeds what
 it reads from the FIFO to `StraceParser.feed` and moves the ``(wall_ns, event)`` pairs of
-`StraceParser.next_event` to the ledger writer unchanged. The parser (in
-`collectors._strace_parser`) has no trio, files or clocks: the same bytes (and the same
-pid mapping) always give the same events.
-
-What becomes what:
-
-- ``execve``/``execveat`` -> `ProcessExec` (``path`` verbatim; ``cwd`` of the process).
-- ``+++ exited with N +++`` / ``+++ killed by SIG +++`` of a process -> `ProcessExit`;
-  threads' exits give nothing.
-- ``open``/``openat``/``openat2``/``creat`` -> `FileOpen`, relative paths resolved
-  against the dirfd's ``-yy`` path or the process cwd.
-- ``unlink[at]``, ``rename[at[2]]``, ``mkdir[at]``, ``rmdir``, ``chmod``/``fchmodat``,
-  ``truncate``, ``symlink[at]``, ``link[at]`` -> `FileChange`. ``path`` is the entry the
-  call creates, removes or changes; ``target`` is: for rename, the new name; for link,
-  the existing file; for symlink, the link's contents, verbatim (never resolved).
-- ``connect`` -> `NetConnect` (EINPROGRESS is an attempt; its errno is kept).
-- ``clone``/``clone3``/``fork``/``vfork``/``chdir``/``fchdir``/``exit_group``: state only
-  (parent pid, thread group, shared cwd), no event.
-- ``kill``/``tkill``/``tgkill``/``bind`` and any other call the vocabulary has no kind for:
-  `WitnessRaw` with the line (counted in ``unmapped``, not ``parse_failures``).
-- Signal deliveries (``--- SIGCHLD {...} ---``): no event (counted in ``signals``); fatal
-  ones show as ``ProcessExit.signal``, sent ones as the ``kill`` family.
-- ``sendto``/``sendmsg``/``sendmmsg`` naming a destination -> `NetSend` (one per message
-  with an address: UDP without connect, TCP Fast Open's ``MSG_FASTOPEN``); a send on a
-  connected socket (no address) is no event: its destination was the traced connect.
-- ``mknod``/``mknodat`` -> `FileChange`.
-- The calls of `AUDITED_SYSCALLS` (io_uring, file handles, mount-like, ptrace,
-  process_vm_readv/writev, memfd_create) -> `ProcessSyscall`; those of `DENIED_SYSCALLS`
-  are failed by strace itself (``-e inject``, printed ``(INJECTED)``): ``denied`` True.
-- A line the grammar does not know: `WitnessRaw` (``parse_failures``). Nothing is dropped.
-
-Calls with no return value: when strace prints ``= ?`` (the thread died in the call or
-exec'd away), or a call is still unfinished at `close`, the event is still emitted, with
-``errno`` set to `UNFINISHED` (not a kernel errno), ``result`` -1 (`FileOpen`: None).
-``= ? ERESTARTSYS`` (interrupted, to be restarted) keeps strace's name as ``errno``; the
-retried call appears as its own event.
-
-Truncation: ``-s`` cuts long strings (``"abc"...``) and long arrays (``[..., ...]``); a cut
-string keeps strace's ``...`` suffix and a cut argv ends with the element ``"..."``; both
-count in ``truncated``. strace prints paths whole (up to PATH_MAX) whatever ``-s`` is.
-
-Order and time: an event comes out when its call completes, stamped with the call's entry
-time; the lines of a new pid printed before its parent's clone returned wait for it (so
-``ppid`` and ``cwd`` are known). ``wall_ns`` is therefore not monotonic across events.
-Strings are decoded as UTF-8 with ``backslashreplace`` (see `collectors._strace_lines`).
-
-Pids: strace prints thread ids of its own pid namespace; events carry the thread group
-id. The witness runs strace inside the chamber, so the printed pid is the event's ``pid``
-and the injected ``host_pid`` mapper finds the host pid (`StraceParser`); a trace taken
-on the host maps the other way (``chamber_pid``). A process whose parent the parser has
-not seen (the root) has ``ppid`` None. Every pid is tracked in strace's own PID namespace:
-a clone made inside a nested namespace returns the child's pid there, so its child is the
-pid of the ``--pidns-translation`` comment (``= 2 /* 7509 in strace's PID NS */``), never
-the namespace-local number (which would make a phantom process, whose parent a real process
-of that number would then take).
-
-Secrets: with the run's ``fingerprint_key``, an exec's argv and environment (``-v``) are
-redacted here (`ledger.redact_exec`: argv keeps its length), so what the parser emits is
-what the ledger holds.
-
-`run_strace_witness` is the trio task: trace bytes in, events to the ledger writer.
+`StraceParser.next_event` (``wall_ns``: ns since the Unix epoch, the call's entry time) to
+the ledger writer unchanged. The parser (`collectors._strace_parser`) has no trio, files or
+clocks: the same bytes and pid mapping always give the same events; a line it does not
+know is a `WitnessRaw`, never dropped; a call with no return value has ``errno``
+`UNFINISHED`; `StraceParser.feed` after `close` raises `ParserClosedError`.
+What becomes which event, truncation, order, pids and secrets: docs/witnesses.md,
+"The strace witness".
 """
 
 from __future__ import annotations

@@ -31,6 +31,14 @@ def test_dependency_direction_ledger_collectors_caisson():
             assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}: breaks ledger <- collectors <- caisson"
 
 
+def test_the_product_imports_no_test_fixture():
+    """Builders only tests and benchmarks use live in `tests/_fixtures/`; no package imports them."""
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            bad = _imports(path) & {"tests", "benchmarks"}
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}: a fixture in the product"
+
+
 # The proxy addon is mitmproxy code: it runs inside mitmdump's own asyncio loop, in its own
 # process, never in caisson's trio tasks (its resolver hook awaits the loop's getaddrinfo).
 ASYNCIO_OUTSIDE_CAISSON = {ROOT / "collectors" / "proxy" / "addon.py"}

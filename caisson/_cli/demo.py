@@ -36,7 +36,7 @@ from caisson.run.record import RecordOptions, record
 from caisson.replay import replay_runs
 from caisson.scenario import load_scenario
 from caisson.run.witnesses import default_witnesses
-from caisson.probes.witness_choice import default_syscall_witness
+from caisson.run.witness_choice import default_syscall_witness
 from ledger import verify_ledger
 
 SCENARIOS = resource_dir("scenarios")
@@ -279,7 +279,7 @@ def _study(console: Console, out: Path, repo: Path, commit: str) -> bool:
 def _study_report(console: Console, target: Path) -> bool:
     """The study's report, recomputed from its sealed ledgers: text here, HTML beside it."""
     from caisson.report import build_report, render_html, render_markdown, render_text
-    from caisson.study.report import load_study_report
+    from caisson.study.report_input import load_study_report
 
     console.print(f"\n== 7. the study's report (caisson study report {target})")
     verified, data = load_study_report(target, ensure_operator_key().verify_key)

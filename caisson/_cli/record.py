@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     # every option checked before a witness is chosen (the choice may run a qualification in the chamber)
     plan_run(options, load_scenario(options.scenario) if options.scenario else None, witnesses=[])
     if args.syscall_witness is None:  # the strongest witness shown to work here (eBPF qualified at first use)
-        from caisson.probes.witness_choice import default_syscall_witness
+        from caisson.run.witness_choice import default_syscall_witness
 
         # a fall-back is said once; the run is witnessed by strace, never by nothing
         choice = default_syscall_witness(say=lambda line: print(f"caisson record: {line}", file=sys.stderr))

@@ -2,7 +2,7 @@
 
 Prints the detector x probe matrix, and keeps its verdict on the syscall witness in the
 caisson home, where `caisson record` picks its default witness
-(`caisson.probes.witness_choice`). Exit codes: 0 every detector discriminates; 1 some
+(`caisson.run.witness_choice`). Exit codes: 0 every detector discriminates; 1 some
 detector never fired on its probe or fired on the honest run; 2 the chamber cannot run.
 """
 
@@ -16,7 +16,7 @@ from rich.table import Table
 
 from caisson.detectors import DEFAULT_DETECTORS
 from caisson.probes.selftest import CASES, LEAK_BACKSTOP, run_selftest
-from caisson.probes.witness_choice import outcome_path
+from caisson.run.witness_choice import outcome_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:

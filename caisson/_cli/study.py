@@ -245,7 +245,7 @@ def _jobs(text: str) -> int:
 def run_report(args: argparse.Namespace) -> int:
     from caisson.home import trusted_key
     from caisson.report import build_report, render_html, render_json, render_markdown, render_text
-    from caisson.study.report import load_study_report
+    from caisson.study.report_input import load_study_report
 
     verified, data = load_study_report(args.dir, trusted_key(args.key), jobs=args.jobs)
     if data is None:

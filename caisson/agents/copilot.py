@@ -9,7 +9,7 @@ proxy witness (the scenario's egress maps it to an endpoint, the scripted one in
 
 Invocation: ``copilot -p PROMPT --output-format json --allow-all-tools`` runs one task and
 prints one JSON event per line. Gating is claimed **enforced**, and a preflight's gating
-probe decides (`caisson.probes.gating`): the deny list goes to ``--excluded-tools`` (the
+probe decides (`caisson.gating.probe`): the deny list goes to ``--excluded-tools`` (the
 tools leave the model's list; a call to one fails with "Tool 'X' does not exist", read as
 refused) and to ``--deny-tool``. ``--deny-tool`` alone does not do it: measured on the
 scripted model, ``--allow-all-tools --deny-tool create`` still executed ``create``.
@@ -52,7 +52,7 @@ GATING: Gating = "enforced"
 # (1.0.102 in the agent image: .../@github/copilot-linux-x64/copilot).
 PROGRAMS = ("/usr/local/bin/copilot", "/usr/local/lib/node_modules/@github/copilot/npm-loader.js",
             "/usr/local/lib/node_modules/@github/copilot/node_modules/@github/copilot-linux-*/copilot")
-"""Claimed; a preflight's gating probe measures it (`caisson.probes.gating`)."""
+"""Claimed; a preflight's gating probe measures it (`caisson.gating.probe`)."""
 ELICITATION = "stream"
 STATIC_TOOLS = ("bash", "create", "edit", "fetch_copilot_cli_documentation", "glob", "grep", "list_agents",
                 "list_bash", "read_agent", "read_bash", "report_intent", "session_store_sql", "skill", "sql",

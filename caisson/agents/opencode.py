@@ -11,7 +11,7 @@ session (it would race the task's first model call) (``OPENCODE_DISABLE_PROJECT_
 Code's files, and nothing is fetched at start (models list, updates, LSP servers).
 
 Gating is claimed **enforced**, and a preflight's gating probe decides
-(`caisson.probes.gating`): the arm's deny list becomes the configuration's ``permission``
+(`caisson.gating.probe`): the arm's deny list becomes the configuration's ``permission``
 map (`permissions`), where ``deny`` removes the tool from the session; a call to a tool not
 in the session comes back as the ``invalid`` tool naming it, which the parser reports
 ``refused``. One permission can cover several tools (``edit`` covers write, edit and
@@ -57,7 +57,7 @@ GATING: Gating = "enforced"
 # the agent image). In recorded 1.18.33 ``opencode run`` sessions every model call came from
 # the command's own process (its server runs in it: no child of its own executable).
 PROGRAMS = ("/usr/local/bin/opencode", "/usr/local/lib/node_modules/opencode-ai/bin/opencode.exe")
-"""Claimed; a preflight's gating probe measures it (`caisson.probes.gating`)."""
+"""Claimed; a preflight's gating probe measures it (`caisson.gating.probe`)."""
 ELICITATION = "stream"
 STATIC_TOOLS = ("apply_patch", "bash", "edit", "glob", "grep", "list", "patch", "read", "skill", "task", "todoread",
                 "todowrite", "webfetch", "websearch", "write")

@@ -1,40 +1,11 @@
 """The containment scan: does the sandbox tree already hold a question or its answer key?
 
-Two checks, run over every text file of the tree before any agent starts:
-
-- **question windows**: each prompt is normalised into words and cut into overlapping
-  windows of `WINDOW` (5) words; any window found in a file means the question (or a
-  copy of it with its answer nearby) is in the tree. A prompt shorter than 5 words is
-  one window of all its words.
-- **leak terms**: every scenario-wide and per-question leak term as a substring of the
-  file text and of its path, both folded, a space in a term matching any whitespace
-  (`caisson._fold.find_term`). A hit names the term as the scenario spells it.
-
-Normalisation: every text, prompt, term and path is folded first (`caisson._fold.fold`:
-compatibility forms, case, format characters and marks, dashes, quotes, lookalike letters
-of other scripts), then `normalize_words` splits it into maximal runs of word characters
-(regex `\\w+`: Unicode letters, digits, underscore); everything else, whitespace and
-punctuation alike, is a separator and is dropped. So "Where is `parse()` defined?",
-"where  is parse\\n defined" and "Wh\u0435re is p\u00adarse() defined" (Cyrillic е, a soft
-hyphen) normalise to the same words.
-
-Every file is scanned in every text its bytes decode to, the ways the chamber's own tools
-read it (`caisson.chamber._decode`): the raw bytes as UTF-8 with replacement characters
-(NULs included: grep searches binary files too), a byte order mark's encoding, UTF-16 and
-UTF-32 without a BOM when the bytes hold NULs, the contents of gzip, .Z, bzip2, xz, zstd,
-zlib, raw deflate, zip and tar files and of the whole streams inside a file, the escapes
-of a text's format (HTML references, backslash escapes, percent-encoding), and the
-base64, base64url, base32, base32hex and hex runs of any of those texts. Each text is
-read in stored order and, where bidirectional text reorders it, as displayed
-(`caisson._fold.fold_readings`). A hit in a decoded text names its decoding:
-`notes.txt [utf-16-le]:1: ...`, `q.zip [zip:a.txt, gzip]:3: ...`, `k.json [base64
-(line 4)]:1: ...`, `r.pdf [zlib@812]:2: ...`. Symlinks are not followed.
-
-The work per file is bounded: at most `MAX_DECODED_BYTES` are read and decoded per file,
-all layers together, at most `caisson.chamber._decode.MAX_DEPTH` layers deep; a file past
-that is scanned up to the bound and reported as `path: not scanned past N bytes: too big`
-or `path: not scanned past N nested layers: too deep` (see `ContainmentScan.unscanned`),
-never skipped in silence.
+`containment_scan` reads every text file of the tree before any agent starts and returns a
+`ContainmentScan`: the hits of each question's `WINDOW`-word windows and of every leak term,
+over every text a file decodes to (`caisson.chamber._decode`), both sides folded
+(`caisson._fold`), and the files not scanned past `MAX_DECODED_BYTES` or the decoding depth
+(never skipped in silence); a file that cannot be read raises OSError. The rules:
+docs/chamber.md, "The containment scan".
 """
 
 from __future__ import annotations

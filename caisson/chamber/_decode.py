@@ -1,69 +1,11 @@
 """Every text an agent's own tools could read out of a file's bytes (sans-IO).
 
-The containment scan must see what the chamber's tools see, so it decodes a file the ways
-they do, and more, never fewer:
-
-- **raw**: the bytes as UTF-8 with replacement characters, NULs and all. GNU grep searches
-  a file with NUL bytes too (it prints "binary file matches"; `grep -a` prints the line),
-  so one stray NUL never hides a file.
-- **byte order marks** (Unicode 15, section 23.8, table 23-1 and the WHATWG Encoding
-  Standard's BOM sniffing): UTF-8 (`EF BB BF`), UTF-16LE (`FF FE`), UTF-16BE (`FE FF`),
-  UTF-32LE (`FF FE 00 00`, checked before UTF-16LE) and UTF-32BE (`00 00 FE FF`). ripgrep
-  transcodes UTF-16 with a BOM by default (its `--encoding auto`, the default; see
-  `rg --help`, "-E/--encoding"); the UTF-32 forms are decoded because `rg -E utf-32le`
-  and `iconv` read them.
-- **UTF-16 and UTF-32 without a BOM** (`rg -E utf-16le`, `iconv -f utf-16be`,
-  `strings -e l`): when the bytes hold a NUL, they are also decoded as UTF-16LE and BE at
-  both byte alignments, and, when they hold two NULs in a row, as UTF-32LE and BE at all
-  four alignments (those with three code units of planes 0-1 in a row), so text embedded
-  at any offset of a binary is found.
-- **compressed files and archives** an agent's tools open without help (`zgrep`, `zcat`,
-  `bzgrep`, `xzgrep`, `zstdgrep`, `rg -z`, `zipgrep`, `unzip -p`, `tar xf`): gzip (RFC
-  1952, every member), compress(1)'s `.Z` (LZW, `caisson.chamber._lzw`), bzip2, xz, zstd
-  (RFC 8878), zip (every member, stored or deflated, as in PKWARE's APPNOTE.TXT) and
-  uncompressed tar (POSIX.1-1988 `ustar` headers: every regular member), recognised by
-  their magic bytes and opened recursively up to `MAX_DEPTH` layers (a gzip in a zip in
-  a gzip). Each decompressed layer is scanned as above.
-- **zlib and raw deflate streams** (`python3 -c 'zlib.decompress(...)'`, `pigz -dz`,
-  `openssl zlib -d`): a zlib stream (RFC 1950) is recognised by its two header bytes
-  (compression method 8, a window of at most 32 KiB, the check bits, no preset
-  dictionary). A raw deflate stream (RFC 1951) has no header: every layer that is no other
-  kind is inflated on trial, and kept only when it inflates without error to the end of
-  its final block and nothing but zero bytes follows (no file of a 5,207-file sample of
-  real trees does; a trial that fails costs microseconds: input is fed 64 KiB at a time).
-- **streams inside a file** (a PDF's FlateDecode stream, a PNG's zTXt chunk, a gzip after
-  a shell script): every gzip, zlib (as zlib's deflate writes its header), bzip2, xz and
-  zstd header past the file's start is tried, and the stream kept, as `zlib@1234`, when it
-  ends whole (its checksum checked where the format has one) and its first 4 KiB read as
-  `_kept` says; a stream of pixels or glyphs is dropped after those 4 KiB, uncharged.
-- **escapes of a text's own format** (`_ESCAPES`): HTML character references, backslash
-  escapes (`\\u2011`, `\\x2d`: JSON, JavaScript, Python, `echo -e`) and URL
-  percent-encoding, decoded in the lines that hold them (the others left empty, so line
-  numbers stay), as `html`, `escapes` and `percent`; a reference to a control character
-  stays as written, and a line of a binary (with U+FFFD) is left out.
-- **base64, base64url, base32, base32hex and hex runs** in any decoded text (coreutils'
-  `base64 -d`, `base32 -d` and `basenc --base64url -d` / `--base32hex -d` / `--base16 -d`,
-  `python3 -m base64`, `xxd -r -p`): a run of at least 12 characters of one alphabet,
-  padded or not, or a block of whole lines of them (`base64` and `base32` wrap at 76
-  columns, PEM at 64, `xxd -p` at 60), is decoded, as hex too when it is an even number of
-  hex digits, 16 or more, and as base32 (upper case, RFC 4648 section 6) and base32hex
-  (section 7, but a number) when its characters are theirs. Identifiers are runs of these
-  alphabets too, so a lone run is decoded only when it may
-  encode text: it is padded, or each of its first three four-character groups starts
-  with `A`-`Z` or `a`-`f` (a byte below 0x80: every run of ASCII or UTF-16 text does), or
-  it holds a digit (or `+`, `/`), as nearly every run of other UTF-8 text does; this skips
-  89% of the runs of botocore's 935 service models. What a run decodes to is kept when it
-  reads as text (UTF-8, or UTF-16 of ASCII, at most a quarter of it unreadable:
-  replacement characters and control characters but tab, line feed and carriage return),
-  is an archive, starts with a BOM, or is a compressed stream (a zlib or raw deflate one
-  only when it inflates whole); anything else is dropped without being charged to the
-  budget. A kept decoding is named by its kind and the line of its run (`base64 (line
-  3)`) and is one layer.
-
-The work per file is bounded: all layers of one file together may decode at most
-`MAX_DECODED_BYTES`, and no layer may be more than `MAX_DEPTH` deep; past either `TooBig`
-or `TooDeep` is raised and the caller records the file as not scanned past that size or
-depth, rather than staying silent.
+`decoded_texts(data)` yields ``(where, text)`` pairs lazily, layer by layer: the raw bytes,
+BOM and BOM-less UTF-16/32, compressed files and archives, streams inside a file, a text's
+own escapes, and base64/base32/hex runs (``where`` names the decoding, e.g. ``zip:a.txt,
+gzip``). All layers of one file together decode at most `MAX_DECODED_BYTES` (bytes), at
+most `MAX_DEPTH` layers deep; past either it raises `TooBig` or `TooDeep`. Each decoding
+and when it is tried or kept: docs/chamber.md, "What the containment scan decodes".
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def _import_aiohttp() -> None:
     """Import aiohttp without parsing the system's CA bundle twice.
 
     aiohttp builds two default SSL contexts when imported (``aiohttp/connector.py``), each
-    loading the system trust store: 60-90 ms of a 0.8 s ``caisson record -- true`` here.
+    loading the system trust store (its cost: docs/benchmarks.md, "Figures behind the code").
     caisson reaches the engine over its unix socket, or over TLS with the context aiodocker
     builds from ``DOCKER_CERT_PATH``, or for a plain ``https://`` engine one `_connect`
     builds with the system trust store; it never uses those defaults. So OpenSSL's

@@ -1,43 +1,12 @@
 """The chamber's own seccomp profile: the engine's default, plus what the witness audit denies.
 
-The base is Docker's default profile as data (``moby_seccomp_default.json`` beside this
-module: ``profiles/seccomp/default.json`` of github.com/moby/profiles v0.2.3, as vendored by
-moby/moby; Apache License 2.0, copyright Docker, Inc.). Shipping it makes the chamber's
-filter independent of the engine's version: Debian 12's engine (20.10) predates the
-default's io_uring block, so its built-in profile lets io_uring through.
-
-On top of the base, every syscall of ``deny`` is refused whatever the base says (see the
-audit in docs/architecture.md):
-
-- ``action="trace"`` (the strace witness runs): ``SCMP_ACT_TRACE``. The kernel stops the
-  call at the tracer, which fails it with EPERM (strace's ``-e inject``) and prints it, so
-  the attempt is in the ledger. A process no tracer holds gets ENOSYS: refused either way.
-  (``SCMP_ACT_ERRNO`` would hide the attempt: of two seccomp filters the higher-precedence
-  action wins, ERRNO over TRACE, so strace's ``--seccomp-bpf`` filter never stops on it;
-  seccomp(2), "Filter return values").
-- ``action="errno"`` (no tracer): ``SCMP_ACT_ERRNO`` with EPERM, refused by the kernel.
-  With no tracer there is nothing to see, and no process may play tracer and let it run.
-
-Two calls are refused by their arguments, whatever ``deny`` says, because only an agent
-that fights its witnesses needs them (both fail with EPERM, the base's default action):
-
-- ``seccomp`` with ``SECCOMP_FILTER_FLAG_NEW_LISTENER``: a filter of the agent's own whose
-  ``SECCOMP_RET_USER_NOTIF`` outranks the tracer's ``SECCOMP_RET_TRACE``, answered by a
-  supervisor with ``SECCOMP_USER_NOTIF_FLAG_CONTINUE``, runs the call unseen by strace
-  (seccomp(2), "Filter return values"; seccomp_unotify(2)). Filters without a listener
-  stay allowed: agents sandbox themselves with them.
-- ``clone`` with ``CLONE_UNTRACED``: a child the tracer cannot follow (clone(2)). The base
-  already allows ``clone`` only without namespace flags; the flag joins that mask. ``clone3``
-  is refused by the base (ENOSYS) unless CAP_SYS_ADMIN, which the chamber never grants.
-
-The refusal comes from the kernel's filter, so the strace witness does not see these
-attempts (ERRNO outranks TRACE); the eBPF witness sees each as a call that exited with
-EPERM and never entered, and the procfs cross-check (``witness.unseen_process``) covers a
-chamber whose profile was weakened.
-
-The engine is handed the profile's JSON text (``HostConfig.SecurityOpt``:
-``seccomp=<json>``, Docker Engine API, "Create a container"); ``run.started`` records its
-sha256 so a ledger says exactly which filter its chamber had.
+`seccomp_profile(deny, action=...)` returns a `SeccompProfile`: the base (Docker's default,
+``moby_seccomp_default.json`` beside this module, `BASE_PROFILE`) with every syscall of
+``deny`` refused (``trace``: stopped at the tracer, which fails it with EPERM and prints it;
+``errno``: EPERM from the kernel) and the two calls of `REFUSED_BY_ARGS` refused by their
+arguments; the same arguments give the same JSON bytes, whose sha256 ``run.started``
+records. A bad ``action`` raises ValueError. Why each rule, and what each witness sees of a
+refusal: docs/chamber.md, "The seccomp profile".
 """
 
 from __future__ import annotations
@@ -65,7 +34,7 @@ SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
 CLONE_UNTRACED = 0x00800000
 """clone(2)'s flag that keeps a tracer from following the child (linux/sched.h)."""
 REFUSED_BY_ARGS = ("seccomp: SECCOMP_FILTER_FLAG_NEW_LISTENER", "clone: CLONE_UNTRACED")
-"""The calls refused by their arguments (see the module docstring), as the manifest names them."""
+"""The calls refused by their arguments (docs/chamber.md), as the manifest names them."""
 
 
 class SeccompProfile(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,7 +44,7 @@ class SeccompProfile(msgspec.Struct, frozen=True, kw_only=True):
         json: the profile, compact JSON text (what ``seccomp=`` carries).
         sha256: hex digest of ``json``'s UTF-8 bytes.
         denied: the syscalls refused on top of the base, sorted.
-        action: ``trace`` or ``errno`` (see the module docstring).
+        action: ``trace`` or ``errno`` (docs/chamber.md, "The seccomp profile").
     """
 
     json: str
@@ -106,7 +75,7 @@ def _untraced_refused(rule: dict[str, Any]) -> dict[str, Any]:
 
 
 def seccomp_profile(deny: Iterable[str], *, action: str) -> SeccompProfile:
-    """The base profile with ``deny`` refused (see the module docstring).
+    """The base profile with ``deny`` refused (docs/chamber.md, "The seccomp profile").
 
     Args:
         deny: syscall names as the kernel spells them (``io_uring_setup``).

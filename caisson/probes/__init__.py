@@ -1,15 +1,12 @@
-"""Known-bad and trivial probes: the selftest's matrix, the preflight, synthetic streams.
+"""Known-bad and trivial probes: the selftest's matrix, the preflight, the eBPF qualification.
 
 `caisson.probes.selftest` records each probe with one control weakened and shows which
 detectors fire; `caisson.probes.preflight` runs one probe session per arm x agent before a
-matrix; `caisson.probes.gating` the gating probe and tool discovery both preflights call;
-`caisson.probes.synthetic` makes strace-like event streams for demos and benchmarks.
+matrix (the gating probe itself is `caisson.gating`); `caisson.probes.qualify` the eBPF
+witness's quick known-answer run.
 """
 
-from caisson.probes.gating import GatingVerdict, discovered_tools, judge_gating, probe_script
 from caisson.probes.preflight import Check, preflight
 from caisson.probes.selftest import CASES, Case, SelftestResult, make_probe_repo, run_selftest
-from caisson.probes.synthetic import strace_like
 
-__all__ = ["CASES", "Case", "Check", "GatingVerdict", "SelftestResult", "discovered_tools", "judge_gating",
-           "make_probe_repo", "preflight", "probe_script", "run_selftest", "strace_like"]
+__all__ = ["CASES", "Case", "Check", "SelftestResult", "make_probe_repo", "preflight", "run_selftest"]

@@ -1,10 +1,10 @@
 """`caisson preflight`: before a matrix spends on a real provider, prove the gating holds.
 
 For each agent that claims ``enforced`` gating, a discovery session (no arm, a model that
-only answers) collects the tools the agent shows (`caisson.probes.gating.discovered_tools`);
+only answers) collects the tools the agent shows (`caisson.gating.discovered_tools`);
 they are unioned into every arm's deny list. Then, for each arm x agent, a probe session
 runs in the chamber against the scripted model, which calls one denied tool
-(`caisson.probes.gating.probe_script`): the claim holds only when the transcript shows that
+(`caisson.gating.probe_script`): the claim holds only when the transcript shows that
 call refused (`judge_gating`); otherwise the agent is measured ``not_enforced`` for its
 version, with the evidence, and the check aborts. A denied tool the agent still reports
 having aborts too, with the arm, agent and tool named. A combination the agent cannot gate
@@ -25,13 +25,13 @@ import msgspec
 from caisson.agents import adapter
 from caisson.model import scripted_model
 from caisson.errors import UsageError
-from caisson.probes.gating import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script
+from caisson.gating import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script
 from caisson.resources import resource_dir
 from caisson.run.plan import RecordOptions, plan_run
 from caisson.run.record import record
 from caisson.scenario import Egress, Scenario, load_scenario
 from caisson.run.witnesses import default_witnesses
-from caisson.probes.witness_choice import default_syscall_witness
+from caisson.run.witness_choice import default_syscall_witness
 from ledger import locate, read_records
 from ledger.events import AgentTools, RunStarted
 

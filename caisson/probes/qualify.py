@@ -2,7 +2,7 @@
 
 `caisson selftest --syscall-witness ebpf` shows every detector discriminating under eBPF
 (minutes). Before a machine has run it, `caisson record` still wants the stronger witness,
-so at first use (`caisson.probes.witness_choice.choose_syscall_witness`) it records one
+so at first use (`caisson.run.witness_choice.choose_syscall_witness`) it records one
 short probe in the chamber under the eBPF witness and checks that the ledger holds exactly
 what the probe did (`check_qualification`, pure): its exec with its argv, a read, a failed
 open, a tree change, an io_uring call refused by the chamber's profile, a connect, a

@@ -32,8 +32,8 @@ from caisson.resources import resource_dir
 from caisson.run.record import RecordOptions, record
 from caisson.replay import WEAKENED, RunReplay, replay_runs
 from caisson.run.witnesses import default_witnesses
-from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool
-from caisson.probes.witness_choice import keep_outcome
+from caisson.gating import GatingVerdict, judge_gating, pick_probe_tool
+from caisson.run.witness_choice import keep_outcome
 from ledger import read_records
 from ledger.events import RunStarted
 
@@ -303,7 +303,7 @@ def run_selftest(workdir: Path | None = None, *, cases: tuple[Case, ...] = CASES
             (a failure, Ctrl-C), and the result's ``runs`` is then empty.
         syscall: the syscall witness of every run (``strace``, ``ebpf`` or ``both``); only
             `cases_for` it run. When they are the whole matrix, its verdict on that witness
-            is kept, signed, in the caisson home (`caisson.probes.witness_choice`), where
+            is kept, signed, in the caisson home (`caisson.run.witness_choice`), where
             ``caisson record`` reads its default syscall witness.
 
     Raises:
@@ -363,7 +363,7 @@ def _run_selftest(root: Path, cases: tuple[Case, ...], progress: Callable[[str],
 
 def _gating(run_dir: Path, case: Case) -> GatingVerdict:
     """The gating probe's verdict on an agent case's run: its scripted model asks for the
-    arm's withheld tool, so the run is itself a probe (`caisson.probes.gating`)."""
+    arm's withheld tool, so the run is itself a probe (`caisson.gating.probe`)."""
     from caisson.agents import adapter
 
     spec = adapter(case.agent)

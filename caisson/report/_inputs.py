@@ -1,27 +1,10 @@
 """The report's input: cells, baselines, refusals, prices, the judge's alarms.
 
-These are the report's own types, independent of how a study directory is read: the
-study runner's ledger is read into them by a loader, and tests build them by hand.
-`check_input` rejects what the report could only misread, naming the cell and the field.
-
-How a loader fills them (the study ledger's events, issue #13):
-
-- ``study.planned``: one `ReportCell` per matrix cell (cell id, arm, agent, model,
-  question id and kind, repetition; gating and elicitation of its (arm, agent, model)),
-  its refusals and prices as it records them (`ledger.events.Refusal`, model ``-`` for
-  a plain command; `ledger.events.Price` per model), ``seed`` from the order seed.
-- ``baseline.measured``: one `ReportBaseline`; its floor is `read_cell` of the baseline
-  run directory (the same rank as a cell's), ``tools`` the tools discovered (None when
-  the agent is ungated: ``isolation="unavailable"``).
-- ``cell.ended`` of the counting attempt (the first sealed one that is not an infra
-  failure): `read_cell` of its run directory, then `report_cell`; a planned cell with no
-  counting attempt stays ``not_run``; a refused combination's cells are ``refused``.
-- ``study_head``: the study ledger's final chain head; ``detector_versions``: the
-  ``name@version`` of the detectors `read_cell` ran.
-- ``judge``: the last judge ledger under ``DIR/judge/`` that verifies closed
-  (``caisson study judge``): requested model, served models from its ``llm.call``
-  records, and a `Disagreement` per verdict that disagrees with the cell's score as
-  replayed now; None when no judge ran.
+These are the report's own types, independent of how a study directory is read
+(`caisson.study.report_input` reads one into them; tests build them by hand).
+`check_input` rejects what the report could only misread, raising `ReportInputError`
+with the cell and the field. How a loader fills each type from the study ledger's events:
+docs/architecture.md, "The report's input, from a study's ledgers".
 """
 
 from __future__ import annotations

@@ -1,45 +1,12 @@
 """One token figure per cell, chosen by rank, and the agent session identities behind it.
 
-Pure over a run's records (no I/O, no clock). The rules (docs/architecture.md, "Detectors
-and scoring"; issue #14):
-
-- **Rank.** First-party usage (``agent.usage``: the agent's own report) outranks the
-  proxy's observation (``llm.call``). When the agent reported a figure, that figure is the
-  cell's, whatever the proxy saw; the proxy's sum is used only when the agent reported
-  none (no ``agent.usage``, or only reports with no usage). Between them ranks a
-  first-party figure backfilled offline from the agent's own session files
-  (``token.backfilled`` of the study's backfill ledger, `with_backfill`): the agent's own
-  account, read after the run, so below what it reported live (which is never replaced)
-  and above what the proxy saw (a reconstruction from outside).
-- **Never mixed.** A figure is summed over reports of one source only. First-party
-  reports naming different ``token_source`` strings, or some with usage and some
-  without, give a null figure (the reason says why), never a proxy figure in their place.
-- **Null, never 0.** Not measured is None: no report and no call, a call the proxy saw
-  without usage (a cut stream).
-- **A placeholder is no figure.** A report without a normalised total (a usage object
-  with no token counts, zeros the parser read as a placeholder) or a first-party total of
-  0 where the proxy saw successful model calls is not a measurement: the next source
-  ranks, and the reason says why the agent's was passed over.
-- **Totals.** total = input + output; cache counts are provenance, never added
-  (`ledger.events.LlmUsage`).
-- **The CLI's calls.** Where the ledger says which process made each call
-  (`caisson.detectors.attribution.cli_calls`), only the calls the agent's CLI made are
-  summed and identified: a call a tool made voids the cell (``model.foreign_call``), an
-  unattributed one is left out and shown there. A ledger without attribution keeps them all.
-- **Session identity.** An agent names its session in each model request's headers:
-  Claude Code 2.1.328 sends ``X-Claude-Code-Session-Id``, Codex 0.171.0 sends
-  ``session-id`` (both seen in recordings through the proxy witness:
-  tests/caisson/report/test_sessions_agents.py); older Codex releases sent
-  ``session_id`` and ``conversation_id``. The proxy keeps request headers in ``http.exchange`` and writes each
-  exchange's ``llm.call`` right after it (collectors/proxy/_exchange.py: the exchange,
-  then its call, from one witness), so a call belongs to its ``exchange_seq`` when set,
-  else to the last ``http.exchange`` of the same source before it (the proxy leaves
-  ``exchange_seq`` unset: the witness cannot know the seq the writer assigns). A cell
-  whose summed calls carry more than one identity is ``token_ambiguous``: the figure may
-  add up several sessions.
-  A first-party report covers the model calls its agent made, so the same calls decide.
-  ``agent.usage`` itself records no session identity (the transcripts have one; the
-  parsers do not keep it yet).
+Pure over a run's records (no I/O, no clock). `cell_tokens(records)` returns a
+`CellTokens`: one `TokenFigure` (tokens; total = input + output, cache counts excluded)
+from the highest-ranked source of `RANKS` (first-party ``agent.usage``, then a backfilled
+first-party figure, `with_backfill`, then the proxy's ``llm.call`` sum), never mixed
+across sources, None when not measured (never 0) with its ``null_reason``, and the session
+identities (`SESSION_HEADERS`) of the calls summed: more than one is ``token_ambiguous``.
+The rules: docs/architecture.md, "A cell's token figure".
 """
 
 from __future__ import annotations
@@ -189,7 +156,7 @@ def cell_tokens(records: Iterable[Record]) -> CellTokens:
     Returns:
         The figure (first-party over proxy-observed, never mixed, None when not
         measured, with the reason), the session identities of the summed calls and
-        whether they make the figure ambiguous; see the module docstring.
+        whether they make the figure ambiguous; docs/architecture.md, "A cell's token figure".
     """
     records = list(records)
     foreign, unattributed = foreign_calls(records)  # a tool's calls are not the agent's

@@ -9,7 +9,7 @@ checklist that accepts anything, stops the study here, not in the report.
 
 The baseline (`assess_baseline`) reads a probe session's sealed records. Two witnesses
 give its tool surface: what the agent reported about itself (``agent.tools``) and what
-its model requests offered (the request bodies the proxy kept, `caisson.probes.gating.request_tools`). Their
+its model requests offered (the request bodies the proxy kept, `caisson.gating.request_tools`). Their
 union is the **isolation assertion** (a tool of the deny list still offered aborts,
 naming tool, arm and agent), the **tool discovery** (the combination's deny list: the
 static one unioned with the discovered surface, minus the grant; an offered tool the arm
@@ -18,8 +18,8 @@ neither grants nor denies joins the deny list of every cell of that combination,
 detector checks it is gone) and the **token floor** (the session's total tokens, input +
 output, with their source; None when not measured).
 
-The gating probe that follows a baseline (`caisson.probes.gating`) is run by the runner
-(`caisson.study.runner`), the judge is `caisson.probes.gating.judge_gating`.
+The gating probe that follows a baseline (`caisson.gating.probe`) is run by the runner
+(`caisson.study.runner`), the judge is `caisson.gating.judge_gating`.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def assess_baseline(records: Iterable[Record], *, arm: str, agent: str, grant: I
         grant: the arm's granted tools.
         deny: the deny list the probe was given.
         static: the adapter's static tool list (empty for a command agent).
-        requested: the tools the session's model requests offered (`caisson.probes.gating.request_tools` over
+        requested: the tools the session's model requests offered (`caisson.gating.request_tools` over
             the proxy's request bodies).
 
     Returns:

@@ -4,7 +4,7 @@ Order of work (docs/studies.md): plan (cells, refusals, order seed) and the grad
 -> ``study.planned`` -> preflight: one baseline probe per (arm, agent, model), each a
 recorded run under ``DIR/baselines/`` (``baseline.measured``; a failed isolation
 assertion aborts before any cell), then, for an ``enforced`` claim under an arm that denies
-something, the live gating probe (`caisson.probes.gating`; measured ``not_enforced``: that
+something, the live gating probe (`caisson.gating`; measured ``not_enforced``: that
 combination is refused, recorded with its evidence, and the study goes on) -> cells in
 the recorded order, each attempt under
 ``DIR/cells/<cell-id>/<n>/`` with its ``findings.json`` from replay, ``cell.started``
@@ -48,11 +48,10 @@ from caisson.home import ensure_operator_key
 from caisson.replay import BLOB_ROLES, replay_records, verdict_of, write_findings
 from caisson.run.record import new_run_id
 from caisson.agents import adapter as get_adapter
-from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
+from caisson.gating import judge_gating, pick_probe_tool, probe_script, request_tools, verdict_fields
 from caisson.study._dispatch import BASELINE_QUESTION, Session, SessionJob, derived_scenario
 from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor
 from caisson.study.plan import StudyPlan, combo_id, plan_study
-from caisson.probes.gating import request_tools
 from caisson.study.preflight import assess_baseline, check_grader
 from caisson.study.studyfile import PROVIDERS, load_study, resolve
 from caisson.study.studyledger import StudyLedger, enrolled_keys, read_study, run_key, sealed_state, state_of
@@ -363,7 +362,7 @@ class _Runner:
         fields = {"gating_claimed": spec.gating, "gating_run_dir": str(rel), "gating_tool": tool}
         if tool is None:
             verdict = judge_gating([], agent=combo.agent, version=spec.version, claimed=spec.gating, tool=None)
-            return {**fields, **_verdict_fields(verdict), "gating_run_dir": ""}
+            return {**fields, **verdict_fields(verdict), "gating_run_dir": ""}
         outcome, error, _ = self._record(combo, session)
         if self.interrupted:  # Ctrl-C: a cut probe is no verdict; resume probes again
             raise _Stop(f"gating probe {rel}: interrupted")
@@ -380,7 +379,7 @@ class _Runner:
         if failed is not None:  # the witnesses say the agent never ran: no verdict either way
             raise _Stop(f"gating probe {rel}: infra failure: {failed.message}")
         verdict = judge_gating(records, agent=combo.agent, version=spec.version, claimed=spec.gating, tool=tool)
-        return {**fields, **_verdict_fields(verdict), "gating_run_id": state.run_id,
+        return {**fields, **verdict_fields(verdict), "gating_run_id": state.run_id,
                 "gating_ledger_records": state.records, "gating_ledger_head": state.head}
 
     # -- cells ---------------------------------------------------------------------------
@@ -575,12 +574,6 @@ class _Runner:
         self.ledger.close()
         return StudyResult(out=str(self.out), state="aborted" if reason else "ended", reason=reason,
                            cells=len(plan.cells), counted=len(counted), void=void)
-
-
-def _verdict_fields(verdict: GatingVerdict) -> dict:
-    """A gating verdict as the ``gating_*`` fields of ``baseline.measured``."""
-    return {"gating_measured": verdict.measured, "gating_outcome": verdict.outcome,
-            "gating_evidence": list(verdict.evidence), "gating_reason": verdict.reason}
 
 
 _MODEL_PATHS = ("/v1/messages", "/v1/responses", "/v1/chat/completions")

@@ -311,9 +311,8 @@ def _request_fields(data: bytes) -> _RequestFields | str:
     """A request body's ``model``, ``stream`` and ``stream_options``, or the problem with it.
 
     The other members are parsed but not built: an agent's request carries its whole
-    conversation and tool definitions (Claude Code's, in `make demo`: 44 KB), which a full
-    decode turned into objects only to read three members (measured: 75 -> 24 us for
-    44 KB). A body this decoder refuses is decoded whole, at the depth the whole decode
+    conversation and tool definitions, which a full decode would turn into objects only to
+    read three members (docs/benchmarks.md, "Figures behind the code"). A body this decoder refuses is decoded whole, at the depth the whole decode
     always ran at, so every problem is named as it was. One difference with decoding whole:
     a member the call does not read is not converted, so a number JSON's grammar allows but
     Python will not convert there (a float out of range, ``1e999``; an integer of more than

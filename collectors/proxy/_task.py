@@ -135,9 +135,8 @@ class _Pump:
     """Frames from the addon's connection into the ledger: decoder, assembler, blobs, and
     the owner of each client connection, looked up as soon as the addon says it was
     accepted (else at its first request) and kept for its requests. The lookup runs in
-    this task, not a worker thread: about 0.5 ms for a chamber of a few processes, where a
-    thread waits on the GIL behind the other witnesses (12 to 90 ms measured under a
-    Claude Code run, by when a fast exchange's client has closed its socket).
+    this task, not a worker thread, so it is done before a fast exchange's client has
+    closed its socket (the figures: docs/benchmarks.md, "Figures behind the code").
 
     Counts into the `Witnessing`: ``lines`` frames, ``parse_failures`` bad frames,
     ``bytes`` frame bytes.

@@ -1,75 +1,13 @@
 """The mitmproxy addon of the proxy witness, loaded by ``mitmdump -s addon.py``.
 
 It runs inside mitmdump (its own process) and stays thin: it enforces the egress policy,
-rewrites chosen hosts to local upstreams, and copies every exchange and every tunnel, as
-it passes, into frames sent to the recorder over a unix socket. Parsing, decoding,
-redaction and events are the recorder's job (`collectors.proxy`). Imports: mitmproxy,
-msgpack (a mitmproxy dependency), the standard library, and `collectors.egress` (standard
-library only), loaded from its file beside this package: every host is compared through
-its `canonical_host`, as the DNS witness compares names.
-
-Policy (``caisson_tunnels=policed``, the default). The proxy reaches a (host, port) only
-when the allow list names it (`collectors.egress.target_allowed`), for a CONNECT and for
-every request; what a request says of its host (Host header, absolute-form or HTTP/2
-authority, TLS SNI) must agree with where it goes. It never connects to loopback,
-link-local or unspecified addresses or to one of the host's own addresses, whatever name
-led there (checked on the resolved address before connecting, and on the connected peer),
-except the configured upstream rewrites. It relays nothing it does not parse: a tunnel
-whose bytes are neither TLS nor HTTP is closed, and an upgrade to anything but WebSocket
-(RFC 6455) is killed. ``caisson_tunnels=open`` turns all of this off for tunnels, as
-mitmproxy does by default (the selftest's weakened control); tunnels are recorded either way.
-
-Options (``--set name=value``):
-    caisson_socket: unix socket path of the recorder ("" sends nothing).
-    caisson_allow: comma-separated allow entries (`collectors.egress.parse_allow`: a name,
-        or ``*.suffix`` for any name below ``suffix``, either with ``:port``; without one,
-        ports 80 and 443). Default: none, every request is refused.
-    caisson_upstream: comma-separated ``host=ip:port`` (keep the request's scheme) or
-        ``host=http://ip:port`` / ``host=https://ip:port`` rewrites: a request for
-        ``host`` is sent to that address; its Host header and the recorded host stay
-        ``host`` (e.g. the scripted model endpoint playing ``api.anthropic.com``).
-    caisson_tunnels: ``policed`` or ``open`` (see above).
-
-Wire format: each frame is a u32 big-endian length, then a msgpack map of that many
-bytes. ``id`` is the flow id (a uuid string), or the client connection id for
-``conn_error``. ``ts_ns`` is wall time (ns since the Unix epoch), ``mono_ns`` is
-CLOCK_MONOTONIC (ns; the same clock as the recorder's `time.monotonic_ns`). Headers are
-``[[name, value], ...]`` in wire order, values as str (latin-1 for non-UTF-8 bytes). Bodies
-are bytes as on the wire after transfer decoding (HTTP/1 chunking removed) but still
-content-encoded (gzip, br, deflate, zstd): the recorder decodes them.
-
-- ``hello``: pid, mitmproxy_version, listen ([[host, port], ...]), confdir, allow,
-  upstream ({host: "scheme://ip:port"}), tunnels, rawtcp (mitmproxy's option), egress
-  (the path of the `collectors.egress` file the addon loaded); sent once, when the proxy
-  listens.
-- ``connected``: id (the client connection's), ts_ns, mono_ns, client ("ip:port"): a
-  client connection was accepted (before CONNECT, TLS or any request).
-- ``request``: id, ts_ns, mono_ns, method, scheme, host, port, path, http_version,
-  headers, client ("ip:port"), conn (the client connection's id: the same for every
-  request on one connection); at request headers, before the policy check.
-- ``request_body``: id, ts_ns, mono_ns, body, upstream ("ip:port" when rewritten, else
-  null); when the whole request body arrived (mitmproxy buffers request bodies).
-- ``denied``: id, ts_ns, mono_ns, status (403, or 502 when the policy refused the
-  upstream connection), policy, reason. Terminal.
-- ``response_start``: id, ts_ns, mono_ns, status, reason, http_version, headers.
-- ``chunk``: id, data. Every response body is streamed (decided here, always: one code
-  path, SSE passes through at once, and a streamed body is never buffered whole).
-- ``response_end``: id, ts_ns, mono_ns. Terminal.
-- ``error``: id, ts_ns, mono_ns, message. Terminal (cut stream, upstream refused, ...).
-- ``tunnel``: id (the CONNECT's or the upgraded request's flow id), ts_ns, mono_ns, via
-  ("connect" or "upgrade"), host, port, client, protocol (an upgrade's), denied (the
-  reason, or null). Terminal when denied.
-- ``tunnel_end``: id, ts_ns, mono_ns, protocol (what was found inside, "/"-joined),
-  exchanges, client_bytes, server_bytes (relayed other than as HTTP), denied (a refusal
-  of what the tunnel carried, or null), error. Terminal.
-- ``conn_error``: id, ts_ns, mono_ns, client, sni, message: a client connection that
-  failed TLS or closed without one HTTP request (e.g. a non-HTTP protocol on the port).
-- ``dropped``: ts_ns, count: frames lost since the last such frame (socket gone, queue
-  full); sent as soon as the socket works again, and at shutdown if it does.
-
-Sending never blocks the proxy: hooks queue frames for a writer thread (at most
-``MAX_QUEUED_BYTES``); when the queue is full or the socket is gone, frames are dropped
-and counted, and proxying goes on.
+rewrites chosen hosts to local upstreams, and copies every exchange and every tunnel into
+frames (a u32 big-endian length, then a msgpack map; times in ns) sent to the recorder over
+a unix socket; parsing, decoding, redaction and events are the recorder's
+(`collectors.proxy`). Options: ``caisson_socket``, ``caisson_allow``, ``caisson_upstream``,
+``caisson_tunnels`` (``--set name=value``). Sending never blocks the proxy: past
+`MAX_QUEUED_BYTES` frames are dropped and counted (a ``dropped`` frame). The policy, the
+options and every frame's fields: docs/witnesses.md, "The proxy addon".
 """
 
 from __future__ import annotations

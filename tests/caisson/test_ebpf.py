@@ -21,7 +21,7 @@ import pytest
 from caisson._cli import record as record_cli
 from caisson.cli import main
 from caisson.home import ensure_operator_key
-from caisson.probes import witness_choice
+from caisson.run import witness_choice
 from caisson.probes.selftest import SCENARIO, make_probe_repo
 from caisson.detectors import config_from_records
 from caisson.detectors.crosscheck import witness_disagreement

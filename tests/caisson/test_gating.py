@@ -1,4 +1,4 @@
-"""The gating probe and tool discovery (caisson/probes/gating.py): verdicts as playbooks
+"""The gating probe and tool discovery (caisson/gating/probe.py): verdicts as playbooks
 (records in, exact verdict out), request bodies in the providers' shapes, the probe
 script accepted by the scripted model; and, in the chamber, an agent build that reports one
 extra tool, which preflight discovers and denies."""
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson.model.script import parse_model_script
-from caisson.probes.gating import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script, request_tools
+from caisson.gating import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script, request_tools
 from ledger import Record
 from ledger.events import AgentToolCall, AgentToolResult, AgentTools, BlobStored
 

@@ -229,7 +229,7 @@ def test_the_scan_at_c_speed_equals_the_scan_record_by_record(tmp_path):
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from caisson.probes.cells import CellSpec, write_cell
+    from tests._fixtures.cells import CellSpec, write_cell
     from caisson.replay._rederive import _scan
     from ledger import Record, SigningKey, verify_and_read
 
@@ -286,7 +286,7 @@ def test_a_synthetic_cell_keeps_the_bodies_its_model_calls_rederive_from(tmp_pat
     """The benchmarks' and tests' synthetic cells are shaped like a proxy's: each exchange's
     bodies are blobs, so replay rebuilds the same calls and the token cross-check agrees
     (before, the rebuilt calls had no usage and every cell was token_ambiguous)."""
-    from caisson.probes.cells import CellSpec, write_cell
+    from tests._fixtures.cells import CellSpec, write_cell
     from caisson.replay import replay_records
     from caisson.replay._rederive import rederive
     from ledger import verify_and_read

@@ -9,7 +9,7 @@ import pytest
 
 from caisson.cli import main
 from caisson.probes.selftest import cases_for
-from caisson.probes.witness_choice import machine_identity, outcome_path
+from caisson.run.witness_choice import machine_identity, outcome_path
 
 
 @pytest.mark.long

@@ -95,7 +95,7 @@ OLD_FACTS = [
                  RunArm(name="searching", grant=["Read"], withhold=["Write"], deny=["Bash", "Write"],
                         strategies=["search"], catalog={"search": ["Grep", "mcp__codesearch"], "docs": []}),
                  id="arm-strategies"),
-    pytest.param("arm", {"name": "bash", "grant": ["Read", "Grep", "Glob"], "deny": ["Bash"]},  # probes/cells.py
+    pytest.param("arm", {"name": "bash", "grant": ["Read", "Grep", "Glob"], "deny": ["Bash"]},  # tests/_fixtures/cells.py
                  RunArm(name="bash", grant=["Read", "Grep", "Glob"], deny=["Bash"]), id="arm-synthetic"),
     pytest.param("limits", SCHEMA14_RUN["limits"],
                  RunLimits(wall_seconds=120.0, pids=512, memory_bytes=2147483648, cpus=1.0, disk_bytes=4294967296,

@@ -286,7 +286,7 @@ def test_route_by_runs_equals_routing_record_by_record(picks):
 
 
 def test_route_by_runs_on_synthetic_cells(tmp_path):
-    from caisson.probes.cells import CellSpec, write_cell
+    from tests._fixtures.cells import CellSpec, write_cell
     from ledger import SigningKey, verify_and_read
 
     key = SigningKey.generate()

@@ -9,7 +9,7 @@ import pytest
 
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Finding
 from caisson.home import ensure_operator_key
-from caisson.probes.cells import CellSpec, write_cell
+from tests._fixtures.cells import CellSpec, write_cell
 from caisson.errors import ScenarioError
 from caisson.report import TokenFigure, build_report, read_cell, read_cells, render_json, report_cell
 from ledger import SigningKey

@@ -19,7 +19,7 @@ from caisson.errors import UsageError
 from caisson.home import ensure_operator_key
 from caisson.report import build_report, render_text
 from caisson.study.backfill import BACKFILL_DIR, backfill_study, read_backfill
-from caisson.study.report import load_study_report
+from caisson.study.report_input import load_study_report
 from caisson.study.studyledger import StudyLedger, read_study, sealed_state
 from caisson.study.verify import verify_study
 from ledger import BlobStore, LedgerWriter

@@ -15,11 +15,11 @@ import pytest
 from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.model import scripted_model
-from caisson.probes.cells import CellSpec, write_cell
+from tests._fixtures.cells import CellSpec, write_cell
 from caisson.report import build_report, render_text
 from caisson.study import sealed_state, study_status, verify_study
 from caisson.study.judge import resolve_judge, run_judge
-from caisson.study.report import load_study_report
+from caisson.study.report_input import load_study_report
 from caisson.study.studyledger import StudyLedger, read_study, segments
 from caisson.study.verify import judge_dirs
 from ledger import read_records
@@ -36,7 +36,7 @@ endpoint = { script = "model.toml" }
 endpoint = "https://judge.example"
 model = "judge-from-table"
 '''
-ANSWERS = {  # cell -> (answer, its deterministic score against caisson.probes.cells.SCENARIO)
+ANSWERS = {  # cell -> (answer, its deterministic score against tests._fixtures.cells.SCENARIO)
     "right": ("`Context` is defined in src/click/core.py:234.", 1.0),
     "reworded": ("The Context class lives in the core module of click.", 0.0),
     "hedged": ("`Context` is defined in src/click/core.py, I believe.", 1.0),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from caisson.errors import UsageError
-from caisson.probes.gating import probe_script
+from caisson.gating import probe_script
 from caisson.scenario import Scenario
 from caisson.study._dispatch import BASELINE_QUESTION, SCRIPTED_KEY, Session, session_options
 from ledger.events import Combo, Endpoint

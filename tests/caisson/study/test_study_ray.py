@@ -26,7 +26,7 @@ from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.probes import make_probe_repo
 from caisson.study import read_study, run_study, verify_study
-from caisson.study.report import load_study_report
+from caisson.study.report_input import load_study_report
 from caisson.study.studyledger import run_signer
 from ledger.events import CellEnded, CellStarted, HostKey, StudyPlanned
 from tests.caisson.conftest import require

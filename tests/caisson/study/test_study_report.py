@@ -18,7 +18,7 @@ from pathlib import Path
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Finding
 from caisson.home import trusted_key
 from caisson.report import build_report, render_json
-from caisson.study.report import load_study_report
+from caisson.study.report_input import load_study_report
 from tests.caisson.study.test_study_run import small_study  # noqa: F401  (the fixture)
 
 
@@ -122,10 +122,10 @@ def test_the_report_reads_each_run_ledger_once(small_study, monkeypatch):  # noq
 
 
 def _synthetic_study(out: Path, recorded=None):
-    """A closed study of two clean cells written without a chamber (`caisson.probes.cells`);
+    """A closed study of two clean cells written without a chamber (`tests._fixtures.cells`);
     ``recorded``: the verdict its ``cell.ended`` events say the runner saw (None: none)."""
     from caisson.home import ensure_operator_key
-    from caisson.probes.cells import SCENARIO, CellSpec, write_cell
+    from tests._fixtures.cells import SCENARIO, CellSpec, write_cell
     from caisson.study.studyledger import StudyLedger, sealed_state
     from ledger.events import CellEnded, CellStarted, Combo, PlannedCell, StudyEnded, StudyPlanned
 

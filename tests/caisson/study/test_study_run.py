@@ -302,7 +302,7 @@ def test_wrong_deny_list_measures_gating_not_enforced_and_refuses_the_combinatio
     assert not (tmp_path / "out" / "cells").exists()
     assert verify_study(tmp_path / "out", ensure_operator_key().verify_key).status == "ok"
     # The report counts the combination's cells as refused, with the measured gating as the reason.
-    from caisson.study.report import load_study_report
+    from caisson.study.report_input import load_study_report
 
     _, data = load_study_report(tmp_path / "out", ensure_operator_key().verify_key)
     assert data.cells and {c.status for c in data.cells} == {"refused"}
@@ -416,7 +416,7 @@ def test_a_study_planned_in_the_schema_14_dict_shape_resumes_and_reports(chamber
     import msgspec
 
     from caisson.study import load_study, plan_study
-    from caisson.study.report import load_study_report
+    from caisson.study.report_input import load_study_report
     from caisson.study.studyledger import StudyLedger
 
     repo = make_probe_repo(tmp_path)

@@ -312,7 +312,7 @@ RESPONSES_BODY = b'{"model":"m","tools":[{"type":"function","name":"exec_command
     (b"\xff\xfe", []),
 ], ids=["anthropic", "chat", "responses", "no-tools", "odd-items", "not-object", "trailing-junk", "not-utf8"])
 def test_request_tools_reads_every_provider_shape_and_refuses_junk(body, names):
-    from caisson.probes.gating import request_tools  # the one reader, shared with the gating probe
+    from caisson.gating import request_tools  # the one reader, shared with the gating probe
 
     assert request_tools(body) == names
 

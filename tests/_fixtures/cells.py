@@ -2,7 +2,7 @@
 
 A cell ledger as `caisson record` writes one for an agent on the scripted model: the
 manifest (question, agent, arm), the scenario and answer as blobs, the sandbox, a
-strace-like stream (`caisson.probes.synthetic.strace_like`), the proxy's
+strace-like stream (`tests._fixtures.synthetic.strace_like`), the proxy's
 ``http.exchange`` (its bodies kept as blobs, so replay re-derives the call) and
 ``llm.call`` per model turn with the agent's session header, and
 the agent's first-party ``agent.usage``. Deterministic in its arguments; wall times are
@@ -20,7 +20,7 @@ from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson.chamber.envpin import INJECTION_SWITCHES
 from caisson.model import render_turn
 from caisson.model.script import Turn, Usage
-from caisson.probes.synthetic import strace_like
+from tests._fixtures.synthetic import strace_like
 from collectors.proxy import rederive_llm_call
 from ledger import BlobStore, LedgerWriter, SigningKey
 from ledger.events import (
@@ -187,7 +187,7 @@ def write_cell(run_dir: Path, spec: CellSpec, key: SigningKey, *, start_ns: int 
         w.append(SandboxBuilt(path=SANDBOX_PATH, commit="c" * 40, tree_digest="d" * 64,
                               excluded=[ExcludedPath(path="benchmark/questions.toml", category="answer_key")]),
                  source="recorder", **at())
-        # the proxy's endpoint, which the strace-like stream connects to (caisson.probes.synthetic)
+        # the proxy's endpoint, which the strace-like stream connects to (tests._fixtures.synthetic)
         w.append(WitnessStarted(witness="proxy", detail={"listen": "10.89.0.2:3128"}), source="proxy", **at())
         w.append(ProcessExec(pid=1, host_pid=40_001, path="/usr/local/bin/claude", argv=["claude", "-p", "..."],
                              cwd=SANDBOX_PATH, env=ENV), source="strace", **at())

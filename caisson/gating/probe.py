@@ -1,36 +1,23 @@
-"""The gating probe: an adapter's claim of ``enforced`` holds only once a live session shows it.
+"""The gating probe: a session that asks the agent for a denied tool, and its verdict.
 
-A probe session runs the agent with an arm's deny list against the scripted model, which
-asks for one denied tool (`probe_script`) that a discovery session showed the agent has (a
-tool the session never had is refused whatever the deny list says: it proves nothing). The
-claim holds when the transcript shows that call refused; any other outcome (executed,
-errored, unknown), or no sign of the call at all, measures the agent as ``not_enforced``
-for its version, with the records as evidence. An ``ungated`` agent stays ``ungated``:
-there is nothing to probe.
-
-Tool discovery reads the same sessions: the tools an agent reports about itself
-(``agent.tools``) and the tools its model requests offer (the ``tools`` of each LLM
-request body the proxy kept) are unioned with the adapter's static list into the deny list
-(`caisson.run.plan.RecordOptions.discovered_tools`), so a tool that appears upstream is
-denied without an adapter change.
-
-`judge_gating`, `request_tools` and `discovered_tools` are pure; `probe_script` renders a
-script; `caisson.probes.preflight` and a study's preflight run the sessions.
+`pick_probe_tool` chooses the denied tool, `probe_script` renders the scripted model that
+calls it, `judge_gating` reads the probe run's records into a `GatingVerdict` (pure), and
+`verdict_fields` spells that verdict as the ``gating_*`` fields of ``baseline.measured``.
+The sessions themselves are run by `caisson.probes.preflight` and `caisson.study.runner`
+(docs/architecture.md, "Gating, measured").
 """
-
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
 
 from ledger import Record
-from ledger.events import AgentToolCall, AgentToolResult, AgentTools, BlobStored, Gating
+from ledger.events import AgentToolCall, AgentToolResult, Gating
 
-__all__ = ["GatingVerdict", "PROBE_ARGUMENTS", "discovered_tools", "judge_gating", "pick_probe_tool",
-           "probe_script", "request_tools"]
+__all__ = ["GatingVerdict", "PROBE_ARGUMENTS", "judge_gating", "pick_probe_tool", "probe_script", "verdict_fields"]
 
 PROBE_ARGUMENTS: dict[str, dict[str, Any]] = {
     "Write": {"file_path": "/work/sandbox/caisson-gating-probe.txt", "content": "gating probe"},
@@ -88,7 +75,7 @@ def probe_script(model: str | None, tool: str) -> str:
     """
     arguments = json.dumps(PROBE_ARGUMENTS.get(tool, {}))
     return "\n".join([
-        "# The gating probe (caisson/probes/gating.py): the model calls a denied tool, then answers.",
+        "# The gating probe (caisson/gating/probe.py): the model calls a denied tool, then answers.",
         'name = "gating_probe"',
         f"models = [{json.dumps(model)}]" if model else "# any model",
         "[[turns]]",
@@ -159,45 +146,7 @@ def judge_gating(records: Iterable[Record], *, agent: str, version: str, claimed
                          reason=f"denied {tool} was called and refused")
 
 
-def request_tools(body: bytes) -> list[str]:
-    """The tool names an LLM request body offers the model (sans-IO, never raises).
-
-    Anthropic Messages (``tools[].name``), OpenAI Chat Completions
-    (``tools[].function.name``) and Responses (``tools[].name``, or ``type`` for a built-in
-    tool such as ``web_search``). A body that is not JSON, or has no tools, gives [].
-    """
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError, UnicodeDecodeError):
-        return []
-    tools = doc.get("tools") if isinstance(doc, dict) else None
-    names = []
-    for tool in tools if isinstance(tools, list) else []:
-        if not isinstance(tool, dict):
-            continue
-        function = tool.get("function")
-        name = tool.get("name") or (function.get("name") if isinstance(function, dict) else None) or tool.get("type")
-        if isinstance(name, str) and name:
-            names.append(name)
-    return names
-
-
-def discovered_tools(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> list[str]:
-    """Every tool a session showed: the agent's own reports (``agent.tools``) and the tools
-    offered by each request whose body the proxy kept (``http.request_body`` blobs: the
-    chamber reaches only the allowed model hosts). Sorted, no duplicates.
-
-    Args:
-        records: one run's records.
-        blob: reads a blob by sha256 (None when missing).
-    """
-    found: set[str] = set()
-    for record in records:
-        event = record.event
-        if isinstance(event, AgentTools):
-            found.update(event.tools)
-        elif isinstance(event, BlobStored) and event.role == "http.request_body":
-            data = blob(event.sha256)
-            if data is not None:
-                found.update(request_tools(data))
-    return sorted(found)
+def verdict_fields(verdict: GatingVerdict) -> dict[str, object]:
+    """A gating verdict as the ``gating_*`` fields of ``baseline.measured``."""
+    return {"gating_measured": verdict.measured, "gating_outcome": verdict.outcome,
+            "gating_evidence": list(verdict.evidence), "gating_reason": verdict.reason}

@@ -1,33 +1,12 @@
 """Load a study directory into the report's input (`caisson.report.StudyReportInput`).
 
-The study directory is verified first (`verify_study`); then the study ledger's events
-are mapped onto the report's types as `caisson.report._inputs`' docstring describes:
-
-- ``study.planned``: one `ReportCell` per matrix cell, gating and elicitation of its
-  (arm, agent, model), question kinds from the scenario blob the study ledger keeps,
-  refusals, prices, the order seed;
-- ``baseline.measured``: one `ReportBaseline`, its floor recomputed by `read_cell` of the
-  baseline run directory (the same rank as a cell's), never taken from the event;
-- ``cell.ended`` with ``counting``: `read_cell` of that attempt's run directory, once
-  (all runs through `read_cells`, in parallel processes),
-  then `report_cell`; a planned cell with no counting attempt stays ``not_run``, a
-  refused combination's cells are ``refused``;
-- the last judge ledger under ``DIR/judge/`` that verifies closed (``caisson study judge``):
-  `JudgeSummary` with the requested model, the served models the proxy witness's
-  ``llm.call`` records name, and one `Disagreement` per verdict that disagrees with the
-  cell's score as replayed now (a matcher fix can settle an alarm; the judge never changes
-  a score); None when no judge ran.
-
-A run's token figure is chosen from its own records, its model calls and agent reports as
-replay rebuilds them from its blobs with today's parsers (`read_cell`), unless the study's signed backfill
-ledger (``DIR/backfill/``, caisson/study/backfill.py, verified with the study) holds a
-figure for that run at the head the study ledger binds and the live one is not
-first-party: then the backfilled figure ranks above the proxy's
-(`caisson.report.with_backfill`) and its source, ``first_party_backfill:...``, is printed
-beside it.
-
-Everything is recomputed from sealed ledgers with the current detectors; no derived
-file (``findings.json``) is read. A model of None (a plain command) is reported as ``-``.
+`load_study_report` verifies the study directory first (`verify_study`; a tampered study
+gives no input), then maps the study ledger's events onto the report's types, every cell
+recomputed from its sealed ledger with the current detectors (no derived file is read),
+counting runs read in parallel processes (`read_cells`). Errors: `UsageError` for a
+directory with no study ledger, `CaissonError` for a sealed scenario that no longer
+parses. The mapping, the judge's summary and the backfilled token figures:
+docs/architecture.md, "The report's input, from a study's ledgers".
 """
 
 from __future__ import annotations
