@@ -151,7 +151,7 @@ class BaselineMeasured(_Event, tag="baseline.measured", frozen=True, kw_only=Tru
     deny: list[str] = []  # the deny list of this combination's cells (static union discovered, minus grant)
     floor_tokens: int | None = None  # the session's total tokens (input + output); None: not measured
     floor_source: str | None = None  # where floor_tokens comes from, e.g. "claude-code result.usage"
-    # The gating probe (caisson/probes/gating.py), run when the agent claims ``enforced`` and the
+    # The gating probe (caisson/gating/probe.py), run when the agent claims ``enforced`` and the
     # arm denies something; status ``refused``: the claim was measured ``not_enforced``.
     gating_claimed: str | None = None  # the adapter's claim; None: no adapter
     gating_measured: str | None = None  # enforced | not_enforced | ungated; None: not probed
