@@ -6,10 +6,19 @@ matrix; `caisson.probes.gating` the gating probe and tool discovery both preflig
 `caisson.probes.synthetic` makes strace-like event streams for demos and benchmarks.
 """
 
-from caisson.probes.gating import GatingVerdict, discovered_tools, judge_gating, probe_script
+from caisson.probes.gating import (
+    GatingVerdict,
+    discovered_tools,
+    judge_gating,
+    pick_probe_tool,
+    probe_script,
+    request_tools,
+)
 from caisson.probes.preflight import Check, preflight
-from caisson.probes.selftest import CASES, Case, SelftestResult, make_probe_repo, run_selftest
+from caisson.probes.selftest import CASES, LEAK_BACKSTOP, Case, SelftestResult, make_probe_repo, run_selftest
 from caisson.probes.synthetic import strace_like
+from caisson.probes.witness_choice import default_syscall_witness, outcome_path
 
-__all__ = ["CASES", "Case", "Check", "GatingVerdict", "SelftestResult", "discovered_tools", "judge_gating",
-           "make_probe_repo", "preflight", "probe_script", "run_selftest", "strace_like"]
+__all__ = ["CASES", "LEAK_BACKSTOP", "Case", "Check", "GatingVerdict", "SelftestResult", "default_syscall_witness",
+           "discovered_tools", "judge_gating", "make_probe_repo", "outcome_path", "pick_probe_tool", "preflight",
+           "probe_script", "request_tools", "run_selftest", "strace_like"]
