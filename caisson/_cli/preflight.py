@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from caisson.probes.preflight import preflight
+    from caisson.probes import preflight
 
     checks = preflight(args.scenario, args.repo, args.agent, out=args.out)
     for c in checks:

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from caisson.detectors import DEFAULT_DETECTORS
-from caisson.probes.selftest import CASES, LEAK_BACKSTOP, run_selftest
-from caisson.probes.witness_choice import outcome_path
+from caisson.probes import CASES, LEAK_BACKSTOP, run_selftest
+from caisson.probes import outcome_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import DetectorConfig, Finding, VOID, norm, reads, under
-from caisson.chamber.envpin import INJECTION_SWITCHES
+from caisson.chamber import INJECTION_SWITCHES
 from ledger import is_credential
 from ledger import Record
 from ledger.events import ProcessExec, RunStarted

@@ -27,7 +27,6 @@ from pathlib import Path
 import msgspec
 
 from caisson import home
-from caisson.run import ebpf as ebpf_run
 from collectors.ebpf import ebpf_program
 from ledger import KeyFileError
 
@@ -175,7 +174,9 @@ def choose_syscall_witness(identity: dict[str, str] | None = None, *,
         qualify: runs the qualification: (failures, seconds); None: none is run.
         say: told one line when a qualification runs (for the caller's stderr).
     """
-    problem = ebpf_run.ebpf_problem()
+    from caisson.run import ebpf_problem  # looked up per call: a test patches caisson.run.ebpf
+
+    problem = ebpf_problem()
     if problem is not None:
         why = f"the eBPF witness cannot run here ({problem})"
         return Choice(witness="strace", why=f"default: strace: {why}",

@@ -42,17 +42,17 @@ from pathlib import Path
 import msgspec
 
 from caisson.detectors import VOID, Finding, config_from_records, run_detectors
-from caisson.detectors.health import HOST_STALLED, should_abort_study
+from caisson.detectors import HOST_STALLED, should_abort_study
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key
 from caisson.replay import replay_runs
-from caisson.run.record import new_run_id
+from caisson.run import new_run_id
 from caisson.agents import adapter as get_adapter
-from caisson.probes.gating import GatingVerdict, judge_gating, pick_probe_tool, probe_script
+from caisson.probes import GatingVerdict, judge_gating, pick_probe_tool, probe_script
 from caisson.study._dispatch import BASELINE_QUESTION, Session, SessionJob, derived_scenario
 from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor
 from caisson.study.plan import StudyPlan, combo_id, plan_study
-from caisson.probes.gating import request_tools
+from caisson.probes import request_tools
 from caisson.study.preflight import assess_baseline, check_grader
 from caisson.study.studyfile import PROVIDERS, load_study, resolve
 from caisson.study.studyledger import StudyLedger, enrolled_keys, read_study, run_key, sealed_state
