@@ -39,6 +39,10 @@ from caisson.run import default_witnesses
 from caisson.probes import default_syscall_witness
 from ledger import verify_ledger
 
+__all__ = [
+    "AGENTS", "KEY", "OPENAI_AGENTS", "PROBES", "SCENARIO", "SCENARIOS", "SUMMARY_AGENTS", "register", "run",
+]
+
 SCENARIOS = resource_dir("scenarios")
 SCENARIO = SCENARIOS / "click" / "scenario.toml"
 PROBES = SCENARIOS / "probes"

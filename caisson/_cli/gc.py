@@ -18,6 +18,8 @@ from caisson._signals import run_terminable
 from caisson.chamber import open_engine
 from caisson.chamber import Reaped, reap
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gc", help="list and remove chambers, networks and scratch dirs whose recorder is gone")

@@ -12,6 +12,8 @@ import sys
 from caisson.chamber import build_image, image_tag
 from caisson.errors import ChamberError
 
+__all__ = ["EXIT_OK", "EXIT_USAGE", "register", "run"]
+
 EXIT_OK = 0
 EXIT_USAGE = 2
 

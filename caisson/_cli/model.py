@@ -28,6 +28,8 @@ from caisson.model import (
     server_ssl_context,
 )
 
+__all__ = ["register", "run_check", "run_serve"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `model` command with its `serve` and `check` subcommands."""

@@ -16,6 +16,8 @@ from caisson.errors import UsageError
 from caisson.run import RecordOptions, record
 from caisson.run import default_witnesses
 
+__all__ = ["SYSCALL_WITNESSES", "register", "run"]
+
 SYSCALL_WITNESSES = ("strace", "ebpf", "both")
 """The values of ``--syscall-witness``."""
 

@@ -18,6 +18,8 @@ from caisson.detectors import DEFAULT_DETECTORS
 from caisson.probes import CASES, LEAK_BACKSTOP, run_selftest
 from caisson.probes import outcome_path
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("selftest", help="run the known-bad probes and print the detector x probe matrix")

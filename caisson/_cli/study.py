@@ -40,6 +40,10 @@ import msgspec
 if TYPE_CHECKING:
     from ledger.events import HostKey
 
+__all__ = [
+    "plan_lines", "register", "run_backfill", "run_judge", "run_plan", "run_report", "run_run", "run_status",
+]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="plan, run and follow a study (a matrix of cells)")

@@ -15,6 +15,8 @@ from caisson.run import record_json
 from ledger import Record, follow_records, read_records
 from ledger.events import EVENT_KINDS, event_kind
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tail", help="print a ledger's events as JSON lines")

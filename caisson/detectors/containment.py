@@ -16,6 +16,11 @@ from ledger import Record
 from collectors.strace import DENIED_SYSCALLS
 from ledger.events import FileChange, FileOpen, ProcessExec, ProcessSyscall, RunStarted, SandboxBuilt
 
+__all__ = [
+    "AGENT_CONFIG", "DENIED_SYSCALL", "EXCLUDED_READ", "MEMO_MAX", "OUTSIDE_TREE", "PATH_UNJUDGED",
+    "PROC_TUNING", "agent_config", "denied_syscall", "excluded_read", "outside_tree", "path_unjudged",
+]
+
 EXCLUDED_READ = "containment.excluded_read@1"
 OUTSIDE_TREE = "containment.outside_tree@2"
 PROC_TUNING = re.compile(r"^/proc/\d+/(task/\d+/)?(oom_score_adj|oom_adj|comm)$")

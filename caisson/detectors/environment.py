@@ -16,6 +16,8 @@ from ledger import is_credential
 from ledger import Record
 from ledger.events import ProcessExec, RunStarted
 
+__all__ = ["ENV_INHERITANCE", "env_inheritance"]
+
 ENV_INHERITANCE = "env.inheritance@1"
 _is_credential = functools.lru_cache(maxsize=4096)(is_credential)  # pure; every run starts with the same names
 _CONFIG_VARS = ("HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME")
