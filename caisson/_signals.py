@@ -17,6 +17,8 @@ import signal
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
 
+__all__ = ["Terminated", "install", "run_terminable"]
+
 T = TypeVar("T")
 
 

@@ -16,6 +16,8 @@ from caisson import __version__
 from caisson._signals import Terminated, install as install_sigterm
 from caisson.errors import CaissonError
 
+__all__ = ["EXIT_FINDING", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "run"]
+
 EXIT_OK = 0
 EXIT_FINDING = 1
 EXIT_USAGE = 2

@@ -25,6 +25,11 @@ import sys
 
 import msgspec
 
+__all__ = [
+    "GENESIS_TAG", "MAX_DEPTH_CAP", "NATIVE", "SEAL_TAG", "SEAL_TAG_V2", "chain_frame_py", "genesis",
+    "seal_message", "seal_message_v2", "within_depth",
+]
+
 GENESIS_TAG = b"caisson-ledger/1 genesis\x00"
 SEAL_TAG = b"caisson-ledger/1 seal\x00"
 SEAL_TAG_V2 = b"caisson-ledger/2 seal\x00"

@@ -7,6 +7,11 @@ the ledger importing them (dependency direction: ledger <- collectors <- caisson
 
 from __future__ import annotations
 
+__all__ = [
+    "BlobMismatchError", "CaissonError", "KeyFileError", "LedgerError", "NotALedgerError",
+    "WriterClosedError",
+]
+
 
 class CaissonError(Exception):
     """Root of all errors caisson raises deliberately; catch this at the CLI boundary."""

@@ -37,6 +37,14 @@ from ledger._errors import LedgerError, NotALedgerError
 from ledger._sansio import NEED_DATA, NeedData
 from ledger.events import Event
 
+__all__ = [
+    "Damage", "Envelope", "FORMAT_VERSION", "FRAME_HEADER_SIZE", "FRAME_RECORDS", "FRAME_SEAL", "Frame",
+    "FrameParser", "HASH_ALG", "HEADER_PREFIX_SIZE", "Header", "MAGIC", "MAX_BODY", "MAX_PAYLOAD",
+    "READABLE_VERSIONS", "Record", "Seal", "WireRecord", "ZSTD_MAGIC", "decompress_records", "encode_frame",
+    "encode_header", "envelope_list_decoder", "header_decoder", "msgpack_array_header", "record_encoder",
+    "seal_decoder", "wire_list_decoder",
+]
+
 FORMAT_VERSION: Final = 2  # what the writer writes
 READABLE_VERSIONS: Final = (1, 2)  # what the reader reads
 MAGIC: Final = b"\x89CSNLDG\n"

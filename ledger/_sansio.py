@@ -12,6 +12,8 @@ from typing import Final
 
 from ledger._errors import CaissonError
 
+__all__ = ["NEED_DATA", "NeedData", "ParserClosedError"]
+
 
 class NeedData(enum.Enum):
     """The type of `NEED_DATA` (an enum, so a type checker narrows ``is not NEED_DATA``)."""

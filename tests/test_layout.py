@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -67,44 +70,79 @@ def test_ledger_public_surface_is_pinned():
 PACKAGES = ("ledger", "collectors", "caisson")
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _package_sources() -> dict[str, Path]:
-    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+def _package_sources(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    return {_module_name(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def _module_scope(tree: ast.Module) -> list[ast.stmt]:
+    """The statements run at import: module level, inside module-level if/try blocks, never function bodies."""
+    stack, nodes = list(tree.body), []
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        if isinstance(node, (ast.If, ast.Try)):
+            stack.extend(node.body + node.orelse + getattr(node, "finalbody", [])
+                         + [s for h in getattr(node, "handlers", []) for s in h.body])
+    return nodes
+
+
+@functools.cache
+def _lazy_sources(path: Path) -> dict[str, str]:
+    """A lazy face's names (PEP 562: a module-level ``__getattr__``), each with the module it is
+    resolved from (its ``if TYPE_CHECKING:`` imports); {} for a module that is no lazy face."""
+    scope = _module_scope(_tree(path))
+    if "__getattr__" not in _bound_names(path):
+        return {}
+    return {alias.asname or alias.name: node.module for node in scope
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 for alias in node.names}
 
 
 def _imported_modules(path: Path, modules: dict[str, Path], *, top_level_only: bool,
                       run_time_only: bool = False) -> set[str]:
-    """The project modules a file imports (``from a.b import c`` counts a.b.c when it is a module);
-    `run_time_only`: not those imported for a type checker only (``if TYPE_CHECKING:``)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    if run_time_only:
-        tree = _without_type_checking(tree)
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    if top_level_only:  # module scope, including module-level if/try blocks, never function bodies
-        stack, nodes = list(tree.body), []
-        while stack:
-            node = stack.pop()
-            nodes.append(node)
-            if isinstance(node, (ast.If, ast.Try)):
-                stack.extend(node.body + node.orelse + getattr(node, "finalbody", [])
-                             + [s for h in getattr(node, "handlers", []) for s in h.body])
+    """The project modules a file imports (``from a.b import c`` counts a.b.c when it is a module,
+    and, from a lazy face, the module the face resolves ``c`` from); `run_time_only`: not those
+    imported for a type checker only (``if TYPE_CHECKING:``)."""
+    tree = _run_time_tree(path) if run_time_only else _tree(path)
+    nodes = _module_scope(tree) if top_level_only else list(ast.walk(tree))
     found: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in modules)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in modules:
-            submodules = {f"{node.module}.{a.name}" for a in node.names} & set(modules)
-            found.update(submodules)
-            if len(submodules) < len(node.names):  # names defined in the module itself
-                found.add(node.module)
+            lazy = _lazy_sources(modules[node.module]) if run_time_only else {}
+            for alias in node.names:
+                submodule = _submodule(node.module, alias.name, modules)
+                found.add(submodule or lazy.get(alias.name, node.module))
     return found
 
 
-def _without_type_checking(tree: ast.Module) -> ast.Module:
+def _submodule(module: str, name: str, modules: dict[str, Path]) -> str | None:
+    """The module ``from module import name`` imports, or None when it imports a name: one the
+    package binds itself wins over its submodule of that name (``from caisson.run import record``)."""
+    submodule = f"{module}.{name}"
+    return submodule if submodule in modules and name not in _bound_names(modules[module]) else None
+
+
+def _imported_names(path: Path, modules: dict[str, Path]) -> list[tuple[str, str]]:
+    """(module, name) for each ``from module import name`` of a project module where the name
+    is no submodule: the names a file takes from another module's surface."""
+    return [(node.module, alias.name) for node in ast.walk(_tree(path))
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in modules
+            for alias in node.names if _submodule(node.module, alias.name, modules) is None]
+
+
+@functools.cache
+def _run_time_tree(path: Path) -> ast.Module:
     """The module without its ``if TYPE_CHECKING:`` blocks (imports a type checker reads, never run)."""
     class Drop(ast.NodeTransformer):
         def visit_If(self, node: ast.If) -> ast.AST | None:
@@ -114,7 +152,114 @@ def _without_type_checking(tree: ast.Module) -> ast.Module:
                 return None
             return self.generic_visit(node)
 
-    return Drop().visit(tree)
+    return Drop().visit(ast.parse(path.read_text(), filename=str(path)))
+
+
+@functools.cache
+def _bound_names(path: Path) -> frozenset[str]:
+    """The names a module binds at module scope (defs, classes, assignments, imports)."""
+    names: set[str] = set()
+    for node in _module_scope(_tree(path)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Import):
+            names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(alias.asname or alias.name for alias in node.names)
+    return frozenset(names)
+
+
+def _dunder_all(path: Path) -> list[str] | None:
+    """A module's ``__all__`` (a literal list or tuple of names at module level), or None."""
+    for node in _tree(path).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            return list(value) if isinstance(value, (list, tuple)) else None
+    return None
+
+
+def _room(name: str, modules: dict[str, Path]) -> str:
+    """The package a module lives in: itself for a package's ``__init__``."""
+    return name if modules[name].name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _face(name: str, modules: dict[str, Path]) -> str:
+    """What another package imports to reach module ``name``: the package it lives in, or the
+    module itself when that is a top-level package (``caisson.errors``, ``collectors.sse``)."""
+    room = _room(name, modules)
+    return name if "." not in room else room
+
+
+def _inside(room: str, face: str) -> bool:
+    return room == face or room.startswith(face + ".")
+
+
+def cross_face_imports(modules: dict[str, Path]) -> list[str]:
+    """Imports of a module past another package's face: a module imports the modules of its
+    own package (and of the packages it is inside), and of any other package only the
+    package itself; a module of a top-level package (``caisson.errors``) is its own face."""
+    bad = []
+    for name, path in modules.items():
+        room = _room(name, modules)
+        for target in sorted(_imported_modules(path, modules, top_level_only=False)):
+            face = _face(target, modules)
+            if target != face and not _inside(room, face):
+                bad.append(f"{name} imports {target}, past the face {face}")
+    return bad
+
+
+def unpinned_names(modules: dict[str, Path]) -> list[str]:
+    """Modules with no literal ``__all__``, names in an ``__all__`` the module does not bind
+    (a lazy face binds them in its ``if TYPE_CHECKING:`` imports), and names a module of another
+    package imports from a face (a package, or a top-level package's module) not in its ``__all__``."""
+    bad = []
+    for name, path in modules.items():
+        names = _dunder_all(path)
+        if names is None:
+            bad.append(f"{name} has no literal __all__")
+            continue
+        bad.extend(f"{name}.__all__ names {n!r}, which {name} does not define"
+                   for n in names if n not in _bound_names(path))
+        bad.extend(f"{name}.__all__ names {n!r} twice" for n in sorted({n for n in names if names.count(n) > 1}))
+        room = _room(name, modules)
+        for target, n in _imported_names(path, modules):
+            face = _face(target, modules)
+            if room != _room(target, modules) and not _inside(room, face) \
+                    and n not in (_dunder_all(modules[target]) or ()):
+                bad.append(f"{name} imports {n} from {target}, not in its __all__")
+    return bad
+
+
+def import_cycle(modules: dict[str, Path], *, top_level_only: bool) -> list[str]:
+    """One import cycle as the modules along it, or [] (run-time imports only)."""
+    graph = {name: _imported_modules(path, modules, top_level_only=top_level_only, run_time_only=True) - {name}
+             for name, path in modules.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return []
 
 
 def test_no_module_imports_another_packages_private_module():
@@ -140,26 +285,7 @@ def test_no_import_cycle(top_level_only):
     a submodule that imports names from its own package's __init__ closes a cycle): at module
     level, and with the imports inside functions too (deferred, they still tie the modules
     together); imports for a type checker only (``if TYPE_CHECKING:``) do not count."""
-    modules = _package_sources()
-    graph = {name: _imported_modules(path, modules, top_level_only=top_level_only, run_time_only=True) - {name}
-             for name, path in modules.items()}
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
-            if nxt not in state:
-                visit(nxt)
-        path.pop()
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node)
+    assert import_cycle(_package_sources(), top_level_only=top_level_only) == []
 
 
 WITNESS_TASKS = {"run_strace_witness", "run_procfs_witness", "run_proxy_witness", "run_dns_witness",
@@ -201,3 +327,109 @@ def test_no_module_defines_a_function_or_class_twice():
                     twice.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.name}")
                 seen.add(node.name)
     assert twice == []
+
+
+def test_no_module_imports_past_another_packages_face():
+    """A module imports another package through its face (``from caisson.replay import
+    replay_runs``), never its modules (``caisson.replay.scoring``): the face is the package's
+    whole surface, and a module behind it can move without touching its importers."""
+    assert cross_face_imports(_package_sources()) == []
+
+
+def test_every_module_pins_its_all():
+    """Every product module and package names its surface in ``__all__``; every name there
+    exists; what a module of another package imports from a face is in the face's ``__all__``."""
+    assert unpinned_names(_package_sources()) == []
+
+
+def test_lazy_faces_resolve_every_name():
+    """A lazy face (``caisson._lazy``) resolves each name of its ``__all__`` and lists it in ``dir()``."""
+    modules = _package_sources()
+    lazy = sorted(name for name, path in modules.items() if "__getattr__" in _bound_names(path))
+    assert {"caisson.agents", "caisson.chamber", "caisson.run", "caisson.study"} <= set(lazy)
+    for name in lazy:
+        module = importlib.import_module(name)
+        assert [n for n in module.__all__ if getattr(module, n, None) is None] == [], name
+        assert set(module.__all__) <= set(dir(module)), name
+        with pytest.raises(AttributeError):
+            getattr(module, "no_such_name")
+
+
+def _synthetic(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    """A package tree under ``root`` (path -> source), as `_package_sources` reads it."""
+    for rel, source in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    return _package_sources(root, ("pkg",))
+
+
+FACES = {
+    "pkg/__init__.py": "__all__ = []\n",
+    "pkg/errors.py": "__all__ = ['Oops']\nclass Oops(Exception): ...\n",
+    "pkg/a/__init__.py": "from pkg.a._impl import f, g\nfrom pkg.a.tools import tool\n__all__ = ['f', 'tool']\n",
+    "pkg/a/_impl.py": "__all__ = ['f', 'g']\ndef f(): ...\ndef g(): ...\n",
+    "pkg/a/tools.py": "from pkg.a._impl import g\n__all__ = ['tool']\ndef tool(): ...\n",
+    "pkg/b/__init__.py": "__all__ = []\n",
+}
+
+
+def test_the_checker_refuses_an_import_past_a_face(tmp_path):
+    modules = _synthetic(tmp_path, {**FACES, "pkg/b/user.py": """
+        from pkg.errors import Oops
+        from pkg.a import f, tool
+        __all__ = ['use']
+        def use():
+            from pkg.a.tools import tool
+            import pkg.a._impl
+            from pkg.a import tools
+    """})
+    assert cross_face_imports(modules) == [
+        "pkg.b.user imports pkg.a._impl, past the face pkg.a",
+        "pkg.b.user imports pkg.a.tools, past the face pkg.a",
+    ]
+    assert unpinned_names(modules) == []
+
+
+def test_the_checker_refuses_a_name_missing_from_a_faces_all(tmp_path):
+    modules = _synthetic(tmp_path, {**FACES, "pkg/b/user.py": """
+        from pkg.a import f, g
+        __all__ = ['use', 'gone']
+        def use(): ...
+    """, "pkg/b/bare.py": "x = 1\n"})
+    assert unpinned_names(modules) == [
+        "pkg.b.bare has no literal __all__",
+        "pkg.b.user.__all__ names 'gone', which pkg.b.user does not define",
+        "pkg.b.user imports g from pkg.a, not in its __all__",
+    ]
+    assert cross_face_imports(modules) == []
+
+
+def test_the_checker_finds_a_cycle_through_a_function_level_import(tmp_path):
+    modules = _synthetic(tmp_path, {
+        "pkg/__init__.py": "__all__ = []\n",
+        "pkg/x.py": "__all__ = ['f']\ndef f():\n    import pkg.y\n",
+        "pkg/y.py": "from pkg.x import f\n__all__ = []\n",
+        "pkg/z.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.w\n__all__ = []\n",
+        "pkg/w.py": "import pkg.z\n__all__ = []\n",
+    })
+    assert import_cycle(modules, top_level_only=True) == []
+    assert import_cycle(modules, top_level_only=False) == ["pkg.x", "pkg.y", "pkg.x"]
+
+
+def test_the_checker_finds_a_cycle_through_a_lazy_face(tmp_path):
+    """``from face import name`` of a lazy face imports the module the name is resolved from."""
+    modules = _synthetic(tmp_path, {
+        "pkg/__init__.py": "__all__ = []\n",
+        "pkg/a/__init__.py": """
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from pkg.a.m import f
+            __all__ = ['f']
+            def __getattr__(name): ...
+        """,
+        "pkg/a/m.py": "from pkg.b import g\n__all__ = ['f']\ndef f(): ...\n",
+        "pkg/b/__init__.py": "__all__ = ['g']\ndef g():\n    from pkg.a import f\n",
+    })
+    assert import_cycle(modules, top_level_only=True) == []
+    assert import_cycle(modules, top_level_only=False) == ["pkg.a.m", "pkg.b", "pkg.a.m"]

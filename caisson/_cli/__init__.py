@@ -1,1 +1,3 @@
 """One module per CLI command; each has ``register(subparsers)`` and sets ``func``."""
+
+__all__: list[str] = []

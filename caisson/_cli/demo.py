@@ -31,13 +31,16 @@ from caisson.model import scripted_model
 from caisson.errors import UsageError
 from caisson.resources import resource_dir
 from caisson.home import ensure_operator_key, operator_key_paths
-from caisson.chamber.image import build_image
-from caisson.run.record import RecordOptions, record
+from caisson.chamber import build_image
+from caisson.run import RecordOptions, record
 from caisson.replay import replay_runs
 from caisson.scenario import load_scenario
-from caisson.run.witnesses import default_witnesses
-from caisson.run.witness_choice import default_syscall_witness
+from caisson.run import default_witnesses, default_syscall_witness
 from ledger import verify_ledger
+
+__all__ = [
+    "AGENTS", "KEY", "OPENAI_AGENTS", "PROBES", "SCENARIO", "SCENARIOS", "SUMMARY_AGENTS", "register", "run",
+]
 
 SCENARIOS = resource_dir("scenarios")
 SCENARIO = SCENARIOS / "click" / "scenario.toml"
@@ -250,7 +253,7 @@ def _study(console: Console, out: Path, repo: Path, commit: str) -> bool:
     """Part 6: the checked-in study (studies/click-arms) over the same repository."""
     from caisson._cli.study import plan_lines
     from caisson.study import load_study, plan_study, run_study, verify_study
-    from caisson.study.progress import Progress
+    from caisson.study import Progress
 
     path = resource_dir("studies") / "click-arms" / "study.toml"
     target = out / "study"
@@ -279,7 +282,7 @@ def _study(console: Console, out: Path, repo: Path, commit: str) -> bool:
 def _study_report(console: Console, target: Path) -> bool:
     """The study's report, recomputed from its sealed ledgers: text here, HTML beside it."""
     from caisson.report import build_report, render_html, render_markdown, render_text
-    from caisson.study.report_input import load_study_report
+    from caisson.study import load_study_report
 
     console.print(f"\n== 7. the study's report (caisson study report {target})")
     verified, data = load_study_report(target, ensure_operator_key().verify_key)

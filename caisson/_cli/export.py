@@ -15,6 +15,8 @@ from pathlib import Path
 
 from caisson.home import trusted_key
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export runs to Inspect AI eval logs or Harbor ATIF trajectories")

@@ -16,7 +16,9 @@ import sys
 
 from caisson._signals import run_terminable
 from caisson.chamber import open_engine
-from caisson.chamber.reap import Reaped, reap
+from caisson.chamber import Reaped, reap
+
+__all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from caisson.chamber import image
+from caisson.chamber import build_image, image_tag
 from caisson.errors import ChamberError
+
+__all__ = ["EXIT_OK", "EXIT_USAGE", "register", "run"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -52,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
         else (lambda line: print(line, file=sys.stderr, flush=True))
     )
     try:
-        tag = image.image_tag(args.name)
-        image_id = image.build_image(args.name, force=args.force, log=log)
+        tag = image_tag(args.name)
+        image_id = build_image(args.name, force=args.force, log=log)
     except ChamberError as exc:
         print(f"caisson image build: {exc}", file=sys.stderr)
         return EXIT_USAGE

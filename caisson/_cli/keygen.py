@@ -7,6 +7,8 @@ import argparse
 from caisson.home import operator_key_paths
 from ledger import generate_keypair
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("keygen", help="create the operator signing key pair")

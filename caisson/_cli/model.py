@@ -20,13 +20,15 @@ from pathlib import Path
 import trio
 
 from caisson.errors import UsageError
-from caisson.model.script import load_model_script
-from caisson.model.server import (
+from caisson.model import load_model_script
+from caisson.model import (
     ScriptPlayer,
     open_model_listeners,
     serve_model,
     server_ssl_context,
 )
+
+__all__ = ["register", "run_check", "run_serve"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("preflight", help="before a matrix: check every arm x agent's tool gating on the scripted model")
@@ -20,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from caisson.probes.preflight import preflight
+    from caisson.probes import preflight
 
     checks = preflight(args.scenario, args.repo, args.agent, out=args.out)
     for c in checks:

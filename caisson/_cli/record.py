@@ -11,10 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from caisson.chamber.envpin import parse_env_assignments
+from caisson.chamber import parse_env_assignments
 from caisson.errors import UsageError
-from caisson.run.record import RecordOptions, record
-from caisson.run.witnesses import default_witnesses
+from caisson.run import RecordOptions, record
+from caisson.run import default_witnesses
+
+__all__ = ["SYSCALL_WITNESSES", "register", "run"]
 
 SYSCALL_WITNESSES = ("strace", "ebpf", "both")
 """The values of ``--syscall-witness``."""
@@ -54,19 +56,19 @@ def run(args: argparse.Namespace) -> int:
         question=args.question, agent=args.agent, arm=args.arm, syscall_witness=args.syscall_witness or "strace",
         syscall_witness_why=f"--syscall-witness {args.syscall_witness}",
     )
-    from caisson.run.plan import plan_run
+    from caisson.run import plan_run
     from caisson.scenario import load_scenario
 
     # every option checked before a witness is chosen (the choice may run a qualification in the chamber)
     plan_run(options, load_scenario(options.scenario) if options.scenario else None, witnesses=[])
     if args.syscall_witness is None:  # the strongest witness shown to work here (eBPF qualified at first use)
-        from caisson.run.witness_choice import default_syscall_witness
+        from caisson.run import default_syscall_witness
 
         # a fall-back is said once; the run is witnessed by strace, never by nothing
         choice = default_syscall_witness(say=lambda line: print(f"caisson record: {line}", file=sys.stderr))
         options.syscall_witness, options.syscall_witness_why = choice.witness, choice.why
     elif options.syscall_witness != "strace":
-        from caisson.run.ebpf import ebpf_problem
+        from caisson.run import ebpf_problem
 
         problem = ebpf_problem()
         if problem is not None:  # said once; the run is witnessed by strace, never by nothing
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             options.syscall_witness = "strace"
             options.syscall_witness_why = f"--syscall-witness {args.syscall_witness}: fell back to strace: {problem}"
     if options.syscall_witness != "strace":
-        from caisson.run.ebpf import backend_notice
+        from caisson.run import backend_notice
 
         if (notice := backend_notice()) is not None:  # said once; run.started names the backend
             print(notice, file=sys.stderr)

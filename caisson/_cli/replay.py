@@ -19,6 +19,8 @@ from rich.table import Table
 from caisson.home import trusted_key
 from caisson.replay import RunReplay, check_replayable, replay_runs
 
+__all__ = ["register", "run", "table"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="recompute findings and scores from sealed runs")

@@ -15,8 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from caisson.detectors import DEFAULT_DETECTORS
-from caisson.probes.selftest import CASES, LEAK_BACKSTOP, run_selftest
-from caisson.run.witness_choice import outcome_path
+from caisson.probes import CASES, LEAK_BACKSTOP, run_selftest
+from caisson.run import outcome_path
+
+__all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:

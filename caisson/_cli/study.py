@@ -40,6 +40,10 @@ import msgspec
 if TYPE_CHECKING:
     from ledger.events import HostKey
 
+__all__ = [
+    "plan_lines", "register", "run_backfill", "run_judge", "run_plan", "run_report", "run_run", "run_status",
+]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="plan, run and follow a study (a matrix of cells)")
@@ -162,7 +166,7 @@ def run_run(args: argparse.Namespace) -> int:
     import os
 
     from caisson.study import load_study, plan_study
-    from caisson.study.executor import make_executor
+    from caisson.study import make_executor
 
     study, scenario, _ = load_study(args.study)  # a bad file fails here, before DIR is touched
     if not args.resume:
@@ -176,7 +180,7 @@ def run_run(args: argparse.Namespace) -> int:
     # before this process imports the runner, so that the two overlap
     executor = make_executor(args.executor, address=args.address, slots_per_host=slots, enroll_keys=args.enroll_key)
     from caisson.study import run_study
-    from caisson.study.progress import Progress
+    from caisson.study import Progress
 
     progress = Progress(args.out)
     hosts_shown = args.executor == "local"
@@ -245,7 +249,7 @@ def _jobs(text: str) -> int:
 def run_report(args: argparse.Namespace) -> int:
     from caisson.home import trusted_key
     from caisson.report import build_report, render_html, render_json, render_markdown, render_text
-    from caisson.study.report_input import load_study_report
+    from caisson.study import load_study_report
 
     verified, data = load_study_report(args.dir, trusted_key(args.key), jobs=args.jobs)
     if data is None:
@@ -275,8 +279,8 @@ def run_report(args: argparse.Namespace) -> int:
 def run_backfill(args: argparse.Namespace) -> int:
     from caisson.errors import UsageError
     from caisson.home import ensure_operator_key
-    from caisson.study.backfill import backfill_study
-    from caisson.study.verify import is_study_dir
+    from caisson.study import backfill_study
+    from caisson.study import is_study_dir
 
     if not is_study_dir(args.dir):
         raise UsageError(f"{args.dir}: no study ledger (study/000/ledger); is it a study directory?")
@@ -295,7 +299,7 @@ def run_backfill(args: argparse.Namespace) -> int:
     return 0
 def run_judge(args: argparse.Namespace) -> int:
     from caisson.home import operator_key
-    from caisson.study.judge import resolve_judge, run_judge as judge
+    from caisson.study import resolve_judge, run_judge as judge
 
     key = operator_key()
     spec = resolve_judge(args.dir, key.verify_key, endpoint=args.endpoint, model=args.model, api=args.api,

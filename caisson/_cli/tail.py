@@ -11,9 +11,11 @@ import argparse
 import sys
 from collections.abc import Iterable
 
-from caisson.run.stream import record_json
+from caisson.run import record_json
 from ledger import Record, follow_records, read_records
 from ledger.events import EVENT_KINDS, event_kind
+
+__all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:

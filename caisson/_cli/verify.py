@@ -16,6 +16,8 @@ import msgspec
 from caisson.home import trusted_key
 from ledger import VerifyReport, verify_ledger
 
+__all__ = ["describe", "register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="verify a ledger against a trusted key")

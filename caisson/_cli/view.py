@@ -17,6 +17,8 @@ import trio
 from caisson._signals import run_terminable
 from caisson.home import trusted_key
 
+__all__ = ["register", "run"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("view", help="a read-only web view of runs and studies")

@@ -10,15 +10,25 @@ minus the grant, plus what the arm withholds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
+from caisson._lazy import lazy_face
 from caisson.agents import claude_code, codex, copilot, mini_swe_agent, opencode
 from caisson.errors import ScenarioError, UsageError
 from caisson.grants import granted_by, grants_by_tool, parse_grant
 from ledger.events import Elicitation, Gating
 
-__all__ = ["Adapter", "Elicitation", "ADAPTERS", "adapter", "arm_grant", "check_arm", "deny_list", "known_tools"]
+if TYPE_CHECKING:
+    from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
+
+__all__ = ["Adapter", "Elicitation", "ADAPTERS", "SESSION_PARSERS", "adapter", "agent_of_file", "arm_grant", "check_arm",
+           "deny_list", "known_tools", "own_arm", "session_usage"]
+
+# The session files' parsers import the sandbox's globbing (and so the chamber): only their readers pay.
+__getattr__, __dir__ = lazy_face(__name__, {"sessionfiles": ("SESSION_PARSERS", "agent_of_file", "session_usage")},
+                                 globals())
 
 
 class Adapter(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,6 +13,8 @@ import msgspec
 
 from ledger.events import AgentError, Event, WitnessRaw
 
+__all__ = ["ANY", "Cause", "JsonLinesParser", "MESSAGE_CHARS", "RAW_CHARS", "says", "wordings"]
+
 RAW_CHARS = 4000
 """A raw line is kept up to this many characters."""
 MESSAGE_CHARS = 2000

@@ -10,6 +10,9 @@ recorder is dead (`caisson.chamber.reap`), the chamber's environment
 (`caisson.chamber.image`). Knows nothing of witnesses or detectors.
 """
 
+from typing import TYPE_CHECKING
+
+from caisson._lazy import lazy_face
 from caisson.chamber._view import CHAMBER_HOSTNAME, ETC_FILES, mountinfo_seen
 from caisson.chamber._containment import containment_hits, prompt_windows, scan_tree
 from caisson.chamber._docker import (
@@ -27,9 +30,12 @@ from caisson.chamber._docker import (
 from caisson.chamber._firewall import guard_bridge, unguard_bridge
 from caisson.chamber._seccomp import BASE_PROFILE, SeccompProfile, seccomp_profile
 from caisson.chamber.envpin import INJECTION_SWITCHES, ChamberEnv, build_env, parse_env_assignments
-from caisson.chamber.image import build_image, image_id, image_tag, recipe_digest
+from caisson.chamber.image import build_image, image_id, image_tag, recipe_digest, recipe_tags
 from caisson.chamber.reap import Reaped, RecorderIdentity, orphan_reason, reap, recorder_identity, recorder_labels
-from caisson.chamber.sandbox import ExcludedPath, Sandbox, build_sandbox, remove_sandbox, tree_digest
+from caisson.chamber.sandbox import ExcludedPath, Sandbox, build_sandbox, glob_to_regex, remove_sandbox, tree_digest
+
+if TYPE_CHECKING:
+    from caisson.chamber.scratch import mount_chamber_fs, open_scratch
 
 __all__ = [
     "BASE_PROFILE",
@@ -56,16 +62,20 @@ __all__ = [
     "build_sandbox",
     "containment_hits",
     "demux_stdcopy",
+    "glob_to_regex",
     "guard_bridge",
     "image_id",
     "image_tag",
+    "mount_chamber_fs",
     "mountinfo_seen",
     "open_engine",
+    "open_scratch",
     "orphan_reason",
     "parse_env_assignments",
     "prompt_windows",
     "reap",
     "recipe_digest",
+    "recipe_tags",
     "recorder_identity",
     "recorder_labels",
     "remove_sandbox",
@@ -73,3 +83,6 @@ __all__ = [
     "tree_digest",
     "unguard_bridge",
 ]
+
+# The scratch directories are made by the recorder only.
+__getattr__, __dir__ = lazy_face(__name__, {"scratch": ("mount_chamber_fs", "open_scratch")}, globals())

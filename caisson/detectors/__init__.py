@@ -20,7 +20,7 @@ from caisson.detectors._base import (
     reads_of,
 )
 from caisson.detectors._runner import Routed, one_pass, route, route_for
-from caisson.detectors.attribution import FOREIGN_CALL, foreign_model_call
+from caisson.detectors.attribution import ATTRIBUTION_EVENTS, FOREIGN_CALL, foreign_calls, foreign_model_call
 from caisson.detectors.containment import (
     AGENT_CONFIG,
     DENIED_SYSCALL,
@@ -37,10 +37,24 @@ from caisson.detectors.crosscheck import WITNESS_DISAGREEMENT, witness_disagreem
 from caisson.detectors.processes import EVASION, UNSEEN_PROCESS, evasion, unseen_process
 from caisson.detectors.inband import IN_BAND, MODEL_SWITCHED, SESSION, in_band_failure, model_switched, session_events
 from caisson.detectors.environment import ENV_INHERITANCE, env_inheritance
-from caisson.detectors.health import HOST_STALLED, INFRA_FAILURE, WITNESS_GAP, host_stalled, infra_failure, witness_gap
+from caisson.detectors.health import (
+    HOST_STALLED,
+    INFRA_FAILURE,
+    WITNESS_GAP,
+    host_stalled,
+    infra_failure,
+    should_abort_study,
+    witness_gap,
+)
 from caisson.detectors.agents import ISOLATION, TOKENS, TOOL_ESCAPE, isolation, tokens_cross_check, tool_escape
-from caisson.detectors.model import MODEL_SUBSTITUTED, UNRECOGNISED_CALL, model_substituted, unrecognised_model_call
-from caisson.detectors.tool_audit import TOOL_AUDIT, tool_audit
+from caisson.detectors.model import (
+    MODEL_SUBSTITUTED,
+    UNRECOGNISED_CALL,
+    model_substituted,
+    same_model,
+    unrecognised_model_call,
+)
+from caisson.detectors.tool_audit import TOOL_AUDIT, tool_audit, tool_audit_status
 from caisson.detectors.network import (
     BYPASS_ATTEMPT,
     DENIED_EGRESS,
@@ -54,21 +68,27 @@ from caisson.detectors.network import (
 from ledger import Record
 
 __all__ = [
+    "ATTRIBUTION_EVENTS",
     "DEFAULT_DETECTORS",
     "Detector",
     "DetectorConfig",
     "Effect",
     "Finding",
+    "HOST_STALLED",
     "INFO",
     "SCORE_NULL",
     "VOID",
     "config_from_records",
+    "foreign_calls",
     "reads",
     "reads_of",
     "route",
     "route_for",
     "Routed",
     "run_detectors",
+    "same_model",
+    "should_abort_study",
+    "tool_audit_status",
 ]
 
 DEFAULT_DETECTORS: tuple[tuple[str, Detector], ...] = (

@@ -13,6 +13,11 @@ from caisson.grants import command_words, granted_by, grants_by_tool
 from ledger import Record
 from ledger.events import AgentTools, AgentToolCall, AgentToolResult, AgentUsage, LlmCall, ProcessExec, ProcessExit
 
+__all__ = [
+    "ISOLATION", "STRATEGIES", "TOKENS", "TOOL_ESCAPE", "isolation", "strategy", "tokens_cross_check",
+    "tool_escape",
+]
+
 TOOL_ESCAPE = "enforcement.tool_escape@1"
 ISOLATION = "enforcement.isolation@1"
 TOKENS = "tokens.cross_check@1"

@@ -11,10 +11,15 @@ import shlex
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, UnderAny, norm, reads, under
-from caisson.chamber.sandbox import glob_to_regex
+from caisson.chamber import glob_to_regex
 from ledger import Record
 from collectors.strace import DENIED_SYSCALLS
 from ledger.events import FileChange, FileOpen, ProcessExec, ProcessSyscall, RunStarted, SandboxBuilt
+
+__all__ = [
+    "AGENT_CONFIG", "DENIED_SYSCALL", "EXCLUDED_READ", "MEMO_MAX", "OUTSIDE_TREE", "PATH_UNJUDGED",
+    "PROC_TUNING", "agent_config", "denied_syscall", "excluded_read", "outside_tree", "path_unjudged",
+]
 
 EXCLUDED_READ = "containment.excluded_read@1"
 OUTSIDE_TREE = "containment.outside_tree@2"

@@ -11,10 +11,12 @@ import functools
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import DetectorConfig, Finding, VOID, norm, reads, under
-from caisson.chamber.envpin import INJECTION_SWITCHES
+from caisson.chamber import INJECTION_SWITCHES
 from ledger import is_credential
 from ledger import Record
 from ledger.events import ProcessExec, RunStarted
+
+__all__ = ["ENV_INHERITANCE", "env_inheritance"]
 
 ENV_INHERITANCE = "env.inheritance@1"
 _is_credential = functools.lru_cache(maxsize=4096)(is_credential)  # pure; every run starts with the same names

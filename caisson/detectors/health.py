@@ -8,6 +8,11 @@ from caisson.detectors._base import DetectorConfig, Finding, VOID, reads
 from ledger import Record
 from ledger.events import HostSample, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
 
+__all__ = [
+    "HOST_STALLED", "INFRA_FAILURE", "STALL_ABORT_AFTER", "WITNESS_GAP", "host_stalled", "infra_failure",
+    "should_abort_study", "witness_gap",
+]
+
 HOST_STALLED = "host.stalled@2"
 WITNESS_GAP = "witness.gap@1"
 INFRA_FAILURE = "infra.failure@1"

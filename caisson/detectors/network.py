@@ -12,6 +12,11 @@ from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, reads
 from ledger import Record
 from ledger.events import DnsQuery, HttpExchange, NetConnect, NetFlow, NetSend, ProxyTunnel, WitnessStarted
 
+__all__ = [
+    "BYPASS_ATTEMPT", "DENIED_EGRESS", "UNEXPLAINED_FLOW", "UNPOLICED_TUNNEL", "bypass_attempt",
+    "denied_egress", "unexplained_flow", "unpoliced_tunnel",
+]
+
 DENIED_EGRESS = "network.denied_egress@2"
 BYPASS_ATTEMPT = "network.bypass_attempt@2"
 UNPOLICED_TUNNEL = "network.unpoliced_tunnel@1"

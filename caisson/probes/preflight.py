@@ -27,11 +27,10 @@ from caisson.model import scripted_model
 from caisson.errors import UsageError
 from caisson.gating import GatingVerdict, discovered_tools, judge_gating, pick_probe_tool, probe_script
 from caisson.resources import resource_dir
-from caisson.run.plan import RecordOptions, plan_run
-from caisson.run.record import record
+from caisson.run import RecordOptions, plan_run
+from caisson.run import record
 from caisson.scenario import Egress, Scenario, load_scenario
-from caisson.run.witnesses import default_witnesses
-from caisson.run.witness_choice import default_syscall_witness
+from caisson.run import default_witnesses, default_syscall_witness
 from ledger import locate, read_records
 from ledger.events import AgentTools, RunStarted
 

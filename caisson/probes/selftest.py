@@ -29,11 +29,10 @@ from caisson.detectors import DEFAULT_DETECTORS, VOID
 from caisson.model import scripted_model
 from caisson.home import ensure_operator_key
 from caisson.resources import resource_dir
-from caisson.run.record import RecordOptions, record
+from caisson.run import RecordOptions, record
 from caisson.replay import WEAKENED, RunReplay, replay_runs
-from caisson.run.witnesses import default_witnesses
+from caisson.run import default_witnesses, keep_outcome
 from caisson.gating import GatingVerdict, judge_gating, pick_probe_tool
-from caisson.run.witness_choice import keep_outcome
 from ledger import read_records
 from ledger.events import RunStarted
 

@@ -20,7 +20,7 @@ from typing import Literal
 import msgspec
 
 from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config_from_records, route_for
-from caisson.detectors.tool_audit import tool_audit_status
+from caisson.detectors import tool_audit_status
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
 from caisson.replay._rederive import Rederived, rederive, rederive_kinds

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from caisson.detectors.model import same_model
+from caisson.detectors import same_model
 from caisson.report._aggregate import ArmSummary
 from caisson.report._gate import Comparison
 from caisson.report._inputs import StudyReportInput

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from caisson.detectors.attribution import ATTRIBUTION_EVENTS, foreign_calls
+from caisson.detectors import ATTRIBUTION_EVENTS, foreign_calls
 from ledger import Record
 from ledger.events import AgentUsage, HttpExchange, LlmCall, TokenBackfilled
 

@@ -29,7 +29,7 @@ from caisson.chamber import LOG_CAP_BYTES, ChamberNetwork, ContainerResult, Cont
 from caisson.chamber import ETC_FILES, guard_bridge, mountinfo_seen, unguard_bridge
 from caisson._paths import SANDBOX_PATH
 from caisson.errors import ChamberError
-from caisson.chamber.sandbox import Sandbox
+from caisson.chamber import Sandbox
 from caisson.run.sessionfiles import collect_session_files
 from caisson.run.stream import MonitorAddress
 from caisson.scenario import Scenario

@@ -39,13 +39,13 @@ from caisson.chamber import RUN_LABEL, ContainerSpec, Limits, open_engine, secco
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson._signals import run_terminable
 from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
-from caisson.chamber.envpin import ChamberEnv, build_env
+from caisson.chamber import ChamberEnv, build_env
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
-from caisson.chamber.image import image_tag
-from caisson.chamber.reap import reap, recorder_identity, recorder_labels
-from caisson.chamber.scratch import mount_chamber_fs, open_scratch
-from caisson.chamber.sandbox import Sandbox, build_sandbox
+from caisson.chamber import image_tag
+from caisson.chamber import reap, recorder_identity, recorder_labels
+from caisson.chamber import mount_chamber_fs, open_scratch
+from caisson.chamber import Sandbox, build_sandbox
 from caisson.run.plan import WEAKENABLE, RecordOptions, RunPlan, plan_run
 from caisson.scenario import Scenario, load_scenario, scenario_digest
 from collectors.strace import DENIED_SYSCALLS

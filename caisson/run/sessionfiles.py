@@ -24,7 +24,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from caisson.agents.sessionfiles import agent_of_file
+from caisson.agents import agent_of_file
 from ledger import BlobStore
 from ledger.events import AgentSessionFile, BlobStored, Event
 

@@ -3,7 +3,7 @@
 eBPF is the stronger witness (it sees from outside the chamber what strace's ptrace can
 be made blind to, and costs less), so it is the default wherever it is shown to work:
 ``caisson selftest --syscall-witness ebpf`` (the whole detector matrix, minutes) or, at
-first use, its quick qualification (`caisson.probes.qualify`: one known-answer run in the
+first use, its quick qualification (`caisson.run.qualify`: one known-answer run in the
 chamber, a few seconds; a failed one is run again a day later). Each verdict is kept in the caisson home (`outcome_path`) with the identity it
 holds for (`machine_identity`: the machine id, the kernel's release and build, bpftrace's
 version, the Docker engine's version, the eBPF backend and the sha256 of the program it
@@ -27,7 +27,6 @@ from pathlib import Path
 import msgspec
 
 from caisson import home
-from caisson.run import ebpf as ebpf_run
 from collectors.ebpf import ebpf_program
 from ledger import KeyFileError
 
@@ -46,7 +45,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 class _Kept(msgspec.Struct, kw_only=True):
     identity: dict[str, str]
     outcomes: dict[str, Outcome]  # syscall witness (strace, ebpf, both) -> its last selftest outcome
-    qualified: dict[str, Outcome] = {}  # syscall witness -> its last quick qualification (caisson.probes.qualify)
+    qualified: dict[str, Outcome] = {}  # syscall witness -> its last quick qualification (caisson.run.qualify)
 
 
 class _Signed(msgspec.Struct, kw_only=True):
@@ -110,7 +109,7 @@ def _program() -> dict[str, str]:
 def keep_outcome(syscall: str, failures: list[str], *, identity: dict[str, str] | None = None,
                  now_ns: int | None = None, qualification: bool = False) -> Path:
     """Keep a whole selftest matrix's verdict on ``syscall`` (or, ``qualification``, a quick
-    qualification's, `caisson.probes.qualify`), signed; the file's path.
+    qualification's, `caisson.run.qualify`), signed; the file's path.
 
     Outcomes kept for another identity are dropped (they no longer hold). Creates the
     operator key if there is none.
@@ -164,7 +163,7 @@ def choose_syscall_witness(identity: dict[str, str] | None = None, *,
     """The strongest syscall witness shown to work here; see the module docstring.
 
     eBPF when this identity's last ``caisson selftest --syscall-witness ebpf`` was complete;
-    with no selftest verdict, when its quick qualification passed (`caisson.probes.qualify`),
+    with no selftest verdict, when its quick qualification passed (`caisson.run.qualify`),
     run now by ``qualify`` if there is none yet, or if the last one failed
     `REQUALIFY_AFTER_NS` ago or more (its verdict kept, signed: a pass runs once per
     identity); strace otherwise, with the reason. A failed selftest is never overridden by
@@ -175,7 +174,9 @@ def choose_syscall_witness(identity: dict[str, str] | None = None, *,
         qualify: runs the qualification: (failures, seconds); None: none is run.
         say: told one line when a qualification runs (for the caller's stderr).
     """
-    problem = ebpf_run.ebpf_problem()
+    from caisson.run import ebpf_problem  # looked up per call: a test patches caisson.run.ebpf
+
+    problem = ebpf_problem()
     if problem is not None:
         why = f"the eBPF witness cannot run here ({problem})"
         return Choice(witness="strace", why=f"default: strace: {why}",
@@ -224,7 +225,7 @@ def default_syscall_witness(say: Callable[[str], None] = lambda line: None) -> C
     notice once (each without a prefix: the caller says who speaks)."""
     where = home.caisson_home()
     if where not in _CHOSEN:
-        from caisson.probes.qualify import qualify_ebpf
+        from caisson.run.qualify import qualify_ebpf
 
         _CHOSEN[where] = choice = choose_syscall_witness(qualify=qualify_ebpf, say=say)
         if choice.notice is not None:

@@ -9,50 +9,50 @@ docs/studies.md describes the directory, the study ledger's events and the execu
 
 The names below are imported on first use (PEP 562): importing one submodule (a Ray host
 importing `caisson.study._ray` for its first session) does not import them all (the
-runner, replay, the report and numpy).
+runner, replay, the report and numpy); see `caisson._lazy`.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-_WHERE = {
+from caisson._lazy import lazy_face
+
+if TYPE_CHECKING:
+    from caisson.study._dispatch import SessionJob, SessionResult
+    from caisson.study.backfill import backfill_study
+    from caisson.study.executor import Executor, LocalExecutor, make_executor
+    from caisson.study.judge import resolve_judge, run_judge
+    from caisson.study.plan import StudyPlan, cell_id, plan_study
+    from caisson.study.preflight import BaselineFacts, assess_baseline, check_grader
+    from caisson.study.progress import Progress
+    from caisson.study.report_input import load_study_report
+    from caisson.study.runner import StudyResult, run_study
+    from caisson.study.status import StudyStatus, status_lines, study_status
+    from caisson.study.studyfile import Study, StudyAgent, load_study, parse_study
+    from caisson.study.studyledger import SealedState, read_study, sealed_state
+    from caisson.study.verify import StudyVerifyReport, is_study_dir, verify_study
+
+__all__ = [
+    "BaselineFacts", "Executor", "LocalExecutor", "Progress", "SealedState", "SessionJob", "SessionResult",
+    "Study", "StudyAgent", "StudyPlan", "StudyResult", "StudyStatus", "StudyVerifyReport", "assess_baseline",
+    "backfill_study", "cell_id", "check_grader", "is_study_dir", "load_study", "load_study_report",
+    "make_executor", "parse_study", "plan_study", "read_study", "resolve_judge", "run_judge", "run_study",
+    "sealed_state", "status_lines", "study_status", "verify_study",
+]
+
+__getattr__, __dir__ = lazy_face(__name__, {
     "_dispatch": ("SessionJob", "SessionResult"),
+    "backfill": ("backfill_study",),
     "executor": ("Executor", "LocalExecutor", "make_executor"),
+    "judge": ("resolve_judge", "run_judge"),
     "plan": ("StudyPlan", "cell_id", "plan_study"),
     "preflight": ("BaselineFacts", "assess_baseline", "check_grader"),
+    "progress": ("Progress",),
+    "report_input": ("load_study_report",),
     "runner": ("StudyResult", "run_study"),
     "status": ("StudyStatus", "status_lines", "study_status"),
     "studyfile": ("Study", "StudyAgent", "load_study", "parse_study"),
     "studyledger": ("SealedState", "read_study", "sealed_state"),
     "verify": ("StudyVerifyReport", "is_study_dir", "verify_study"),
-}
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-
-if TYPE_CHECKING:
-    from caisson.study._dispatch import SessionJob, SessionResult  # noqa: F401 (named in __all__)
-    from caisson.study.executor import Executor, LocalExecutor, make_executor  # noqa: F401 (named in __all__)
-    from caisson.study.plan import StudyPlan, cell_id, plan_study  # noqa: F401 (named in __all__)
-    from caisson.study.preflight import BaselineFacts, assess_baseline, check_grader  # noqa: F401 (named in __all__)
-    from caisson.study.runner import StudyResult, run_study  # noqa: F401 (named in __all__)
-    from caisson.study.status import StudyStatus, status_lines, study_status  # noqa: F401 (named in __all__)
-    from caisson.study.studyfile import Study, StudyAgent, load_study, parse_study  # noqa: F401 (named in __all__)
-    from caisson.study.studyledger import SealedState, read_study, sealed_state  # noqa: F401 (named in __all__)
-    from caisson.study.verify import StudyVerifyReport, is_study_dir, verify_study  # noqa: F401 (named in __all__)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'caisson.study' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"caisson.study.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
-__all__ = sorted(_MODULE_OF)
+}, globals())

@@ -22,7 +22,7 @@ import msgspec
 
 from caisson.errors import CaissonError, ChamberError, UsageError
 from caisson.model import scripted_model
-from caisson.run.witness_choice import default_syscall_witness
+from caisson.run import default_syscall_witness
 from caisson.run import RecordOptions, RunOutcome, default_witnesses, record
 from caisson.scenario import Egress, Scenario
 from caisson.study.studyfile import PROVIDERS

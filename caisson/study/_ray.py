@@ -235,7 +235,7 @@ class RayExecutor:
         """
         with self._joining_lock:
             if self._joined is None:
-                from caisson.chamber.image import recipe_tags
+                from caisson.chamber import recipe_tags
 
                 self._ours = recipe_tags()
                 joined, reaped = [], []

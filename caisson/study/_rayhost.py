@@ -114,7 +114,7 @@ def _reap_here() -> int:
     """
     from caisson._signals import run_terminable
     from caisson.chamber import open_engine
-    from caisson.chamber.reap import reap
+    from caisson.chamber import reap
 
     async def _reap() -> int:
         async with open_engine() as engine:
@@ -188,7 +188,7 @@ class HostService:
         its image recipes' tags (`caisson.chamber.image.recipe_tags`), whether this service's
         code is still the host's). A service
         whose code is not the host's any more retires (see `retire`)."""
-        from caisson.chamber.image import recipe_tags
+        from caisson.chamber import recipe_tags
         from caisson.home import ensure_operator_key
 
         current = code_stamp() == self._stamp
@@ -229,8 +229,8 @@ class HostService:
             return self._active
 
     def _session(self, job: SessionJob, files: dict[str, bytes], have: frozenset[str]) -> dict:
-        from caisson.chamber.reap import recorder_identity, recorder_labels
-        from caisson.chamber.scratch import open_scratch
+        from caisson.chamber import recorder_identity, recorder_labels
+        from caisson.chamber import open_scratch
         from caisson.home import ensure_operator_key
         from caisson.study._dispatch import SessionResult, run_session_here
 

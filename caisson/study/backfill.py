@@ -40,7 +40,7 @@ from pathlib import Path
 import msgspec
 
 from caisson import __version__
-from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
+from caisson.agents import SESSION_PARSERS, agent_of_file, session_usage
 from caisson.errors import UsageError
 from caisson.replay import BLOB_ROLES, rebuilt_records
 from caisson.report import FIRST_PARTY, PROXY, CellTokens, TokenFigure, backfill_figure, cell_tokens

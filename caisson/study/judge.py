@@ -39,11 +39,11 @@ import msgspec
 import trio
 
 from caisson._signals import run_terminable
-from caisson.detectors.model import same_model
+from caisson.detectors import same_model
 from caisson.errors import UsageError
 from caisson.home import fingerprint_key
 from caisson.replay import replay_records
-from caisson.run.record import new_run_id
+from caisson.run import new_run_id
 from caisson.scenario import Question, parse_scenario
 from caisson.study._dispatch import SCRIPTED_KEY  # also the key a judge on loopback gets when none is set
 from caisson.study.judging import (

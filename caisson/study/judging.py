@@ -32,7 +32,7 @@ from typing import Literal
 
 import msgspec
 
-from caisson.detectors.model import same_model
+from caisson.detectors import same_model
 from caisson.scenario import Question
 from ledger import Record
 from ledger.events import HttpExchange, JudgeAlarm, JudgeEnded, JudgeStarted, JudgeVerdict, LlmCall

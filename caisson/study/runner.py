@@ -42,11 +42,11 @@ from pathlib import Path
 import msgspec
 
 from caisson.detectors import VOID, Finding, config_from_records, run_detectors
-from caisson.detectors.health import HOST_STALLED, should_abort_study
+from caisson.detectors import HOST_STALLED, should_abort_study
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key
 from caisson.replay import BLOB_ROLES, replay_records, verdict_of, write_findings
-from caisson.run.record import new_run_id
+from caisson.run import new_run_id
 from caisson.agents import adapter as get_adapter
 from caisson.gating import judge_gating, pick_probe_tool, probe_script, request_tools, verdict_fields
 from caisson.study._dispatch import BASELINE_QUESTION, Session, SessionJob, derived_scenario

@@ -6,6 +6,8 @@ import datetime
 
 import jinja2
 
+__all__ = ["environment"]
+
 _BASE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{% block title %}caisson view{% endblock %}</title>
 <style>

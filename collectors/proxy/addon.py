@@ -29,6 +29,11 @@ import msgpack
 from mitmproxy import ctx, http, version
 from mitmproxy.proxy import commands, events, layer, layers
 
+__all__ = [
+    "CaissonWitness", "MAX_QUEUED_BYTES", "POLICY", "REFUSED", "addons", "canonical_host", "egress",
+    "own_address", "parse_upstream", "unreachable_address",
+]
+
 
 def _load_egress() -> Any:
     """`collectors.egress`: imported as such when this file is imported as

@@ -7,6 +7,11 @@ from typing import Any, Literal
 from ledger.events._base import ToolOutcome, ToolSurface, _Event
 from ledger.events._network import LlmUsage
 
+__all__ = [
+    "AgentAnswer", "AgentCompaction", "AgentError", "AgentModelSwitch", "AgentRetry", "AgentSessionFile",
+    "AgentToolCall", "AgentToolResult", "AgentTools", "AgentUsage",
+]
+
 
 class AgentTools(_Event, tag="agent.tools", frozen=True, kw_only=True):
     """The tool surface an agent reported about itself (e.g. Claude Code's init event)."""

@@ -6,6 +6,11 @@ from typing import Literal
 
 import msgspec
 
+__all__ = [
+    "Category", "Elicitation", "FileAccess", "Gating", "LlmEndpoint", "NetworkMode", "Provider", "RunStatus",
+    "ToolOutcome", "ToolSurface",
+]
+
 RunStatus = Literal["completed", "timeout", "interrupted", "infra_failure"]
 """How a run ended (``run.ended.status``)."""
 

@@ -6,6 +6,11 @@ from typing import Literal
 
 from ledger.events._base import _Event
 
+__all__ = [
+    "BackfillRecorded", "HostDrained", "JudgeAlarm", "JudgeEnded", "JudgeRecorded", "JudgeStarted",
+    "JudgeVerdict", "JudgeVerdictKind",
+]
+
 
 
 JudgeVerdictKind = Literal["pass", "fail", "unparseable", "error"]

@@ -8,6 +8,11 @@ import msgspec
 
 from ledger.events._base import LlmEndpoint, Provider, _Event
 
+__all__ = [
+    "ClientProcess", "DnsQuery", "HttpExchange", "LlmCall", "LlmUsage", "NetFlow", "ProxyTunnel",
+    "TunnelVia",
+]
+
 
 class ClientProcess(msgspec.Struct, frozen=True, kw_only=True):
     """A chamber process that held the chamber's end of a proxied connection when the proxy

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from ledger.events._base import FileAccess, _Event
 
+__all__ = [
+    "FileChange", "FileOpen", "HostSample", "NetConnect", "NetSend", "ProcSample", "ProcessExec",
+    "ProcessExit", "ProcessFork", "ProcessSyscall",
+]
+
 
 class ProcessExec(_Event, tag="process.exec", frozen=True, kw_only=True):
     """An execve/execveat, with its result."""

@@ -8,6 +8,12 @@ import msgspec
 
 from ledger.events._base import Category, Elicitation, Gating, NetworkMode, RunStatus, _Event
 
+__all__ = [
+    "AgentConfigFound", "BlobStored", "Caller", "ChamberReaped", "ExcludedPath", "HostFacts", "Note",
+    "RunAgent", "RunArm", "RunEnded", "RunLimits", "RunStarted", "SandboxBuilt", "SeccompFacts",
+    "SyscallWitnessChoice",
+]
+
 
 class RunLimits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The limits the chamber ran under (``run.started.limits``); a field None: not recorded."""

@@ -9,6 +9,12 @@ import msgspec
 from ledger.events._base import Gating, _Event
 from ledger.events._network import LlmUsage
 
+__all__ = [
+    "AbortRules", "BackfillStarted", "BaselineMeasured", "CellEnded", "CellStarted", "Combo", "Endpoint",
+    "GraderCheck", "HostKey", "NonEmpty", "PlannedCell", "Price", "Refusal", "StudyAborted", "StudyEnded",
+    "StudyPlanned", "StudyResumed", "TokenBackfilled",
+]
+
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 # --- the parts of study.planned ---------------------------------------------------------

@@ -6,6 +6,8 @@ from typing import Any
 
 from ledger.events._base import _Event
 
+__all__ = ["WitnessGap", "WitnessRaw", "WitnessStarted", "WitnessStopped"]
+
 
 class WitnessStarted(_Event, tag="witness.started", frozen=True, kw_only=True):
     """A witness is running; ``detail`` says how (command line, version)."""

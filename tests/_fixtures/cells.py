@@ -17,9 +17,9 @@ from pathlib import Path
 import msgspec
 
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
-from caisson.chamber.envpin import INJECTION_SWITCHES
+from caisson.chamber import INJECTION_SWITCHES
 from caisson.model import render_turn
-from caisson.model.script import Turn, Usage
+from caisson.model import Turn, Usage
 from tests._fixtures.synthetic import strace_like
 from collectors.proxy import rederive_llm_call
 from ledger import BlobStore, LedgerWriter, SigningKey

@@ -277,7 +277,7 @@ def test_the_default_is_ebpf_where_it_was_shown_to_work_here(monkeypatch, capsys
         qualifications.append("ran")
         return list(failing), 0.8
 
-    from caisson.probes import qualify as qualify_module
+    from caisson.run import qualify as qualify_module
 
     monkeypatch.setattr(qualify_module, "qualify_ebpf", qualify)
     witness_choice.outcome_path().unlink(missing_ok=True)

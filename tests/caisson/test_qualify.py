@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from caisson.probes import qualify as qualify_module
+from caisson.run import qualify as qualify_module
 from tests.caisson.conftest import require
-from caisson.probes.qualify import _ARG, _LONG, check_qualification
+from caisson.run.qualify import _ARG, _LONG, check_qualification
 from ledger import Record
 from ledger.events import (FileChange, FileOpen, NetConnect, ProcessExec, ProcessExit, ProcessFork, ProcessSyscall,
                            RunEnded, WitnessGap, WitnessStarted, WitnessStopped)

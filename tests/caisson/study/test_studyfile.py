@@ -287,11 +287,12 @@ def test_public_surface_is_pinned():
     import caisson.study
 
     assert sorted(caisson.study.__all__) == [
-        "BaselineFacts", "Executor", "LocalExecutor", "SealedState",
+        "BaselineFacts", "Executor", "LocalExecutor", "Progress", "SealedState",
         "SessionJob", "SessionResult", "Study", "StudyAgent",
-        "StudyPlan", "StudyResult", "StudyStatus", "StudyVerifyReport", "assess_baseline", "cell_id",
-        "check_grader", "is_study_dir", "load_study", "make_executor", "parse_study", "plan_study", "read_study",
-        "run_study", "sealed_state", "status_lines", "study_status", "verify_study"]
+        "StudyPlan", "StudyResult", "StudyStatus", "StudyVerifyReport", "assess_baseline", "backfill_study", "cell_id",
+        "check_grader", "is_study_dir", "load_study", "load_study_report", "make_executor", "parse_study", "plan_study",
+        "read_study", "resolve_judge", "run_judge", "run_study", "sealed_state", "status_lines", "study_status",
+        "verify_study"]
     for name in caisson.study.__all__:
         assert getattr(caisson.study, name).__module__.startswith("caisson.study.")
 

@@ -119,7 +119,8 @@ def qualify_ebpf() -> tuple[list[str], float]:
     Raises:
         CaissonError: the chamber cannot run (engine, image), as `caisson record`.
     """
-    from caisson.run.record import RecordOptions, record
+    from caisson.run.plan import RecordOptions
+    from caisson.run.record import record
     from caisson.run.witnesses import default_witnesses
     from ledger import read_records
 
