@@ -54,9 +54,8 @@ from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor
 from caisson.study.plan import StudyPlan, combo_id, plan_study
 from caisson.study.preflight import assess_baseline, check_grader
 from caisson.study.studyfile import PROVIDERS, load_study, resolve
-from caisson.study.studyledger import StudyLedger, enrolled_keys, read_study, run_key, sealed_state, state_of
-from ledger import (BLOBS_DIR, BlobStore, LedgerError, SigningKey, VerifyKey, read_records, verify_and_read,
-                    verify_ledger)
+from caisson.study.studyledger import SealedState, StudyLedger, enrolled_keys, read_study, run_key, state_of
+from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, SigningKey, VerifyKey, verify_and_read, verify_ledger
 from ledger.events import (BaselineMeasured, CellEnded, CellStarted, Combo, HostDrained, HostKey, HttpExchange,
                            PlannedCell, StudyAborted, StudyEnded, StudyPlanned)
 
@@ -253,6 +252,18 @@ class _Runner:
             self.interrupted = True
         return result.outcome, result.error, result.host
 
+    @staticmethod
+    def _read_run(run_dir: Path, key: VerifyKey | None) -> tuple[SealedState | None, list[Record]]:
+        """A baseline's or probe's ledger read once: its sealed state (blobs checked too) and its
+        verified records; (None, []) without a key (no ledger) or a readable header."""
+        if key is None:
+            return None, []
+        try:
+            report, records = verify_and_read(run_dir, key)
+        except LedgerError:
+            return None, []
+        return state_of(report), records
+
     def _arrival_problem(self, run_dir: Path) -> str:
         """Verify a run that came from a host, on arrival: "" when it verifies (closed or
         not) against the enrolled key its ledger names; else why not."""
@@ -304,13 +315,12 @@ class _Runner:
                                            status="abort", reason=str(stop)))
                 return f"preflight: {stop}"
             key = self._run_key(session.run_dir) if (session.run_dir / "ledger").exists() else None
-            state = sealed_state(session.run_dir, key) if key is not None else None
+            state, records = self._read_run(session.run_dir, key)
             static = get_adapter(combo.adapter).static_tools if combo.adapter else ()
             if state is None or state.status != "ok":
                 reason = error or f"the baseline ledger did not verify closed ({state.status if state else 'absent'})"
                 facts_ok, facts = False, None
             else:
-                records = list(read_records(session.run_dir, key))
                 facts = assess_baseline(records, arm=combo.arm, agent=combo.agent, grant=combo.grant,
                                         deny=combo.deny, static=static, requested=_requested(session.run_dir, records))
                 facts_ok, reason = facts.ok, facts.reason
@@ -369,11 +379,10 @@ class _Runner:
         if outcome is not None and outcome.status == "infra_failure":  # never ran: no verdict, not a refusal
             raise _Stop(f"gating probe {rel}: infra failure: {outcome.reason or 'the chamber or agent did not start'}")
         key = self._run_key(session.run_dir) if (session.run_dir / "ledger").exists() else None
-        state = sealed_state(session.run_dir, key) if key is not None else None
+        state, records = self._read_run(session.run_dir, key)
         if state is None or state.status != "ok":
             raise _Stop(f"gating probe {rel}: " + (error or "the probe ledger did not verify closed"
                                                    f" ({state.status if state else 'absent'})"))
-        records = list(read_records(session.run_dir, key))
         failed = next((f for f in run_detectors(records, config_from_records(records))
                        if f.kind == "infra_failure" and f.effect == VOID), None)
         if failed is not None:  # the witnesses say the agent never ran: no verdict either way
