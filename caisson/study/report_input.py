@@ -33,7 +33,7 @@ from caisson.report import (
 from caisson.scenario import parse_scenario
 from caisson.study.backfill import read_backfill
 from caisson.study.judging import disagrees, read_judge_records
-from caisson.study.studyledger import enrolled_keys, read_study, run_trust, sealed_state, segments
+from caisson.study.studyledger import enrolled_keys, read_segments, run_trust, segments
 from caisson.study.verify import StudyVerifyReport, judge_dirs, verify_study
 from ledger import BlobStore, LedgerError, VerifyKey, read_records, verify_ledger
 from ledger.events import (BaselineMeasured, CellEnded, Combo, Gating, PlannedCell, Refusal, StudyPlanned,
@@ -132,13 +132,14 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
 
     study_dir = Path(study_dir)
     try:  # the plan first, to read every run once: its verification (below) uses what that read found
-        records = read_study(study_dir, trusted)
+        read = read_segments(study_dir, trusted)
     except LedgerError:
-        records = []  # verify_study says what is wrong
+        read = None  # verify_study says what is wrong
+    records = [r for seg in read or () for r in seg.records]
     events = [r.event for r in records if r.event.__struct_config__.tag != "blob.stored"]
     planned = next((e for e in events if isinstance(e, StudyPlanned)), None)
     if planned is None:
-        verified = verify_study(study_dir, trusted)
+        verified = verify_study(study_dir, trusted, read=read)
         if verified.status == "tampered":
             return verified, None
         raise UsageError(f"{study_dir}: the study ledger has no study.planned event")
@@ -170,7 +171,8 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
     runs += [(study_dir / e.run_dir, run_trust(study_dir / e.run_dir, trusted, enrolled)) for e in baseline_events]
     evidences = read_cells(runs, detectors, jobs=jobs)
     verified = verify_study(study_dir, trusted, {str(run_dir.relative_to(study_dir)): e.ledger
-                                                 for (run_dir, _), e in zip(runs, evidences) if e.ledger is not None})
+                                                 for (run_dir, _), e in zip(runs, evidences) if e.ledger is not None},
+                            read=read)
     if verified.status == "tampered":  # nothing read above is counted
         return verified, None
     backfill = read_backfill(study_dir, trusted)  # verified with the study, as the scenario blob is
@@ -207,10 +209,8 @@ def load_study_report(study_dir: Path, trusted: VerifyKey, *,
         isolation = "unavailable" if tools is None else ("failed" if denied or e.status == "abort" else "passed")
         baselines.append(ReportBaseline(arm=e.arm, agent=e.agent, model=_model(e.model), floor=evidence.tokens.figure,
                                         isolation=isolation, denied_present=denied, tools=tools, run_id=e.run_id))
-    segs = segments(study_dir)
-    head = sealed_state(segs[-1], trusted).head if segs else ""
     data = StudyReportInput(
-        study_id=planned.study, study_head=head, detector_versions=tuple(name for name, _ in detectors),
+        study_id=planned.study, study_head=verified.head, detector_versions=tuple(name for name, _ in detectors),
         cells=tuple(cells), baselines=tuple(baselines),
         refusals=tuple(msgspec.structs.replace(r, model=_model(r.model)) for r in planned.refusals)
         + tuple(_measured_refusal(e, combos.get(key)) for key, e in measured_refused.items()),

@@ -32,11 +32,11 @@ import msgspec
 
 from caisson.errors import UsageError
 from ledger import (BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, VerifyReport,
-                    locate)
+                    locate, verify_and_read)
 from ledger.events import BackfillRecorded, HostKey, JudgeRecorded, StudyResumed
 
-__all__ = ["SealedState", "StudyLedger", "announce", "announced", "segments", "numbered_dirs", "sealed_records",
-           "sealed_state", "state_of", "read_study",
+__all__ = ["SealedState", "StudyLedger", "StudySegment", "read_segments", "announce", "announced", "segments",
+           "numbered_dirs", "sealed_records", "sealed_state", "state_of", "read_study",
            "STUDY_DIR", "SOURCE", "enrolled_keys", "run_signer", "run_key", "run_trust", "lock_study", "study_lock",
            "LOCK_FILE"]
 
@@ -160,6 +160,32 @@ def sealed_records(segment: Path, trusted: VerifyKey | None) -> list[Record]:
     records = list(checker.records())
     sealed = checker.last_seal.upto if checker.last_seal else 0
     return [r for r in records if r.seq < sealed]
+
+
+class StudySegment(msgspec.Struct, frozen=True, kw_only=True):
+    """One study ledger segment as one read found it: its verification (blobs checked) and
+    its records up to its last valid seal."""
+
+    path: Path  # the segment's ledger file (DIR/study/NNN/ledger)
+    report: VerifyReport
+    records: list[Record]
+
+
+def read_segments(study_dir: Path, trusted: VerifyKey) -> list[StudySegment]:
+    """Every segment of a study ledger, each verified against ``trusted`` and read once.
+
+    Raises:
+        UsageError: ``study_dir`` holds no study ledger.
+        LedgerError: a segment is not readable (NotALedgerError: not a ledger).
+    """
+    segs = segments(study_dir)
+    if not segs:
+        raise UsageError(f"{study_dir}: no study ledger ({STUDY_DIR}/000/ledger); is it a study directory?")
+    read = []
+    for seg in segs:
+        report, records = verify_and_read(seg, trusted)
+        read.append(StudySegment(path=seg, report=report, records=[r for r in records if r.seq < report.sealed]))
+    return read
 
 
 def read_study(study_dir: Path, trusted: VerifyKey | None = None) -> list[Record]:

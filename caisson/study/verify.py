@@ -41,15 +41,15 @@ last segment has no final seal: the study is running or crashed, and can be resu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import msgspec
 
 from caisson.study.backfillledger import backfill_segments, verify_backfill
-from caisson.study.studyledger import (announced, enrolled_keys, numbered_dirs, read_study, run_trust, sealed_state,
-                                      segments, state_of)
-from ledger import LedgerChecker, LedgerError, VerifyKey, VerifyReport, locate, read_records, verify_ledger
+from caisson.study.studyledger import (StudySegment, announced, enrolled_keys, numbered_dirs, read_segments,
+                                      run_trust, segments, state_of)
+from ledger import LedgerError, VerifyKey, VerifyReport, read_records, verify_ledger
 from ledger.events import (
     BackfillRecorded,
     BaselineMeasured,
@@ -90,43 +90,27 @@ def is_study_dir(path: Path) -> bool:
     return bool(segments(Path(path)))
 
 
-def _segments_ok(study_dir: Path, trusted: VerifyKey, report: StudyVerifyReport) -> bool:
-    segs = segments(study_dir)
-    report.segments = len(segs)
-    states = []
-    for seg in segs:
-        try:
-            full = verify_ledger(seg, trusted)
-        except LedgerError as exc:
-            report.problems.append(f"{seg}: {exc}")
+def _segments_ok(read: Sequence[StudySegment], report: StudyVerifyReport) -> bool:
+    report.segments = len(read)
+    for seg in read:
+        if seg.report.status == "tampered":
+            report.problems.append(f"{seg.path}: study ledger tampered: seq {seg.report.bad_seq}: {seg.report.reason}")
             return False
-        if full.status == "tampered":
-            report.problems.append(f"{seg}: study ledger tampered: seq {full.bad_seq}: {full.reason}")
-            return False
-        states.append(sealed_state(seg, trusted))
-    for i, seg in enumerate(segs[1:], 1):
-        first = next(iter(_segment_events(seg, trusted)), None)
+    states = [state_of(seg.report) for seg in read]
+    for i, seg in enumerate(read[1:], 1):
+        first = next((r.event for r in seg.records if r.event.__struct_config__.tag != "blob.stored"), None)
         prev = states[i - 1]
         if not isinstance(first, StudyResumed):
-            report.problems.append(f"{seg}: a continuation segment must start with study.resumed")
+            report.problems.append(f"{seg.path}: a continuation segment must start with study.resumed")
         elif (first.previous_run_id, first.previous_records, first.previous_head) != (prev.run_id, prev.records,
                                                                                       prev.head):
-            report.problems.append(f"{seg}: study.resumed names {first.previous_run_id} at {first.previous_records}"
-                                   f" records, but {segs[i - 1]} is {prev.run_id} sealed at {prev.records}")
+            report.problems.append(f"{seg.path}: study.resumed names {first.previous_run_id} at"
+                                   f" {first.previous_records} records, but {read[i - 1].path} is {prev.run_id}"
+                                   f" sealed at {prev.records}")
     if states and not states[-1].final:
         report.status = "unclosed"
     report.head = states[-1].head if states else ""
     return not report.problems
-
-
-def _segment_events(seg: Path, trusted: VerifyKey):
-    """The events of one segment, blob records left out."""
-    ledger_path, _ = locate(seg)
-    checker = LedgerChecker(trusted, decode=True)
-    checker.feed(ledger_path.read_bytes())
-    for record in checker.records():
-        if record.event.__struct_config__.tag != "blob.stored":
-            yield record.event
 
 
 def _check_run(study_dir: Path, rel: str, run_id: str | None, records: int, head: str, final: bool,
@@ -166,15 +150,15 @@ def judge_dirs(study_dir: Path) -> list[Path]:
     return numbered_dirs(Path(study_dir) / JUDGE_DIR)
 
 
-def _closed_heads(study_dir: Path, trusted: VerifyKey) -> list[str]:
+def _closed_heads(read: Sequence[StudySegment]) -> list[str]:
     """The final heads of the study as it is: the last segment that is not an announcement
     (`caisson.study.studyledger.announce`) and every announcement segment after it."""
     heads: list[str] = []
-    for seg in segments(study_dir):
-        kinds = {type(e) for e in _segment_events(seg, trusted)}
+    for seg in read:
+        kinds = {type(r.event) for r in seg.records}
         if not kinds & {JudgeRecorded, BackfillRecorded}:
             heads = []
-        heads.append(sealed_state(seg, trusted).head)
+        heads.append(seg.report.head)
     return heads
 
 
@@ -192,9 +176,10 @@ def _check_announced(study_dir: Path, trusted: VerifyKey, records: list, report:
                                 " stopped before announcing it): its removal could not have been seen")
 
 
-def _check_judges(study_dir: Path, trusted: VerifyKey, counting: dict[str, str], report: StudyVerifyReport) -> None:
-    """Step 5 of the module docstring; ``counting``: cell id -> its counting run id."""
-    heads = _closed_heads(study_dir, trusted)
+def _check_judges(study_dir: Path, trusted: VerifyKey, counting: dict[str, str], report: StudyVerifyReport,
+                  heads: list[str]) -> None:
+    """Step 5 of the module docstring; ``counting``: cell id -> its counting run id; ``heads``:
+    the study's final heads (`_closed_heads`)."""
     for judge in judge_dirs(study_dir):
         rel = str(judge.relative_to(study_dir))
         try:
@@ -221,7 +206,8 @@ def _check_judges(study_dir: Path, trusted: VerifyKey, counting: dict[str, str],
 
 
 def verify_study(study_dir: Path, trusted: VerifyKey,
-                 verified: Mapping[str, VerifyReport] | None = None) -> StudyVerifyReport:
+                 verified: Mapping[str, VerifyReport] | None = None,
+                 read: Sequence[StudySegment] | None = None) -> StudyVerifyReport:
     """Verify a study directory; see the module docstring.
 
     Args:
@@ -230,20 +216,30 @@ def verify_study(study_dir: Path, trusted: VerifyKey,
         verified: run directory (relative to the study) -> the `ledger.verify_ledger` report
             a caller already has of it, against the key it must verify with
             (`caisson.study.studyledger.run_trust`): such a run is not read again.
+        read: the study ledger's segments as `caisson.study.studyledger.read_segments` read
+            them against ``trusted`` (None: read here); they are not read again.
 
     Raises:
         UsageError: ``study_dir`` holds no study ledger.
     """
     study_dir = Path(study_dir)
     report = StudyVerifyReport(path=str(study_dir))
-    if not _segments_ok(study_dir, trusted, report):
+    if read is None:
+        try:
+            read = read_segments(study_dir, trusted)
+        except LedgerError as exc:
+            report.segments = len(segments(study_dir))
+            report.problems.append(str(exc))
+            report.status = "tampered"
+            return report
+    if not _segments_ok(read, report):
         report.status = "tampered"
         return report
     named: set[str] = set()
     bound: dict[str, tuple[str, str]] = {}  # run dir -> (run id, head): what a backfilled figure may name
     counting: dict[str, str] = {}
     enrolled: dict[bytes, VerifyKey] = {}
-    study_records = read_study(study_dir, trusted)
+    study_records = [r for seg in read for r in seg.records]
     for record in study_records:
         e = record.event
         if isinstance(e, StudyPlanned):
@@ -275,7 +271,7 @@ def verify_study(study_dir: Path, trusted: VerifyKey,
                 report.problems.append(f"{rel}: a run the study ledger does not name (added afterwards)")
     if not report.problems:  # the runs are as bound: now what the backfill ledger says of them
         report.problems += verify_backfill(study_dir, trusted, bound, enrolled)
-    _check_judges(study_dir, trusted, counting, report)
+    _check_judges(study_dir, trusted, counting, report, _closed_heads(read))
     _check_announced(study_dir, trusted, study_records, report)
     if report.problems:
         report.status = "tampered"

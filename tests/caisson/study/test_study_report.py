@@ -99,26 +99,27 @@ def test_cli_jobs_reads_the_same_report_and_refuses_zero(small_study, tmp_path):
     assert bad.returncode == 2 and "--jobs: at least 1" in bad.stderr
 
 
-def test_the_report_reads_each_run_ledger_once(small_study, monkeypatch):  # noqa: F811
-    """Verifying the study and reading its cells share one read of each run's ledger (its
-    bytes read, its chain, seals and blobs checked once)."""
+def test_the_report_reads_each_ledger_once(small_study, monkeypatch):  # noqa: F811
+    """Verifying the study and reading its cells share one read of each run's ledger and of
+    each study ledger segment (its bytes read, its chain, seals and blobs checked once)."""
     from collections import Counter
 
-    import ledger._reader as reader
-
     reads: Counter[str] = Counter()
-    real = reader._read_ledger
+    real_bytes = Path.read_bytes
 
-    def counted(path):
-        reads[str(path)] += 1
-        return real(path)
+    def counted_bytes(path):  # every reader of a whole ledger file (the verifier, a checker fed the bytes)
+        if path.name == "ledger":
+            reads[str(path)] += 1
+        return real_bytes(path)
 
-    monkeypatch.setattr(reader, "_read_ledger", counted)
+    monkeypatch.setattr(Path, "read_bytes", counted_bytes)
     verified, data = load_study_report(small_study, trusted_key(None), jobs=1)
     assert verified.status == "ok" and data is not None
     runs = {p: n for p, n in reads.items() if "/cells/" in p or "/baselines/" in p}
     assert runs and set(runs.values()) == {1}, reads
     assert verified.runs_checked == len(runs)
+    study = {p: n for p, n in reads.items() if "/study/" in p.removeprefix(str(small_study))}
+    assert study and set(study.values()) == {1}, reads
 
 
 def _synthetic_study(out: Path, recorded=None):
