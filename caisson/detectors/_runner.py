@@ -15,12 +15,17 @@ order: a declaration promises that the detector ignores every other type
 
 from __future__ import annotations
 
+import functools
+from itertools import compress
+from operator import attrgetter, is_not
 from collections.abc import Iterable, Sequence
 
 from caisson.detectors._base import Detector, DetectorConfig, Finding, reads_of
 from ledger import Record
 
 __all__ = ["Routed", "one_pass", "route", "route_for"]
+
+_EVENT = attrgetter("event")
 
 
 def route(records: Iterable[Record], wanted: Sequence[tuple[type, ...]]) -> list[list[Record]]:
@@ -34,17 +39,73 @@ def route(records: Iterable[Record], wanted: Sequence[tuple[type, ...]]) -> list
     Returns:
         One list per entry of ``wanted`` (same order), each in ledger order.
     """
-    wanted = [tuple(kinds) for kinds in wanted]
-    streams: list[list[Record]] = [[] for _ in wanted]
-    targets: dict[type, list[list[Record]]] = {}  # event class -> the streams it goes to
-    for record in records:
-        kind = type(record.event)
-        found = targets.get(kind)
-        if found is None:
-            found = targets[kind] = [stream for stream, kinds in zip(streams, wanted) if issubclass(kind, kinds)]
-        for stream in found:
-            stream.append(record)
-    return streams
+    return _routes(tuple(tuple(kinds) for kinds in wanted)).split(records)
+
+
+class _Routes:
+    """Which streams each event class goes to, for one tuple of wanted kinds (learnt as
+    classes appear, kept across runs by `_plan` and `_routes`). Routing by the event's
+    class, not by ``isinstance``: a miss of ``isinstance`` on a msgspec Struct costs about
+    ten times a dict lookup, and most records miss most detectors' types. A run of records
+    of one class goes to its streams as one slice (tests/caisson/detectors/test_runner.py
+    checks the streams against routing record by record)."""
+
+    def __init__(self, wanted: tuple[tuple[type, ...], ...]):
+        self.wanted = wanted
+        self.targets: dict[type, tuple[int, ...]] = {}
+
+    def split(self, records: Iterable[Record], kinds: Sequence[type] | None = None) -> list[list[Record]]:
+        """One stream per wanted tuple; ``kinds``: the class of each record's event, when the
+        caller has them (else read here)."""
+        if not isinstance(records, (list, tuple)):
+            records = list(records)
+        streams: list[list[Record]] = [[] for _ in self.wanted]
+        if not records:
+            return streams
+        known = self.targets
+        # Records come in runs of one class (a stream of file opens, an exchange and its call):
+        # the classes and the starts of the runs are found at C speed (map, compress), then each
+        # run goes to its streams as one slice: a dict lookup per run, not per record.
+        if kinds is None:
+            kinds = list(map(type, map(_EVENT, records)))
+        elif len(kinds) != len(records):
+            raise ValueError(f"{len(kinds)} kinds for {len(records)} records")
+        starts = [0, *compress(range(1, len(kinds)), map(is_not, kinds[1:], kinds)), len(kinds)]
+        for start, end in zip(starts, starts[1:]):
+            kind = kinds[start]
+            targets = known.get(kind)
+            if targets is None:
+                targets = known[kind] = tuple(i for i, kinds_ in enumerate(self.wanted) if issubclass(kind, kinds_))
+            if not targets:
+                continue
+            if end - start == 1:
+                record = records[start]
+                for i in targets:
+                    streams[i].append(record)
+            else:
+                run = records[start:end]
+                for i in targets:
+                    streams[i] += run
+        return streams
+
+
+@functools.lru_cache(maxsize=64)
+def _routes(wanted: tuple[tuple[type, ...], ...]) -> _Routes:
+    return _Routes(wanted)
+
+
+_Plan = tuple[list[tuple[Detector, int | None]], tuple[int, ...], _Routes]
+
+
+@functools.lru_cache(maxsize=16)
+def _plan(detectors: tuple[tuple[str, Detector], ...], extra: tuple[tuple[type, ...], ...] = ()) -> _Plan:
+    """Each detector with the index of its stream (None: every record), the index of each
+    of the caller's ``extra`` streams, and the routes (one stream per distinct tuple)."""
+    declared = [(detect, reads_of(detect)) for _, detect in detectors]
+    wanted = tuple(dict.fromkeys([*(kinds for _, kinds in declared if kinds is not None), *extra]))
+    index = {kinds: i for i, kinds in enumerate(wanted)}
+    plan = [(detect, None if kinds is None else index[kinds]) for detect, kinds in declared]
+    return plan, tuple(index[kinds] for kinds in extra), _Routes(wanted)
 
 
 class Routed:
@@ -55,27 +116,23 @@ class Routed:
             ``extra``), in ledger order, as `route` would give them.
     """
 
-    def __init__(self, records: Sequence[Record], detectors: Iterable[tuple[str, Detector]],
-                 extra: Sequence[tuple[type, ...]] = ()):
-        declared = [(detect, reads_of(detect)) for _, detect in detectors]
-        wanted = list(dict.fromkeys([*(kinds for _, kinds in declared if kinds is not None),
-                                     *(tuple(kinds) for kinds in extra)]))
-        split = route(records, wanted)
+    def __init__(self, records: Sequence[Record], plan: _Plan, kinds: Sequence[type] | None = None):
         self._records = records
-        self._plan = [(detect, None if kinds is None else split[wanted.index(kinds)]) for detect, kinds in declared]
-        self.streams = [split[wanted.index(tuple(kinds))] for kinds in extra]
+        self._plan, extra, routes = plan
+        self._split = routes.split(records, kinds)
+        self.streams = [self._split[i] for i in extra]
 
     def detect(self, config: DetectorConfig) -> list[Finding]:
         """Run the detectors, each over its own stream; findings in registry order (each
         detector's in its own order): the same as each detector alone over every record."""
         findings: list[Finding] = []
         for detect, stream in self._plan:
-            findings.extend(detect(self._records if stream is None else stream, config))
+            findings.extend(detect(self._records if stream is None else self._split[stream], config))
         return findings
 
 
 def route_for(records: Iterable[Record], detectors: Iterable[tuple[str, Detector]],
-              extra: Sequence[tuple[type, ...]] = ()) -> Routed:
+              extra: Sequence[tuple[type, ...]] = (), *, kinds: Sequence[type] | None = None) -> Routed:
     """Walk a run's records once, into the streams of ``detectors`` and those of ``extra``.
 
     For a caller that needs a few event types itself before it can run the detectors (the
@@ -85,11 +142,21 @@ def route_for(records: Iterable[Record], detectors: Iterable[tuple[str, Detector
         records: the run's records, in ledger order.
         detectors: (name@version, detector) pairs.
         extra: tuples of event classes, as `route`'s ``wanted``.
+        kinds: the class of each record's event, in order, when the caller has them
+            already (`caisson.replay._rederive.rederive_kinds`); else read here.
 
     Returns:
         The split records: `Routed.streams` for ``extra``, `Routed.detect` for the findings.
     """
-    return Routed(records if isinstance(records, Sequence) else list(records), detectors, extra)
+    if not isinstance(records, Sequence):
+        records = list(records)
+    detectors = tuple(detectors)
+    extra = tuple(tuple(wanted) for wanted in extra)
+    try:
+        plan = _plan(detectors, extra)
+    except TypeError:  # an unhashable entry (a list for a pair): planned for this call only
+        plan = _plan.__wrapped__(detectors, extra)
+    return Routed(records, plan, kinds)
 
 
 def one_pass(records: Iterable[Record], config: DetectorConfig,

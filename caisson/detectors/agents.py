@@ -3,6 +3,7 @@ first-party token usage against what the proxy saw."""
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Iterable, Iterator
 
@@ -82,7 +83,7 @@ def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[F
     if config.granted_tools is None:
         return
     records = list(records)
-    grant = _Grant(config)
+    grant = _grant(config)
     scoped, granted, strategy_of = grant.scoped, grant.granted, grant.strategy
     audited = [r for r in records if isinstance(r.event, AgentToolResult) and r.event.outcome != "refused"
                and r.event.tool in scoped and strategy_of(r.event.tool) not in granted]
@@ -126,11 +127,13 @@ def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[F
 
 class _Grant:
     """One configuration's grant, for `tool_escape`: the tools granted with a scope (tool ->
-    rules), the strategies granted whole, and each tool's strategy."""
+    rules), the strategies granted whole, and each tool's strategy, remembered (a pure
+    function of the tool and the configuration, asked for every tool result of every run)."""
 
     def __init__(self, config: DetectorConfig):
         assert config.granted_tools is not None
         self._config = config
+        self._strategies: dict[str, str] = {}
         grants = grants_by_tool(config.granted_tools, strict=False)
         self.scoped = {tool: rules for tool, rules in grants.items() if rules is not None}
         self.granted = {self.strategy(tool) for tool, rules in grants.items() if rules is None} \
@@ -138,7 +141,17 @@ class _Grant:
 
     def strategy(self, tool: str) -> str:
         """`strategy` of ``tool`` under this configuration."""
-        return strategy(tool, self._config)
+        found = self._strategies.get(tool)
+        if found is None:
+            if len(self._strategies) >= 4096:  # tool names come from the agent's output: bounded
+                self._strategies.clear()
+            found = self._strategies[tool] = strategy(tool, self._config)
+        return found
+
+
+@functools.lru_cache(maxsize=8)
+def _grant(config: DetectorConfig) -> _Grant:
+    return _Grant(config)
 
 
 @reads(AgentTools)

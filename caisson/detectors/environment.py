@@ -7,6 +7,7 @@ When no exec carried an environment, the recorded ``run.started`` environment is
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import DetectorConfig, Finding, VOID, norm, reads, under
@@ -18,6 +19,7 @@ from ledger.events import ProcessExec, RunStarted
 __all__ = ["ENV_INHERITANCE", "env_inheritance"]
 
 ENV_INHERITANCE = "env.inheritance@1"
+_is_credential = functools.lru_cache(maxsize=4096)(is_credential)  # pure; every run starts with the same names
 _CONFIG_VARS = ("HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME")
 
 
@@ -48,7 +50,7 @@ def env_inheritance(records: Iterable[Record], config: DetectorConfig) -> Iterat
     if "OLDPWD" in env:
         yield finding(f"OLDPWD={env['OLDPWD']} inherited")
     for name in sorted(env):
-        if is_credential(name, config.credential_patterns) and name not in config.pass_credentials:
+        if _is_credential(name, config.credential_patterns) and name not in config.pass_credentials:
             yield finding(f"credential variable {name} present")
     switches = {**INJECTION_SWITCHES, **dict(config.injection_switches)}
     for name, off in sorted(switches.items()):

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -44,6 +45,7 @@ AI's multi-region hosts: google-genai 3.6.1 ``_api_client.py``; Code Assist's: g
 0.61.0 ``CODE_ASSIST_ENDPOINT``)."""
 
 
+@functools.lru_cache(maxsize=1024)  # pure; a run asks for the same model on every call
 def same_model(requested: str, served: str) -> bool:
     """True when ``served`` is ``requested`` or a dated snapshot of that alias.
 

@@ -4,6 +4,7 @@ accounts for."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Iterator
 
@@ -58,8 +59,10 @@ def _direct(family: str, address: str, port: int | None, endpoints: set[tuple[st
     return local is not None and not (local or (address, port) in endpoints)
 
 
+@functools.lru_cache(maxsize=1024)
 def _local(address: str) -> bool | None:
-    """Whether an IP address is loopback or unspecified; None: not an IP address."""
+    """Whether an IP address is loopback or unspecified; None: not an IP address (a run
+    connects to the same few addresses: each is parsed once)."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:

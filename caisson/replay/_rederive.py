@@ -23,6 +23,8 @@ What is rebuilt, and what is kept as written live (with the reason, in `Rederive
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -36,9 +38,11 @@ from ledger.events import (
     HttpExchange, LlmCall, LlmUsage, RunStarted,
 )
 
-__all__ = ["Rederived", "rederive"]
+__all__ = ["Rederived", "rederive", "rederive_kinds"]
 
 TRANSCRIPT_SOURCE = "transcript"
+_EVENT, _SOURCE = attrgetter("event"), attrgetter("source")
+_READ: dict[type, bool] = {}  # event class -> whether rederive reads it (a blob, an exchange, a call)
 FIGURES = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
            "reasoning_tokens")
 
@@ -93,6 +97,54 @@ def _adapter(records: Sequence[Record]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _indexes(items: list, value: object) -> list[int]:
+    """Every index of ``value`` in ``items`` (as `list.index` finds it: identity, then
+    equality), each found by a scan at C speed: for values that are few in a long list."""
+    out: list[int] = []
+    at = -1
+    try:
+        while True:
+            at = items.index(value, at + 1)
+            out.append(at)
+    except ValueError:
+        return out
+
+
+def _scan(records: Sequence[Record]) -> tuple[list[type], dict[str, str], Record | None, list[int], bool]:
+    """One scan of a run's records for the rebuild: the class of each record's event, each
+    blob's role by sha256, the first ``stdout`` blob record, the indexes of the records the
+    rebuild reads or replaces (``http.exchange`` and ``llm.call`` not from the transcript,
+    and every transcript record), in order, and whether any transcript record was written
+    live.
+
+    The classes and sources of all records are read at C speed (map, compress, `list.index`);
+    only the few records of the classes the rebuild reads are looked at one by one.
+    """
+    kinds = list(map(type, map(_EVENT, records)))
+    present = set(kinds)
+    for kind in present.difference(_READ):  # learnt once per class: isinstance's misses on Structs are slow
+        _READ[kind] = issubclass(kind, (BlobStored, HttpExchange, LlmCall))
+    wanted = frozenset(kind for kind in present if _READ[kind])
+    # (list.index would compare every class with each wanted one by rich comparison: slower here)
+    read = list(compress(range(len(kinds)), map(wanted.__contains__, kinds))) if wanted else []
+    transcribed = _indexes(list(map(_SOURCE, records)), TRANSCRIPT_SOURCE)
+    roles: dict[str, str] = {}
+    stdout_record: Record | None = None
+    marks: list[int] = []
+    for i in read:
+        record = records[i]
+        event = record.event
+        if isinstance(event, BlobStored):
+            roles[event.sha256] = event.role
+            if stdout_record is None and event.role == "stdout":
+                stdout_record = record
+        elif record.source != TRANSCRIPT_SOURCE:
+            marks.append(i)
+    if transcribed:
+        marks = sorted(marks + transcribed)
+    return kinds, roles, stdout_record, marks, bool(transcribed)
+
+
 def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> tuple[list[Record], Rederived]:
     """Rebuild a run's derived LLM and agent events from its blobs (pure but for ``blob``).
 
@@ -103,15 +155,16 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
     Returns:
         The records with rebuilt events in place of the live ones, and what was done.
     """
-    roles: dict[str, str] = {}  # each blob's role by sha256
-    stdout_record: Record | None = None  # the first stdout blob's record
-    for record in records:
-        event = record.event
-        if isinstance(event, BlobStored):
-            roles[event.sha256] = event.role
-            if stdout_record is None and event.role == "stdout":
-                stdout_record = record
-    live_source = any(record.source == TRANSCRIPT_SOURCE for record in records)
+    result, _, out = rederive_kinds(records, blob)
+    return result, out
+
+
+def rederive_kinds(records: Sequence[Record], blob: Callable[[str], bytes | None]
+                   ) -> tuple[list[Record], list[type], Rederived]:
+    """`rederive`, and the class of each returned record's event (in the same order), for
+    a caller that routes the records by class (`caisson.detectors.route_for`'s ``kinds``):
+    the classes of the records the rebuild did not touch are those its scan read."""
+    kinds, roles, stdout_record, marks, live_source = _scan(records)
     out = Rederived(versions={"llm": USAGE_RULES_VERSION})
 
     def body(sha: str | None) -> tuple[bytes, str] | None:
@@ -135,34 +188,45 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
                                                        else "no stdout blob to re-read"))
     pending: list[tuple[Record, LlmCall | None, str | None]] = []  # the last model-call exchange, unanswered
     result: list[Record] = []
+    result_kinds: list[type] = []  # the class of each record of result
     live_transcript: list[Record] = []
-    for record in records:
+    done = 0  # records before this index are in result, or replaced
+    for i in marks:  # the records between marks go through unchanged
+        result.extend(records[done:i])
+        result_kinds.extend(kinds[done:i])
+        done = i + 1
+        record = records[i]
         event = record.event
         if isinstance(event, HttpExchange):
-            _orphan(pending, result, out)
+            _orphan(pending, result, result_kinds, out)
             call, why = rederive_llm_call(event, body(event.request_body_sha256), body(event.response_body_sha256))
             if call is not None or why is not None:
                 pending.append((record, call, why))
         elif isinstance(event, LlmCall):
             record = _replace_call(record, event, pending, out)
-        elif transcript is not None and record.source == TRANSCRIPT_SOURCE:  # a live transcript record
+        elif transcript is not None:  # a live transcript record
             if not live_transcript:
                 result.extend(transcript)  # the rebuilt events take the live ones' place
+                result_kinds.extend(map(type, map(_EVENT, transcript)))
             live_transcript.append(record)
             continue
         result.append(record)
-    _orphan(pending, result, out)
+        result_kinds.append(type(record.event))
+    result.extend(records[done:])
+    result_kinds.extend(kinds[done:])
+    _orphan(pending, result, result_kinds, out)
     if transcript is not None:
         if not live_transcript:  # the live run parsed nothing: the rebuilt events go after the stdout blob
             at = next(i for i, r in enumerate(result) if r is stdout_record) + 1
             result[at:at] = transcript
+            result_kinds[at:at] = map(type, map(_EVENT, transcript))
         out.changed += _transcript_changes([r.event for r in live_transcript], [r.event for r in transcript],
                                            stdout_record.seq if stdout_record else -1, out.versions[name])
         out.usage += [r.event for r in transcript if isinstance(r.event, AgentUsage)]
-    return result, out
+    return result, result_kinds, out
 
 
-def _orphan(pending: list, result: list[Record], out: Rederived) -> None:
+def _orphan(pending: list, result: list[Record], result_kinds: list[type], out: Rederived) -> None:
     """A model-call exchange whose live ``llm.call`` never came: the rebuilt call is added
     (it carries the exchange's seq, its evidence)."""
     if not pending:
@@ -175,6 +239,7 @@ def _orphan(pending: list, result: list[Record], out: Rederived) -> None:
     out.usage.append(call)
     out.changed.append(f"seq {exchange.seq} http.exchange: llm.call rebuilt where none was written live")
     result.append(msgspec.structs.replace(exchange, event=call))
+    result_kinds.append(type(call))
 
 
 def _replace_call(record: Record, live: LlmCall, pending: list, out: Rederived) -> Record:

@@ -11,6 +11,7 @@ re-running replay with a changed detector or parser changes only the findings fi
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, Finding, config
 from caisson.detectors import tool_audit_status
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
-from caisson.replay._rederive import Rederived, rederive
+from caisson.replay._rederive import Rederived, rederive, rederive_kinds
 from caisson.replay.scoring import Grade, grade
 from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, VerifyKey, VerifyReport, locate, verify_and_read
 from ledger.events import BlobStored, RunStarted, SandboxBuilt, Verdict, WitnessStarted
@@ -111,6 +112,12 @@ _MANIFEST = (RunStarted, SandboxBuilt, BlobStored, WitnessStarted)  # config_fro
 """The events replay itself reads (the detector configuration, the blobs it grades)."""
 
 
+@functools.lru_cache(maxsize=32)
+def _scenario(data: bytes) -> Scenario:
+    """A kept scenario, parsed once per distinct bytes (a study's cells keep the same one)."""
+    return parse_scenario(data, "scenario")
+
+
 def replay_run(run_dir: Path, trusted: VerifyKey,
                detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS) -> RunReplay:
     """Verify, detect and grade one run (does not write anything).
@@ -172,16 +179,16 @@ def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record
         return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
                          status="unverified", detectors=names), [[] for _ in extra]
     checked = _blob_reader(report, verified_blobs)
-    records, rederived = rederive(records, _or_none(checked))
+    records, kinds, rederived = rederive_kinds(records, _or_none(checked))
     # one walk: the manifest, the caller's streams and the detectors' streams
-    routed = route_for(records, detectors, (_MANIFEST, *extra))
+    routed = route_for(records, detectors, (_MANIFEST, *extra), kinds=kinds)
     manifest, *streams = routed.streams
     started = next((r.event for r in manifest if isinstance(r.event, RunStarted)), None)
     scenario_bytes = _blob(checked, manifest, "scenario")
     scenario: Scenario | None = None
     if scenario_bytes:
         try:
-            scenario = parse_scenario(scenario_bytes, "scenario")
+            scenario = _scenario(scenario_bytes)
         except CaissonError:
             parse_scenario(scenario_bytes, f"{run_dir}:scenario")  # raises, naming the run
             raise

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, cast, get_args
@@ -161,8 +162,10 @@ def classify(
     return _path_kind(path)
 
 
+@functools.lru_cache(maxsize=1024)
 def _path_kind(path: str) -> tuple[Provider, LlmEndpoint] | None:
-    """`classify`'s answer for a POST to ``path``."""
+    """`classify`'s answer for a POST to ``path`` (remembered: a run posts to the same few
+    paths, and replay classifies each exchange more than once)."""
     path = _bare(path)
     for suffix, kind in ENDPOINTS.items():
         if path.endswith(suffix):
@@ -218,13 +221,14 @@ def _bare(path: str) -> str:
     return path
 
 
+@functools.lru_cache(maxsize=1024)
 def path_model(path: str) -> str | None:
     """The model a request names in its URL, where the API puts it there: Vertex AI's
     ``models/MODEL:rawPredict``, Azure OpenAI's deployment name, Bedrock's model id (URL
     decoded: ``anthropic.claude-sonnet-4-5-20250929-v1%3A0``), the Gemini API's
     ``models/MODEL:generateContent`` (``MODEL``; a tuned model or Vertex AI endpoint as
     ``tunedModels/ID`` or ``endpoints/ID``, names of an operator's resource); None for the
-    others (the model is then in the body)."""
+    others (the model is then in the body). Remembered by path, as `classify`'s answer is."""
     path = _bare(path)
     if found := _GEMINI.search(path):
         resource = found["model"]

@@ -188,6 +188,26 @@ def test_replay_reads_a_transcript_with_the_agent_version_the_run_recorded(tmp_p
     assert unknown.usage[0].usage_missing_reason.startswith("2 turns and the meaning of turn.completed.usage")
 
 
+def _scan_record_by_record(records):
+    """The reference for `caisson.replay._rederive._scan` (the loop it replaced): each record
+    looked at in turn."""
+    roles, stdout_record, marks, live_source = {}, None, [], False
+    for i, record in enumerate(records):
+        event = record.event
+        if record.source == "transcript":
+            marks.append(i)
+            live_source = True
+        if not isinstance(event, (BlobStored, HttpExchange, LlmCall)):
+            continue
+        if isinstance(event, BlobStored):
+            roles[event.sha256] = event.role
+            if stdout_record is None and event.role == "stdout":
+                stdout_record = record
+        elif record.source != "transcript":
+            marks.append(i)
+    return roles, stdout_record, marks, live_source
+
+
 _SCAN_POOL = [
     ("recorder", RunStarted(run_id="r", caisson_version="0", agent=RunAgent(name="claude-code"))),
     ("recorder", BlobStored(sha256="a" * 64, size_bytes=1, role="scenario")),
@@ -205,6 +225,32 @@ _SCAN_POOL = [
 ]
 
 
+def test_the_scan_at_c_speed_equals_the_scan_record_by_record(tmp_path):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from caisson.probes.cells import CellSpec, write_cell
+    from caisson.replay._rederive import _scan
+    from ledger import Record, SigningKey, verify_and_read
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.integers(0, len(_SCAN_POOL) - 1), max_size=40))
+    def generated(picks):
+        records = [Record(seq=i, wall_ns=i, mono_ns=i, source=_SCAN_POOL[p][0], event=_SCAN_POOL[p][1])
+                   for i, p in enumerate(picks)]
+        assert _scan(records) == ([type(r.event) for r in records], *_scan_record_by_record(records))
+        assert _scan(tuple(records)) == ([type(r.event) for r in records], *_scan_record_by_record(records))
+
+    generated()
+    key = SigningKey.generate()
+    for n, spec in enumerate([CellSpec(run_id="a", strace_events=200), CellSpec(run_id="b", turns=0, strace_events=0)]):
+        _, records = verify_and_read(write_cell(tmp_path / str(n), spec, key), key.verify_key)
+        assert _scan(records)[1:] == _scan_record_by_record(records)
+    run = record_old_run(tmp_path / "old")
+    _, records = verify_and_read(run, ensure_operator_key().verify_key)
+    assert _scan(records)[1:] == _scan_record_by_record(records) and _scan(records)[3]
+
+
 _CLAUDE_STDOUT = b"".join(json.dumps(o).encode() + b"\n" for o in [
     {"type": "system", "subtype": "init", "session_id": "s1", "tools": ["Read"], "model": "m"},
     {"type": "assistant", "session_id": "s1", "message": {"content": [
@@ -218,12 +264,11 @@ _CLAUDE_STDOUT = b"".join(json.dumps(o).encode() + b"\n" for o in [
 @example([0, 2, 12])  # the re-read transcript goes after the stdout blob (no live transcript record)
 @example([0, 2, 9, 10, 12])  # ... in the live transcript's place
 @example([0, 5, 5, 7, 12])  # an exchange with no live call: its rebuilt call is added
-def test_rederive_keeps_every_record_it_does_not_rebuild_in_order(picks):
-    """What rederive does not rebuild (neither an exchange's call nor a transcript record)
-    goes through unchanged, in order, whatever it adds or replaces around it (rebuilt calls,
-    orphan exchanges' calls, a re-read transcript in the live one's place or after the
-    stdout blob); it is deterministic."""
-    from caisson.replay._rederive import rederive
+def test_the_kinds_rederive_gives_are_those_of_the_records_it_returns(picks):
+    """`rederive_kinds` keeps the class of each record for routing (the scan's, and those of
+    what it adds or replaces: rebuilt calls, orphan exchanges' calls, a re-read transcript
+    in the live one's place or after the stdout blob): always the classes of its records."""
+    from caisson.replay._rederive import rederive, rederive_kinds
     from ledger import Record
 
     records = [Record(seq=i, wall_ns=i, mono_ns=i, source=_SCAN_POOL[p][0], event=_SCAN_POOL[p][1])
@@ -232,11 +277,8 @@ def test_rederive_keeps_every_record_it_does_not_rebuild_in_order(picks):
     def blob(sha):
         return _CLAUDE_STDOUT if sha == "b" * 64 else None
 
-    def untouched(rs):
-        return [r for r in rs if r.source != "transcript" and not isinstance(r.event, (HttpExchange, LlmCall))]
-
-    result, out = rederive(records, blob)
-    assert untouched(result) == untouched(records)
+    result, kinds, out = rederive_kinds(records, blob)
+    assert kinds == [type(r.event) for r in result]
     assert (result, out) == rederive(records, blob)
 
 
