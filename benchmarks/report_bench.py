@@ -87,7 +87,7 @@ ARMS = ("read-only", "shell")
 REPS = 10
 WRONG = "I could not find it."
 RIGHT = "`Context` is defined in src/click/core.py:234."
-IMPORTS = "import caisson.cli, caisson._cli.study, caisson.home, caisson.report, caisson.study.report"
+IMPORTS = "import caisson.cli, caisson._cli.study, caisson.home, caisson.report, caisson.study.report_input"
 """What ``caisson study report`` imports before it reads anything (the stage ``start+imports``)."""
 
 
@@ -263,7 +263,7 @@ def stages(study_dir: Path, jobs: int) -> dict[str, float]:
     spent["of which start"] = bare
     from caisson.home import trusted_key
     from caisson.report import build_report, read_cells, render_text
-    from caisson.study.report import load_study_report
+    from caisson.study import load_study_report
     from caisson.study.studyledger import read_study
     from caisson.study.verify import verify_study
 

@@ -229,7 +229,7 @@ def test_the_scan_at_c_speed_equals_the_scan_record_by_record(tmp_path):
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from caisson.probes.cells import CellSpec, write_cell
+    from tests._fixtures.cells import CellSpec, write_cell
     from caisson.replay._rederive import _scan
     from ledger import Record, SigningKey, verify_and_read
 
