@@ -34,7 +34,8 @@ Usage::
     parser.feed(chunk)                     # as bytes pass
     while (event := parser.next_event()) is not NEED_DATA:
         ...
-    cut = parser.close()                   # True: the stream ended mid-event
+    parser.close()
+    parser.cut                             # True: the stream ended mid-event
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class SseEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SseParser:
-    """Incremental event-stream parser: `feed` bytes, then `next_event` until NEED_DATA.
+    """Incremental event-stream parser (`ledger.SansIOParser`): `feed` bytes, then
+    `next_event` until NEED_DATA; `close` at the end, then `cut` says whether it cut an event.
 
     Args:
         stray_json: also dispatch JSON written outside the framing (module docstring).
@@ -108,6 +110,13 @@ class SseParser:
         return self._closed
 
     @property
+    def cut(self) -> bool:
+        """After `close`: the stream ended mid-event (an unterminated line, field lines not
+        yet followed by the blank line that dispatches them, or stray JSON whose brackets
+        never closed). Per the spec that incomplete event is discarded. False before `close`."""
+        return self._cut
+
+    @property
     def retry(self) -> int | None:
         """The reconnection time most recently set by a ``retry`` field, milliseconds."""
         return self._retry
@@ -133,24 +142,17 @@ class SseParser:
             return self._queue.popleft()
         return NEED_DATA
 
-    def close(self) -> bool:
-        """Mark the end of the stream; events already dispatched stay available.
-
-        Returns:
-            True when the stream ended mid-event (a cut stream): an unterminated line,
-            field lines not yet followed by the blank line that dispatches them, or stray
-            JSON whose brackets never closed. Per the spec that incomplete event is
-            discarded.
-        """
+    def close(self) -> None:
+        """Mark the end of the stream; events already dispatched stay available, and `cut`
+        says whether an incomplete one was discarded. A second call does nothing."""
         if self._closed:
-            return self._cut
+            return
         self._closed = True
         self._cut = len(self._buf) > 0 or self._pending_fields or bool(self._stray)
         self._buf.clear()
         self._stray = []
         self._data = []
         self._event_type = ""
-        return self._cut
 
     # --- internals -----------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from ledger._errors import (
     WriterClosedError,
 )
 from ledger._format import FORMAT_VERSION, Header, Record, Seal
-from ledger._sansio import NEED_DATA, NeedData, ParserClosedError
+from ledger._sansio import NEED_DATA, NeedData, ParserClosedError, SansIOParser, drain
 from ledger._keys import (
     SigningKey,
     VerifyKey,
@@ -52,6 +52,8 @@ __all__ = [
     "NEED_DATA",
     "NeedData",
     "ParserClosedError",
+    "SansIOParser",
+    "drain",
     "CREDENTIAL_PATTERNS",
     "SECRET_HEADERS",
     "SECRET_QUERY_PARAMS",

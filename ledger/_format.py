@@ -34,7 +34,7 @@ import msgspec
 import zstandard
 
 from ledger._errors import LedgerError, NotALedgerError
-from ledger._sansio import NEED_DATA, NeedData
+from ledger._sansio import NEED_DATA, NeedData, ParserClosedError
 from ledger.events import Event
 
 __all__ = [
@@ -213,21 +213,19 @@ class Damage(msgspec.Struct, frozen=True):
     first_seq: int | None = None  # from the frame header, when that header is intact
 
 
-# `FrameParser.next_item` returns NEED_DATA when it needs more bytes (or the file ends in a torn frame)
-
-
 class FrameParser:
-    """Sans-IO parser of a ledger byte stream: `feed` bytes, then `next_item`.
+    """Sans-IO parser of a ledger byte stream (`ledger.SansIOParser`): `feed` bytes, then
+    `next_event`.
 
-    `next_item()` returns the `Header` first, then one `Frame` per complete frame, a
+    `next_event()` returns the `Header` first, then one `Frame` per complete frame, a
     `Damage` when complete bytes fail their checks (after which the parser stops), or
-    `NEED_DATA`. After the last `feed`, `pending` tells how many bytes of an
-    incomplete (torn) item remain. It hashes the bytes it parses (SHA-256, as it goes):
-    each seal `Frame` carries the hash of the file before it.
+    `NEED_DATA`. After `close`, `pending` tells how many bytes of an incomplete (torn)
+    item remain. It hashes the bytes it parses (SHA-256, as it goes): each seal `Frame`
+    carries the hash of the file before it.
 
     Raises:
-        NotALedgerError: from `next_item`, the stream does not start with the ledger magic.
-        LedgerError: from `next_item`, a format version this reader does not read.
+        NotALedgerError: from `next_event`, the stream does not start with the ledger magic.
+        LedgerError: from `next_event`, a format version this reader does not read.
     """
 
     def __init__(self) -> None:
@@ -237,11 +235,22 @@ class FrameParser:
         self.header: Header | None = None
         self.header_payload: bytes | None = None
         self.damaged = False
+        self._closed = False
         self._sha256 = hashlib.sha256()  # of the bytes before self.offset
 
     def feed(self, data: bytes) -> None:
-        """Append bytes read from the file."""
+        """Append bytes read from the file.
+
+        Raises:
+            ParserClosedError: after `close`.
+        """
+        if self._closed:
+            raise ParserClosedError("FrameParser.feed after close")
         self._buf += data
+
+    def close(self) -> None:
+        """The file ends here: what is not a complete item stays `pending` (a torn tail)."""
+        self._closed = True
 
     @property
     def offset(self) -> int:
@@ -259,7 +268,7 @@ class FrameParser:
             self._base += self._pos
             self._pos = 0
 
-    def next_item(self) -> Header | Frame | Damage | NeedData:
+    def next_event(self) -> Header | Frame | Damage | NeedData:
         """Parse the next item; see the class docstring."""
         if self.damaged:
             return NEED_DATA

@@ -219,7 +219,7 @@ class LedgerChecker:
     def records(self) -> Iterator[Record]:
         """Yield each record (or envelope) from the frames completed so far."""
         while self.tampered is None:
-            item = self._parser.next_item()
+            item = self._parser.next_event()
             if item is NEED_DATA:
                 return
             try:

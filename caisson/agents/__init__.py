@@ -18,7 +18,8 @@ from caisson._lazy import lazy_face
 from caisson.agents import claude_code, codex, copilot, mini_swe_agent, opencode
 from caisson.errors import ScenarioError, UsageError
 from caisson.grants import granted_by, grants_by_tool, parse_grant
-from ledger.events import Elicitation, Gating
+from ledger import SansIOParser
+from ledger.events import Elicitation, Event, Gating
 
 if TYPE_CHECKING:
     from caisson.agents.sessionfiles import SESSION_PARSERS, agent_of_file, session_usage
@@ -41,7 +42,7 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     static_tools: tuple[str, ...]
     env: dict[str, str]  # variables it needs in the chamber (no secrets)
     command: Callable[..., list[str]]  # (prompt, *, allowed, denied, model, max_turns) -> argv
-    transcript: Callable[..., object] | None  # a sans-IO parser factory (version=...) -> (feed, close, events)
+    transcript: Callable[..., SansIOParser[Event]] | None  # a sans-IO parser factory (version=...)
     elicitation: Elicitation = "stream"  # how the answer comes back: a streamed structured transcript, or an answer file
     # The CLI's own programs: exec paths (fnmatch patterns) its command's descendants may run
     # and still be the CLI (a launcher's platform binary); what else they run is not the CLI

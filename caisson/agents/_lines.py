@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections import deque
 from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from ledger import NEED_DATA, NeedData, ParserClosedError
 from ledger.events import AgentError, Event, WitnessRaw
 
 __all__ = ["ANY", "Cause", "JsonLinesParser", "MESSAGE_CHARS", "RAW_CHARS", "says", "wordings"]
@@ -43,7 +44,8 @@ def says(text: str, patterns: tuple[re.Pattern[str], ...]) -> bool:
 
 
 class JsonLinesParser:
-    """Sans-IO JSON-lines reader: `feed` bytes, `close` at the end, then `events()`.
+    """Sans-IO JSON-lines reader (`ledger.SansIOParser`): `feed` bytes, `next_event` until
+    `NEED_DATA`, `close` at the end, then `next_event` again for what the end decides.
 
     Subclasses implement `on_object` (one decoded JSON object per line; it returns False
     for an object it does not know) and may override `on_close`. A line that is not a
@@ -71,7 +73,7 @@ class JsonLinesParser:
 
     def __init__(self) -> None:
         self._buf = b""
-        self._out: list[Event] = []
+        self._out: deque[Event] = deque()
         self._closed = False
         self.lines = 0
         self.terminal = False
@@ -80,7 +82,13 @@ class JsonLinesParser:
         self._held: list[AgentError] = []
 
     def feed(self, data: bytes) -> None:
-        """Add stdout bytes; complete lines are parsed at once."""
+        """Add stdout bytes; complete lines are parsed at once.
+
+        Raises:
+            ParserClosedError: after `close`.
+        """
+        if self._closed:
+            raise ParserClosedError(f"{type(self).__name__}.feed after close")
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
@@ -98,10 +106,9 @@ class JsonLinesParser:
         self._settle(terminal=True)
         self.on_close()
 
-    def events(self) -> Iterator[Event]:
-        """The events made so far (each once)."""
-        out, self._out = self._out, []
-        yield from out
+    def next_event(self) -> Event | NeedData:
+        """The next event made so far, or `NEED_DATA`."""
+        return self._out.popleft() if self._out else NEED_DATA
 
     def emit(self, event: Event) -> None:
         if isinstance(event, AgentError):

@@ -177,7 +177,7 @@ def _code(*parts: Any) -> str | None:
 
 
 class TranscriptParser(JsonLinesParser):
-    """Sans-IO: `feed` stdout bytes, `close` at the end, then iterate `events()`.
+    """Sans-IO (`ledger.SansIOParser`): `feed` stdout bytes, `next_event`, `close` at the end.
 
     Tool calls are emitted as they appear; their outcomes once known (a refusal is
     only certain when the final ``result`` lists the denials, so results are emitted at

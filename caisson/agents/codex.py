@@ -178,7 +178,7 @@ def _as_responses(usage: dict[str, Any]) -> dict[str, Any]:
 
 
 class TranscriptParser(JsonLinesParser):
-    """Sans-IO: `feed` stdout bytes, `close`, then `events()` (same protocol as Claude Code's).
+    """Sans-IO (`ledger.SansIOParser`): `feed` stdout bytes, `next_event`, `close`.
 
     Items are read whether their kind is spelled ``type`` or ``item_type`` (older
     versions). The terminal event is the last turn's ``turn.completed`` (or

@@ -139,7 +139,7 @@ def _str(value: Any) -> str | None:
 
 
 class TranscriptParser(JsonLinesParser):
-    """Sans-IO: `feed` stdout bytes, `close`, then `events()` (same protocol as Claude Code's).
+    """Sans-IO (`ledger.SansIOParser`): `feed` stdout bytes, `next_event`, `close`.
 
     Args:
         version: the Copilot CLI version that wrote the transcript.

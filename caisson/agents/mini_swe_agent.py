@@ -38,10 +38,12 @@ figure. Retries are logged on stderr only.
 from __future__ import annotations
 
 import json
+from collections import deque
 from typing import Any
 
 from caisson.agents._lines import MESSAGE_CHARS, RAW_CHARS, Cause
 from collectors.llm import normalize_usage
+from ledger import NEED_DATA, NeedData, ParserClosedError
 from ledger.events import (
     AgentAnswer, AgentError, AgentToolCall, AgentToolResult, AgentUsage, Event, Gating, WitnessRaw,
 )
@@ -159,7 +161,8 @@ def _calls(message: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 class TranscriptParser:
-    """Sans-IO: `feed` stdout bytes (the trajectory document), `close`, then `events()`.
+    """Sans-IO (`ledger.SansIOParser`): `feed` stdout bytes (the trajectory document),
+    `close`, then `next_event` until `NEED_DATA`.
 
     The whole document is decoded at `close`. Text that is not one JSON object (nothing
     printed: the run was cut off; or a document cut mid-way) makes the transcript
@@ -178,18 +181,23 @@ class TranscriptParser:
     def __init__(self, version: str | None = VERSION) -> None:
         self.version = version
         self._buf = bytearray()
-        self._out: list[Event] = []
+        self._out: deque[Event] = deque()
         self._closed = False
         self.incomplete: str | None = None
 
     def feed(self, data: bytes) -> None:
-        """Add stdout bytes (kept until `close`: the document is whole only at the end)."""
+        """Add stdout bytes (kept until `close`: the document is whole only at the end).
+
+        Raises:
+            ParserClosedError: after `close`.
+        """
+        if self._closed:
+            raise ParserClosedError("mini-swe-agent TranscriptParser.feed after close")
         self._buf += data
 
-    def events(self) -> list[Event]:
-        """The events made so far (each once)."""
-        out, self._out = self._out, []
-        return out
+    def next_event(self) -> Event | NeedData:
+        """The next event made so far (none before `close`), or `NEED_DATA`."""
+        return self._out.popleft() if self._out else NEED_DATA
 
     def close(self) -> None:
         """Decode the trajectory and emit its events; a second call does nothing."""

@@ -148,7 +148,7 @@ def _count(value: Any) -> int | None:
 
 
 class TranscriptParser(JsonLinesParser):
-    """Sans-IO: `feed` stdout bytes, `close`, then `events()` (same protocol as Claude Code's).
+    """Sans-IO (`ledger.SansIOParser`): `feed` stdout bytes, `next_event`, `close`.
 
     Args:
         version: the OpenCode version that wrote the transcript (recorded in the token source).

@@ -32,7 +32,7 @@ import msgspec
 from caisson.agents import ADAPTERS
 from collectors.llm import USAGE_RULES_VERSION
 from collectors.proxy import rederive_llm_call
-from ledger import Record
+from ledger import Record, drain
 from ledger.events import (
     AgentAnswer, AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, AgentToolResult, AgentUsage, BlobStored,
     HttpExchange, LlmCall, LlmUsage, RunStarted,
@@ -182,7 +182,7 @@ def rederive_kinds(records: Sequence[Record], blob: Callable[[str], bytes | None
         out.versions[name] = getattr(parser, "PARSER", "")
         out.versions["agent"] = f"{name} {getattr(parser, 'version', None) or 'unknown'}"
         transcript = [Record(seq=stdout_record.seq, wall_ns=stdout_record.wall_ns, mono_ns=stdout_record.mono_ns,
-                             source=TRANSCRIPT_SOURCE, event=e) for e in parser.events()]
+                             source=TRANSCRIPT_SOURCE, event=e) for e in drain(parser)]
     elif live_source:
         out.kept_live.append("transcript events: " + ("no known adapter named by the run" if name is None
                                                        else "no stdout blob to re-read"))

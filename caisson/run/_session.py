@@ -33,7 +33,7 @@ from caisson.chamber import Sandbox
 from caisson.run.sessionfiles import collect_session_files
 from caisson.run.stream import MonitorAddress
 from caisson.scenario import Scenario
-from ledger import LedgerWriter, Submission, run_writer
+from ledger import LedgerWriter, Submission, drain, run_writer
 from ledger.events import (AgentAnswer, AgentConfigFound, BlobStored, ChamberReaped, ExcludedPath, Note, RunEnded,
                            RunStarted, RunStatus, SandboxBuilt, WitnessGap)
 
@@ -279,7 +279,7 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
         parser = s.transcript()
         parser.feed(result.stdout)
         parser.close()
-        for event in parser.events():
+        for event in drain(parser):
             if isinstance(event, AgentAnswer):
                 answer_text = event.text
             await send.send(Submission(source="transcript", event=event))

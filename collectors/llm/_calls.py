@@ -27,16 +27,17 @@ import binascii
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, cast, get_args
+from typing import Any, Final, Protocol, cast, get_args
 from urllib.parse import unquote, urlsplit
 
 import msgspec
 
-from collectors.llm._eventstream import EventStreamDecoder, EventStreamError, EventStreamMessage
+from collectors.llm._eventstream import EventStreamDecoder, EventStreamError
 from collectors.llm._jsonarray import JsonArrayEvents
 from collectors.llm._streams import PROVIDER_STREAMS, STREAMS, StreamState, error_detail
 from collectors.llm._usage import normalize_usage
 from collectors.sse import NEED_DATA, ParserClosedError, SseEvent, SseParser
+from ledger import NeedData, SansIOParser
 from ledger.events import LlmCall, LlmEndpoint, Provider
 
 __all__ = [
@@ -344,7 +345,7 @@ class BedrockEvents:
     stream: each ``chunk`` message's ``{"bytes": BASE64}`` payload is one event's JSON; an
     ``exception`` message becomes an ``error`` event ("InvokeModelWithResponseStream",
     https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModelWithResponseStream.html).
-    Same interface as `collectors.sse.SseParser` for `LlmCallBuilder`.
+    Same interface as `collectors.sse.SseParser` for `LlmCallBuilder` (`ledger.SansIOParser`).
 
     Attributes:
         broken: why the framing or a payload could not be read (the first reason), or None.
@@ -355,27 +356,33 @@ class BedrockEvents:
     def __init__(self) -> None:
         self._decoder = EventStreamDecoder()
         self._index = 0
+        self._closed = False
         self.broken: str | None = None
 
     def feed(self, data: bytes) -> None:
-        """Append received bytes."""
+        """Append received bytes.
+
+        Raises:
+            ParserClosedError: after `close`.
+        """
+        if self._closed:
+            raise ParserClosedError("BedrockEvents.feed after close")
         if self.broken is None:
             self._decoder.feed(data)
 
-    def _fail(self, reason: str) -> object:
+    def _fail(self, reason: str) -> NeedData:
         self.broken = self.broken or _short(reason)
         return NEED_DATA
 
-    def next_event(self) -> SseEvent | object:
+    def next_event(self) -> SseEvent | NeedData:
         """The next model stream event, or `NEED_DATA`."""
         while self.broken is None:
             try:
-                message = self._decoder.next_message()
+                message = self._decoder.next_event()
             except EventStreamError as exc:
                 return self._fail(str(exc))
             if message is NEED_DATA:
                 return NEED_DATA
-            assert isinstance(message, EventStreamMessage)
             kind = message.headers.get(":message-type")
             if kind == "exception":
                 name = message.headers.get(":exception-type", "exception")
@@ -400,9 +407,26 @@ class BedrockEvents:
         self._index += 1
         return SseEvent(event=name, data=data.decode("utf-8", "replace"), index=self._index - 1)
 
-    def close(self) -> bool:
-        """The stream ended; True when a message was cut (bytes left over)."""
-        return self.broken is None and self._decoder.buffered > 0
+    def close(self) -> None:
+        """The stream ended (`cut` then says whether mid-message)."""
+        self._closed = True
+        self._decoder.close()
+
+    @property
+    def cut(self) -> bool:
+        """After `close`: a message was cut (not broken, and bytes left over)."""
+        return self._closed and self.broken is None and self._decoder.buffered > 0
+
+
+class _EventReader(SansIOParser[SseEvent], Protocol):
+    """What `LlmCallBuilder` reads a streamed body with: `SseParser`, `BedrockEvents` or
+    `JsonArrayEvents`."""
+
+    @property
+    def cut(self) -> bool: ...
+
+    @property
+    def invalid_utf8_lines(self) -> int: ...
 
 
 class LlmCallBuilder:
@@ -460,7 +484,7 @@ class LlmCallBuilder:
         self.stream_requested = endpoint in STREAMING
         self.include_usage = False
         self.status: int | None = None
-        self._sse: SseParser | None = None
+        self._sse: _EventReader | None = None
         self._state: StreamState | None = None
         self._body = bytearray()
         self._body_overflow = False
@@ -504,9 +528,9 @@ class LlmCallBuilder:
         if ctype == "text/event-stream" or (not ctype and self.stream_requested):
             self._sse = SseParser(stray_json=self.shape == "generate_content")  # Google's errors outside it
         elif ctype == EVENTSTREAM:
-            self._sse = BedrockEvents()  # type: ignore[assignment]
+            self._sse = BedrockEvents()
         elif ctype == "application/json" and self.endpoint == "streamGenerateContent" and 200 <= status < 300:
-            self._sse = JsonArrayEvents()  # type: ignore[assignment]
+            self._sse = JsonArrayEvents()
         if self._sse is not None:
             self._state = self._reader(self.problems)
 
@@ -542,7 +566,7 @@ class LlmCallBuilder:
         if self._sse is not None and self._state is not None:
             self._sse.feed(chunk)
             while (event := self._sse.next_event()) is not NEED_DATA:
-                self._state.event(event)  # type: ignore[arg-type]
+                self._state.event(event)
             return
         if self._body_overflow:
             return
@@ -663,7 +687,8 @@ class LlmCallBuilder:
         """Close the event stream: (served_model, stop_reason, usage, reason)."""
         sse, state, status = self._sse, self._state, self.status
         assert sse is not None and state is not None and status is not None
-        if sse.close():
+        sse.close()
+        if sse.cut:
             self.problems.append("stream ended mid-event")
         state.finish()
         if cut and state.terminal:

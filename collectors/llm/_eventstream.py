@@ -15,7 +15,7 @@ true/false (no bytes), 2 byte, 3 int16, 4 int32, 5 int64, 6 bytes and 7 string (
 length), 8 timestamp (int64 ms), 9 UUID (16 bytes). Bedrock's ``chunk`` events carry the
 JSON ``{"bytes": BASE64}`` whose bytes are one Anthropic Messages stream event.
 
-`EventStreamDecoder.feed` takes bytes in any splits; `next_message` returns the next
+`EventStreamDecoder.feed` takes bytes in any splits; `next_event` returns the next
 `EventStreamMessage`, or `NEED_DATA`. A bad CRC or impossible lengths raise
 `EventStreamError` naming the byte offset; the stream cannot be resynchronised after it.
 """
@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import msgspec
 
-from collectors.sse import NEED_DATA
+from ledger import NEED_DATA, NeedData, ParserClosedError
 
 __all__ = ["EventStreamDecoder", "EventStreamError", "EventStreamMessage", "NEED_DATA"]
 
@@ -107,24 +107,36 @@ def _headers(data: bytes, offset: int) -> dict[str, Any]:
 
 
 class EventStreamDecoder:
-    """Decode AWS event-stream messages from bytes fed in any splits (sans-IO)."""
+    """Decode AWS event-stream messages from bytes fed in any splits (`ledger.SansIOParser`);
+    after `close`, `buffered` counts the bytes of a message the end cut."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
         self._offset = 0  # stream offset of _buf[0]
         self._count = 0
         self._failed: EventStreamError | None = None
+        self._closed = False
 
     def feed(self, data: bytes) -> None:
-        """Append received bytes."""
+        """Append received bytes.
+
+        Raises:
+            ParserClosedError: after `close`.
+        """
+        if self._closed:
+            raise ParserClosedError("EventStreamDecoder.feed after close")
         self._buf += data
+
+    def close(self) -> None:
+        """The stream ended; a cut message stays `buffered`."""
+        self._closed = True
 
     @property
     def buffered(self) -> int:
         """Bytes received and not yet decoded (a partial message at the end of a stream)."""
         return len(self._buf)
 
-    def next_message(self) -> EventStreamMessage | object:
+    def next_event(self) -> EventStreamMessage | NeedData:
         """The next whole message, or `NEED_DATA`.
 
         Raises:

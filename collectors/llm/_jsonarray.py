@@ -19,7 +19,8 @@ import re
 from collections import deque
 from typing import Final
 
-from collectors.sse import NEED_DATA, SseEvent
+from collectors.sse import SseEvent
+from ledger import NEED_DATA, NeedData, ParserClosedError
 
 __all__ = ["JsonArrayEvents"]
 
@@ -31,7 +32,8 @@ _DETAIL_CHARS: Final = 200
 
 
 class JsonArrayEvents:
-    """One JSON array's elements as events: `feed` bytes, then `next_event` until NEED_DATA.
+    """One JSON array's elements as events (`ledger.SansIOParser`): `feed` bytes, then
+    `next_event` until NEED_DATA, `close` at the end.
 
     Same interface as `collectors.sse.SseParser` for `collectors.llm.LlmCallBuilder`.
 
@@ -54,21 +56,33 @@ class JsonArrayEvents:
         self._index = 0
         self._offset = 0  # stream offset of _buf[0]
         self._started = False  # a byte other than whitespace arrived
+        self._closed = False
         self.broken: str | None = None
 
     def feed(self, data: bytes) -> None:
-        """Append received bytes and cut out every element they complete."""
+        """Append received bytes and cut out every element they complete.
+
+        Raises:
+            ParserClosedError: after `close`.
+        """
+        if self._closed:
+            raise ParserClosedError("JsonArrayEvents.feed after close")
         if self.broken is None and data:
             self._buf += data
             self._scan()
 
-    def next_event(self) -> SseEvent | object:
+    def next_event(self) -> SseEvent | NeedData:
         """The next element as an event (``data`` its JSON text), or `NEED_DATA`."""
         return self._events.popleft() if self._events else NEED_DATA
 
-    def close(self) -> bool:
-        """The body ended; True when it was cut (the array's ``]`` never came)."""
-        return self.broken is None and self._started and self._state != _END
+    def close(self) -> None:
+        """The body ended (`cut` then says whether before the array's ``]``)."""
+        self._closed = True
+
+    @property
+    def cut(self) -> bool:
+        """After `close`: the body was cut (not broken, and the array's ``]`` never came)."""
+        return self._closed and self.broken is None and self._started and self._state != _END
 
     def _fail(self, at: int, what: str) -> None:
         self.broken = f"{what} at byte {self._offset + at}"[:_DETAIL_CHARS]

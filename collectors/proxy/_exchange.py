@@ -175,8 +175,9 @@ class ExchangeAssembler:
         """Exchanges started and not yet finished."""
         return len(self._open)
 
-    def next_output(self) -> Output | NeedData:
-        """The next output, or `NEED_DATA` when none is ready."""
+    def next_event(self) -> Output | NeedData:
+        """The next output, or `NEED_DATA` when none is ready (as `ledger.SansIOParser`'s;
+        but `feed` takes decoded frames and `close` the time the stream ended)."""
         return self._out.popleft() if self._out else NEED_DATA
 
     def _raw(self, line: str, wall_ns: int | None = None, mono_ns: int | None = None) -> None:
@@ -197,7 +198,7 @@ class ExchangeAssembler:
                 missing="frames until the addon reconnects", since_ns=wall_ns), wall_ns))
 
     def feed(self, frame: Frame) -> None:
-        """Consume one frame; outputs become available through `next_output`."""
+        """Consume one frame; outputs become available through `next_event`."""
         if isinstance(frame, Hello):
             self.hello = frame
         elif isinstance(frame, Request):

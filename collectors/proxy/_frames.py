@@ -14,8 +14,7 @@ from typing import Final, Union
 
 import msgspec
 
-from collectors.sse import NEED_DATA
-from ledger import CaissonError
+from ledger import NEED_DATA, CaissonError, NeedData, ParserClosedError
 from ledger.events import TunnelVia
 
 __all__ = [
@@ -32,7 +31,7 @@ Headers = list[tuple[str, str]]
 
 
 class FrameError(CaissonError, ValueError):
-    """Raised by `FrameDecoder.next_frame` on bytes that are not a valid frame.
+    """Raised by `FrameDecoder.next_event` on bytes that are not a valid frame.
 
     Attributes:
         fatal: the stream lost sync (oversized length); the decoder is closed.
@@ -207,7 +206,9 @@ def encode_frame(frame: Frame) -> bytes:
 
 
 class FrameDecoder:
-    """Incremental decoder: `feed` bytes, then `next_frame` until `NEED_DATA`.
+    """Incremental decoder (`ledger.SansIOParser`): `feed` bytes, then `next_event` until
+    `NEED_DATA`; `close` at the end of the stream, after which `buffered` counts the bytes
+    of a frame it cut.
 
     Attributes:
         frames: frames decoded so far.
@@ -220,22 +221,33 @@ class FrameDecoder:
         self._buf = bytearray()
         self._offset = 0  # stream offset of _buf[0]
         self._broken: FrameError | None = None
+        self._closed = False
         self.frames = 0
         self.bad_frames = 0
         self.bytes_fed = 0
 
     def feed(self, data: bytes) -> None:
-        """Append received bytes (ignored once the stream lost sync)."""
+        """Append received bytes (ignored once the stream lost sync).
+
+        Raises:
+            ParserClosedError: after `close`.
+        """
+        if self._closed:
+            raise ParserClosedError("FrameDecoder.feed after close")
         self.bytes_fed += len(data)
         if self._broken is None:
             self._buf += data
+
+    def close(self) -> None:
+        """The stream ended; an incomplete frame stays `buffered`."""
+        self._closed = True
 
     @property
     def buffered(self) -> int:
         """Bytes of an incomplete frame waiting for more data."""
         return len(self._buf)
 
-    def next_frame(self) -> Frame | object:
+    def next_event(self) -> Frame | NeedData:
         """The next complete frame, or `NEED_DATA`.
 
         Raises:

@@ -98,7 +98,7 @@ def _assembled(exchange: HttpExchange, request: Body | None, response: Body | No
     assembler = ExchangeAssembler(lambda secret: secret, calls_only=True)
     for frame in _frames(exchange, request, response):
         assembler.feed(frame)
-    while (out := assembler.next_output()) is not NEED_DATA:
+    while (out := assembler.next_event()) is not NEED_DATA:
         if isinstance(out.event, LlmCall):
             return out.event, None
     return None, "no llm.call came out of the exchange"

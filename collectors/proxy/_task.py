@@ -30,7 +30,7 @@ from collectors.proxy._bodies import BodyDecoder
 from collectors.children import open_child
 from collectors.proxy._exchange import DEFAULT_MAX_BODY_BYTES, ClientOwner, ExchangeAssembler, Output
 from collectors.proxy._frames import NEED_DATA, Connected, Frame, FrameDecoder, FrameError, Hello, Request, encode_frame
-from ledger import BlobStore, CaissonError, Submission, keyed_fingerprint
+from ledger import BlobStore, CaissonError, NeedData, Submission, keyed_fingerprint
 from ledger.events import Event, WitnessRaw
 
 __all__ = [
@@ -167,7 +167,7 @@ class _Pump:
         await self.w.send(event, wall_ns=wall_ns, mono_ns=mono_ns)
 
     async def flush(self) -> None:
-        while (out := self.assembler.next_output()) is not NEED_DATA:
+        while (out := self.assembler.next_event()) is not NEED_DATA:
             assert isinstance(out, Output)
             if out.blob is not None:
                 await trio.to_thread.run_sync(self.blobs.put, out.blob)
@@ -181,7 +181,7 @@ class _Pump:
                 if frame is None:  # sync lost: drop this connection, the addon reconnects
                     return None
                 self.w.lines += 1
-                self.assembler.feed(frame)  # type: ignore[arg-type]
+                self.assembler.feed(frame)
                 if isinstance(frame, Connected):
                     self.owner(frame.id, frame.client)
                 elif isinstance(frame, Request) and (
@@ -206,11 +206,11 @@ class _Pump:
             self.w.bytes += len(data)
             self.decoder.feed(data)
 
-    def _next(self) -> Frame | object | None:
+    def _next(self) -> Frame | NeedData | None:
         """The next decoded frame, `NEED_DATA`, or None when the stream lost sync."""
         while True:
             try:
-                return self.decoder.next_frame()
+                return self.decoder.next_event()
             except FrameError as exc:
                 self.w.parse_failures += 1
                 self.assembler.bad_frame(exc, self.w.now()[0])

@@ -98,7 +98,7 @@ def test_verify_names_a_fork_with_both_offsets(op_key, tmp_path, capsys):
     data = (run / "ledger").read_bytes()
     parser = F.FrameParser()
     parser.feed(data)
-    frames = [item for item in iter(parser.next_item, F.NEED_DATA) if isinstance(item, F.Frame)]
+    frames = [item for item in iter(parser.next_event, F.NEED_DATA) if isinstance(item, F.Frame)]
     first, seal = frames[0], frames[1]  # records 0..1, and their seal
     end = seal.offset + F.FRAME_HEADER_SIZE + len(seal.payload)
     copy = data[first.offset : seal.offset]

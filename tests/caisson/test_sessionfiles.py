@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from caisson.agents.sessionfiles import ClaudeSessionParser, CodexRolloutParser, session_usage
 from caisson.run.sessionfiles import ROLE, collect_session_files
-from ledger import BlobStore
+from ledger import BlobStore, drain
 from ledger.events import AgentSessionFile, BlobStored
 
 GOLDEN = Path(__file__).parent / "test_sessionfiles"
@@ -79,7 +79,7 @@ def test_trailing_junk_line_is_kept_raw_and_a_cut_last_line_makes_the_file_incom
     junk = session_usage([(CLAUDE_PATH, CLAUDE + b"this is not json\n")])
     assert _figure(junk) == (5956, 52, 6008)  # a whole junk line after the terminal event: kept raw
     parser = _parse(ClaudeSessionParser, [CLAUDE + b"this is not json\n"])
-    assert [e.line for e in parser.events()] == ["this is not json"]
+    assert [e.line for e in drain(parser)] == ["this is not json"]
     cut = session_usage([(CODEX_PATH, CODEX + b'{"type":"event_msg","payl')])
     assert cut.normalized is None and "last line was cut" in cut.usage_missing_reason
 

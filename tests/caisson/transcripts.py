@@ -5,21 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from ledger import SansIOParser, drain
 from ledger.events import AgentUsage
 
 
-def parse(factory: Callable[[], object], data: bytes, sizes: list[int] | None = None) -> list:
+def parse(factory: Callable[[], SansIOParser[Any]], data: bytes, sizes: list[int] | None = None) -> list:
     """The events of a fresh ``factory()`` parser fed ``data`` in pieces of ``sizes`` bytes
     (then the rest), closed."""
     parser = factory()
     pos = 0
     for size in sizes or []:
-        parser.feed(data[pos:pos + size])  # type: ignore[attr-defined]
+        parser.feed(data[pos:pos + size])
         pos += size
-    parser.feed(data[pos:])  # type: ignore[attr-defined]
-    parser.close()  # type: ignore[attr-defined]
-    return list(parser.events())  # type: ignore[attr-defined]
+    parser.feed(data[pos:])
+    parser.close()
+    return list(drain(parser))
 
 
 def usage_of(events: list) -> AgentUsage:

@@ -168,7 +168,7 @@ def assemble(frames) -> list:
     for frame in frames:
         assembler.feed(frame)
     out = []
-    while (item := assembler.next_output()) is not NEED_DATA:
+    while (item := assembler.next_event()) is not NEED_DATA:
         out.append(item)
     return out
 
@@ -228,7 +228,7 @@ def test_a_truncated_body_blob_says_so_in_its_role():
     for frame in exchange(BODY, encoding="identity"):
         assembler.feed(frame)
     outs = []
-    while (item := assembler.next_output()) is not NEED_DATA:
+    while (item := assembler.next_event()) is not NEED_DATA:
         outs.append(item)
     blob = next(o.event for o in outs if isinstance(o.event, BlobStored) and "response" in o.event.role)
     assert blob.role == "http.response_body.truncated" and blob.size_bytes == 8

@@ -275,7 +275,8 @@ def elements(chunks: list[bytes]) -> tuple[list, bool, str | None]:
         reader.feed(piece)
         while (event := reader.next_event()) is not NEED_DATA:
             out.append(event)
-    return out, reader.close(), reader.broken
+    reader.close()
+    return out, reader.cut, reader.broken
 
 
 def test_the_array_reader_gives_each_element_whole_and_byte_at_a_time():

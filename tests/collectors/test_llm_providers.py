@@ -136,14 +136,14 @@ def test_the_event_stream_decoder_whole_byte_at_a_time_and_its_errors():
     data = chunk(EVENTS[0]) + encode_message({"a": "b"}, b"")
     whole = EventStreamDecoder()
     whole.feed(data)
-    first, second = whole.next_message(), whole.next_message()
-    assert whole.next_message() is NEED_DATA and whole.buffered == 0
+    first, second = whole.next_event(), whole.next_event()
+    assert whole.next_event() is NEED_DATA and whole.buffered == 0
     assert first.headers[":event-type"] == "chunk" and second.headers == {"a": "b"} and second.payload == b""
     assert (first.index, second.index) == (0, 1)
     trickle, got = EventStreamDecoder(), []
     for i in range(len(data)):
         trickle.feed(data[i:i + 1])
-        while (m := trickle.next_message()) is not NEED_DATA:
+        while (m := trickle.next_event()) is not NEED_DATA:
             got.append(m)
     assert got == [first, second]
     short = struct.pack(">II", 10, 0)
@@ -153,10 +153,10 @@ def test_the_event_stream_decoder_whole_byte_at_a_time_and_its_errors():
         decoder = EventStreamDecoder()
         decoder.feed(mangled)
         with pytest.raises(EventStreamError, match=message):
-            while decoder.next_message() is not NEED_DATA:
+            while decoder.next_event() is not NEED_DATA:
                 pass
         with pytest.raises(EventStreamError):  # the framing stays lost
-            decoder.next_message()
+            decoder.next_event()
 
 
 @settings(max_examples=100, deadline=None)
@@ -165,7 +165,7 @@ def test_the_event_stream_decoder_raises_only_its_own_error_on_garbage(data):
     decoder = EventStreamDecoder()
     decoder.feed(data)
     try:
-        while decoder.next_message() is not NEED_DATA:
+        while decoder.next_event() is not NEED_DATA:
             pass
     except EventStreamError:
         pass

@@ -47,7 +47,7 @@ def assemble(frames, assembler=None) -> list[Output]:
     for frame in frames:
         assembler.feed(frame)
     out = []
-    while (item := assembler.next_output()) is not NEED_DATA:
+    while (item := assembler.next_event()) is not NEED_DATA:
         out.append(item)
     return out
 
@@ -64,10 +64,10 @@ def decode_all(data: bytes, sizes=None) -> list:
     for size in sizes or [len(data)]:
         decoder.feed(data[pos:pos + size])
         pos += size
-        while (f := decoder.next_frame()) is not NEED_DATA:
+        while (f := decoder.next_event()) is not NEED_DATA:
             frames.append(f)
     decoder.feed(data[pos:])
-    while (f := decoder.next_frame()) is not NEED_DATA:
+    while (f := decoder.next_event()) is not NEED_DATA:
         frames.append(f)
     return frames
 
@@ -91,12 +91,12 @@ def test_invalid_frame_is_skipped_not_fatal():
     data = stream_bytes([Hello(pid=1)]) + len(bad).to_bytes(4, "big") + bad + stream_bytes([Dropped(ts_ns=1, count=2)])
     decoder = FrameDecoder()
     decoder.feed(data)
-    assert decoder.next_frame() == Hello(pid=1)
+    assert decoder.next_event() == Hello(pid=1)
     with pytest.raises(FrameError) as info:
-        decoder.next_frame()
+        decoder.next_event()
     assert not info.value.fatal
-    assert decoder.next_frame() == Dropped(ts_ns=1, count=2)
-    assert decoder.next_frame() is NEED_DATA and decoder.bad_frames == 1
+    assert decoder.next_event() == Dropped(ts_ns=1, count=2)
+    assert decoder.next_event() is NEED_DATA and decoder.bad_frames == 1
 
 
 def test_oversized_frame_is_fatal_and_stays_so():
@@ -104,7 +104,7 @@ def test_oversized_frame_is_fatal_and_stays_so():
     decoder.feed((101).to_bytes(4, "big") + b"x" * 10)
     for _ in range(2):
         with pytest.raises(FrameError) as info:
-            decoder.next_frame()
+            decoder.next_event()
         assert info.value.fatal
 
 
@@ -115,7 +115,7 @@ def test_garbage_raises_only_frame_error(data):
     decoder.feed(data)
     for _ in range(50):
         try:
-            if decoder.next_frame() is NEED_DATA:
+            if decoder.next_event() is NEED_DATA:
                 break
         except FrameError as exc:
             if exc.fatal:
@@ -356,7 +356,7 @@ def test_a_tunnel_frame_of_another_vocabulary_or_an_unknown_tunnel_is_kept_raw()
     decoder = FrameDecoder()
     decoder.feed(len(bad).to_bytes(4, "big") + bad)
     with pytest.raises(FrameError):
-        decoder.next_frame()
+        decoder.next_event()
     [raw] = [o.event for o in assemble([TunnelEnd(id="nope", ts_ns=1, mono_ns=1)])]
     assert isinstance(raw, WitnessRaw) and "unknown tunnel" in raw.line
 

@@ -16,7 +16,8 @@ def parse(chunks: list[bytes], *, stray_json: bool = False) -> tuple[list[SseEve
         parser.feed(chunk)
         while (event := parser.next_event()) is not NEED_DATA:
             events.append(event)
-    cut = parser.close()
+    parser.close()
+    cut = parser.cut
     while (event := parser.next_event()) is not NEED_DATA:
         events.append(event)
     return events, cut, parser
@@ -142,7 +143,8 @@ def test_feed_after_close_is_misuse():
     parser.close()
     with pytest.raises(ParserClosedError):
         parser.feed(b"data: x\n\n")
-    assert parser.close() is False  # idempotent
+    parser.close()  # idempotent
+    assert parser.cut is False
 
 
 def test_long_line_byte_at_a_time_is_linear_enough():

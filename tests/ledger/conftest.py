@@ -92,7 +92,7 @@ def items_of(data: bytes) -> list[Item]:
     parser.feed(data)
     out: list[Item] = []
     start = sealed = 0
-    while (item := parser.next_item()) is not F.NEED_DATA:
+    while (item := parser.next_event()) is not F.NEED_DATA:
         end = parser.offset
         if isinstance(item, F.Header):
             out.append(Item(0, end, 0))

@@ -50,7 +50,7 @@ def test_v2_seals_bind_the_file_bytes_before_them():
     data = (GOLDEN / "v2" / "ledger").read_bytes()
     parser = F.FrameParser()
     parser.feed(data)
-    items = list(iter(parser.next_item, F.NEED_DATA))
+    items = list(iter(parser.next_event, F.NEED_DATA))
     assert items[0].format_version == 2
     seals = [F.seal_decoder.decode(f.payload) for f in items[1:] if f.kind == F.FRAME_SEAL]
     offsets = [f.offset for f in items[1:] if f.kind == F.FRAME_SEAL]

@@ -52,7 +52,7 @@ def frame_map(data: bytes) -> list[tuple[int, int, int]]:
     sealed = 0
     start = 0
     while True:
-        item = parser.next_item()
+        item = parser.next_event()
         if item is NEED_DATA:
             break
         end = parser.offset

@@ -7,7 +7,7 @@ import json
 from caisson.agents.claude_code import TranscriptParser
 from caisson.detectors import DetectorConfig, Finding
 from caisson.detectors.agents import ISOLATION, TOKENS, TOOL_ESCAPE, isolation, strategy, tokens_cross_check, tool_escape
-from ledger import Record
+from ledger import Record, drain
 from ledger.events import AgentTools, AgentToolCall, AgentToolResult, AgentUsage, LlmCall, LlmUsage
 
 GREP_ONLY = DetectorConfig(granted_tools=("Grep", "Read", "Glob"), denied_tools=("Bash", "Write", "Edit", "WebFetch"))
@@ -103,9 +103,9 @@ def test_claude_code_transcript_parser_classifies_outcomes_and_keeps_usage_as_re
         events = []
         for chunk in chunks:
             parser.feed(chunk)
-            events += list(parser.events())
+            events += list(drain(parser))
         parser.close()
-        events += list(parser.events())
+        events += list(drain(parser))
         kinds = [type(e).__name__ for e in events]
         assert kinds[0] == "AgentTools" and events[0].tools == ["Bash", "Grep", "Read", "Write"]
         assert [e.tool for e in events if isinstance(e, AgentToolCall)] == ["Bash", "Write", "Read", "WebFetch"]
@@ -145,7 +145,7 @@ def test_codex_transcript_parser_keeps_openai_breakdowns_and_unknown_outcomes():
     for i in range(0, len(data), 5):
         parser.feed(data[i:i + 5])
     parser.close()
-    events = list(parser.events())
+    events = list(drain(parser))
     assert [(e.tool, e.input["command"]) for e in events if isinstance(e, AgentToolCall)] == [
         ("exec_command", "bash -lc 'grep x .'"), ("exec_command", "rm -rf /")]
     assert {e.call_id: e.outcome for e in events if isinstance(e, AgentToolResult)} == {

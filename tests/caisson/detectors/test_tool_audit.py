@@ -9,7 +9,7 @@ from pathlib import Path
 from caisson.agents import mini_swe_agent
 from caisson.detectors import DetectorConfig, Finding, run_detectors
 from caisson.detectors.tool_audit import TOOL_AUDIT, tool_audit, tool_audit_status
-from ledger import Record
+from ledger import Record, drain
 from ledger.events import AgentToolCall, AgentToolResult, AgentUsage, RunAgent, RunStarted
 
 GOLDEN = Path(__file__).resolve().parents[1] / "test_transcripts_mini"
@@ -25,7 +25,7 @@ def transcript(data: bytes) -> list:
     parser = mini_swe_agent.TranscriptParser()
     parser.feed(data)
     parser.close()
-    return list(parser.events())
+    return list(drain(parser))
 
 
 def test_no_transcript_at_all_is_unavailable():
