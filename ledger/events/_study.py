@@ -64,7 +64,9 @@ class Combo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
-    """One (arm, agent, model) a study will not run, and why."""
+    """One (arm, agent, model) a study will not run, and why: a study's plan records one per
+    refused combination, and a run's plan (`caisson.run.RunPlan.refusal`) holds the same value
+    for its one cell (the tools it would deny are the plan's arm's ``deny``)."""
 
     arm: str
     agent: str
