@@ -34,7 +34,7 @@ from caisson.run.sessionfiles import collect_session_files
 from caisson.run.stream import MonitorAddress
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, run_writer
-from ledger.events import (AgentAnswer, AgentConfigFound, BlobStored, ChamberReaped, ExcludedPath, Note, RunEnded,
+from ledger.events import (AgentAnswer, BlobStored, ChamberReaped, Note, RunEnded,
                            RunStarted, RunStatus, SandboxBuilt, WitnessGap)
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
@@ -197,10 +197,7 @@ async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission])
         sb = s.sandbox
         await send.send(Submission(source="recorder", event=SandboxBuilt(
             path=SANDBOX_PATH, commit=sb.commit, tree_digest=sb.tree_digest, file_count=sb.file_count,
-            excluded=[ExcludedPath(path=e.path, category=e.category) for e in sb.excluded],
-            unscanned=list(sb.unscanned),
-            agent_config=[AgentConfigFound(path=c.path, agent=c.agent, commands=list(c.commands), error=c.error)
-                          for c in sb.agent_config])))
+            excluded=list(sb.excluded), unscanned=list(sb.unscanned), agent_config=list(sb.agent_config))))
 
 
 async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
