@@ -105,8 +105,8 @@ def derived_scenario(scenario_file: Path, combo: Combo, target: Path, *, baselin
         tail += "\n[agent]\n"
         if combo.model:
             tail += f"model = {json.dumps(combo.model)}\n"
-        if combo.elicitation.get("max_turns"):
-            tail += f"max_turns = {int(combo.elicitation['max_turns'])}\n"
+        if combo.elicitation.max_turns:
+            tail += f"max_turns = {combo.elicitation.max_turns}\n"
     if baseline_prompt is not None:
         tail += f"\n[[questions]]\nid = {json.dumps(BASELINE_QUESTION)}\nprompt = {json.dumps(baseline_prompt)}\n"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -79,7 +79,7 @@ BAD = [
     ("unknown elicitation", GOOD.replace('models = ["gpt-5"]', 'models = ["gpt-5"]\nelicitation = { tone = "x" }'),
      "$.agents[1].elicitation.tone", "max_turns"),
     ("bad max_turns", GOOD.replace('models = ["gpt-5"]', 'models = ["gpt-5"]\nelicitation = { max_turns = 0 }'),
-     "$.agents[1].elicitation.max_turns", "positive"),
+     "$.agents[1].elicitation.max_turns", ">= 1"),
     ("command without name", GOOD.replace('name = "probe"\n', ""), "$.agents[2].name", "name"),
     ("duplicate agent", GOOD + '[[agents]]\nname = "probe"\ncommand = ["true"]\n', "$.agents[3].name", "duplicate"),
     ("unknown question", GOOD.replace("repetitions = 2", 'repetitions = 2\nquestions = ["q9"]'),
