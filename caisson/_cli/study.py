@@ -123,8 +123,8 @@ def plan_lines(plan, *, drawn: bool = False) -> list[str]:
     lines = [f"study {plan.study}: {len(plan.cells)} cells ({len(plan.questions)} questions x {plan.repetitions}"
              f" repetitions per combination), order {order}"]
     for c in plan.combos:
-        elicitation = ", ".join(f"{k}={v}" for k, v in c.elicitation.items()) or "-"
-        lines.append(f"RUN     {c.arm} x {c.agent} x {c.model or '-'}: gating {c.gating}, elicitation {elicitation},"
+        lines.append(f"RUN     {c.arm} x {c.agent} x {c.model or '-'}: gating {c.gating},"
+                     f" elicitation {c.elicitation.text() or '-'},"
                      f" {c.cells} cells")
         if c.adapter is not None:  # what the agent is handed: a grant that means something else shows here
             lines.append(f"          grant {_own_grant(c)}")

@@ -19,11 +19,11 @@ from caisson.chamber._docker import (
     LOG_CAP_BYTES,
     RUN_LABEL,
     ChamberNetwork,
+    ContainerLimits,
     ContainerResult,
     ContainerSpec,
     ContainerStarted,
     Engine,
-    Limits,
     demux_stdcopy,
     open_engine,
 )
@@ -32,7 +32,7 @@ from caisson.chamber._seccomp import BASE_PROFILE, SeccompProfile, seccomp_profi
 from caisson.chamber.envpin import INJECTION_SWITCHES, ChamberEnv, build_env, parse_env_assignments
 from caisson.chamber.image import build_image, image_id, image_tag, recipe_digest, recipe_tags
 from caisson.chamber.reap import Reaped, RecorderIdentity, orphan_reason, reap, recorder_identity, recorder_labels
-from caisson.chamber.sandbox import ExcludedPath, Sandbox, build_sandbox, glob_to_regex, remove_sandbox, tree_digest
+from caisson.chamber.sandbox import Sandbox, build_sandbox, glob_to_regex, remove_sandbox, tree_digest
 
 if TYPE_CHECKING:
     from caisson.chamber.scratch import mount_chamber_fs, open_scratch
@@ -48,12 +48,11 @@ __all__ = [
     "RUN_LABEL",
     "ChamberEnv",
     "ChamberNetwork",
+    "ContainerLimits",
     "ContainerResult",
     "ContainerSpec",
     "ContainerStarted",
     "Engine",
-    "ExcludedPath",
-    "Limits",
     "Reaped",
     "RecorderIdentity",
     "Sandbox",

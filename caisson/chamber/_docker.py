@@ -70,7 +70,7 @@ __all__ = [
     "RUN_LABEL",
     "LOG_CAP_BYTES",
     "demux_stdcopy",
-    "Limits",
+    "ContainerLimits",
     "ContainerSpec",
     "ContainerStarted",
     "ContainerResult",
@@ -90,8 +90,13 @@ LOG_CAP_BYTES = _LOG_FILE_BYTES * _LOG_FILES
 _DEFAULT_URL = "unix:///var/run/docker.sock"
 
 
-class Limits(msgspec.Struct, frozen=True, kw_only=True):
-    """Resource limits of one container; None means the engine's default (unlimited)."""
+class ContainerLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Resource limits of one container, in the engine's units; None means the engine's default (unlimited).
+
+    Not `caisson.scenario.Limits` (what a scenario's author asks for, with defaults) nor
+    `ledger.events.RunLimits` (what ``run.started`` records the chamber ran under): this is
+    what the engine is handed (``PidsLimit``, ``Memory``, ``NanoCpus``), and is never persisted.
+    """
 
     pids_limit: int | None = 512
     """Maximum number of processes and threads in the container."""
@@ -118,7 +123,7 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Bind mounts as (absolute host path, container path, read_only)."""
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     """Extra container labels; `caisson.run` is always set by `Engine.run`."""
-    limits: Limits = Limits()
+    limits: ContainerLimits = ContainerLimits()
     """Resource limits."""
     network_mode: str = "none"
     """Docker network mode; "none" leaves only the loopback interface."""

@@ -35,14 +35,12 @@ import shlex
 import tomllib
 from pathlib import PurePosixPath
 
-import msgspec
-
 from caisson.scenario import ExclusionCategory
+from ledger.events import AgentConfigFound
 
 __all__ = [
     "AGENT_CONFIG_GLOBS",
     "DEFAULT_EXCLUSIONS",
-    "AgentConfigFile",
     "agent_of",
     "config_commands",
 ]
@@ -88,19 +86,6 @@ _AGENTS: tuple[tuple[tuple[str, ...], str], ...] = (  # a path component (or its
     ((".windsurfrules",), "windsurf"),
     ((".clinerules",), "cline"),
 )
-
-
-class AgentConfigFile(msgspec.Struct, frozen=True, kw_only=True):
-    """An agent configuration file found in a tree."""
-
-    path: str
-    """Repo-relative POSIX path."""
-    agent: str
-    """The agent that reads it, e.g. `claude-code`, `codex`, `opencode`."""
-    commands: list[str] = []
-    """Commands it makes the agent run (hooks, MCP servers, ...), each as one shell line."""
-    error: str | None = None
-    """Why its commands could not be read (not JSON/TOML): it is still reported."""
 
 
 def agent_of(path: str) -> str:
@@ -158,7 +143,7 @@ def _mcp_servers(servers: object) -> list[str]:
     return out
 
 
-def config_commands(path: str, data: bytes) -> AgentConfigFile:
+def config_commands(path: str, data: bytes) -> AgentConfigFound:
     """What an agent configuration file is and which commands it would make the agent run.
 
     Args:
@@ -180,7 +165,7 @@ def config_commands(path: str, data: bytes) -> AgentConfigFile:
             text = data.decode("utf-8")
             doc = json.loads(_strip_jsonc(text) if name.endswith(".jsonc") else text)
             if not isinstance(doc, dict):
-                return AgentConfigFile(path=path, agent=agent)
+                return AgentConfigFound(path=path, agent=agent)
             if agent == "claude-code":
                 commands = _claude_settings(doc) + _mcp_servers(doc.get("mcpServers"))
             elif agent == "opencode":
@@ -191,8 +176,8 @@ def config_commands(path: str, data: bytes) -> AgentConfigFile:
             if line := _command_line(doc.get("notify")):
                 commands.append(line)
     except (UnicodeDecodeError, ValueError, tomllib.TOMLDecodeError) as exc:
-        return AgentConfigFile(path=path, agent=agent, error=f"{type(exc).__name__}: {exc}")
-    return AgentConfigFile(path=path, agent=agent, commands=commands)
+        return AgentConfigFound(path=path, agent=agent, error=f"{type(exc).__name__}: {exc}")
+    return AgentConfigFound(path=path, agent=agent, commands=commands)
 
 
 def _strip_jsonc(text: str) -> str:

@@ -25,12 +25,12 @@ from pathlib import Path, PurePosixPath
 import msgspec
 
 from caisson.chamber._containment import scan_tree
-from caisson.chamber.agent_config import AGENT_CONFIG_GLOBS, DEFAULT_EXCLUSIONS, AgentConfigFile, config_commands
+from caisson.chamber.agent_config import AGENT_CONFIG_GLOBS, DEFAULT_EXCLUSIONS, config_commands
 from caisson.errors import SandboxError
-from caisson.scenario import CATEGORIES, Scenario
+from caisson.scenario import CATEGORIES, Category, Scenario
+from ledger.events import AgentConfigFound, ExcludedPath
 
 __all__ = [
-    "ExcludedPath",
     "Sandbox",
     "build_sandbox",
     "glob_to_regex",
@@ -50,15 +50,6 @@ SANDBOX_IDENTITY = {
 SANDBOX_MESSAGE = "sandbox"
 
 
-class ExcludedPath(msgspec.Struct, frozen=True, kw_only=True):
-    """A file withheld from the sandbox."""
-
-    path: str
-    """Repo-relative POSIX path."""
-    category: str
-    """The exclusion category that withheld it (the first that matched)."""
-
-
 class Sandbox(msgspec.Struct, frozen=True, kw_only=True):
     """A built sandbox."""
 
@@ -76,7 +67,7 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True):
     """Number of files (regular files and symlinks) in the sandbox."""
     unscanned: list[str] = []
     """Files the containment scan did not read to their end (too big), one line each."""
-    agent_config: list[AgentConfigFile] = []
+    agent_config: list[AgentConfigFound] = []
     """Agent configuration files left in the tree (`AGENT_CONFIG_GLOBS`), with the commands
     they would make the agent run; empty unless the default exclusions were turned off
     (see `build_sandbox`)."""
@@ -226,7 +217,7 @@ def _ls_tree(repo: Path, commit: str, env: dict[str, str]) -> list[tuple[str, st
     return entries
 
 
-def _excluded_by(path: str, rules: list[tuple[str, re.Pattern[str]]]) -> str | None:
+def _excluded_by(path: str, rules: list[tuple[Category, re.Pattern[str]]]) -> Category | None:
     """The first category whose glob matches the path or one of its ancestors."""
     parts = path.split("/")
     prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
@@ -273,7 +264,7 @@ def _export(
     return digests
 
 
-def _check_evidence(scenario: Scenario, kept: set[str], excluded: dict[str, str]) -> None:
+def _check_evidence(scenario: Scenario, kept: set[str], excluded: Mapping[str, str]) -> None:
     """Refuse when a question's evidence is withheld or missing at the commit."""
     for q in scenario.questions:
         for ev in q.evidence:
@@ -350,7 +341,7 @@ def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path, *,
     """
     repo, dest = Path(repo), Path(dest)
     full, env = _resolve(repo, commit)
-    rules: list[tuple[str, re.Pattern[str]]] = []
+    rules: list[tuple[Category, re.Pattern[str]]] = []
     for ex in scenario.exclusions:
         if ex.category not in CATEGORIES:
             raise SandboxError(
@@ -362,7 +353,7 @@ def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path, *,
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise SandboxError(f"sandbox destination {dest} is not empty; pass a new directory")
     entries = _ls_tree(repo, full, env)
-    excluded: dict[str, str] = {}
+    excluded: dict[str, Category] = {}
     kept = []
     for mode, oid, path in entries:
         cat = _excluded_by(path, rules)
@@ -376,7 +367,8 @@ def build_sandbox(repo: Path, commit: str, scenario: Scenario, dest: Path, *,
         _check_evidence(scenario, {p for _, _, p in kept}, excluded)
         digests = _export(repo, env, kept, dest)
         unscanned = scan_tree(dest, [p for _, _, p in kept], scenario)
-        config_rules = [("agent_config", glob_to_regex(g)) for g in AGENT_CONFIG_GLOBS]
+        config_rules: list[tuple[Category, re.Pattern[str]]] = [("agent_config", glob_to_regex(g))
+                                                                for g in AGENT_CONFIG_GLOBS]
         agent_config = [config_commands(p, (dest / p).read_bytes() if m != "120000" else b"")
                         for m, _, p in kept if _excluded_by(p, config_rules)]
         sandbox_commit = _init_repo(dest, kept)

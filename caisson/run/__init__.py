@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from caisson._lazy import lazy_face
 from caisson.run._session import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_TIMEOUT, RunOutcome
-from caisson.run.plan import Controls, PlannedAgent, PlannedArm, RecordOptions, Refusal, RunPlan, plan_run
+from caisson.run.plan import Controls, RecordOptions, RunPlan, plan_run
 from caisson.run.record import new_run_id, record
 from caisson.run.stream import MonitorAddress, MonitorSink, parse_monitor_address, record_json
 from caisson.run.witnesses import default_witnesses
@@ -26,10 +26,7 @@ __all__ = [
     "Controls",
     "MonitorAddress",
     "MonitorSink",
-    "PlannedAgent",
-    "PlannedArm",
     "RecordOptions",
-    "Refusal",
     "RunPlan",
     "RunOutcome",
     "backend_notice",

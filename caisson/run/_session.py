@@ -34,10 +34,10 @@ from caisson.run.sessionfiles import collect_session_files
 from caisson.run.stream import MonitorAddress
 from caisson.scenario import Scenario
 from ledger import LedgerWriter, Submission, drain, run_writer
-from ledger.events import (AgentAnswer, AgentConfigFound, BlobStored, ChamberReaped, ExcludedPath, Note, RunEnded,
+from ledger.events import (AgentAnswer, BlobStored, ChamberReaped, Note, RunEnded,
                            RunStarted, RunStatus, SandboxBuilt, WitnessGap)
 
-__all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "RunOutcome", "Session", "Witness",
+__all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_TIMEOUT", "PreparedRun", "RunOutcome", "Witness",
            "WitnessContext", "run_session", "WITNESS_GRACE_S"]
 
 EXIT_TIMEOUT = 124
@@ -111,8 +111,11 @@ class Witness(Protocol):
         """Start the witness's tasks in ``ctx.nursery`` once the chamber runs."""
 
 
-class Session(msgspec.Struct, kw_only=True):
-    """Everything `run_session` needs, prepared (and checked) by `caisson.run.record`."""
+class PreparedRun(msgspec.Struct, kw_only=True):
+    """Everything `run_session` needs, prepared (and checked) by `caisson.run.record`.
+
+    Live handles (the engine, the writer) and paths, never persisted; not a study's session
+    (`caisson.study._dispatch.StudySession`, which names a run to record)."""
 
     engine: Engine
     writer: LedgerWriter
@@ -134,7 +137,7 @@ class Session(msgspec.Struct, kw_only=True):
     config_home: Path | None = None  # the agent's config home on the host: its session files are collected
 
 
-async def run_session(s: Session) -> RunOutcome:
+async def run_session(s: PreparedRun) -> RunOutcome:
     """Run the chamber with the writer and witnesses in one nursery; always seal."""
     manifest, writer = s.manifest, s.writer
     outcome = RunOutcome(run_id=manifest.run_id, run_dir=s.run_dir, status="interrupted", exit_code=EXIT_INTERRUPTED)
@@ -176,7 +179,7 @@ async def run_session(s: Session) -> RunOutcome:
     return outcome
 
 
-async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission]) -> None:
+async def _lifecycle_start(s: PreparedRun, send: trio.MemorySendChannel[Submission]) -> None:
     await send.send(Submission(source="recorder", event=s.manifest))
     if s.spec.seccomp is not None:  # the chamber's filter, so the ledger's digest can be checked offline
         assert s.writer.blobs is not None
@@ -197,13 +200,10 @@ async def _lifecycle_start(s: Session, send: trio.MemorySendChannel[Submission])
         sb = s.sandbox
         await send.send(Submission(source="recorder", event=SandboxBuilt(
             path=SANDBOX_PATH, commit=sb.commit, tree_digest=sb.tree_digest, file_count=sb.file_count,
-            excluded=[ExcludedPath(path=e.path, category=e.category) for e in sb.excluded],
-            unscanned=list(sb.unscanned),
-            agent_config=[AgentConfigFound(path=c.path, agent=c.agent, commands=list(c.commands), error=c.error)
-                          for c in sb.agent_config])))
+            excluded=list(sb.excluded), unscanned=list(sb.unscanned), agent_config=list(sb.agent_config))))
 
 
-async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
+async def _chamber(s: PreparedRun, send: trio.MemorySendChannel[Submission],
                    network: ChamberNetwork | None) -> tuple[RunOutcome, RunEnded]:
     """Start the witnesses, run the container, stop the witnesses; the outcome and run.ended."""
     stop = trio.Event()
@@ -293,7 +293,7 @@ async def _chamber(s: Session, send: trio.MemorySendChannel[Submission],
     return outcome, end
 
 
-async def _record_view(s: Session, send: trio.MemorySendChannel[Submission], spec: ContainerSpec,
+async def _record_view(s: PreparedRun, send: trio.MemorySendChannel[Submission], spec: ContainerSpec,
                        started: ContainerStarted) -> None:
     """What the chamber sees of the host, kept as blobs for a reviewer: its mount table
     (``chamber.mountinfo``: `caisson.chamber.mountinfo_seen` of its pid 1, right after the

@@ -11,9 +11,9 @@ What a plan settles:
 - the command: the one given after ``--``, or the one an agent adapter builds from the
   question and the arm;
 - the question, the agent (with its gating), the arm and its deny list;
-- a **refusal**, as a value: an arm that withholds tools cannot run with an agent that
-  cannot gate them. A refused plan is still a whole plan (a study records it); `record`
-  turns it into a usage error;
+- a **refusal**, as a value (`ledger.events.Refusal`, the type a study's plan records):
+  an arm that withholds tools cannot run with an agent that cannot gate them. A refused
+  plan is still a whole plan; `record` turns it into a usage error;
 - the chamber's extra environment, user ids, network mode, witnesses, deadline, a parsed
   monitor address;
 - the selftest's weakened controls, as one `Controls` value.
@@ -36,16 +36,13 @@ from caisson.errors import UsageError
 from caisson.run.stream import MonitorAddress, parse_monitor_address
 from caisson.scenario import Egress, Question, Scenario
 from collectors.egress import parse_allow
-from ledger.events import Elicitation, Gating, NetworkMode, RunAgent, RunArm
+from ledger.events import Gating, NetworkMode, Refusal, RunAgent, RunArm
 
 __all__ = [
     "Control",
     "Controls",
     "NetworkMode",
-    "PlannedAgent",
-    "PlannedArm",
     "RecordOptions",
-    "Refusal",
     "RunPlan",
     "WEAKENABLE",
     "WitnessInfo",
@@ -141,46 +138,6 @@ class Controls(msgspec.Struct, frozen=True, kw_only=True):
         return sorted(name for name in WEAKENABLE if getattr(self, name))
 
 
-class PlannedAgent(msgspec.Struct, frozen=True, kw_only=True):
-    """The agent under test, when the run drives a real agent CLI."""
-
-    name: str  # the adapter's name: claude-code | codex | ...
-    gating: Gating
-    image: str  # the image recipe it runs in (images/<image>/)
-    version: str = ""  # the CLI version the agent image installs
-    elicitation: Elicitation = "stream"  # how its answer comes back
-    model: str | None = None  # the model it is asked to use (the scenario's [agent] model); None: its default
-
-
-class PlannedArm(msgspec.Struct, frozen=True, kw_only=True):
-    """The arm a run plays, and the deny list it hands the agent."""
-
-    name: str
-    grant: tuple[str, ...] = ()  # tools the arm grants, by the agent's own names
-    withhold: tuple[str, ...] = ()  # tools always denied, whatever the grant
-    deny: tuple[str, ...] = ()  # every tool the agent knows minus the grant, plus withhold (sorted)
-    strategies: tuple[str, ...] = ()  # scenario strategies the arm grants, by name
-    catalog: dict[str, tuple[str, ...]] = {}  # every scenario strategy -> its tools and mcp__SERVER entries
-
-
-class Refusal(msgspec.Struct, frozen=True, kw_only=True):
-    """An arm x agent combination the plan will not run, and why (recorded by a study).
-
-    Attributes:
-        agent: the adapter's name.
-        arm: the arm's name.
-        gating: the agent's gating, the reason it cannot withhold tools.
-        denied: the tools the arm would have had it deny.
-        reason: one line for humans, naming all of the above.
-    """
-
-    agent: str
-    arm: str
-    gating: Gating
-    denied: tuple[str, ...]
-    reason: str
-
-
 class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     """Everything `caisson.run.record` needs to know about a run before its I/O.
 
@@ -188,9 +145,12 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
         scenario: the scenario the run follows, its egress replaced by the options' if any.
         command: the argv run in the chamber (the agent's, when ``agent`` is set).
         question: the scenario question this run answers, or None.
-        agent: the agent under test, or None for a plain command.
-        arm: the arm, or None.
-        refusal: set when the plan will not run; everything else is still planned.
+        agent: the agent under test as ``run.started.agent`` records it, or None for a
+            plain command; its image recipe is ``image_recipe``.
+        arm: the arm and the deny list handed to the agent, as ``run.started.arm`` records
+            it, or None.
+        refusal: set when the plan will not run (the combination as a study's
+            ``study.planned`` records one); everything else is still planned.
         transcript: the adapter whose transcript parser reads the command's stdout, or None.
         image: the image tag asked for, or None for the recipe's own tag.
         image_recipe: the recipe whose tag is used when ``image`` is None (chamber | agent).
@@ -209,8 +169,8 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     scenario: Scenario
     command: tuple[str, ...]
     question: Question | None = None
-    agent: PlannedAgent | None = None
-    arm: PlannedArm | None = None
+    agent: RunAgent | None = None
+    arm: RunArm | None = None
     refusal: Refusal | None = None
     transcript: str | None = None
     image: str | None = None
@@ -224,22 +184,6 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     timeout_s: float = 600.0
     monitor: MonitorAddress | None = None
     weakened: Controls = Controls()
-
-    def agent_facts(self) -> RunAgent | None:
-        """The agent as ``run.started.agent`` records it, or None for a plain command."""
-        if self.agent is None:
-            return None
-        return RunAgent(name=self.agent.name, gating=self.agent.gating, version=self.agent.version,
-                        elicitation=self.agent.elicitation, model=self.agent.model)
-
-    def arm_facts(self) -> RunArm | None:
-        """The arm as ``run.started.arm`` records it (its ``strategies`` and ``catalog`` when the
-        scenario has strategies), or None."""
-        if self.arm is None:
-            return None
-        return RunArm(name=self.arm.name, grant=list(self.arm.grant), withhold=list(self.arm.withhold),
-                      deny=list(self.arm.deny), strategies=list(self.arm.strategies),
-                      catalog={name: list(members) for name, members in self.arm.catalog.items()})
 
 
 class WitnessInfo(Protocol):
@@ -298,9 +242,8 @@ def plan_run(options: RecordOptions, scenario: Scenario | None = None, *,
     agent = arm = refusal = None
     if options.agent is not None:
         command, agent, arm, refusal = _agent_plan(options, scenario, question, weakened)
-        transcript = agent.name
-        env = {**_adapter(agent.name).env, **options.env}
-        image_recipe = agent.image
+        spec = _adapter(agent.name)
+        transcript, env, image_recipe = spec.name, {**spec.env, **options.env}, spec.image
     if question is not None:
         env.update(CAISSON_QUESTION_ID=question.id, CAISSON_PROMPT=question.prompt)
     uid, gid = _user_ids(scenario.user)
@@ -336,7 +279,7 @@ def _adapter(name: str):
 
 
 def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question | None,
-                weakened: Controls) -> tuple[tuple[str, ...], PlannedAgent, PlannedArm | None, Refusal | None]:
+                weakened: Controls) -> tuple[tuple[str, ...], RunAgent, RunArm | None, Refusal | None]:
     """The command, agent, arm and refusal of a real-agent run.
 
     Raises:
@@ -353,19 +296,19 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
     gating = spec.gating
     if spec.gating == "enforced" and options.measured_gating in ("not_enforced", "ungated"):
         gating = "not_enforced"  # claimed, and the probe saw a denied tool run
-    agent = PlannedAgent(name=spec.name, gating=gating, image=spec.image, version=spec.version,
-                         elicitation=spec.elicitation, model=scenario.agent.model)
+    agent = RunAgent(name=spec.name, gating=gating, version=spec.version, elicitation=spec.elicitation,
+                     model=scenario.agent.model)
     if found is None:
         arm, allowed, denied = None, [], []
     else:
         others = [_adapter(name) for name in dict.fromkeys(options.arm_shared_with) if name != spec.name]
         check_arm(found, scenario, agents=[spec, *others], discovered=options.discovered_tools,
                   path=str(options.scenario) if options.scenario else "")
-        catalog = {s.name: s.members() for s in scenario.strategies}
+        catalog = {s.name: list(s.members()) for s in scenario.strategies}
         grant, withhold = own_arm(found, scenario, spec, shared_with=others, discovered=options.discovered_tools)
-        deny = tuple(deny_list((*spec.static_tools, *options.discovered_tools), grant, withhold))
-        arm = PlannedArm(name=found.name, grant=tuple(found.grant), withhold=tuple(found.withhold), deny=deny,
-                         strategies=tuple(found.strategies), catalog=catalog)
+        deny = deny_list((*spec.static_tools, *options.discovered_tools), grant, withhold)
+        arm = RunArm(name=found.name, grant=list(found.grant), withhold=list(found.withhold), deny=deny,
+                     strategies=list(found.strategies), catalog=catalog)
         allowed, denied = grant, list(deny)
         if weakened.deny_list:  # selftest: a deliberately wrong deny list
             allowed, denied = list(found.grant) + list(found.withhold), []
@@ -374,7 +317,8 @@ def _agent_plan(options: RecordOptions, scenario: Scenario, question: Question |
         why = ("its gating probe saw a denied tool run" if gating != spec.gating
                else "its flags cannot withhold tools")
         refusal = Refusal(
-            agent=spec.name, arm=arm.name, gating=gating, denied=arm.deny,
+            arm=arm.name, agent=spec.name, model=scenario.agent.model, gating=gating, cells=1,
+            kind="cannot" if gating == "ungated" else "not_yet",
             reason=f"{spec.name} is {gating} ({why}), so arm {arm.name}"
                    f" (which denies {', '.join(arm.deny[:5])}...) cannot be run with it")
     command = spec.command(question.prompt, allowed=allowed, denied=denied, model=scenario.agent.model,

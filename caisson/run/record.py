@@ -35,10 +35,10 @@ import msgspec
 import trio
 
 from caisson import __version__
-from caisson.chamber import RUN_LABEL, ContainerSpec, Limits, open_engine, seccomp_profile
+from caisson.chamber import RUN_LABEL, ContainerLimits, ContainerSpec, open_engine, seccomp_profile
 from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from caisson._signals import run_terminable
-from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, RunOutcome, Session, Witness, run_session
+from caisson.run._session import EXIT_INFRA, EXIT_TIMEOUT, PreparedRun, RunOutcome, Witness, run_session
 from caisson.chamber import ChamberEnv, build_env
 from caisson.errors import UsageError
 from caisson.home import ensure_operator_key, fingerprint_key
@@ -207,8 +207,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 caller=Caller(cwd=os.getcwd(), home=os.path.expanduser("~")),
                 witnesses=[w.name for w in witnesses],
                 weakened=plan.weakened.names,
-                agent=plan.agent_facts(),
-                arm=plan.arm_facts(),
+                agent=plan.agent,
+                arm=plan.arm,
                 seccomp=seccomp.manifest() if seccomp else None,
                 syscall_witness=syscall_witness_facts([w.name for w in witnesses], options.syscall_witness_why,
                                                       _witness_facts(witnesses)),
@@ -221,8 +221,8 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 user=f"{plan.uid}:{plan.gid}",
                 binds=binds,
                 labels={"caisson.run_dir": str(run_dir.resolve()), **owner},
-                limits=Limits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
-                              nano_cpus=int(limits.cpus * 1e9)),
+                limits=ContainerLimits(pids_limit=limits.pids, memory_bytes=limits.memory_bytes,
+                                       nano_cpus=int(limits.cpus * 1e9)),
                 # the image's own filesystem is read-only: the chamber writes its tree, config home,
                 # /tmp, /var/tmp and /run/lock (the image's other world-writable directories), each
                 # a tmpfs of limits.disk_bytes, never the container's layer on the host's disk
@@ -237,11 +237,11 @@ async def _record(options: RecordOptions, witnesses: list[Witness]) -> RunOutcom
                 seccomp=seccomp.json if seccomp else None,
             )
             scenario_bytes = Path(options.scenario).read_bytes() if options.scenario else None
-            session = Session(engine=engine, writer=writer, spec=spec, manifest=manifest, sandbox=sandbox,
-                              sandbox_dir=scratch / "sandbox", scenario=scenario, scenario_bytes=scenario_bytes,
-                              run_dir=run_dir, scratch=scratch, witnesses=witnesses, monitor=plan.monitor,
-                              fingerprint_key=fp_key, network=plan.weakened.network,
-                              transcript=transcript, labels=owner, reaped=reaped, config_home=scratch / "home")
+            session = PreparedRun(engine=engine, writer=writer, spec=spec, manifest=manifest, sandbox=sandbox,
+                                  sandbox_dir=scratch / "sandbox", scenario=scenario, scenario_bytes=scenario_bytes,
+                                  run_dir=run_dir, scratch=scratch, witnesses=witnesses, monitor=plan.monitor,
+                                  fingerprint_key=fp_key, network=plan.weakened.network,
+                                  transcript=transcript, labels=owner, reaped=reaped, config_home=scratch / "home")
             return await run_session(session)
         finally:
             with trio.CancelScope(shield=True):

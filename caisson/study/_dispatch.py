@@ -28,8 +28,8 @@ from caisson.scenario import Egress, Scenario
 from caisson.study.studyfile import PROVIDERS
 from ledger.events import Combo
 
-__all__ = ["BASELINE_QUESTION", "SCRIPTED_KEY", "Session", "SessionJob", "SessionResult", "dispatch", "derived_scenario",
-           "run_session_here", "session_options"]
+__all__ = ["BASELINE_QUESTION", "SCRIPTED_KEY", "SessionJob", "SessionResult", "StudySession", "dispatch",
+           "derived_scenario", "run_session_here", "session_options"]
 
 BASELINE_QUESTION = "caisson-baseline"
 """The id of the baseline probe's question, added to the baseline scenario."""
@@ -46,8 +46,11 @@ usage = { input = 1, output = 1 }
 '''
 
 
-class Session(msgspec.Struct, frozen=True, kw_only=True):
-    """What one recorded session of a study is: where, which question, which scenario."""
+class StudySession(msgspec.Struct, frozen=True, kw_only=True):
+    """What one recorded session of a study is: where, which question, which scenario.
+
+    Named for the study: not the run's `caisson.run._session.PreparedRun` (the live engine,
+    writer and witnesses one recording runs with); a plan of one recording, never persisted."""
 
     run_dir: Path
     question_id: str
@@ -60,7 +63,7 @@ class SessionJob(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one session needs, wherever it is recorded (paths are the driver's)."""
 
     combo: Combo  # the combination, its scripted endpoint's path made absolute
-    session: Session
+    session: StudySession
     scenario: Scenario  # the study's scenario (its egress)
     repo: Path  # the live repository; under ray it must exist at the same path on every host
     commit: str
@@ -102,8 +105,8 @@ def derived_scenario(scenario_file: Path, combo: Combo, target: Path, *, baselin
         tail += "\n[agent]\n"
         if combo.model:
             tail += f"model = {json.dumps(combo.model)}\n"
-        if combo.elicitation.get("max_turns"):
-            tail += f"max_turns = {int(combo.elicitation['max_turns'])}\n"
+        if combo.elicitation.max_turns:
+            tail += f"max_turns = {combo.elicitation.max_turns}\n"
     if baseline_prompt is not None:
         tail += f"\n[[questions]]\nid = {json.dumps(BASELINE_QUESTION)}\nprompt = {json.dumps(baseline_prompt)}\n"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +115,7 @@ def derived_scenario(scenario_file: Path, combo: Combo, target: Path, *, baselin
 
 
 @contextlib.contextmanager
-def session_options(combo: Combo, session: Session, *, scenario: Scenario, repo: Path, commit: str,
+def session_options(combo: Combo, session: StudySession, *, scenario: Scenario, repo: Path, commit: str,
                     command: list[str], timeout_s: float | None, study_dir: Path,
                     weaken: list[str], discovered: Iterable[str] = (), shared_with: Iterable[str] = ()
                     ) -> Iterator[RecordOptions]:

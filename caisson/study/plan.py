@@ -81,7 +81,7 @@ def _combo(study_agent: StudyAgent, arm, model: str | None, cells: int, scenario
                        reason=f"arm {arm.name} withholds {', '.join(withhold) or 'nothing by name'} and denies"
                        f" {len(deny)} tool(s) in all; {study_agent.label} is {gating}: {why}")
     return Combo(arm=arm.name, agent=study_agent.label, adapter=adapter_name, model=model, gating=gating,
-                 elicitation=dict(study_agent.elicitation), endpoint=study_agent.endpoint or Endpoint(),
+                 elicitation=study_agent.elicitation, endpoint=study_agent.endpoint or Endpoint(),
                  grant=list(arm.grant),
                  withhold=list(arm.withhold), deny=deny, cells=cells)
 

@@ -49,7 +49,7 @@ def _model(model: str | None) -> str:
 
 
 def _elicitation(combo: Combo) -> str:
-    return ", ".join(f"{k}={v}" for k, v in combo.elicitation.items()) or "default"
+    return combo.elicitation.text() or "default"
 
 
 def _measured_refusal(e: BaselineMeasured, combo: Combo | None) -> Refusal:

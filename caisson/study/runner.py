@@ -49,7 +49,7 @@ from caisson.replay import BLOB_ROLES, replay_records, verdict_of, write_finding
 from caisson.run import new_run_id
 from caisson.agents import adapter as get_adapter
 from caisson.gating import judge_gating, pick_probe_tool, probe_script, request_tools, verdict_fields
-from caisson.study._dispatch import BASELINE_QUESTION, Session, SessionJob, derived_scenario
+from caisson.study._dispatch import BASELINE_QUESTION, SessionJob, StudySession, derived_scenario
 from caisson.study.executor import AllHostsDrained, Executor, LocalExecutor
 from caisson.study.plan import StudyPlan, combo_id, plan_study
 from caisson.study.preflight import assess_baseline, check_grader
@@ -228,7 +228,7 @@ class _Runner:
             return msgspec.structs.replace(combo, endpoint=msgspec.structs.replace(combo.endpoint, script=script))
         return combo
 
-    def _record(self, combo: Combo, session: Session):
+    def _record(self, combo: Combo, session: StudySession):
         """Run one session on the executor: (outcome or None, infra error in words, host)."""
         agent = next(a for a in self.study.agents if a.label == combo.agent)
         job = SessionJob(combo=self._combo_for_session(combo), session=session, scenario=self.scenario,
@@ -306,8 +306,8 @@ class _Runner:
             while (self.out / base / str(n)).exists():
                 n += 1
             rel = base / str(n)
-            session = Session(run_dir=self.out / rel, question_id=BASELINE_QUESTION, baseline=True,
-                              scenario=self._scenario_for(combo, baseline=True))
+            session = StudySession(run_dir=self.out / rel, question_id=BASELINE_QUESTION, baseline=True,
+                                   scenario=self._scenario_for(combo, baseline=True))
             try:
                 outcome, error, host = self._record(combo, session)
             except _Stop as stop:
@@ -366,9 +366,9 @@ class _Runner:
         while (self.out / rel / str(n)).exists():
             n += 1
         rel = rel / str(n)
-        session = Session(run_dir=self.out / rel, question_id=BASELINE_QUESTION, baseline=True,
-                          scenario=self._scenario_for(combo, baseline=True),
-                          model_script=probe_script(combo.model, tool) if tool else None)
+        session = StudySession(run_dir=self.out / rel, question_id=BASELINE_QUESTION, baseline=True,
+                               scenario=self._scenario_for(combo, baseline=True),
+                               model_script=probe_script(combo.model, tool) if tool else None)
         fields = {"gating_claimed": spec.gating, "gating_run_dir": str(rel), "gating_tool": tool}
         if tool is None:
             verdict = judge_gating([], agent=combo.agent, version=spec.version, claimed=spec.gating, tool=None)
@@ -451,8 +451,8 @@ class _Runner:
             attempt += 1
             rel = self._attempt_dir(cell, attempt)
             self.emit(CellStarted(cell_id=cell.cell_id, attempt=attempt, run_dir=str(rel)))
-            session = Session(run_dir=self.out / rel, question_id=cell.question_id,
-                              scenario=self._scenario_for(combo, baseline=False))
+            session = StudySession(run_dir=self.out / rel, question_id=cell.question_id,
+                                   scenario=self._scenario_for(combo, baseline=False))
             t0 = time.monotonic_ns()
             try:
                 outcome, error, host = self._record(combo, session)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -33,7 +33,7 @@ from caisson.agents import ADAPTERS
 from caisson.errors import ScenarioError
 from caisson.scenario import Scenario, load_scenario, read_toml
 from ledger import redact_argv
-from ledger.events import AbortRules, Endpoint, Price
+from ledger.events import AbortRules, ElicitationSettings, Endpoint, Price
 
 __all__ = ["JudgeTable", "Order", "Study", "StudyAgent", "load_study", "parse_study",
            "ELICITATION", "PROVIDERS"]
@@ -63,8 +63,8 @@ class StudyAgent(_Strict):
     """The agent's name in the matrix (default: the adapter's name; required for a command)."""
     models: list[NonEmpty] = []
     """The models to ask for (one cell column each); a command has none."""
-    elicitation: dict[str, Any] = {}
-    """How the agent is asked, as its adapter defines it (today: ``max_turns``)."""
+    elicitation: ElicitationSettings = ElicitationSettings()
+    """How the agent is asked, as its adapter defines it (today: ``max_turns``); the type ``study.planned`` records."""
     endpoint: Endpoint | None = None
     """Where its model calls go (required for an adapter); the type ``study.planned`` records."""
 
@@ -193,6 +193,8 @@ def parse_study(data: bytes, name: str) -> Study:
         unknown = _UNKNOWN.match(msg)
         if unknown:
             at, msg = f"{at}.{unknown['name']}", f"unknown field `{unknown['name']}` (check its spelling and nesting)"
+            if at.endswith(f".elicitation.{unknown['name']}"):
+                msg += f"; an adapter's elicitation sets: {', '.join(ElicitationSettings.__struct_fields__)}"
         raise _error(msg, name, at, text) from e
     _check_agents(study, name, text)
     return study
@@ -215,17 +217,14 @@ def _check_agents(study: Study, name: str, text: str) -> None:
                              name, f"{at}.endpoint", text)
             if (agent.endpoint.script is None) == (agent.endpoint.provider is None):
                 raise _error("give exactly one of script and provider", name, f"{at}.endpoint", text)
-            for key in agent.elicitation:
-                if key not in ELICITATION[agent.adapter]:
+            for key, value in msgspec.structs.asdict(agent.elicitation).items():
+                if value is not None and key not in ELICITATION[agent.adapter]:
                     raise _error(f"{agent.adapter} does not define elicitation {key!r}; it defines: "
                                  + ", ".join(ELICITATION[agent.adapter]), name, f"{at}.elicitation.{key}", text)
-            turns = agent.elicitation.get("max_turns")
-            if turns is not None and (not isinstance(turns, int) or isinstance(turns, bool) or turns < 1):
-                raise _error(f"expected a positive integer, got {turns!r}", name, f"{at}.elicitation.max_turns", text)
         else:
             if agent.name is None:
                 raise _error("a command agent needs a name", name, f"{at}.name", text)
-            if agent.models or agent.endpoint is not None or agent.elicitation:
+            if agent.models or agent.endpoint is not None or agent.elicitation != ElicitationSettings():
                 raise _error("a command agent takes no models, endpoint or elicitation", name, f"{at}.command", text)
         if agent.label in seen:
             raise _error(f"duplicate agent {agent.label!r} (give each a distinct name)", name, f"{at}.name", text)

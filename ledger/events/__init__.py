@@ -105,6 +105,7 @@ from ledger.events._agent import (  # noqa: F401
 from ledger.events._study import (  # noqa: F401
     AbortRules,
     Combo,
+    ElicitationSettings,
     Endpoint,
     GraderCheck,
     HostKey,
@@ -205,6 +206,7 @@ __all__ = [
     "StudyPlanned",
     "PlannedCell",
     "Combo",
+    "ElicitationSettings",
     "Endpoint",
     "Refusal",
     "Price",

@@ -10,7 +10,8 @@ from ledger.events._base import Gating, _Event
 from ledger.events._network import LlmUsage
 
 __all__ = [
-    "AbortRules", "BackfillStarted", "BaselineMeasured", "CellEnded", "CellStarted", "Combo", "Endpoint",
+    "AbortRules", "BackfillStarted", "BaselineMeasured", "CellEnded", "CellStarted", "Combo", "ElicitationSettings",
+    "Endpoint",
     "GraderCheck", "HostKey", "NonEmpty", "PlannedCell", "Price", "Refusal", "StudyAborted", "StudyEnded",
     "StudyPlanned", "StudyResumed", "TokenBackfilled",
 ]
@@ -20,7 +21,8 @@ NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 # --- the parts of study.planned ---------------------------------------------------------
 # Every key a study ledger of schema 6-14 wrote has its field; a key absent from an older
 # ledger reads as the default its readers gave it. The study file (caisson/study/studyfile.py)
-# is parsed straight into `Endpoint`, `AbortRules` and `Price`: they forbid unknown fields.
+# is parsed straight into `Endpoint`, `ElicitationSettings`, `AbortRules` and `Price`: they
+# forbid unknown fields.
 
 
 class Endpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -34,6 +36,19 @@ class Endpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     script: NonEmpty | None = None  # a model script, relative to the study file; "{question}": per question
     provider: NonEmpty | None = None  # a provider host, e.g. api.anthropic.com (reached through the proxy)
     credential: NonEmpty | None = None  # the variable holding its key; None: the adapter's (ANTHROPIC_API_KEY)
+
+
+class ElicitationSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+                          forbid_unknown_fields=True):
+    """How a study asks an agent (its ``elicitation``): what an adapter lets a study set
+    (caisson.study.studyfile.ELICITATION). Not `Elicitation`, how the answer comes back.
+    Written as the map schema 6-16 wrote: a key unset is absent."""
+
+    max_turns: Annotated[int, msgspec.Meta(ge=1)] | None = None  # the most agent turns; None: the adapter's default
+
+    def text(self) -> str:
+        """The settings set, as ``key=value, ...``; "" when none is."""
+        return ", ".join(f"{k}={v}" for k, v in msgspec.structs.asdict(self).items() if v is not None)
 
 
 class PlannedCell(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,7 +70,7 @@ class Combo(msgspec.Struct, frozen=True, kw_only=True):
     adapter: str | None = None  # None: a plain command
     model: str | None = None
     gating: Gating = "ungated"
-    elicitation: dict[str, int] = {}  # as the adapter defines it (caisson.study.studyfile.ELICITATION): max_turns
+    elicitation: ElicitationSettings = ElicitationSettings()
     endpoint: Endpoint = Endpoint()  # the empty Endpoint for a command
     grant: list[str] = []  # tools the arm grants, by the agent's own names
     withhold: list[str] = []  # tools always denied
@@ -64,7 +79,9 @@ class Combo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
-    """One (arm, agent, model) a study will not run, and why."""
+    """One (arm, agent, model) a study will not run, and why: a study's plan records one per
+    refused combination, and a run's plan (`caisson.run.RunPlan.refusal`) holds the same value
+    for its one cell (the tools it would deny are the plan's arm's ``deny``)."""
 
     arm: str
     agent: str

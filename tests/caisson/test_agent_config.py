@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from caisson.chamber.agent_config import AGENT_CONFIG_GLOBS, agent_of, config_commands
-from caisson.chamber.sandbox import ExcludedPath, build_sandbox
+from caisson.chamber.sandbox import build_sandbox
 from caisson.scenario import ExclusionCategory, Scenario
+from ledger.events import ExcludedPath
 from tests.helpers import commit_all
 
 SETTINGS = {"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "id > /tmp/hook"}]}],

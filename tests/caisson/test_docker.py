@@ -9,7 +9,7 @@ import time
 import pytest
 import trio
 
-from caisson.chamber._docker import RUN_LABEL, ContainerSpec, ContainerStarted, Limits, open_engine
+from caisson.chamber._docker import RUN_LABEL, ContainerLimits, ContainerSpec, ContainerStarted, open_engine
 from caisson.errors import ChamberError
 
 pytestmark = pytest.mark.docker
@@ -129,7 +129,7 @@ def test_limits_are_applied(chamber_image):
         "print(first('/sys/fs/cgroup/pids/pids.max', '/sys/fs/cgroup/pids.max'))\n"
         "print(first('/sys/fs/cgroup/memory/memory.limit_in_bytes', '/sys/fs/cgroup/memory.max'))\n"
     )
-    limits = Limits(pids_limit=64, memory_bytes=256 * 2**20, nano_cpus=500_000_000)
+    limits = ContainerLimits(pids_limit=64, memory_bytes=256 * 2**20, nano_cpus=500_000_000)
     result = run_in_chamber(py(probe, chamber_image, limits=limits))
     assert result.stdout.split() == [b"64", str(256 * 2**20).encode()], result.stderr
 
@@ -142,7 +142,7 @@ def test_pids_limit_stops_a_fork_bomb(chamber_image):
         "    for _ in range(100): procs.append(subprocess.Popen(['sleep', '5']))\n"
         "except OSError as e: print('refused', len(procs))\n"
     )
-    result = run_in_chamber(py(code, chamber_image, limits=Limits(pids_limit=20), deadline_s=30))
+    result = run_in_chamber(py(code, chamber_image, limits=ContainerLimits(pids_limit=20), deadline_s=30))
     assert result.stdout.startswith(b"refused "), (result.stdout, result.stderr)
     assert int(result.stdout.split()[1]) < 20
 

@@ -13,10 +13,10 @@ import pytest
 
 from caisson.cli import build_parser, main
 from caisson.errors import ScenarioError, UsageError
-from caisson.run import Controls, MonitorAddress, PlannedAgent, RecordOptions, Refusal, RunPlan, plan_run
+from caisson.run import Controls, MonitorAddress, RecordOptions, RunPlan, plan_run
 from caisson.run.plan import WEAKENABLE
 from caisson.scenario import Egress, parse_scenario
-from ledger.events import RunAgent, RunArm
+from ledger.events import Refusal, RunAgent, RunArm
 
 SCENARIO_BYTES = b'''
 name = "plan"
@@ -62,7 +62,6 @@ def test_a_plain_command_plan():
     assert (plan.user, plan.uid, plan.gid, plan.timeout_s) == ("agent", 1000, 1000, 42)
     assert plan.network == "none" and plan.witnesses == ("strace", "procfs")
     assert (plan.monitor, plan.weakened, plan.weakened.names) == (None, Controls(), [])
-    assert (plan.agent_facts(), plan.arm_facts()) == (None, None)  # run.started has neither
 
 
 def test_no_scenario_is_an_adhoc_one_with_default_limits():
@@ -84,23 +83,22 @@ def test_question_timeout_monitor_and_egress():
 def test_an_agent_plan_has_its_command_gating_arm_and_deny_list():
     plan = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
                                   env={"X": "1"}), SCENARIO)
-    assert plan.agent == PlannedAgent(name="claude-code", gating="enforced", image="agent", version="2.1.328",
-                                      model="claude-sonnet-4-5")
-    assert plan.arm.name == "no-write" and plan.arm.grant == ("Bash",) and "Write" in plan.arm.deny
-    assert "Bash" not in plan.arm.deny and plan.arm.deny == tuple(sorted(plan.arm.deny))
+    # the agent and the arm as run.started records them; the agent's image is the plan's image_recipe
+    assert plan.agent == RunAgent(name="claude-code", gating="enforced", version="2.1.328", elicitation="stream",
+                                  model="claude-sonnet-4-5")
+    assert plan.arm == RunArm(name="no-write", grant=["Bash"], withhold=["Write"], deny=plan.arm.deny)
+    assert "Write" in plan.arm.deny and "Bash" not in plan.arm.deny and plan.arm.deny == sorted(plan.arm.deny)
     assert plan.refusal is None and plan.transcript == "claude-code" and plan.image_recipe == "agent"
     assert plan.command[0] == "claude" and "Where is the function `answer` defined?" in plan.command
     assert plan.env["X"] == "1" and plan.env["CAISSON_QUESTION_ID"] == "q1"
-    assert plan.agent_facts() == RunAgent(name="claude-code", gating="enforced", version="2.1.328",
-                                          elicitation="stream", model="claude-sonnet-4-5")
-    assert plan.arm_facts() == RunArm(name="no-write", grant=["Bash"], withhold=["Write"], deny=list(plan.arm.deny))
 
 
 def test_an_ungated_agent_with_an_arm_that_denies_is_a_refusal_value_not_an_error():
     plan = plan_run(RecordOptions(command=[], question="q1", agent="codex", arm="no-patch"), SCENARIO)
-    assert isinstance(plan.refusal, Refusal)
-    assert (plan.refusal.agent, plan.refusal.arm, plan.refusal.gating) == ("codex", "no-patch", "ungated")
-    assert "apply_patch" in plan.refusal.denied and plan.refusal.denied == plan.arm.deny
+    assert isinstance(plan.refusal, Refusal)  # the type a study's plan records
+    assert (plan.refusal.agent, plan.refusal.arm, plan.refusal.gating, plan.refusal.kind, plan.refusal.cells) == (
+        "codex", "no-patch", "ungated", "cannot", 1)
+    assert "apply_patch" in plan.arm.deny and "apply_patch" in plan.refusal.reason
     assert plan.refusal.reason.startswith("codex is ungated (its flags cannot withhold tools), so arm no-patch")
     assert plan.agent.gating == "ungated" and plan.command  # still a whole plan: a study records it
     assert plan_run(RecordOptions(command=[], question="q1", agent="codex"), SCENARIO).refusal is None
@@ -123,7 +121,7 @@ def test_an_arm_a_study_shares_names_each_agents_tools_and_hands_each_only_its_o
     alone = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write"), SCENARIO)
     assert claude.command == alone.command  # codex's names reach Claude Code in no flag
     assert "exec_command" not in " ".join(claude.command) and "apply_patch" not in " ".join(claude.command)
-    assert claude.arm.grant == ("Bash", "exec_command")  # the arm as the scenario wrote it, on record
+    assert claude.arm.grant == ["Bash", "exec_command"]  # the arm as the scenario wrote it, on record
     with pytest.raises(ScenarioError, match=r"'exec_command' names no tool of claude-code"):  # not shared: an error
         plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write"), shared)
     with pytest.raises(ScenarioError, match=r"'Bsah' names no tool of claude-code and codex"):
@@ -272,7 +270,7 @@ def test_discovered_tools_are_unioned_into_the_deny_list_and_a_grant_stays_allow
 def test_a_measured_not_enforced_gating_refuses_a_withholding_arm_and_never_raises_a_claim():
     plan = plan_run(RecordOptions(command=[], question="q1", agent="claude-code", arm="no-write",
                                   measured_gating="not_enforced"), SCENARIO)
-    assert plan.agent.gating == "not_enforced" and plan.refusal is not None
+    assert plan.agent.gating == "not_enforced" and plan.refusal is not None and plan.refusal.kind == "not_yet"
     assert "its gating probe saw a denied tool run" in plan.refusal.reason
     plan = plan_run(RecordOptions(command=[], question="q1", agent="codex", measured_gating="enforced"), SCENARIO)
     assert plan.agent.gating == "ungated"
@@ -298,7 +296,7 @@ grant = {grant}
         plan_run(RecordOptions(command=[], agent="claude-code", arm="full", question="q1"), scenario, witnesses=WITNESSES)
     discovered = RecordOptions(command=[], agent="claude-code", arm="full", question="q1", discovered_tools=["Bsah"])
     if grant == '["Bsah"]':  # a tool a session of the agent showed is one of its names
-        assert plan_run(discovered, scenario, witnesses=WITNESSES).arm.grant == ("Bsah",)
+        assert plan_run(discovered, scenario, witnesses=WITNESSES).arm.grant == ["Bsah"]
 
 
 @pytest.mark.parametrize("entry", ["api.example.com:https", "api.example.com:0", "*.:443", "[::1]:99999"])
@@ -324,4 +322,4 @@ grant = ["bash"]
         plan_run(RecordOptions(command=[], agent="claude-code", arm="shell", question="q1"), scenario,
                  witnesses=WITNESSES)
     assert plan_run(RecordOptions(command=[], agent="opencode", arm="shell", question="q1"), scenario,
-                    witnesses=WITNESSES).arm.grant == ("bash",)
+                    witnesses=WITNESSES).arm.grant == ["bash"]

@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from caisson.chamber._containment import containment_hits, normalize_words, prompt_windows
 from caisson.errors import ContainmentError, SandboxError
 from caisson.chamber.sandbox import (
-    ExcludedPath,
     build_sandbox,
     glob_to_regex,
     remove_sandbox,
     tree_digest,
 )
 from caisson.scenario import ExclusionCategory, Question, Scenario
+from ledger.events import ExcludedPath
 from tests.helpers import git
 
 PROMPT = "Which function loads the configuration file and where is it defined?"

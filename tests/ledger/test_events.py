@@ -12,7 +12,7 @@ import pytest
 
 from ledger import read_records
 from ledger.events import (SCHEMA_VERSION, AbortRules, CellEnded, Finding, Verdict, AgentToolResult, Caller, Combo, Endpoint, ExcludedPath,
-                           FileOpen, GraderCheck, HostFacts, HostKey, LlmCall, PlannedCell, Price, Refusal,
+                           ElicitationSettings, FileOpen, GraderCheck, HostFacts, HostKey, LlmCall, PlannedCell, Price, Refusal,
                            RunAgent, RunArm, RunEnded, RunLimits, RunStarted, SeccompFacts, StudyPlanned,
                            SyscallWitnessChoice, decode_event)
 
@@ -192,13 +192,24 @@ def test_a_schema_14_study_planned_decodes_into_the_typed_plan():
     assert event.cells[0] == PlannedCell(**first)
     combo = event.combos[0]
     assert isinstance(combo, Combo) and combo.endpoint == Endpoint(script=old["combos"][0]["endpoint"]["script"])
-    assert (combo.gating, combo.elicitation, combo.cells) == ("enforced", {"max_turns": 4}, 8)
+    assert (combo.gating, combo.elicitation, combo.cells) == ("enforced", ElicitationSettings(max_turns=4), 8)
     assert event.refusals == [Refusal(**old["refusals"][0])] and event.refusals[0].kind == "cannot"
     assert event.prices == {m: Price(**p) for m, p in old["prices"].items()}
     assert event.abort == AbortRules(host_stalled_in_a_row=3)
     assert event.grader == [GraderCheck(**g) for g in old["grader"]]
     for name in ("cells", "combos", "refusals", "prices", "abort", "grader"):  # every key, as main wrote it
         assert msgspec.to_builtins(getattr(event, name)) == old[name], name
+
+
+@pytest.mark.parametrize("written", [{}, {"max_turns": 4}])
+def test_a_combos_elicitation_reads_from_and_writes_as_the_map_older_ledgers_hold(written):
+    combo = {"arm": "a", "agent": "claude-code", "elicitation": written}
+    got = msgspec.msgpack.decode(msgspec.msgpack.encode(combo), type=Combo)
+    assert got.elicitation == ElicitationSettings(**written)
+    assert msgspec.to_builtins(got)["elicitation"] == written  # a key unset is absent, as the map had it
+    assert got.elicitation.text() == ", ".join(f"{k}={v}" for k, v in written.items())
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.elicitation\.max_turns"):
+        msgspec.msgpack.decode(msgspec.msgpack.encode({**combo, "elicitation": {"max_turns": 0}}), type=Combo)
 
 
 def test_study_planned_keys_an_older_ledger_left_out_read_as_their_defaults():

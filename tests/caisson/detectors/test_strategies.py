@@ -109,7 +109,7 @@ def test_a_plan_hands_the_agent_the_granted_strategies_and_records_the_catalog()
     allowed = plan.command[plan.command.index("--allowedTools") + 1].split(",")
     assert allowed == ["Read", "Grep", "Glob", "mcp__codesearch"]
     assert {"Grep", "Glob", "Read"}.isdisjoint(plan.arm.deny) and "Bash" in plan.arm.deny
-    facts = plan.arm_facts()
+    facts = plan.arm  # as run.started records it
     assert facts.strategies == ["search"]
     assert facts.catalog == {"search": ["Grep", "Glob", "mcp__codesearch"], "docs": ["mcp__docs"]}
     assert config_from_records(play(RunStarted(run_id="r", caisson_version="0", arm=facts))).granted_strategies == (

@@ -13,7 +13,7 @@ import pytest
 from caisson.errors import UsageError
 from caisson.gating import probe_script
 from caisson.scenario import Scenario
-from caisson.study._dispatch import BASELINE_QUESTION, SCRIPTED_KEY, Session, session_options
+from caisson.study._dispatch import BASELINE_QUESTION, SCRIPTED_KEY, StudySession, session_options
 from ledger.events import Combo, Endpoint
 
 COMBO = Combo(arm="no-write", agent="claude-code", adapter="claude-code", model="claude-sonnet-4-5",
@@ -21,8 +21,8 @@ COMBO = Combo(arm="no-write", agent="claude-code", adapter="claude-code", model=
 
 
 def _options(tmp_path: Path, script: str | None):
-    session = Session(run_dir=tmp_path / "baselines" / "x--gating" / "1", question_id=BASELINE_QUESTION,
-                      scenario=tmp_path / "scenario.toml", baseline=True, model_script=script)
+    session = StudySession(run_dir=tmp_path / "baselines" / "x--gating" / "1", question_id=BASELINE_QUESTION,
+                           scenario=tmp_path / "scenario.toml", baseline=True, model_script=script)
     return session_options(COMBO, session, scenario=Scenario(name="s"), repo=tmp_path, commit="0" * 40,
                            command=[], timeout_s=None, study_dir=tmp_path, weaken=[])
 

@@ -79,7 +79,7 @@ BAD = [
     ("unknown elicitation", GOOD.replace('models = ["gpt-5"]', 'models = ["gpt-5"]\nelicitation = { tone = "x" }'),
      "$.agents[1].elicitation.tone", "max_turns"),
     ("bad max_turns", GOOD.replace('models = ["gpt-5"]', 'models = ["gpt-5"]\nelicitation = { max_turns = 0 }'),
-     "$.agents[1].elicitation.max_turns", "positive"),
+     "$.agents[1].elicitation.max_turns", ">= 1"),
     ("command without name", GOOD.replace('name = "probe"\n', ""), "$.agents[2].name", "name"),
     ("duplicate agent", GOOD + '[[agents]]\nname = "probe"\ncommand = ["true"]\n', "$.agents[3].name", "duplicate"),
     ("unknown question", GOOD.replace("repetitions = 2", 'repetitions = 2\nquestions = ["q9"]'),
@@ -323,13 +323,13 @@ def test_discovered_tools_reach_the_record_options_of_cells_not_of_baselines(tmp
     RecordOptions.discovered_tools, which plan_run unions with the adapter's static list)."""
     from caisson.run.plan import plan_run
     from caisson.scenario import parse_scenario
-    from caisson.study._dispatch import Session, session_options
+    from caisson.study._dispatch import StudySession, session_options
 
     scenario = parse_scenario(b'name = "s"\n[[questions]]\nid = "q1"\nprompt = "Where is it?"\n'
                               b'[[arms]]\nname = "a"\ngrant = ["Bash"]\nwithhold = ["Write"]\n', "s.toml")
     combo = Combo(arm="a", agent="claude", adapter="claude-code", model="m", gating="enforced",
                   endpoint=Endpoint(provider="api.anthropic.com"), grant=["Bash"], withhold=["Write"])
-    session = Session(run_dir=tmp_path / "run", question_id="q1", scenario=tmp_path / "s.toml")
+    session = StudySession(run_dir=tmp_path / "run", question_id="q1", scenario=tmp_path / "s.toml")
     kwargs = dict(scenario=scenario, repo=tmp_path, commit="HEAD", command=[], timeout_s=10, study_dir=tmp_path,
                   weaken=[])
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-key")
