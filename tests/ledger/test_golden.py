@@ -63,6 +63,13 @@ def test_there_is_a_golden_for_the_current_version():
     assert (GOLDEN / f"v{FORMAT_VERSION}" / "ledger").is_file()
 
 
+def test_there_is_a_schema_golden_for_the_current_event_schema():
+    """Each schema version's vocabulary is kept as its recorder wrote it (make_schema_golden.py)."""
+    from ledger.events import SCHEMA_VERSION
+
+    assert (GOLDEN / f"schema{SCHEMA_VERSION}" / "expected.json").is_file()
+
+
 def _meaning(value):
     """A value as plain JSON with empty members (None, [], {}) dropped: a field a later schema
     types and omits at its default means what the empty member of a dict meant."""
