@@ -9,7 +9,7 @@ from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from ledger._errors import CaissonError
 
-__all__ = ["NEED_DATA", "NeedData", "ParserClosedError"]
+__all__ = ["NEED_DATA", "NeedData", "ParserClosedError", "SansIOParser", "drain"]
 
 
 class NeedData(enum.Enum):
