@@ -76,7 +76,10 @@ def test_exec_tree_and_files_of_a_multi_process_command(chamber_image, tmp_path)
 
 def test_procfs_samples_the_chamber_tree_and_the_host(chamber_image, tmp_path):
     run_dir = tmp_path / "run"
-    burn = "python3 -c 'import time; t=time.time()\nwhile time.process_time()<1.2: pass\nx=bytearray(50*2**20); time.sleep(0.5)'"
+    # 1.2 s of CPU and at least 2.5 s of wall time, so that a loaded host (a tick can take
+    # longer than its interval there, and a missed tick is skipped) still sees several ticks
+    burn = ("python3 -c 'import time; t=time.time()\nwhile time.process_time()<1.2 or time.time()-t<2.0: pass\n"
+            "x=bytearray(50*2**20); time.sleep(0.5)'")
     assert main(["record", "--syscall-witness", "strace", "--out", str(run_dir), "--", "sh", "-c", burn]) == 0
     evs = events(run_dir)
     hosts = [e for e in evs if isinstance(e, HostSample)]
