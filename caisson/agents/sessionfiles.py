@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 
 from caisson.agents._lines import JsonLinesParser
-from caisson.chamber import glob_to_regex
+from caisson._glob import glob_to_regex
 from collectors.llm import normalize_usage
 from ledger.events import AgentUsage, LlmUsage
 

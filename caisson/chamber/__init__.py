@@ -15,26 +15,26 @@ from typing import TYPE_CHECKING
 from caisson._lazy import lazy_face
 from caisson.chamber._view import CHAMBER_HOSTNAME, ETC_FILES, mountinfo_seen
 from caisson.chamber._containment import containment_hits, prompt_windows, scan_tree
-from caisson.chamber._docker import (
-    LOG_CAP_BYTES,
-    RUN_LABEL,
-    ChamberNetwork,
-    ContainerLimits,
-    ContainerResult,
-    ContainerSpec,
-    ContainerStarted,
-    Engine,
-    demux_stdcopy,
-    open_engine,
-)
 from caisson.chamber._firewall import guard_bridge, unguard_bridge
 from caisson.chamber._seccomp import BASE_PROFILE, SeccompProfile, seccomp_profile
 from caisson.chamber.envpin import INJECTION_SWITCHES, ChamberEnv, build_env, parse_env_assignments
 from caisson.chamber.image import build_image, image_id, image_tag, recipe_digest, recipe_tags
-from caisson.chamber.reap import Reaped, RecorderIdentity, orphan_reason, reap, recorder_identity, recorder_labels
 from caisson.chamber.sandbox import Sandbox, build_sandbox, glob_to_regex, remove_sandbox, tree_digest
 
 if TYPE_CHECKING:
+    from caisson.chamber._docker import (
+        LOG_CAP_BYTES,
+        RUN_LABEL,
+        ChamberNetwork,
+        ContainerLimits,
+        ContainerResult,
+        ContainerSpec,
+        ContainerStarted,
+        Engine,
+        demux_stdcopy,
+        open_engine,
+    )
+    from caisson.chamber.reap import Reaped, RecorderIdentity, orphan_reason, reap, recorder_identity, recorder_labels
     from caisson.chamber.scratch import mount_chamber_fs, open_scratch
 
 __all__ = [
@@ -83,5 +83,12 @@ __all__ = [
     "unguard_bridge",
 ]
 
-# The scratch directories are made by the recorder only.
-__getattr__, __dir__ = lazy_face(__name__, {"scratch": ("mount_chamber_fs", "open_scratch")}, globals())
+# The container runtime (aiodocker under trio) and the reaping that uses it are imported on
+# first use, so a detector or a report that only needs the chamber's pure parts does not pay
+# for them; the scratch directories are made by the recorder only.
+__getattr__, __dir__ = lazy_face(__name__, {
+    "_docker": ("LOG_CAP_BYTES", "RUN_LABEL", "ChamberNetwork", "ContainerLimits", "ContainerResult",
+                "ContainerSpec", "ContainerStarted", "Engine", "demux_stdcopy", "open_engine"),
+    "reap": ("Reaped", "RecorderIdentity", "orphan_reason", "reap", "recorder_identity", "recorder_labels"),
+    "scratch": ("mount_chamber_fs", "open_scratch"),
+}, globals())

@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 
 import msgspec
 
+from caisson._glob import glob_to_regex
 from caisson.chamber._containment import scan_tree
 from caisson.chamber.agent_config import AGENT_CONFIG_GLOBS, DEFAULT_EXCLUSIONS, config_commands
 from caisson.errors import SandboxError
@@ -71,61 +72,6 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True):
     """Agent configuration files left in the tree (`AGENT_CONFIG_GLOBS`), with the commands
     they would make the agent run; empty unless the default exclusions were turned off
     (see `build_sandbox`)."""
-
-
-def glob_to_regex(glob: str) -> re.Pattern[str]:
-    """Compile an exclusion glob into a regex matched against repo-relative paths.
-
-    Semantics (anchored at the repository root, like a gitignore pattern with a slash):
-    `*` matches any run of characters inside one segment, `?` one character, `[...]` a
-    class (`[!...]` negates); a segment that is exactly `**` matches zero or more whole
-    segments (`**/x` is `x` at any depth, `a/**` everything below `a`). Leading and
-    trailing slashes are ignored. `build_sandbox` also tests every ancestor directory of a
-    path, so a glob that matches a directory excludes it recursively.
-
-    Args:
-        glob: the pattern, e.g. `answers/**`, `**/.claude`, `docs/report-*.md`.
-
-    Returns:
-        A compiled pattern; use `fullmatch`.
-    """
-    parts = glob.strip("/").split("/")
-    out: list[str] = []
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
-            continue
-        out.append(_segment(part) + ("" if last else "/"))
-    return re.compile("".join(out), re.S)
-
-
-def _segment(part: str) -> str:
-    """Translate one glob segment (no slash) to a regex fragment."""
-    out, i, n = [], 0, len(part)
-    while i < n:
-        c = part[i]
-        i += 1
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            j = i + 1 if i < n and part[i] in "!^" else i
-            j = j + 1 if j < n and part[j] == "]" else j
-            while j < n and part[j] != "]":
-                j += 1
-            if j >= n:
-                out.append(re.escape(c))
-                continue
-            body = part[i:j].replace("\\", "\\\\")
-            i = j + 1
-            if body[:1] in "!^":
-                body = "^" + body[1:]
-            out.append(f"(?!/)[{body}]")
-        else:
-            out.append(re.escape(c))
-    return "".join(out)
 
 
 def tree_digest(entries: Iterable[tuple[str, str, str]]) -> str:

@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, UnderAny, norm, reads, under
-from caisson.chamber import glob_to_regex
+from caisson._glob import glob_to_regex
 from ledger import Record
 from collectors.strace import DENIED_SYSCALLS
 from ledger.events import FileChange, FileOpen, ProcessExec, ProcessSyscall, RunStarted, SandboxBuilt
