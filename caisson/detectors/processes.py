@@ -68,7 +68,11 @@ def unseen_process(records: Iterable[Record], config: DetectorConfig) -> Iterato
     by_host: dict[str, dict[int, list[list[int]]]] = {w: {} for w in SYSCALL_WITNESSES}  # by host pid
     for record in records:
         event, source = record.event, record.source
-        if isinstance(event, ProcSample):
+        if source in reports and isinstance(event, _WITH_PID):  # the bulk of a run: first
+            _report(reports[source], event.pid, record.wall_ns)
+            if event.host_pid is not None:
+                _report(by_host[source], event.host_pid, record.wall_ns)
+        elif isinstance(event, ProcSample):
             if event.ppid is None and event.pid != 1:
                 return  # written before schema 14: the tracer cannot be told from the agent's processes
             life = lives.get((event.pid, event.start_time_ns))
@@ -82,10 +86,6 @@ def unseen_process(records: Iterable[Record], config: DetectorConfig) -> Iterato
             return
         elif isinstance(event, WitnessStarted):
             started.add(event.witness)
-        elif source in reports and isinstance(event, _WITH_PID):
-            _report(reports[source].setdefault(event.pid, []), record.wall_ns)
-            if event.host_pid is not None:
-                _report(by_host[source].setdefault(event.host_pid, []), record.wall_ns)
     if "procfs" not in started or not lives:
         return
     ticks.sort()
@@ -136,12 +136,19 @@ _SPAN_GAP_NS = 1_000_000_000
 """Reports of one pid closer than this join one span (a pid is not reused that fast)."""
 
 
-def _report(spans: list[list[int]], wall_ns: int) -> None:
-    """Add a report at ``wall_ns`` to a pid's spans ``[first, last]`` (one per burst: a
+def _report(spans_of: dict[int, list[list[int]]], pid: int, wall_ns: int) -> None:
+    """Add a report of ``pid`` at ``wall_ns`` to its spans ``[first, last]`` (one per burst: a
     run's millions of opens keep a few spans per process, not a stamp each)."""
-    if spans and wall_ns - spans[-1][1] <= _SPAN_GAP_NS and wall_ns >= spans[-1][0] - _SPAN_GAP_NS:
-        last = spans[-1]
-        last[0], last[1] = min(last[0], wall_ns), max(last[1], wall_ns)
+    spans = spans_of.get(pid)
+    if spans is None:
+        spans_of[pid] = [[wall_ns, wall_ns]]
+        return
+    last = spans[-1]
+    if last[0] - _SPAN_GAP_NS <= wall_ns <= last[1] + _SPAN_GAP_NS:
+        if wall_ns > last[1]:
+            last[1] = wall_ns
+        elif wall_ns < last[0]:
+            last[0] = wall_ns
     else:
         spans.append([wall_ns, wall_ns])
 
