@@ -114,7 +114,7 @@ class ExclusionCategory(_Strict):
     """Paths withheld from the sandbox, under one category.
 
     Globs are matched against repo-relative POSIX paths, anchored at the repository root
-    (see `caisson.chamber.sandbox.glob_to_regex`): `*` and `?` stay inside one path segment, a
+    (see `caisson._glob.glob_to_regex`): `*` and `?` stay inside one path segment, a
     whole `**` segment matches zero or more segments, and a glob that matches a directory
     excludes everything below it.
     """

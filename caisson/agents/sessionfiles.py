@@ -47,7 +47,7 @@ SESSION_FILE_GLOBS: dict[str, tuple[str, ...]] = {
     "claude-code": (".claude/projects/**/*.jsonl",),
     "codex": (".codex/sessions/**/rollout-*.jsonl",),
 }
-"""Agent -> globs (relative to the chamber's config home, `caisson.chamber.sandbox.glob_to_regex`
+"""Agent -> globs (relative to the chamber's config home, `caisson._glob.glob_to_regex`
 syntax) of the session files it writes there (``CLAUDE_CONFIG_DIR`` and ``CODEX_HOME``
 point inside the config home: caisson/chamber/envpin.py)."""
 

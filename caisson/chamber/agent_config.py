@@ -66,7 +66,7 @@ AGENT_CONFIG_GLOBS: tuple[str, ...] = (
     "**/.windsurfrules",
     "**/.clinerules",
 )
-"""Globs (see `caisson.chamber.sandbox.glob_to_regex`) of what agents read from a project."""
+"""Globs (see `caisson._glob.glob_to_regex`) of what agents read from a project."""
 
 DEFAULT_EXCLUSIONS: tuple[ExclusionCategory, ...] = (
     ExclusionCategory(category="agent_config", globs=list(AGENT_CONFIG_GLOBS),
