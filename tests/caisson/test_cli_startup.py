@@ -1,0 +1,31 @@
+"""`caisson --help`, each command's help and its usage errors import only the parser: the
+modules a command runs are imported when it runs (docs/benchmarks.md, "Import time of each command")."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._fixtures.startup import imported_modules, startup_cases
+
+# Each costs a bare interpreter's start or more (trio 180 ms, aiodocker's aiohttp 90 ms,
+# msgspec's typing machinery 50 ms, rich 60 ms). The ledger's reader, writer and format
+# need msgspec and zstandard, its keys cryptography: a command imports them when it reads,
+# writes or signs. What is left is argparse, the CLI, `caisson.errors` and the ledger's
+# errors: about 2-4x `python -c pass` (benchmarks/startup_bench.py).
+HEAVY = ("trio", "aiodocker", "aiohttp", "mitmproxy", "numpy", "cryptography", "zstandard", "msgspec", "rich",
+         "psutil", "platformdirs", "collectors", "ledger.events")
+
+CASES = startup_cases()
+
+
+def test_every_command_and_verb_is_covered():
+    assert ["--help"] in [argv for argv, _ in CASES]
+    assert {argv[0] for argv, _ in CASES if argv and argv[-1] == "--help"} >= {"record", "verify", "study"}
+    assert ["study", "report", "--help"] in [argv for argv, _ in CASES]
+
+
+@pytest.mark.parametrize(("argv", "code"), CASES, ids=[" ".join(argv) or "(none)" for argv, _ in CASES])
+def test_help_and_usage_errors_import_nothing_heavy(argv, code, tmp_path):
+    exit_code, modules = imported_modules(argv, tmp_path)
+    assert exit_code == code
+    assert sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)) == []
