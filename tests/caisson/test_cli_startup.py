@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from caisson.cli import _COMMANDS, build_parser
 from tests._fixtures.startup import imported_modules, startup_cases
 
 # Each costs a bare interpreter's start or more (trio 180 ms, aiodocker's aiohttp 90 ms,
@@ -22,6 +23,13 @@ def test_every_command_and_verb_is_covered():
     assert ["--help"] in [argv for argv, _ in CASES]
     assert {argv[0] for argv, _ in CASES if argv and argv[-1] == "--help"} >= {"record", "verify", "study"}
     assert ["study", "report", "--help"] in [argv for argv, _ in CASES]
+
+
+def test_caisson_help_lists_the_summary_each_command_registers():
+    """`caisson --help` imports no command: it lists `_COMMANDS`, which must say what each registers."""
+    for name, summary in _COMMANDS.items():
+        sub = next(a for a in build_parser(name)._actions if a.dest == "command")
+        assert [c.help for c in sub._choices_actions if c.dest == name] == [summary], name
 
 
 @pytest.mark.parametrize(("argv", "code"), CASES, ids=[" ".join(argv) or "(none)" for argv, _ in CASES])
