@@ -27,18 +27,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests._fixtures.startup import ROOT, startup_cases  # noqa: E402
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+def _in(tree: Path) -> dict:
+    """subprocess.run's arguments that run python on ``tree``'s caisson (``-m`` puts the working
+    directory first on the path, PYTHONPATH the rest)."""
+    return {"env": {**os.environ, "PYTHONPATH": str(tree)}, "cwd": tree}
 
 
-def wall(cmd: list[str]) -> float:
+def wall(cmd: list[str], tree: Path) -> float:
     t = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **_in(tree))
     return time.perf_counter() - t
 
 
-def import_us(args: list[str]) -> int:
+def import_us(args: list[str], tree: Path) -> int:
     """The sum of every module's own import time (us) of one ``python ARGS``."""
-    err = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True, env=ENV, cwd=ROOT).stderr.decode()
+    err = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True, **_in(tree)).stderr.decode()
     return sum(int(line.split("|")[0].split(":")[1]) for line in err.splitlines()
                if line.startswith("import time:") and line.split("|")[0].split(":")[1].strip().isdigit())
 
@@ -49,7 +53,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="only the cases whose command line contains TEXT")
     ap.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose caisson is timed (default: this one)")
     args = ap.parse_args()
-    ENV["PYTHONPATH"] = str(args.tree.resolve())
+    tree = args.tree.resolve()
     cases = [argv for argv, _ in startup_cases() if args.only in " ".join(argv)]
     base_cmd = [sys.executable, "-c", "pass"]
     baseline: list[float] = []
@@ -57,12 +61,13 @@ def main() -> None:
     for argv in cases:
         ours = []
         for _ in range(args.runs):
-            ours.append(wall([sys.executable, "-m", "caisson.cli", *argv]))
-            baseline.append(wall(base_cmd))
-        rows.append((" ".join(argv) or "(no arguments)", statistics.median(ours), import_us(["-m", "caisson.cli", *argv])))
+            ours.append(wall([sys.executable, "-m", "caisson.cli", *argv], tree))
+            baseline.append(wall(base_cmd, tree))
+        imports = import_us(["-m", "caisson.cli", *argv], tree)
+        rows.append((" ".join(argv) or "(no arguments)", statistics.median(ours), imports))
     base = statistics.median(baseline)
     print(f"python -c pass: median {base * 1e3:.1f} ms over {len(baseline)} runs,"
-          f" imports {import_us(['-c', 'pass']) / 1e3:.1f} ms")
+          f" imports {import_us(['-c', 'pass'], tree) / 1e3:.1f} ms")
     print(f"{'command line':44s} {'median ms':>9s} {'ratio':>6s} {'imports ms':>10s}")
     for name, median, imports in rows:
         print(f"{name:44s} {median * 1e3:9.1f} {median / base:6.2f} {imports / 1e3:10.1f}")

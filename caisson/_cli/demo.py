@@ -18,9 +18,7 @@ import json
 import os
 import shlex
 import shutil
-import statistics
 import subprocess
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,6 +71,8 @@ def _scripted_model(out: Path, question):
     output is back. What the demo shows is the machinery: a real agent CLI, its real tool
     calls, every witness, and the grading; not a model's skill.
     """
+    import tomllib
+
     from caisson.model import scripted_model
 
     name = question.prompt.split("`")[1] if question.prompt.count("`") >= 2 else "answer"
@@ -112,6 +112,8 @@ def _openai_model(out: Path, question, agent: str):
     """A scripted model (Chat Completions) for one question and one of `OPENAI_AGENTS`: a
     ``bash`` grep, then the answer (mini-swe-agent submits it with a command), and a scenario
     whose arm grants ``bash`` only and whose egress reaches the model."""
+    import tomllib
+
     from caisson.model import scripted_model
 
     name = question.prompt.split("`")[1] if question.prompt.count("`") >= 2 else "answer"
@@ -149,6 +151,8 @@ upstream = {{ "api.openai.com" = "http://{address}" }}
 
 
 def run(args: argparse.Namespace) -> int:
+    import statistics
+
     from rich.console import Console
     from rich.table import Table
 
