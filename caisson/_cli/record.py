@@ -47,9 +47,8 @@ def run(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    # plan_run's own first check, made before its imports: a bare `caisson record` is told in a few times a
-    # bare interpreter's start, not 30x (docs/benchmarks.md, "Import time of each command"); with --commit,
-    # plan_run answers, in its order
+    # plan_run's check, made before its imports: 3.8x a bare interpreter's start, not 28x (docs/benchmarks.md,
+    # "Import time of each command"); with --commit, plan_run answers in its own order
     if not cmd and args.agent is None and args.commit is None:
         raise UsageError("no command given: caisson record [OPTIONS] -- CMD [ARG ...] (or --agent NAME)")
     from caisson.chamber import parse_env_assignments

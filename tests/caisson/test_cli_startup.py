@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from caisson.cli import _COMMANDS, build_parser
+from caisson.cli import _COMMANDS, build_parser, main
+from caisson.errors import UsageError
 from tests._fixtures.startup import imported_modules, startup_cases
 
 # Each costs a bare interpreter's start or more (trio 180 ms, aiodocker's aiohttp 90 ms,
@@ -37,3 +38,19 @@ def test_help_and_usage_errors_import_nothing_heavy(argv, code, tmp_path):
     exit_code, modules = imported_modules(argv, tmp_path)
     assert exit_code == code
     assert sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)) == []
+
+
+@pytest.mark.parametrize("argv", [["record"], ["record", "--"], ["record", "--timeout", "5"]])
+def test_a_bare_record_is_told_what_plan_run_tells(argv, capsys):
+    """`caisson record` checks for a command before it imports `plan_run`: the same words."""
+    from caisson.run import RecordOptions, plan_run
+
+    with pytest.raises(UsageError) as planned:
+        plan_run(RecordOptions(command=[]))
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"caisson record: {planned.value}\n"
+
+
+def test_a_bare_record_with_commit_is_told_plan_runs_first_complaint(capsys):
+    assert main(["record", "--commit", "HEAD"]) == 2
+    assert capsys.readouterr().err == "caisson record: --commit needs --repo\n"
