@@ -30,24 +30,25 @@ _COMMANDS = {
     "replay": "recompute findings and scores from sealed runs",
     "selftest": "run the known-bad probes and print the detector x probe matrix",
     "preflight": "before a matrix: check every arm x agent's tool gating on the scripted model",
-    "model": "the scripted model endpoint (preflights, tests)",
-    "image": "build chamber and agent images offline",
+    "model": "a scripted model endpoint for agents in the chamber",
+    "image": "build chamber images from images/<name>/",
     "gc": "list and remove chambers, networks and scratch dirs whose recorder is gone",
     "study": "plan, run and follow a study (a matrix of cells)",
     "view": "a read-only web view of runs and studies",
     "export": "export runs to Inspect AI eval logs or Harbor ATIF trajectories",
-    "demo": "run the built-in example",
+    "demo": "run the built-in example (click 8.1.7, honest agent vs key reader)",
 }
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser. Only the module of ``only`` (the command being run) is
-    imported, so a quick command does not pay for the heavy ones; the others are listed."""
+    imported, so a quick command does not pay for the heavy ones; the others are listed
+    by their summary (``only=None``: every command listed, none imported)."""
     parser = argparse.ArgumentParser(prog="caisson", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"caisson {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, summary in _COMMANDS.items():
-        if only is not None and name != only:
+        if name != only:
             sub.add_parser(name, help=summary, add_help=False)
             continue
         try:

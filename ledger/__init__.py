@@ -4,7 +4,9 @@ Knows only bytes, hashes, keys and the event vocabulary (`ledger.events`); it im
 neither `collectors` nor `caisson`.
 """
 
-from ledger._blobs import BlobStore
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ledger._errors import (
     BlobMismatchError,
     CaissonError,
@@ -13,40 +15,43 @@ from ledger._errors import (
     NotALedgerError,
     WriterClosedError,
 )
-from ledger._format import FORMAT_VERSION, Header, Record, Seal
 from ledger._sansio import NEED_DATA, NeedData, ParserClosedError, SansIOParser, drain
-from ledger._keys import (
-    SigningKey,
-    VerifyKey,
-    fingerprint,
-    generate_keypair,
-    load_signing_key,
-    load_verify_key,
-)
-from ledger._secrets import (
-    CREDENTIAL_PATTERNS,
-    SECRET_HEADERS,
-    SECRET_QUERY_PARAMS,
-    Redactor,
-    derive_fingerprint_key,
-    fingerprint_secret,
-    is_credential,
-    keyed_fingerprint,
-    looks_secret,
-    redact_argv,
-    redact_env,
-    redact_exec,
-)
-from ledger._reader import (
-    LedgerChecker,
-    VerifyReport,
-    follow_records,
-    locate,
-    read_records,
-    verify_and_read,
-    verify_ledger,
-)
-from ledger._writer import BLOBS_DIR, LEDGER_FILE, LedgerWriter, Submission, run_writer
+
+if TYPE_CHECKING:
+    from ledger._blobs import BlobStore
+    from ledger._format import FORMAT_VERSION, Header, Record, Seal
+    from ledger._keys import (
+        SigningKey,
+        VerifyKey,
+        fingerprint,
+        generate_keypair,
+        load_signing_key,
+        load_verify_key,
+    )
+    from ledger._secrets import (
+        CREDENTIAL_PATTERNS,
+        SECRET_HEADERS,
+        SECRET_QUERY_PARAMS,
+        Redactor,
+        derive_fingerprint_key,
+        fingerprint_secret,
+        is_credential,
+        keyed_fingerprint,
+        looks_secret,
+        redact_argv,
+        redact_env,
+        redact_exec,
+    )
+    from ledger._reader import (
+        LedgerChecker,
+        VerifyReport,
+        follow_records,
+        locate,
+        read_records,
+        verify_and_read,
+        verify_ledger,
+    )
+    from ledger._writer import BLOBS_DIR, LEDGER_FILE, LedgerWriter, Submission, run_writer
 
 __all__ = [
     "NEED_DATA",
@@ -96,3 +101,31 @@ __all__ = [
     "verify_and_read",
     "verify_ledger",
 ]
+
+# The errors and the parser contract are imported with the package; the rest on first access
+# (PEP 562), so a command that names a ledger error, or none, does not pay for msgspec, zstandard,
+# cryptography or trio (docs/benchmarks.md, "Import time of each command"). The same mechanism
+# as `caisson._lazy.lazy_face`, which the ledger cannot import (ledger <- collectors <- caisson).
+_LAZY = {
+    "_blobs": ("BlobStore",),
+    "_format": ("FORMAT_VERSION", "Header", "Record", "Seal"),
+    "_keys": ("SigningKey", "VerifyKey", "fingerprint", "generate_keypair", "load_signing_key", "load_verify_key"),
+    "_secrets": ("CREDENTIAL_PATTERNS", "SECRET_HEADERS", "SECRET_QUERY_PARAMS", "Redactor", "derive_fingerprint_key",
+                 "fingerprint_secret", "is_credential", "keyed_fingerprint", "looks_secret", "redact_argv",
+                 "redact_env", "redact_exec"),
+    "_reader": ("LedgerChecker", "VerifyReport", "follow_records", "locate", "read_records", "verify_and_read",
+                "verify_ledger"),
+    "_writer": ("BLOBS_DIR", "LEDGER_FILE", "LedgerWriter", "Submission", "run_writer"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})

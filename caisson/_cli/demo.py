@@ -18,25 +18,15 @@ import json
 import os
 import shlex
 import shutil
-import statistics
 import subprocess
-import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from caisson._cli.replay import table
-from caisson.model import scripted_model
 from caisson.errors import UsageError
 from caisson.resources import resource_dir
-from caisson.home import ensure_operator_key, operator_key_paths
-from caisson.chamber import build_image
-from caisson.run import RecordOptions, record
-from caisson.replay import replay_runs
-from caisson.scenario import load_scenario
-from caisson.run import default_witnesses, default_syscall_witness
-from ledger import verify_ledger
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "AGENTS", "KEY", "OPENAI_AGENTS", "PROBES", "SCENARIO", "SCENARIOS", "SUMMARY_AGENTS", "register", "run",
@@ -81,6 +71,10 @@ def _scripted_model(out: Path, question):
     output is back. What the demo shows is the machinery: a real agent CLI, its real tool
     calls, every witness, and the grading; not a model's skill.
     """
+    import tomllib
+
+    from caisson.model import scripted_model
+
     name = question.prompt.split("`")[1] if question.prompt.count("`") >= 2 else "answer"
     answers = {q["id"]: q["answer"] for q in tomllib.loads(KEY.read_text())["question"]}
     work = out / "model" / question.id
@@ -118,6 +112,10 @@ def _openai_model(out: Path, question, agent: str):
     """A scripted model (Chat Completions) for one question and one of `OPENAI_AGENTS`: a
     ``bash`` grep, then the answer (mini-swe-agent submits it with a command), and a scenario
     whose arm grants ``bash`` only and whose egress reaches the model."""
+    import tomllib
+
+    from caisson.model import scripted_model
+
     name = question.prompt.split("`")[1] if question.prompt.count("`") >= 2 else "answer"
     answer = {q["id"]: q["answer"] for q in tomllib.loads(KEY.read_text())["question"]}.get(question.id, "")
     work = out / "model" / f"{agent}--{question.id}"
@@ -153,6 +151,19 @@ upstream = {{ "api.openai.com" = "http://{address}" }}
 
 
 def run(args: argparse.Namespace) -> int:
+    import statistics
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from caisson._cli.replay import table
+    from caisson.chamber import build_image
+    from caisson.home import ensure_operator_key, operator_key_paths
+    from caisson.replay import replay_runs
+    from caisson.run import RecordOptions, default_syscall_witness, default_witnesses, record
+    from caisson.scenario import load_scenario
+    from ledger import verify_ledger
+
     console = Console(width=150, highlight=False)
     out: Path = args.out
     runs = out / "runs"
@@ -252,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
 def _study(console: Console, out: Path, repo: Path, commit: str) -> bool:
     """Part 6: the checked-in study (studies/click-arms) over the same repository."""
     from caisson._cli.study import plan_lines
+    from caisson.chamber import build_image
+    from caisson.home import ensure_operator_key
     from caisson.study import load_study, plan_study, run_study, verify_study
     from caisson.study import Progress
 
@@ -281,6 +294,7 @@ def _study(console: Console, out: Path, repo: Path, commit: str) -> bool:
 
 def _study_report(console: Console, target: Path) -> bool:
     """The study's report, recomputed from its sealed ledgers: text here, HTML beside it."""
+    from caisson.home import ensure_operator_key
     from caisson.report import build_report, render_html, render_markdown, render_text
     from caisson.study import load_study_report
 

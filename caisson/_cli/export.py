@@ -13,8 +13,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from caisson.home import trusted_key
-
 __all__ = ["register", "run"]
 
 
@@ -29,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from caisson.export import read_run, run_dirs, write_atif, write_inspect
+    from caisson.home import trusted_key
 
     key = trusted_key(args.key)
     try:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from caisson._signals import run_terminable
-from caisson.chamber import open_engine
-from caisson.chamber import Reaped, reap
+
+if TYPE_CHECKING:
+    from caisson.chamber import Reaped
 
 __all__ = ["register", "run"]
 
@@ -28,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def _gc(dry_run: bool) -> list[Reaped]:
+    from caisson.chamber import open_engine, reap
+
     async with open_engine() as engine:
         return await reap(engine, dry_run=dry_run)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from caisson.chamber import build_image, image_tag
 from caisson.errors import ChamberError
 
 __all__ = ["EXIT_OK", "EXIT_USAGE", "register", "run"]
@@ -48,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 when the image exists, 2 on any error (message on stderr).
     """
+    from caisson.chamber import build_image, image_tag
+
     log = (
         (lambda line: None)
         if getattr(args, "quiet", False)

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from caisson.home import operator_key_paths
-from ledger import generate_keypair
-
 __all__ = ["register", "run"]
 
 
@@ -17,6 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from caisson.home import operator_key_paths
+    from ledger import generate_keypair
+
     private, public = operator_key_paths()
     key = generate_keypair(private, public, overwrite=args.force)
     print(f"private key {private} (mode 0600)")

@@ -17,16 +17,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-import trio
-
 from caisson.errors import UsageError
-from caisson.model import load_model_script
-from caisson.model import (
-    ScriptPlayer,
-    open_model_listeners,
-    serve_model,
-    server_ssl_context,
-)
 
 __all__ = ["register", "run_check", "run_serve"]
 
@@ -49,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from caisson.model import load_model_script
+
     script = load_model_script(args.script)
     for name, turns in script.conversation_turns().items():
         print(f"{name}: {len(turns)} turns")
@@ -57,6 +50,10 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from caisson.model import ScriptPlayer, load_model_script, open_model_listeners, serve_model, server_ssl_context
+
     script = load_model_script(args.script)
     if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("give both --tls-cert and --tls-key, or neither")

@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import msgspec
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.table import Table
 
-from caisson.home import trusted_key
-from caisson.replay import RunReplay, check_replayable, replay_runs
+    from caisson.replay import RunReplay
 
 __all__ = ["register", "run", "table"]
 
@@ -37,6 +36,8 @@ def _score(value: float | None) -> str:
 
 def table(results: list[RunReplay]) -> Table:
     """A rich table: one row per run, reasons and attempts underneath."""
+    from rich.table import Table
+
     t = Table(show_lines=False, box=None, pad_edge=False)
     for col in ("run", "question", "status", "score", "if clean", "findings"):
         t.add_column(col, overflow="fold")
@@ -56,6 +57,12 @@ def table(results: list[RunReplay]) -> Table:
 
 
 def run(args: argparse.Namespace) -> int:
+    import msgspec
+    from rich.console import Console
+
+    from caisson.home import trusted_key
+    from caisson.replay import check_replayable, replay_runs
+
     for run_dir in args.runs:
         check_replayable(run_dir)
     results = replay_runs(args.runs, trusted_key(args.key))

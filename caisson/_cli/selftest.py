@@ -11,13 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
-from caisson.detectors import DEFAULT_DETECTORS
-from caisson.probes import CASES, LEAK_BACKSTOP, run_selftest
-from caisson.run import outcome_path
-
 __all__ = ["register", "run"]
 
 
@@ -30,6 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from caisson.detectors import DEFAULT_DETECTORS
+    from caisson.probes import CASES, LEAK_BACKSTOP, run_selftest
+    from caisson.run import outcome_path
+
     console = Console(width=160)
     result = run_selftest(args.out, progress=lambda line: console.print(line, highlight=False),
                           syscall=args.syscall_witness)

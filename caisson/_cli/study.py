@@ -35,8 +35,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
 if TYPE_CHECKING:
     from ledger.events import HostKey
 
@@ -150,6 +148,8 @@ def _own_grant(combo) -> str:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    import msgspec
+
     from caisson.study import load_study, plan_study
 
     study, scenario, _ = load_study(args.study)
@@ -224,6 +224,8 @@ def _host_keys(study_dir: Path) -> list[HostKey]:
 def run_status(args: argparse.Namespace) -> int:
     import os
     import time
+
+    import msgspec
 
     from caisson.study import read_study, status_lines, study_status
 

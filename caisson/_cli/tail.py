@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from caisson.run import record_json
-from ledger import Record, follow_records, read_records
-from ledger.events import EVENT_KINDS, event_kind
+if TYPE_CHECKING:
+    from ledger import Record
 
 __all__ = ["register", "run"]
 
@@ -32,6 +32,10 @@ def _matches(kind: str, wanted: list[str]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from caisson.run import record_json
+    from ledger import follow_records, read_records
+    from ledger.events import EVENT_KINDS, event_kind
+
     for k in args.kind:
         if k not in EVENT_KINDS and not k.endswith("."):
             print(f"caisson tail: --kind {k}: unknown kind; known: {', '.join(sorted(EVENT_KINDS))}",

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-import msgspec
-
-from caisson.home import trusted_key
-from ledger import VerifyReport, verify_ledger
+if TYPE_CHECKING:
+    from ledger import VerifyReport
 
 __all__ = ["describe", "register", "run"]
 
@@ -33,6 +32,11 @@ def describe(report: VerifyReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from caisson.home import trusted_key
+    from ledger import verify_ledger
+
     key = trusted_key(args.key)
     from caisson.study import is_study_dir
 
@@ -50,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_study(args: argparse.Namespace, key) -> int:
     """A study directory: its study ledger and every run it binds (caisson.study.verify)."""
+    import msgspec
+
     from caisson.study import verify_study
 
     report = verify_study(args.path, key)

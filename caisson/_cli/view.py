@@ -12,10 +12,7 @@ import functools
 import sys
 from pathlib import Path
 
-import trio
-
 from caisson._signals import run_terminable
-from caisson.home import trusted_key
 
 __all__ = ["register", "run"]
 
@@ -30,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import trio
+
+    from caisson.home import trusted_key
     from caisson.view import discover, serve
 
     key = trusted_key(args.key)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from caisson._cli import record as record_cli
+import caisson.run as run_package
 from caisson.cli import main
 from caisson.home import ensure_operator_key
 from caisson.run import witness_choice
@@ -199,7 +199,7 @@ def recorded(monkeypatch):
         seen.update(options=options, witnesses=[w.name for w in witnesses])
         raise _Recorded
 
-    monkeypatch.setattr(record_cli, "record", fake_record)
+    monkeypatch.setattr(run_package, "record", fake_record)
     return seen
 
 
@@ -260,7 +260,7 @@ def _default_run(capsys) -> tuple[list[str], dict, str]:
         raise _Recorded
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(record_cli, "record", fake_record)
+        mp.setattr(run_package, "record", fake_record)
         with pytest.raises(_Recorded):
             main(["record", "--", "true"])
     return ([w for w in seen["witnesses"] if w in ("strace", "ebpf")],
