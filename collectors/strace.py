@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, Callable, Mapping
-
-import trio
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from collectors._strace_parser import (
     AUDITED_SYSCALLS,
@@ -31,8 +29,11 @@ from collectors._strace_parser import (
     StraceParser,
     _LEGACY,
 )
-from collectors._witness import Witnessing, witness_life
-from ledger import Submission
+if TYPE_CHECKING:  # the trio task's; the parser and the options import no trio
+    import trio
+
+    from collectors._witness import Witnessing
+    from ledger import Submission
 
 __all__ = [
     "AUDITED_SYSCALLS",
@@ -104,7 +105,7 @@ async def run_strace_witness(
     detail: dict[str, Any],
     host_pids: Callable[[set[int]], Mapping[int, int]] | None = None,
     root_exit_expected: Callable[[], bool] = lambda: True,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[None] | None = None,
 ) -> None:
     """Move the trace's bytes through ``parser`` into the ledger until the trace ends.
 
@@ -127,9 +128,14 @@ async def run_strace_witness(
             deadline or interrupted (a tracer killed with it is not a gap).
         task_status: started once ``witness.started`` is sent.
     """
+    import trio
+
+    from collectors._witness import witness_life
+
     async with witness_life(send_channel, WITNESS, missing="syscalls") as w:
         await w.started(detail)
-        task_status.started()
+        if task_status is not None:
+            task_status.started()
         send_chunks, chunks = trio.open_memory_channel[tuple[bytes | bytearray, Mapping[int, int]]](_READ_AHEAD_CHUNKS)
         try:
             async with trio.open_nursery() as nursery:
@@ -161,6 +167,8 @@ async def _read_ahead(trace: trio.abc.ReceiveStream,
 
 
 def _next_nowait(chunks: trio.MemoryReceiveChannel[tuple[bytes | bytearray, Mapping[int, int]]]):
+    import trio
+
     try:
         return chunks.receive_nowait()
     except (trio.WouldBlock, trio.EndOfChannel):
@@ -171,6 +179,8 @@ async def _parse(w: Witnessing, parser: StraceParser, data: bytes | bytearray, h
     """Feed ``data`` (after its host pids; nothing after `StraceParser.close`) and send the
     events, a slice at a time: parsing is the slow part, and between slices the reader
     takes in what the tracer wrote meanwhile, while its processes still live."""
+    import trio
+
     parser.learn_host_pids(hosts)
     for start in range(0, max(len(data), 1), _FEED):
         if data:
