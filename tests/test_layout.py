@@ -355,6 +355,21 @@ def test_lazy_faces_resolve_every_name():
             getattr(module, "no_such_name")
 
 
+def test_no_lazy_face_name_is_also_a_submodule():
+    """A name a lazy face resolves on access never equals one of its package's submodules:
+    importing the submodule (``import caisson.chamber.reap``, by anyone) binds the module on
+    the package, and ``from caisson.chamber import reap`` then gives the module, not the
+    function. (An eager face binds its name after the submodule is imported, so it wins.)"""
+    modules = _package_sources()
+    lazy = sorted(name for name, path in modules.items() if "__getattr__" in _bound_names(path))
+    clashes = []
+    for package in lazy:
+        face = importlib.import_module(package)
+        clashes += [f"{package}.{name}" for name in face.__all__
+                    if name not in vars(face) and f"{package}.{name}" in modules]
+    assert clashes == []
+
+
 def _synthetic(root: Path, files: dict[str, str]) -> dict[str, Path]:
     """A package tree under ``root`` (path -> source), as `_package_sources` reads it."""
     for rel, source in files.items():

@@ -1,7 +1,7 @@
 """`caisson gc [--dry-run]`: list and remove what dead recorders left behind.
 
 Chamber containers, run networks and scratch directories (sandbox and config home) whose
-recorder is provably dead (see `caisson.chamber.reap`); anything else, things without a
+recorder is provably dead (see `caisson.chamber._reap`); anything else, things without a
 recorder's labels among them, is left alone. One line per orphan on stderr: `reaped ...`,
 `orphan ...` (with --dry-run) or `cannot reap ...`, and a summary line.
 

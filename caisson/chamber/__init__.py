@@ -5,7 +5,7 @@ what the chamber sees of the host (`caisson.chamber._view`: its own /etc network
 its mount table), the bridge firewall, the seccomp profile (`caisson.chamber.seccomp_profile`),
 the sandbox (a one-commit worktree minus the exclusion set) with its containment scan, the
 scratch directories that hold it (`caisson.chamber.scratch`) and the reaping of those whose
-recorder is dead (`caisson.chamber.reap`), the chamber's environment
+recorder is dead (`caisson.chamber._reap`), the chamber's environment
 (`caisson.chamber.envpin`) and the images built offline from `images/`
 (`caisson.chamber.image`). Knows nothing of witnesses or detectors.
 """
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         demux_stdcopy,
         open_engine,
     )
-    from caisson.chamber.reap import Reaped, RecorderIdentity, orphan_reason, reap, recorder_identity, recorder_labels
+    from caisson.chamber._reap import Reaped, RecorderIdentity, orphan_reason, reap, recorder_identity, recorder_labels
     from caisson.chamber.scratch import mount_chamber_fs, open_scratch
 
 __all__ = [
@@ -89,6 +89,6 @@ __all__ = [
 __getattr__, __dir__ = lazy_face(__name__, {
     "_docker": ("LOG_CAP_BYTES", "RUN_LABEL", "ChamberNetwork", "ContainerLimits", "ContainerResult",
                 "ContainerSpec", "ContainerStarted", "Engine", "demux_stdcopy", "open_engine"),
-    "reap": ("Reaped", "RecorderIdentity", "orphan_reason", "reap", "recorder_identity", "recorder_labels"),
+    "_reap": ("Reaped", "RecorderIdentity", "orphan_reason", "reap", "recorder_identity", "recorder_labels"),
     "scratch": ("mount_chamber_fs", "open_scratch"),
 }, globals())

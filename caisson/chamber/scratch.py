@@ -8,7 +8,7 @@ whole host path; an operator who mounts a filesystem of its own at the scratch r
 tmpfs, say) leaves the chamber only ``/<hex>/sandbox``.
 
 A directory is made with its owner in place (`open_scratch`): ``recorder.json`` (the
-recorder's labels, `caisson.chamber.reap.recorder_labels`) is written under another name,
+recorder's labels, `caisson.chamber._reap.recorder_labels`) is written under another name,
 locked with flock(2) and renamed, so the reaper never reads half of it; the lock is held
 until `ScratchDir.remove`, or until the kernel drops it when the holder dies
 (flock(2): the lock goes with the last descriptor of its open file description). A reaper
@@ -99,7 +99,7 @@ def open_scratch(labels: dict[str, str], root: Path | None = None) -> ScratchDir
     and stays locked while the returned `ScratchDir` lives.
 
     Args:
-        labels: the recorder's labels (`caisson.chamber.reap.recorder_labels`, run id too).
+        labels: the recorder's labels (`caisson.chamber._reap.recorder_labels`, run id too).
         root: the scratch root (default `scratch_root`).
 
     Raises:

@@ -133,7 +133,7 @@ class PreparedRun(msgspec.Struct, kw_only=True):
     network: bool = False  # weakened: a network with a route out and no firewall
     transcript: Any = None  # the agent adapter's transcript parser factory, or None
     labels: dict[str, str] = {}  # the recorder's identity, on the run's network too (for reaping)
-    reaped: list = []  # orphans of other runs reaped before this one (caisson.chamber.reap.Reaped)
+    reaped: list = []  # orphans of other runs reaped before this one (caisson.chamber._reap.Reaped)
     config_home: Path | None = None  # the agent's config home on the host: its session files are collected
 
 

@@ -9,7 +9,7 @@ otherwise. The protocol (docs/studies.md, "Executors"):
   once. The first study that finds a host without one starts it; it outlives the study,
   so the next study neither waits for a worker process per host nor for it to import the
   recorder. At the start of a study the driver finds (or starts) every host's service and
-  asks it to join: the host reaps orphaned chambers (`caisson.chamber.reap`) and reports
+  asks it to join: the host reaps orphaned chambers (`caisson.chamber._reap`) and reports
   its label, its public key (its caisson home's operator key), the tag of its chamber
   recipe, which must be the driver's (the same recipes; the image digests themselves
   differ between hosts, builds are not reproducible, and each run records its own), and

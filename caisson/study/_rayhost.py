@@ -8,7 +8,7 @@ for Ray to start a worker process for it on each host nor for that worker to imp
 caisson's recorder: it finds the service by name and calls it (docs/studies.md,
 "Executors").
 
-- `HostService.join`: reap orphaned chambers (`caisson.chamber.reap`, the labels of
+- `HostService.join`: reap orphaned chambers (`caisson.chamber._reap`, the labels of
   `caisson gc`) and report the host's label, public key, image recipe tags, and whether
   the caisson code this process imported is still what is installed (`code_stamp`). A
   service older than its host's checkout retires: it admits no further session, finishes

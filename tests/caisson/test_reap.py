@@ -1,4 +1,4 @@
-"""Chambers never outlive their recorder: caisson.chamber.reap, the chamber's own
+"""Chambers never outlive their recorder: caisson.chamber._reap, the chamber's own
 deadline, reaping at `caisson record` start, and `caisson gc`."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import trio
 
 from caisson.chamber import ContainerSpec, open_engine
 from caisson.chamber._docker import _create_config
-from caisson.chamber.reap import (
+from caisson.chamber._reap import (
     DEADLINE_LABEL,
     RECORDER_HOST_LABEL,
     RECORDER_PID_LABEL,
@@ -311,7 +311,7 @@ def _hold_scratch(root: Path, ready: Path) -> subprocess.Popen:
     """A process that makes a scratch directory under ``root`` labelled with its own identity
     and holds it until killed; ``ready`` holds the directory's path once it is made."""
     code = ("import sys, time; from pathlib import Path\n"
-            "from caisson.chamber.reap import recorder_identity, recorder_labels\n"
+            "from caisson.chamber._reap import recorder_identity, recorder_labels\n"
             "from caisson.chamber.scratch import open_scratch\n"
             "labels = {**recorder_labels(recorder_identity(), 0), 'caisson.run': 'child'}\n"
             "held = open_scratch(labels, root=Path(sys.argv[1]))\n"

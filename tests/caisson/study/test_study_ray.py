@@ -570,7 +570,7 @@ def test_a_host_whose_agent_recipe_differs_stops_the_study_before_it_starts(ray_
 def test_each_host_reaps_orphaned_chambers_when_a_study_starts(ray_cluster, chamber_image):
     """A chamber whose recorder is gone (labels as `caisson gc` reads them), on the engine the
     hosts share: the hosts' joins at a study's start reap it and count it."""
-    from caisson.chamber.reap import recorder_identity, recorder_labels
+    from caisson.chamber._reap import recorder_identity, recorder_labels
 
     child = subprocess.Popen(["sleep", "0"])
     child.wait()  # a recorder that is gone
