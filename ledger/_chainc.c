@@ -1,6 +1,7 @@
 /* The ledger's hash chain over one frame, in native code.
  *
  * chain_frame(head, body, max_depth=0) -> (head, count)
+ * merkle_frame(size, compact, body) -> (size, compact)
  *
  * `body` is a frame's canonical bytes: one msgpack array whose elements are the records'
  * canonical bytes. For each element in order, head = SHA-256(head || element bytes)
@@ -154,11 +155,80 @@ done:
     return result;
 }
 
+/* merkle_frame(size, compact, body) -> (size, compact): extend an RFC 9162 Merkle tree's
+ * compact range over a frame body's records (see ledger/_merkle.py, which holds the
+ * definition and the pure-Python twin). `compact` is 32 bytes per set bit of `size`. */
+static int sha_parts(unsigned char *out, const unsigned char *a, size_t an, const unsigned char *b, size_t bn,
+                     const unsigned char *c, size_t cn) {
+    SHA256_CTX ctx;
+    return SHA256_Init(&ctx) && SHA256_Update(&ctx, a, an) && SHA256_Update(&ctx, b, bn)
+           && (cn == 0 || SHA256_Update(&ctx, c, cn)) && SHA256_Final(out, &ctx);
+}
+
+static PyObject *merkle_frame(PyObject *Py_UNUSED(module), PyObject *args) {
+    unsigned long long size;
+    Py_buffer compact, body;
+    if (!PyArg_ParseTuple(args, "Ky*y*:merkle_frame", &size, &compact, &body)) return NULL;
+    PyObject *result = NULL;
+    const char *why = NULL;
+    unsigned char stack[64][32];
+    int depth = 0;
+    static const unsigned char zero = 0x00, one = 0x01;
+    if ((Py_ssize_t)(32 * __builtin_popcountll(size)) != compact.len) {
+        PyErr_SetString(PyExc_ValueError, "compact range does not fit the tree size");
+        goto done;
+    }
+    depth = __builtin_popcountll(size);
+    memcpy(stack, compact.buf, (size_t)compact.len);
+    const unsigned char *buf = body.buf;
+    size_t len = (size_t)body.len, pos = 0;
+    uint64_t count = 0;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (len < 1) { why = "empty frame body"; failed = 1; }
+    else {
+        unsigned char t = buf[0];
+        if (t >= 0x90 && t <= 0x9f) { count = t & 0x0f; pos = 1; }
+        else if (t == 0xdc && len >= 3) { count = read_be(buf + 1, 2); pos = 3; }
+        else if (t == 0xdd && len >= 5) { count = read_be(buf + 1, 4); pos = 5; }
+        else { why = "frame body is not a msgpack array"; failed = 1; }
+        for (uint64_t i = 0; !failed && i < count; i++) {
+            size_t start = pos;
+            unsigned char h[32];
+            if (skip_object(buf, len, &pos, 0, &why) < 0) { failed = 1; break; }
+            if (size == UINT64_MAX) { why = "tree size overflow"; failed = 1; break; }
+            if (!sha_parts(h, &zero, 1, buf + start, pos - start, NULL, 0)) { why = "OpenSSL SHA-256 failed"; failed = 1; break; }
+            for (uint64_t n = size; n & 1; n >>= 1) {
+                depth--;
+                if (!sha_parts(h, &one, 1, stack[depth], 32, h, 32)) { why = "OpenSSL SHA-256 failed"; failed = 1; break; }
+            }
+            if (failed) break;
+            memcpy(stack[depth++], h, 32);
+            size++;
+        }
+        if (!failed && pos != len) { why = "trailing bytes after the msgpack array"; failed = 1; }
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_SetString(PyExc_ValueError, why);
+        goto done;
+    }
+    result = Py_BuildValue("(Ky#)", size, (const char *)stack, (Py_ssize_t)(32 * depth));
+done:
+    PyBuffer_Release(&compact);
+    PyBuffer_Release(&body);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"chain_frame", chain_frame, METH_VARARGS,
      "chain_frame(head, body, max_depth=0) -> (head, count): extend the chain over a msgpack array of\n"
      "records. With max_depth (1..255), a record whose arrays and maps nest deeper is refused.\n\n"
      "Raises ValueError on malformed msgpack, a refused record or a head that is not 32 bytes."},
+    {"merkle_frame", merkle_frame, METH_VARARGS,
+     "merkle_frame(size, compact, body) -> (size, compact): extend an RFC 9162 Merkle tree's compact\n"
+     "range (32 bytes per set bit of size, largest subtree first) over a msgpack array of records.\n\n"
+     "Raises ValueError on malformed msgpack or a compact range that does not fit size."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,4 +1,4 @@
-"""Byte layout of a ledger file, format versions 1 and 2, and a sans-IO frame parser.
+"""Byte layout of a ledger file, format versions 1 to 3, and a sans-IO frame parser.
 
 A ledger file is a header followed by frames::
 
@@ -19,8 +19,11 @@ checksum is damage.
 Version 2 binds raw bytes: each seal carries ``size``, the byte offset of its own frame,
 and ``file_hash``, the SHA-256 of the file's bytes 0..size-1, and signs them with every
 other seal field, so any change to a sealed prefix fails the next seal. Its header and seal
-payloads must be exactly the bytes this module encodes for them. Version 1 seals sign only
-(run id, upto, chain head, final): they bind the records, not the bytes that hold them.
+payloads must be exactly the bytes this module encodes for them. Version 3 adds
+``tree_root`` to each seal: the RFC 9162 Merkle tree head over records 0..upto-1 (size
+``upto``; see `ledger._merkle`), signed with the rest, so one record can be proven by
+itself. Version 1 seals sign only (run id, upto, chain head, final): they bind the
+records, not the bytes that hold them.
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ __all__ = [
     "seal_decoder", "wire_list_decoder",
 ]
 
-FORMAT_VERSION: Final = 2  # what the writer writes
-READABLE_VERSIONS: Final = (1, 2)  # what the reader reads
+FORMAT_VERSION: Final = 3  # what the writer writes
+READABLE_VERSIONS: Final = (1, 2, 3)  # what the reader reads
 MAGIC: Final = b"\x89CSNLDG\n"
 HASH_ALG: Final = "sha256"
 
@@ -104,11 +107,13 @@ class WireRecord(msgspec.Struct, frozen=True, array_like=True):
     event: Event
 
 
-class Seal(msgspec.Struct, frozen=True, kw_only=True):
-    """An Ed25519 signature over every other field (version 2; see `ledger._chain`).
+class Seal(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An Ed25519 signature over every other field (versions 2 and 3; see `ledger._chain`).
 
-    Version 1 seals have no ``size`` and ``file_hash`` (None here) and sign only
-    (run id, upto, head, final).
+    It is also a *signed tree head* (version 3): ``upto`` is the tree size and
+    ``tree_root`` its root. Version 2 seals have no ``tree_root``; version 1 seals have no
+    ``size`` and ``file_hash`` either (None here) and sign only (run id, upto, head, final).
+    Fields left None are not encoded, so each version's seal bytes stay as written.
     """
 
     run_id: str
@@ -118,6 +123,7 @@ class Seal(msgspec.Struct, frozen=True, kw_only=True):
     wall_ns: int  # when it was signed, ns since the Unix epoch
     size: int | None = None  # bytes of the file before this seal's frame (version 2)
     file_hash: bytes | None = None  # sha256 of those bytes, 32 bytes (version 2)
+    tree_root: bytes | None = None  # RFC 9162 root over records 0..upto-1, 32 bytes (version 3)
     signature: bytes  # 64 bytes
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import zstandard
 
-from ledger import _chain
+from ledger import _chain, _merkle
 from ledger._blobs import BlobStore
 from ledger._errors import LedgerError, NotALedgerError
 from ledger._format import (
@@ -193,6 +193,7 @@ class LedgerChecker:
         self._dctx = zstandard.ZstdDecompressor()
         self.header: Header | None = None
         self.head = b""
+        self.tree: tuple[int, bytes] = (0, b"")  # version 3: the records' Merkle tree (size, compact range)
         self.expected = 0  # next sequence number
         self.sealed = 0
         self.final = False
@@ -203,6 +204,7 @@ class LedgerChecker:
         self.blob_refs: list[tuple[int, BlobStored]] = []
         self._frame_seqs: list[int] = []  # first seq of each records frame read, ascending
         self._frame_offsets: list[int] = []  # and its byte offset
+        self._merkle = False  # keep the Merkle tree (format version 3)
         self._bound_offset = 0  # the bytes before it are bound by a verified version 2 seal
         self._wall = 0  # running sums restoring absolute times
         self._mono = 0
@@ -254,6 +256,7 @@ class LedgerChecker:
 
     def _on_header(self, header: Header) -> None:
         self.header = header
+        self._merkle = header.format_version >= 3
         assert self._parser.header_payload is not None
         self.head = _chain.genesis(self._parser.header_payload)
         trusted = self._trusted
@@ -309,6 +312,8 @@ class LedgerChecker:
             self.head, _ = _chain.chain_frame(self.head, body)
         except ValueError as exc:  # msgspec read it, so this is unexpected; still never fatal
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
+        if self._merkle:
+            self.tree = _merkle.merkle_frame(*self.tree, body)  # msgspec and chain_frame read it: no ValueError
         self.expected = first + n
         self._frame_seqs.append(first)
         self._frame_offsets.append(frame.offset)
@@ -359,6 +364,9 @@ class LedgerChecker:
             message = self._seal_message_v2(seal, frame)
         else:
             message = _chain.seal_message(seal.run_id, seal.upto, seal.head, seal.final)
+        if self._merkle and seal.tree_root != _merkle.range_root(*self.tree):
+            raise _Tampered(f"Merkle tree head mismatch: the root over records 0..{self.expected - 1}"
+                            " is not the one the seal signs", frame.offset, self.sealed)
         if self._trusted is not None and not self._trusted.verify(seal.signature, message):
             raise _Tampered("bad signature on seal", frame.offset, self.sealed)
         self.sealed = seal.upto
@@ -370,7 +378,7 @@ class LedgerChecker:
             self.final_offset = frame.offset
 
     def _seal_message_v2(self, seal, frame: Frame) -> bytes:
-        """Check a version 2 seal's binding to the file's bytes; returns what it signs."""
+        """Check a version 2 or 3 seal's binding to the file's bytes; returns what it signs."""
         if record_encoder.encode(seal) != frame.payload:
             raise _Tampered("seal is not in canonical form (bytes our writer would not write)", frame.offset,
                             self.sealed)
@@ -381,8 +389,8 @@ class LedgerChecker:
             raise _Tampered(f"file bytes changed between byte {self._bound_offset} and byte {frame.offset}:"
                             " their sha256 is not the one the seal signs", frame.offset, self.sealed)
         try:
-            return _chain.seal_message_v2(seal.run_id, seal.upto, seal.head, seal.final, seal.wall_ns,
-                                          seal.size, seal.file_hash)
+            assert self.header is not None
+            return _chain.signed_message(seal, self.header.format_version)
         except ValueError as exc:
             raise _Tampered(f"seal undecodable: {exc}", frame.offset, self.sealed) from None
 

@@ -28,7 +28,7 @@ import msgspec
 import trio
 import zstandard
 
-from ledger import _chain
+from ledger import _chain, _merkle
 from ledger._append import Appender
 from ledger._blobs import BlobStore
 from ledger._errors import LedgerError, WriterClosedError
@@ -270,6 +270,7 @@ class LedgerWriter:
         header_bytes, payload = encode_header(header)
         self.header = header
         self._head = _chain.genesis(payload)
+        self._tree: tuple[int, bytes] = (0, b"")  # the records' Merkle tree: (size, compact range)
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         except OSError as exc:
@@ -451,6 +452,7 @@ class LedgerWriter:
         pending = self._pending
         records = pending[: len(pending)] if pending else []  # the length is read before the copy is made
         head = self._head
+        tree = self._tree
         sha256 = self._sha256.copy()  # the file's bytes so far; this flush's go in once written
         size = self._size
         parts = []
@@ -465,6 +467,7 @@ class LedgerWriter:
             except ValueError:  # a record nested too deep: kept as witness.raw instead
                 body = _encode_salvaging(records)
                 head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
+            tree = _merkle.merkle_frame(*tree, body)
             frame = encode_frame(FRAME_RECORDS, records[0][0], n, self._zstd.compress(body))
             parts.append(frame)
             sha256.update(frame)
@@ -472,18 +475,21 @@ class LedgerWriter:
         upto = records[0][0] + n if n else self._written
         wall_ns = time.time_ns()
         file_hash = sha256.digest()
-        signature = self._key.sign(_chain.seal_message_v2(self.run_id, upto, head, final, wall_ns, size, file_hash))
+        root = _merkle.range_root(*tree)
+        signature = self._key.sign(_chain.seal_message_v3(self.run_id, upto, head, final, wall_ns, size, file_hash,
+                                                          root))
         seal = Seal(run_id=self.run_id, upto=upto, head=head, final=final, wall_ns=wall_ns, size=size,
-                    file_hash=file_hash, signature=signature)
+                    file_hash=file_hash, tree_root=root, signature=signature)
         seal_frame = encode_frame(FRAME_SEAL, upto, 0, record_encoder.encode(seal))
         parts.append(seal_frame)
         sha256.update(seal_frame)
-        self._commit(b"".join(parts), head, upto, n, sha256, wait=wait)
+        self._commit(b"".join(parts), head, tree, upto, n, sha256, wait=wait)
 
     @trio.lowlevel.enable_ki_protection
-    def _commit(self, data: bytes, head: bytes, upto: int, n: int, sha256: Any, *, wait: bool) -> None:
-        """Write frames and seal, advance the state (chain head, records written, the
-        running SHA-256 of the file, now over ``data`` too), then fsync: wait for it with
+    def _commit(self, data: bytes, head: bytes, tree: tuple[int, bytes], upto: int, n: int, sha256: Any, *,
+                wait: bool) -> None:
+        """Write frames and seal, advance the state (chain head, Merkle tree, records
+        written, the running SHA-256 of the file, now over ``data`` too), then fsync: wait for it with
         ``wait``, else leave it to the syncer's thread.
 
         The write is all or nothing: Ctrl-C under trio waits for it (KI protection), and
@@ -504,6 +510,7 @@ class LedgerWriter:
         self._size = offset + len(data)
         self._sha256 = sha256
         self._head = head
+        self._tree = tree
         if n:
             assert self._pending is not None  # a frame is written only while the writer is open
             del self._pending[:n]
