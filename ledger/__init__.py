@@ -46,6 +46,22 @@ from ledger._reader import (
     verify_and_read,
     verify_ledger,
 )
+from ledger._heads import HeadCheck, encode_head, load_heads
+from ledger._proof import (
+    PROOF_MAGIC,
+    PROOF_VERSION,
+    LedgerProof,
+    Proof,
+    ProofReport,
+    ProvenBlob,
+    ProvenRecord,
+    decode_proof,
+    encode_proof,
+    is_proof,
+    prove,
+    read_proof,
+    verify_proof,
+)
 from ledger._writer import BLOBS_DIR, LEDGER_FILE, LedgerWriter, Submission, run_writer
 
 __all__ = [
@@ -95,4 +111,20 @@ __all__ = [
     "run_writer",
     "verify_and_read",
     "verify_ledger",
+    "HeadCheck",
+    "encode_head",
+    "load_heads",
+    "PROOF_MAGIC",
+    "PROOF_VERSION",
+    "LedgerProof",
+    "Proof",
+    "ProofReport",
+    "ProvenBlob",
+    "ProvenRecord",
+    "decode_proof",
+    "encode_proof",
+    "is_proof",
+    "prove",
+    "read_proof",
+    "verify_proof",
 ]

@@ -1,16 +1,16 @@
 """The hash chain and the seal message.
 
-Chain: ``h[-1] = sha256(GENESIS_TAG || header payload)`` and
-``h[i] = sha256(h[i-1] || canonical msgpack bytes of record i)`` (both format versions).
+Chain (format versions 1 and 2): ``h[-1] = sha256(GENESIS_TAG || header payload)`` and
+``h[i] = sha256(h[i-1] || canonical msgpack bytes of record i)``.
 A seal signs, with Ed25519 (RFC 8032), in format version 2::
 
     SEAL_TAG_V2 || run_id || 0x00 || upto (u64 BE) || head (32) || final (1 byte)
                 || wall_ns (u64 BE) || size (u64 BE) || file_hash (32)
 
 where ``size`` is the byte offset of the seal's frame and ``file_hash`` the SHA-256 of the
-file's bytes before it; in version 3, the same fields after ``SEAL_TAG_V3`` and then
-``tree_root (32)``, the RFC 9162 root over the ``upto`` records (the signed tree head); in
-version 1, ``SEAL_TAG || run_id || 0x00 || upto || head ||
+file's bytes before it; in version 3, the same fields after ``SEAL_TAG_V3``, where ``head``
+is the RFC 9162 Merkle root over the ``upto`` records (`ledger._merkle`: a signed tree
+head) and no linear chain is kept; in version 1, ``SEAL_TAG || run_id || 0x00 || upto || head ||
 final``. Either way a seal cannot be replayed onto another run or another position; only a
 version 2 seal binds the file's raw bytes and its own time.
 
@@ -82,17 +82,16 @@ def _seal_fields(tag: bytes, run_id: str, upto: int, head: bytes, final: bool, w
                      numbers[1], numbers[2], file_hash))
 
 
-def seal_message_v3(run_id: str, upto: int, head: bytes, final: bool, wall_ns: int, size: int,
-                    file_hash: bytes, tree_root: bytes) -> bytes:
+def seal_message_v3(run_id: str, upto: int, root: bytes, final: bool, wall_ns: int, size: int,
+                    file_hash: bytes) -> bytes:
     """The exact bytes a format version 3 seal signs: `seal_message_v2`'s fields under
-    `SEAL_TAG_V3`, then the 32-byte RFC 9162 root of the tree of ``upto`` records.
+    `SEAL_TAG_V3`, ``root`` (the seal's ``head``) being the RFC 9162 root of the tree of
+    ``upto`` records.
 
     Raises:
-        ValueError: as `seal_message_v2`, or ``tree_root`` is not 32 bytes.
+        ValueError: as `seal_message_v2`.
     """
-    if len(tree_root) != 32:
-        raise ValueError("tree_root must be 32 bytes")
-    return _seal_fields(SEAL_TAG_V3, run_id, upto, head, final, wall_ns, size, file_hash) + tree_root
+    return _seal_fields(SEAL_TAG_V3, run_id, upto, root, final, wall_ns, size, file_hash)
 
 
 def signed_message(seal, format_version: int) -> bytes:
@@ -105,15 +104,8 @@ def signed_message(seal, format_version: int) -> bytes:
         return seal_message(seal.run_id, seal.upto, seal.head, seal.final)
     if seal.size is None or seal.file_hash is None:
         raise ValueError(f"a format version {format_version} seal needs size and file_hash")
-    if format_version == 2:
-        if seal.tree_root is not None:
-            raise ValueError("a format version 2 seal has no tree_root")
-        return seal_message_v2(seal.run_id, seal.upto, seal.head, seal.final, seal.wall_ns, seal.size,
-                               seal.file_hash)
-    if seal.tree_root is None:
-        raise ValueError(f"a format version {format_version} seal needs tree_root")
-    return seal_message_v3(seal.run_id, seal.upto, seal.head, seal.final, seal.wall_ns, seal.size,
-                           seal.file_hash, seal.tree_root)
+    sign = seal_message_v2 if format_version == 2 else seal_message_v3
+    return sign(seal.run_id, seal.upto, seal.head, seal.final, seal.wall_ns, seal.size, seal.file_hash)
 
 
 _raw_list = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode

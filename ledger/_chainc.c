@@ -1,7 +1,8 @@
 /* The ledger's hash chain over one frame, in native code.
  *
  * chain_frame(head, body, max_depth=0) -> (head, count)
- * merkle_frame(size, compact, body) -> (size, compact)
+ * merkle_frame(size, compact, body, max_depth=0) -> (size, compact)
+ * merkle_leaves(body) -> bytes; merkle_parents(level) -> bytes
  *
  * `body` is a frame's canonical bytes: one msgpack array whose elements are the records'
  * canonical bytes. For each element in order, head = SHA-256(head || element bytes)
@@ -155,9 +156,10 @@ done:
     return result;
 }
 
-/* merkle_frame(size, compact, body) -> (size, compact): extend an RFC 9162 Merkle tree's
- * compact range over a frame body's records (see ledger/_merkle.py, which holds the
- * definition and the pure-Python twin). `compact` is 32 bytes per set bit of `size`. */
+/* merkle_frame(size, compact, body, max_depth=0) -> (size, compact): extend an RFC 9162
+ * Merkle tree's compact range over a frame body's records (see ledger/_merkle.py, which
+ * holds the definition and the pure-Python twin). `compact` is 32 bytes per set bit of
+ * `size`; max_depth refuses records nested deeper, as chain_frame does. */
 static int sha_parts(unsigned char *out, const unsigned char *a, size_t an, const unsigned char *b, size_t bn,
                      const unsigned char *c, size_t cn) {
     SHA256_CTX ctx;
@@ -168,12 +170,17 @@ static int sha_parts(unsigned char *out, const unsigned char *a, size_t an, cons
 static PyObject *merkle_frame(PyObject *Py_UNUSED(module), PyObject *args) {
     unsigned long long size;
     Py_buffer compact, body;
-    if (!PyArg_ParseTuple(args, "Ky*y*:merkle_frame", &size, &compact, &body)) return NULL;
+    int max_depth = 0;
+    if (!PyArg_ParseTuple(args, "Ky*y*|i:merkle_frame", &size, &compact, &body, &max_depth)) return NULL;
     PyObject *result = NULL;
     const char *why = NULL;
     unsigned char stack[64][32];
     int depth = 0;
     static const unsigned char zero = 0x00, one = 0x01;
+    if (max_depth < 0 || max_depth > MAX_DEPTH_CAP) {
+        PyErr_Format(PyExc_ValueError, "max_depth must be 0 (no limit) to %d", MAX_DEPTH_CAP);
+        goto done;
+    }
     if ((Py_ssize_t)(32 * __builtin_popcountll(size)) != compact.len) {
         PyErr_SetString(PyExc_ValueError, "compact range does not fit the tree size");
         goto done;
@@ -195,7 +202,7 @@ static PyObject *merkle_frame(PyObject *Py_UNUSED(module), PyObject *args) {
         for (uint64_t i = 0; !failed && i < count; i++) {
             size_t start = pos;
             unsigned char h[32];
-            if (skip_object(buf, len, &pos, 0, &why) < 0) { failed = 1; break; }
+            if (skip_object(buf, len, &pos, max_depth, &why) < 0) { failed = 1; break; }
             if (size == UINT64_MAX) { why = "tree size overflow"; failed = 1; break; }
             if (!sha_parts(h, &zero, 1, buf + start, pos - start, NULL, 0)) { why = "OpenSSL SHA-256 failed"; failed = 1; break; }
             for (uint64_t n = size; n & 1; n >>= 1) {
@@ -220,15 +227,86 @@ done:
     return result;
 }
 
+/* merkle_leaves(body) -> bytes: the RFC 9162 leaf hashes of a frame body's records,
+ * 32 bytes each, concatenated. merkle_parents(level) -> bytes: the node hashes of each
+ * pair of a level's 32-byte hashes (an odd last one is left out). */
+static PyObject *merkle_leaves(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer body;
+    if (!PyArg_ParseTuple(args, "y*:merkle_leaves", &body)) return NULL;
+    PyObject *result = NULL;
+    const char *why = NULL;
+    static const unsigned char zero = 0x00;
+    const unsigned char *buf = body.buf;
+    size_t len = (size_t)body.len, pos = 0;
+    uint64_t count = 0;
+    int failed = 0;
+    if (len < 1) { why = "empty frame body"; failed = 1; }
+    else {
+        unsigned char t = buf[0];
+        if (t >= 0x90 && t <= 0x9f) { count = t & 0x0f; pos = 1; }
+        else if (t == 0xdc && len >= 3) { count = read_be(buf + 1, 2); pos = 3; }
+        else if (t == 0xdd && len >= 5) { count = read_be(buf + 1, 4); pos = 5; }
+        else { why = "frame body is not a msgpack array"; failed = 1; }
+    }
+    if (!failed && count > len) { why = "truncated msgpack"; failed = 1; }
+    if (failed) { PyErr_SetString(PyExc_ValueError, why); goto done; }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(32 * count));
+    if (result == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    Py_BEGIN_ALLOW_THREADS
+    for (uint64_t i = 0; i < count; i++) {
+        size_t start = pos;
+        if (skip_object(buf, len, &pos, 0, &why) < 0) { failed = 1; break; }
+        if (!sha_parts(out + 32 * i, &zero, 1, buf + start, pos - start, NULL, 0)) {
+            why = "OpenSSL SHA-256 failed"; failed = 1; break;
+        }
+    }
+    if (!failed && pos != len) { why = "trailing bytes after the msgpack array"; failed = 1; }
+    Py_END_ALLOW_THREADS
+    if (failed) { Py_CLEAR(result); PyErr_SetString(PyExc_ValueError, why); }
+done:
+    PyBuffer_Release(&body);
+    return result;
+}
+
+static PyObject *merkle_parents(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer level;
+    if (!PyArg_ParseTuple(args, "y*:merkle_parents", &level)) return NULL;
+    PyObject *result = NULL;
+    static const unsigned char one = 0x01;
+    int failed = 0;
+    if (level.len % 32) { PyErr_SetString(PyExc_ValueError, "a level is 32 bytes per hash"); goto done; }
+    size_t pairs = (size_t)level.len / 64;
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(32 * pairs));
+    if (result == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    const unsigned char *in = level.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < pairs; i++)
+        if (!sha_parts(out + 32 * i, &one, 1, in + 64 * i, 64, NULL, 0)) { failed = 1; break; }
+    Py_END_ALLOW_THREADS
+    if (failed) { Py_CLEAR(result); PyErr_SetString(PyExc_ValueError, "OpenSSL SHA-256 failed"); }
+done:
+    PyBuffer_Release(&level);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"chain_frame", chain_frame, METH_VARARGS,
      "chain_frame(head, body, max_depth=0) -> (head, count): extend the chain over a msgpack array of\n"
      "records. With max_depth (1..255), a record whose arrays and maps nest deeper is refused.\n\n"
      "Raises ValueError on malformed msgpack, a refused record or a head that is not 32 bytes."},
     {"merkle_frame", merkle_frame, METH_VARARGS,
-     "merkle_frame(size, compact, body) -> (size, compact): extend an RFC 9162 Merkle tree's compact\n"
-     "range (32 bytes per set bit of size, largest subtree first) over a msgpack array of records.\n\n"
-     "Raises ValueError on malformed msgpack or a compact range that does not fit size."},
+     "merkle_frame(size, compact, body, max_depth=0) -> (size, compact): extend an RFC 9162 Merkle tree's\n"
+     "compact range (32 bytes per set bit of size, largest subtree first) over a msgpack array of records.\n"
+     "With max_depth (1..255), a record whose arrays and maps nest deeper is refused.\n\n"
+     "Raises ValueError on malformed msgpack, a refused record or a compact range that does not fit size."},
+    {"merkle_leaves", merkle_leaves, METH_VARARGS,
+     "merkle_leaves(body) -> bytes: the RFC 9162 leaf hashes of a msgpack array of records, 32 bytes each.\n\n"
+     "Raises ValueError on malformed msgpack."},
+    {"merkle_parents", merkle_parents, METH_VARARGS,
+     "merkle_parents(level) -> bytes: the node hash of each pair of 32-byte hashes (an odd last one left out).\n\n"
+     "Raises ValueError when the level is not a whole number of hashes."},
     {NULL, NULL, 0, NULL},
 };
 

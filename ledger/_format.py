@@ -19,10 +19,10 @@ checksum is damage.
 Version 2 binds raw bytes: each seal carries ``size``, the byte offset of its own frame,
 and ``file_hash``, the SHA-256 of the file's bytes 0..size-1, and signs them with every
 other seal field, so any change to a sealed prefix fails the next seal. Its header and seal
-payloads must be exactly the bytes this module encodes for them. Version 3 adds
-``tree_root`` to each seal: the RFC 9162 Merkle tree head over records 0..upto-1 (size
-``upto``; see `ledger._merkle`), signed with the rest, so one record can be proven by
-itself. Version 1 seals sign only (run id, upto, chain head, final): they bind the
+payloads must be exactly the bytes this module encodes for them. In version 3 a seal's
+``head`` is the root of the RFC 9162 Merkle tree whose leaves are records 0..upto-1 (see
+`ledger._merkle`) in place of the linear chain's head: with ``upto`` as the tree size,
+each seal is a signed tree head, and one record can be proven by itself. Version 1 seals sign only (run id, upto, chain head, final): they bind the
 records, not the bytes that hold them.
 """
 
@@ -107,23 +107,21 @@ class WireRecord(msgspec.Struct, frozen=True, array_like=True):
     event: Event
 
 
-class Seal(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Seal(msgspec.Struct, frozen=True, kw_only=True):
     """An Ed25519 signature over every other field (versions 2 and 3; see `ledger._chain`).
 
-    It is also a *signed tree head* (version 3): ``upto`` is the tree size and
-    ``tree_root`` its root. Version 2 seals have no ``tree_root``; version 1 seals have no
-    ``size`` and ``file_hash`` either (None here) and sign only (run id, upto, head, final).
-    Fields left None are not encoded, so each version's seal bytes stay as written.
+    In version 3 it is a *signed tree head*: ``upto`` is the RFC 9162 tree size and
+    ``head`` its root hash. Version 1 seals have no ``size`` and ``file_hash`` (None here)
+    and sign only (run id, upto, head, final).
     """
 
     run_id: str
     upto: int  # number of records covered: seq 0 .. upto-1
-    head: bytes  # chain hash after record upto-1 (32 bytes)
+    head: bytes  # 32 bytes: chain hash after record upto-1 (versions 1, 2); Merkle root over 0..upto-1 (3)
     final: bool  # True only for the seal written by a clean close
     wall_ns: int  # when it was signed, ns since the Unix epoch
     size: int | None = None  # bytes of the file before this seal's frame (version 2)
     file_hash: bytes | None = None  # sha256 of those bytes, 32 bytes (version 2)
-    tree_root: bytes | None = None  # RFC 9162 root over records 0..upto-1, 32 bytes (version 3)
     signature: bytes  # 64 bytes
 
 

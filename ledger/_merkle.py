@@ -12,8 +12,8 @@ concatenation of their 32-byte hashes. Appending a leaf merges at most log2(n) o
 range over a frame body in native code (``ledger/_chainc.c``) when built, else in the
 pure-Python `merkle_frame_py` (same bytes; a property test pins this).
 
-`Tree` holds every level of a whole tree, for proving: a proof is O(log n) hashes read
-from it. The proof verifiers here follow RFC 9162 sections 2.1.3.2 and 2.1.4.2.
+`Tree` holds every level of a whole tree, for proving (built from `merkle_leaves` and
+`merkle_parents`, native when built): a proof is O(log n) hashes read from it. The proof verifiers here follow RFC 9162 sections 2.1.3.2 and 2.1.4.2.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from collections.abc import Sequence
 
 import msgspec
 
+from ledger._chain import chain_frame_py
+
 __all__ = [
-    "EMPTY_ROOT", "NATIVE", "Tree", "leaf_hash", "merkle_frame", "merkle_frame_py", "node_hash", "range_root",
-    "verify_consistency", "verify_inclusion",
+    "EMPTY_ROOT", "NATIVE", "Tree", "leaf_hash", "merkle_frame", "merkle_frame_py", "merkle_leaves",
+    "merkle_leaves_py", "merkle_parents", "merkle_parents_py", "node_hash", "range_root", "verify_consistency",
+    "verify_inclusion",
 ]
 
 EMPTY_ROOT = hashlib.sha256(b"").digest()
@@ -48,24 +51,24 @@ def _split(n: int) -> int:
     return 1 << ((n - 1).bit_length() - 1)
 
 
-def merkle_frame_py(size: int, compact: bytes, body: bytes) -> tuple[int, bytes]:
+def merkle_frame_py(size: int, compact: bytes, body: bytes, max_depth: int = 0) -> tuple[int, bytes]:
     """Extend a compact range over a frame body's records; returns (size, compact range).
 
     Args:
         size: leaves so far.
         compact: their compact range (32 bytes per set bit of ``size``, largest subtree first).
         body: a frame's canonical bytes, one msgpack array of records.
+        max_depth: when not 0 (1 to 255), refuse a record whose arrays and maps nest
+            deeper, as `ledger._chain.chain_frame` counts them.
 
     Raises:
-        ValueError: ``body`` is not a well-formed msgpack array, or ``compact`` does not
-            fit ``size``.
+        ValueError: ``body`` is not a well-formed msgpack array, a record nests deeper
+            than ``max_depth``, or ``compact`` does not fit ``size``.
     """
     if size < 0 or len(compact) != 32 * size.bit_count():
         raise ValueError("compact range does not fit the tree size")
-    try:
-        raws = _raw_list(body)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise ValueError(f"frame body: {exc}") from None
+    chain_frame_py(bytes(32), body, max_depth)  # its checks: the same msgpack and depth rules
+    raws = _raw_list(body)
     stack = [compact[i : i + 32] for i in range(0, len(compact), 32)]
     for raw in raws:
         h = _sha256(b"\x00" + raw).digest()
@@ -76,6 +79,30 @@ def merkle_frame_py(size: int, compact: bytes, body: bytes) -> tuple[int, bytes]
         stack.append(h)
         size += 1
     return size, b"".join(stack)
+
+
+def merkle_leaves_py(body: bytes) -> bytes:
+    """The leaf hashes of a frame body's records, 32 bytes each, concatenated.
+
+    Raises:
+        ValueError: ``body`` is not a well-formed msgpack array.
+    """
+    try:
+        raws = _raw_list(body)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ValueError(f"frame body: {exc}") from None
+    return b"".join(_sha256(b"\x00" + raw).digest() for raw in raws)
+
+
+def merkle_parents_py(level: bytes) -> bytes:
+    """The node hash of each pair of a level's 32-byte hashes (an odd last one left out).
+
+    Raises:
+        ValueError: ``level`` is not a whole number of hashes.
+    """
+    if len(level) % 32:
+        raise ValueError("a level is 32 bytes per hash")
+    return b"".join(_sha256(b"\x01" + level[i : i + 64]).digest() for i in range(0, len(level) - 63, 64))
 
 
 def range_root(size: int, compact: bytes) -> bytes:
@@ -92,16 +119,25 @@ class Tree:
     """A whole Merkle tree, every level kept: proofs for any leaf and any earlier size.
 
     Args:
-        leaf_hashes: the leaves' hashes in order (see `leaf_hash`).
+        leaf_hashes: the leaves' hashes in order, 32 bytes each, concatenated (as
+            `merkle_leaves` gives them).
+
+    Raises:
+        ValueError: ``leaf_hashes`` is not a whole number of hashes.
     """
 
-    def __init__(self, leaf_hashes: Sequence[bytes]):
-        self.size = len(leaf_hashes)
-        levels = [list(leaf_hashes)]
-        while len(levels[-1]) > 1:
-            below = levels[-1]
-            levels.append([_sha256(b"\x01" + below[i] + below[i + 1]).digest() for i in range(0, len(below) - 1, 2)])
-        self._levels = levels  # levels[k][i]: the perfect subtree of leaves i*2**k .. (i+1)*2**k - 1
+    def __init__(self, leaf_hashes: bytes):
+        if len(leaf_hashes) % 32:
+            raise ValueError("leaf hashes are 32 bytes each")
+        self.size = len(leaf_hashes) // 32
+        levels = [bytes(leaf_hashes)]
+        while len(levels[-1]) > 32:
+            levels.append(merkle_parents(levels[-1]))
+        self._levels = levels  # levels[k][32*i:32*i+32]: the perfect subtree of leaves i*2**k .. (i+1)*2**k - 1
+
+    def leaf(self, index: int) -> bytes:
+        """The hash of leaf ``index``."""
+        return self._levels[0][32 * index : 32 * index + 32]
 
     def _hash(self, lo: int, hi: int) -> bytes:
         """MTH of leaves lo .. hi-1 (RFC 9162 section 2.1.1)."""
@@ -109,7 +145,8 @@ class Tree:
         if n == 0:
             return EMPTY_ROOT
         if n & (n - 1) == 0 and lo % n == 0:
-            return self._levels[n.bit_length() - 1][lo // n]
+            i = 32 * (lo // n)
+            return self._levels[n.bit_length() - 1][i : i + 32]
         k = _split(n)
         return node_hash(self._hash(lo, lo + k), self._hash(lo + k, hi))
 
@@ -234,7 +271,8 @@ def verify_consistency(old: int, new: int, old_root: bytes, new_root: bytes, pro
 
 
 try:
-    from ledger._chainc import merkle_frame
+    from ledger._chainc import merkle_frame, merkle_leaves, merkle_parents
 except ImportError:  # built without a C compiler or OpenSSL headers: same bytes, slower
-    merkle_frame = merkle_frame_py
+    merkle_frame, merkle_leaves, merkle_parents = merkle_frame_py, merkle_leaves_py, merkle_parents_py
 NATIVE = merkle_frame is not merkle_frame_py
+

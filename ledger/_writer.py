@@ -269,8 +269,8 @@ class LedgerWriter:
         )
         header_bytes, payload = encode_header(header)
         self.header = header
-        self._head = _chain.genesis(payload)
         self._tree: tuple[int, bytes] = (0, b"")  # the records' Merkle tree: (size, compact range)
+        self._head = _merkle.EMPTY_ROOT  # its root: what a seal signs as its head
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         except OSError as exc:
@@ -463,11 +463,11 @@ class LedgerWriter:
             except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError):
                 body = _encode_salvaging(records)
             try:
-                head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
+                tree = _merkle.merkle_frame(*tree, body, MAX_RECORD_DEPTH)
             except ValueError:  # a record nested too deep: kept as witness.raw instead
                 body = _encode_salvaging(records)
-                head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
-            tree = _merkle.merkle_frame(*tree, body)
+                tree = _merkle.merkle_frame(*tree, body, MAX_RECORD_DEPTH)
+            head = _merkle.range_root(*tree)
             frame = encode_frame(FRAME_RECORDS, records[0][0], n, self._zstd.compress(body))
             parts.append(frame)
             sha256.update(frame)
@@ -475,11 +475,9 @@ class LedgerWriter:
         upto = records[0][0] + n if n else self._written
         wall_ns = time.time_ns()
         file_hash = sha256.digest()
-        root = _merkle.range_root(*tree)
-        signature = self._key.sign(_chain.seal_message_v3(self.run_id, upto, head, final, wall_ns, size, file_hash,
-                                                          root))
+        signature = self._key.sign(_chain.seal_message_v3(self.run_id, upto, head, final, wall_ns, size, file_hash))
         seal = Seal(run_id=self.run_id, upto=upto, head=head, final=final, wall_ns=wall_ns, size=size,
-                    file_hash=file_hash, tree_root=root, signature=signature)
+                    file_hash=file_hash, signature=signature)
         seal_frame = encode_frame(FRAME_SEAL, upto, 0, record_encoder.encode(seal))
         parts.append(seal_frame)
         sha256.update(seal_frame)
