@@ -46,7 +46,7 @@ from ledger._reader import (
     verify_and_read,
     verify_ledger,
 )
-from ledger._heads import HeadCheck, encode_head, load_heads
+from ledger._heads import HeadCheck, HeldHead, encode_head, load_heads
 from ledger._proof import (
     PROOF_MAGIC,
     PROOF_VERSION,
@@ -112,6 +112,7 @@ __all__ = [
     "verify_and_read",
     "verify_ledger",
     "HeadCheck",
+    "HeldHead",
     "encode_head",
     "load_heads",
     "PROOF_MAGIC",

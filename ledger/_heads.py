@@ -1,7 +1,8 @@
 """Signed tree heads held outside a ledger, and the ledger's consistency with them.
 
-A monitor that follows a ledger (`caisson tail --follow --heads FILE`) keeps each seal it
-saw, one JSON `ledger.Seal` a line (bytes as base64, msgspec's JSON). A format version 3
+A monitor that follows a ledger (`caisson tail --follow --heads FILE`, or one that reads the
+``{"head": ...}`` lines of `caisson record --monitor`'s stream) keeps each seal it saw as a
+`HeldHead` JSON line, ``{"head": <ledger.Seal>}`` (bytes as base64, msgspec's JSON). A format version 3
 seal is a signed RFC 9162 tree head, so a verifier holding one can tell a ledger cut below
 it (truncated at that size) from one that merely was not closed, and a ledger rewritten
 below it (inconsistent), with RFC 9162 consistency proofs (`ledger._merkle`).
@@ -19,9 +20,16 @@ from ledger._errors import LedgerError
 from ledger._format import Header, Seal
 from ledger._keys import VerifyKey
 
-__all__ = ["HeadCheck", "check_heads", "encode_head", "load_heads"]
+__all__ = ["HeadCheck", "HeldHead", "check_heads", "encode_head", "load_heads"]
 
-_seal_json = msgspec.json.Decoder(Seal)
+
+class HeldHead(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a heads file, and of a monitor stream's head lines."""
+
+    head: Seal
+
+
+_line = msgspec.json.Decoder(HeldHead)
 _json = msgspec.json.Encoder()
 
 
@@ -37,8 +45,8 @@ class HeadCheck(msgspec.Struct, kw_only=True):
 
 
 def encode_head(seal: Seal) -> bytes:
-    """One line of a heads file (with its newline)."""
-    return _json.encode(seal) + b"\n"
+    """One line of a heads file (without its newline)."""
+    return _json.encode(HeldHead(head=seal))
 
 
 def load_heads(path: Path) -> list[Seal]:
@@ -56,7 +64,7 @@ def load_heads(path: Path) -> list[Seal]:
         if not line.strip():
             continue
         try:
-            heads.append(_seal_json.decode(line))
+            heads.append(_line.decode(line).head)
         except msgspec.DecodeError as exc:
             raise LedgerError(f"line {n} is not a signed head: {exc}", path=str(path)) from None
     return heads

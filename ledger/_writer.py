@@ -54,6 +54,7 @@ LEDGER_FILE = "ledger"
 BLOBS_DIR = "blobs"
 
 RecordListener = Callable[[Record], None]
+SealListener = Callable[[Seal], None]
 _encode = record_encoder.encode
 _EVENT_TYPES = frozenset(EVENT_TYPES)
 _MAX_NS = 2**63 - 1  # "never" for a flush deadline
@@ -253,7 +254,8 @@ class LedgerWriter:
         self._zstd = zstandard.ZstdCompressor(level=zstd_level)
         self._pending: list[tuple] | None = []  # stored records not yet flushed; None once closed
         self._listeners: list[RecordListener] = []
-        self.listener_failures = 0  # records a listener raised on (the ledger kept them)
+        self._seal_listeners: list[SealListener] = []
+        self.listener_failures = 0  # records or seals a listener raised on (the ledger kept them)
         self._written = 0  # records covered by a seal written to the file
         self._closed = False
         self._broken = False
@@ -357,6 +359,11 @@ class LedgerWriter:
                 (the record is kept).
         """
         return self._appender.append(event, source=source, wall_ns=wall_ns, mono_ns=mono_ns)
+
+    def add_seal_listener(self, listener: SealListener) -> None:
+        """Call ``listener(seal)`` after each seal is written (a monitor keeping signed tree
+        heads). It must not block; what it raises is counted in ``listener_failures``."""
+        self._seal_listeners.append(listener)
 
     def _notify(self, seq: int, wall_ns: int, mono_ns: int, source: str, event: Event) -> None:
         record = Record(seq=seq, wall_ns=wall_ns, mono_ns=mono_ns, source=source, event=event)
@@ -482,6 +489,11 @@ class LedgerWriter:
         parts.append(seal_frame)
         sha256.update(seal_frame)
         self._commit(b"".join(parts), head, tree, upto, n, sha256, wait=wait)
+        for listener in self._seal_listeners:
+            try:
+                listener(seal)
+            except Exception:  # a monitor never costs the ledger a seal
+                self.listener_failures += 1
 
     @trio.lowlevel.enable_ki_protection
     def _commit(self, data: bytes, head: bytes, tree: tuple[int, bytes], upto: int, n: int, sha256: Any, *,

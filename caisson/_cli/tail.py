@@ -3,8 +3,8 @@
 Each line is ``{"seq", "ts_ns", "source", "kind", ...event fields}``. ``--follow``
 keeps reading a ledger that is still being written and ends at its final seal.
 Tail checks frames and the chain but not signatures: use `caisson verify` for trust.
-``--heads FILE`` appends each seal it reads to FILE, one JSON `ledger.Seal` a line, as it
-reads it: signed tree heads kept outside the ledger, so `caisson verify RUN --heads FILE`
+``--heads FILE`` appends each seal it reads to FILE, one JSON `ledger.HeldHead` a line
+(``{"head": <seal>}``, the monitor stream's head lines), as it reads it: signed tree heads kept outside the ledger, so `caisson verify RUN --heads FILE`
 can name a ledger cut below one of them truncated.
 """
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     def keep(seal: Seal) -> None:
         assert heads is not None
-        heads.write(encode_head(seal))
+        heads.write(encode_head(seal) + b"\n")
         heads.flush()
 
     on_seal = keep if heads is not None else None

@@ -177,7 +177,7 @@ def test_a_ledger_cut_below_a_held_head_is_named_truncated(tmp_path):
     heads = _heads_of(run)
     assert [h.upto for h in heads] == [4, 8, 12, 16, 20, 23]
     file = tmp_path / "heads.jsonl"
-    file.write_bytes(b"".join(map(encode_head, heads)))
+    file.write_bytes(b"".join(encode_head(h) + b"\n" for h in heads))
     assert load_heads(file) == heads
     report = verify_ledger(run, KEY.verify_key, heads=load_heads(file), heads_path=str(file))
     assert (report.status, report.heads_checked) == ("ok", 6)
@@ -205,7 +205,7 @@ def test_bad_held_heads_are_refused_by_file_and_line(tmp_path):
     run = _ledger(tmp_path / "run")
     heads = _heads_of(run)
     file = tmp_path / "heads.jsonl"
-    file.write_bytes(encode_head(heads[0]) + b'{"run_id": 3}\n')
+    file.write_bytes(encode_head(heads[0]) + b'\n{"head": {"run_id": 3}}\n')
     with pytest.raises(LedgerError, match="heads.jsonl.*line 2"):
         load_heads(file)
     forged = msgspec.structs.replace(heads[0], upto=99)
