@@ -156,18 +156,6 @@ done:
     return result;
 }
 
-/* merkle_frame(size, compact, body, max_depth=0) -> (size, compact): extend an RFC 9162
- * Merkle tree's compact range over a frame body's records (see ledger/_merkle.py, which
- * holds the definition and the pure-Python twin). `compact` is 32 bytes per set bit of
- * `size`; max_depth refuses records nested deeper, as chain_frame does. */
-static int sha_parts(unsigned char *out, const unsigned char *a, size_t an, const unsigned char *b, size_t bn,
-                     const unsigned char *c, size_t cn) {
-    SHA256_CTX ctx;
-    return SHA256_Init(&ctx) && SHA256_Update(&ctx, a, an) && SHA256_Update(&ctx, b, bn)
-           && (cn == 0 || SHA256_Update(&ctx, c, cn)) && SHA256_Final(out, &ctx);
-}
-
-
 /* -- SHA-256 compression, two messages at a time where the CPU has the SHA extensions --------
  * merkle_frame hashes many short independent messages (a leaf per record, a node per pair);
  * with one message the rounds instruction's latency bounds it, with two interleaved its
@@ -362,6 +350,10 @@ out:
     return ok;
 }
 
+/* merkle_frame(size, compact, body, max_depth=0) -> (size, compact): extend an RFC 9162
+ * Merkle tree's compact range over a frame body's records (see ledger/_merkle.py, which
+ * holds the definition and the pure-Python twin). `compact` is 32 bytes per set bit of
+ * `size`; max_depth refuses records nested deeper, as chain_frame does. */
 static PyObject *merkle_frame(PyObject *Py_UNUSED(module), PyObject *args) {
     unsigned long long size;
     Py_buffer compact, body;
@@ -428,7 +420,6 @@ static PyObject *merkle_leaves(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*:merkle_leaves", &body)) return NULL;
     PyObject *result = NULL;
     const char *why = NULL;
-    static const unsigned char zero = 0x00;
     const unsigned char *buf = body.buf;
     size_t len = (size_t)body.len, pos = 0;
     uint64_t count = 0;
@@ -447,14 +438,35 @@ static PyObject *merkle_leaves(PyObject *Py_UNUSED(module), PyObject *args) {
     if (result == NULL) goto done;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
     Py_BEGIN_ALLOW_THREADS
-    for (uint64_t i = 0; i < count; i++) {
-        size_t start = pos;
-        if (skip_object(buf, len, &pos, 0, &why) < 0) { failed = 1; break; }
-        if (!sha_parts(out + 32 * i, &zero, 1, buf + start, pos - start, NULL, 0)) {
-            why = "OpenSSL SHA-256 failed"; failed = 1; break;
-        }
+    size_t *starts = PyMem_RawMalloc(sizeof(size_t) * (count + 1));
+    if (!starts) { why = "out of memory"; failed = 1; }
+    for (uint64_t i = 0; !failed && i < count; i++) {
+        starts[i] = pos;
+        if (skip_object(buf, len, &pos, 0, &why) < 0) failed = 1;
     }
     if (!failed && pos != len) { why = "trailing bytes after the msgpack array"; failed = 1; }
+    if (!failed) {
+        starts[count] = pos;
+        size_t scratch = 64;
+        for (uint64_t i = 0; i < count; i++) scratch += ((starts[i + 1] - starts[i]) + 10 + 63) / 64 * 64;
+        unsigned char *pad = PyMem_RawMalloc(scratch);
+        const unsigned char **msgs = PyMem_RawMalloc(sizeof(*msgs) * (count + 1));
+        size_t *blocks = PyMem_RawMalloc(sizeof(*blocks) * (count + 1));
+        if (!pad || !msgs || !blocks) { why = "out of memory"; failed = 1; }
+        else {
+            size_t off = 0;
+            for (uint64_t i = 0; i < count; i++) {
+                msgs[i] = pad + off;
+                blocks[i] = pad_message(pad + off, 0x00, buf + starts[i], starts[i + 1] - starts[i]);
+                off += 64 * blocks[i];
+            }
+            hash_padded(count, msgs, blocks, out);
+        }
+        PyMem_RawFree(pad);
+        PyMem_RawFree((void *)msgs);
+        PyMem_RawFree(blocks);
+    }
+    PyMem_RawFree(starts);
     Py_END_ALLOW_THREADS
     if (failed) { Py_CLEAR(result); PyErr_SetString(PyExc_ValueError, why); }
 done:
@@ -466,8 +478,6 @@ static PyObject *merkle_parents(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer level;
     if (!PyArg_ParseTuple(args, "y*:merkle_parents", &level)) return NULL;
     PyObject *result = NULL;
-    static const unsigned char one = 0x01;
-    int failed = 0;
     if (level.len % 32) { PyErr_SetString(PyExc_ValueError, "a level is 32 bytes per hash"); goto done; }
     size_t pairs = (size_t)level.len / 64;
     result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(32 * pairs));
@@ -475,10 +485,19 @@ static PyObject *merkle_parents(PyObject *Py_UNUSED(module), PyObject *args) {
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
     const unsigned char *in = level.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t i = 0; i < pairs; i++)
-        if (!sha_parts(out + 32 * i, &one, 1, in + 64 * i, 64, NULL, 0)) { failed = 1; break; }
+    enum { CHUNK = 256 };
+    unsigned char pad[128 * CHUNK];
+    const unsigned char *msgs[CHUNK];
+    size_t blocks[CHUNK];
+    for (size_t i = 0; i < pairs; i += CHUNK) {
+        size_t n = pairs - i < CHUNK ? pairs - i : CHUNK;
+        for (size_t j = 0; j < n; j++) {
+            msgs[j] = pad + 128 * j;
+            blocks[j] = pad_message(pad + 128 * j, 0x01, in + 64 * (i + j), 64);
+        }
+        hash_padded(n, msgs, blocks, out + 32 * i);
+    }
     Py_END_ALLOW_THREADS
-    if (failed) { Py_CLEAR(result); PyErr_SetString(PyExc_ValueError, "OpenSSL SHA-256 failed"); }
 done:
     PyBuffer_Release(&level);
     return result;
