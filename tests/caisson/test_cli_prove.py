@@ -126,6 +126,11 @@ def test_the_demo_proves_a_tool_call_of_a_study_cell(op_key, tmp_path):
         w.append(CellEnded(cell_id="c1", attempt=1, run_id="cell-c1", run_dir="cells/c1", status="clean",
                            counting=True, ledger_records=final.upto, ledger_head=final.head.hex(),
                            ledger_final=True, seal_signature=final.signature.hex()), source="study")
+    out = tmp_path / "cell.proof"
+    assert main(["prove", str(cell), "--seq", "8", "--study", str(study), "--out", str(out)]) == 0
+    assert main(["verify", str(out)]) == 0
+    assert main(["prove", str(_run(tmp_path / "stray", op_key)), "--seq", "1", "--study", str(study),
+                 "--out", str(out)]) == 2  # a run the study ledger does not bind
     console = Console(width=150, record=True)
     assert prove_tool_call(console, study, tmp_path / "proof")
     text = console.export_text()
