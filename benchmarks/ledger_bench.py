@@ -6,7 +6,10 @@ Writes N strace-like events through the ledger and through the baseline, then
 verifies (ledger) and reads (baseline) both. Last line:
 ``append_ratio=A verify_ratio=V bytes_per_event=B events_per_s=E`` where the ratios are
 ledger throughput / baseline throughput, each the median over alternated back-to-back
-pairs (targets: A >= 0.6, V >= 0.6, B <= 12).
+pairs (targets: A >= 0.75, V >= 1.2, B <= 12).
+Then proves one record of the ledger (`caisson prove`'s work: verify the whole ledger, keep
+its leaf hashes, build the tree's levels, cut the path) and prints the proof's size and the
+proving time, and the time `verify_proof` takes over it.
 ``--out DIR`` keeps the ledger as a run directory signed with the operator key of
 ``$CAISSON_HOME`` (created when missing), so `caisson verify DIR` checks it.
 """
@@ -31,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from caisson.home import ensure_operator_key  # noqa: E402
 from tests._fixtures.synthetic import strace_like  # noqa: E402
-from ledger import BlobStore, LedgerWriter, Record, _append, _chain, verify_ledger  # noqa: E402
+from ledger import (BlobStore, LedgerWriter, PROOF_VERSION, Proof, Record, _append, _chain, _merkle,  # noqa: E402
+                    encode_proof, prove, verify_ledger, verify_proof)
 
 FRAME = 4096
 
@@ -129,12 +133,20 @@ def main() -> int:
         )
         size = (last_run / "ledger").stat().st_size
         n = args.events
-        native = {"chain": _chain.NATIVE, "append": _append.NATIVE}
+        t0 = time.perf_counter()
+        proof = Proof(proof_version=PROOF_VERSION, run=prove(last_run, [args.events // 2], key.verify_key))
+        prove_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        assert verify_proof(proof, [key.verify_key]).status == "ok"
+        check_s = time.perf_counter() - t0
+        native = {"chain": _chain.NATIVE, "merkle": _merkle.NATIVE, "append": _append.NATIVE}
         code = " ".join(f"{part}={'native' if built else 'python'}" for part, built in native.items())
         print(f"events={n} baseline_bytes={base.stat().st_size} ledger_bytes={size} {code}"
               + ("" if all(native.values()) else " (a native module is not built: slower)"))
         print(f"append: ledger {n / append.ledger_s:,.0f} ev/s, baseline {n / append.baseline_s:,.0f} ev/s (best runs)")
         print(f"verify: ledger {n / verify.ledger_s:,.0f} ev/s, baseline read {n / verify.baseline_s:,.0f} ev/s")
+        print(f"prove: one record of {n:,}: proof {len(encode_proof(proof)):,} bytes"
+              f" ({len(proof.run.records[0].path)} path hashes), proving {prove_s:.2f} s, verifying it {check_s * 1e3:.2f} ms")
         if args.out:
             if args.out.exists():
                 shutil.rmtree(args.out)

@@ -27,6 +27,7 @@ _COMMANDS = {
     "record": "run a command in a sealed chamber and record it",
     "verify": "verify a ledger against a trusted key",
     "tail": "print a ledger's events as JSON lines",
+    "prove": "prove records of a ledger to a third party, without the rest of it",
     "replay": "recompute findings and scores from sealed runs",
     "selftest": "run the known-bad probes and print the detector x probe matrix",
     "preflight": "before a matrix: check every arm x agent's tool gating on the scripted model",

@@ -51,6 +51,22 @@ if TYPE_CHECKING:
         verify_and_read,
         verify_ledger,
     )
+    from ledger._heads import HeadCheck, HeldHead, encode_head, load_heads
+    from ledger._proof import (
+        PROOF_MAGIC,
+        PROOF_VERSION,
+        LedgerProof,
+        Proof,
+        ProofReport,
+        ProvenBlob,
+        ProvenRecord,
+        decode_proof,
+        encode_proof,
+        is_proof,
+        prove,
+        read_proof,
+        verify_proof,
+    )
     from ledger._writer import BLOBS_DIR, LEDGER_FILE, LedgerWriter, Submission, run_writer
 
 __all__ = [
@@ -100,6 +116,23 @@ __all__ = [
     "run_writer",
     "verify_and_read",
     "verify_ledger",
+    "HeadCheck",
+    "HeldHead",
+    "encode_head",
+    "load_heads",
+    "PROOF_MAGIC",
+    "PROOF_VERSION",
+    "LedgerProof",
+    "Proof",
+    "ProofReport",
+    "ProvenBlob",
+    "ProvenRecord",
+    "decode_proof",
+    "encode_proof",
+    "is_proof",
+    "prove",
+    "read_proof",
+    "verify_proof",
 ]
 
 # The errors and the parser contract are imported with the package; the rest on first access
@@ -116,6 +149,9 @@ _LAZY = {
     "_reader": ("LedgerChecker", "VerifyReport", "follow_records", "locate", "read_records", "verify_and_read",
                 "verify_ledger"),
     "_writer": ("BLOBS_DIR", "LEDGER_FILE", "LedgerWriter", "Submission", "run_writer"),
+    "_heads": ("HeadCheck", "HeldHead", "encode_head", "load_heads"),
+    "_proof": ("PROOF_MAGIC", "PROOF_VERSION", "LedgerProof", "Proof", "ProofReport", "ProvenBlob", "ProvenRecord",
+               "decode_proof", "encode_proof", "is_proof", "prove", "read_proof", "verify_proof"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 

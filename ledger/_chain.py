@@ -1,14 +1,16 @@
 """The hash chain and the seal message.
 
-Chain: ``h[-1] = sha256(GENESIS_TAG || header payload)`` and
-``h[i] = sha256(h[i-1] || canonical msgpack bytes of record i)`` (both format versions).
+Chain (format versions 1 and 2): ``h[-1] = sha256(GENESIS_TAG || header payload)`` and
+``h[i] = sha256(h[i-1] || canonical msgpack bytes of record i)``.
 A seal signs, with Ed25519 (RFC 8032), in format version 2::
 
     SEAL_TAG_V2 || run_id || 0x00 || upto (u64 BE) || head (32) || final (1 byte)
                 || wall_ns (u64 BE) || size (u64 BE) || file_hash (32)
 
 where ``size`` is the byte offset of the seal's frame and ``file_hash`` the SHA-256 of the
-file's bytes before it; in version 1, ``SEAL_TAG || run_id || 0x00 || upto || head ||
+file's bytes before it; in version 3, the same fields after ``SEAL_TAG_V3``, where ``head``
+is the RFC 9162 Merkle root over the ``upto`` records (`ledger._merkle`: a signed tree
+head) and no linear chain is kept; in version 1, ``SEAL_TAG || run_id || 0x00 || upto || head ||
 final``. Either way a seal cannot be replayed onto another run or another position; only a
 version 2 seal binds the file's raw bytes and its own time.
 
@@ -26,13 +28,14 @@ import sys
 import msgspec
 
 __all__ = [
-    "GENESIS_TAG", "MAX_DEPTH_CAP", "NATIVE", "SEAL_TAG", "SEAL_TAG_V2", "chain_frame_py", "genesis",
-    "seal_message", "seal_message_v2", "within_depth",
+    "GENESIS_TAG", "MAX_DEPTH_CAP", "NATIVE", "SEAL_TAG", "SEAL_TAG_V2", "SEAL_TAG_V3", "chain_frame_py", "genesis",
+    "seal_message", "seal_message_v2", "seal_message_v3", "signed_message", "within_depth",
 ]
 
 GENESIS_TAG = b"caisson-ledger/1 genesis\x00"
 SEAL_TAG = b"caisson-ledger/1 seal\x00"
 SEAL_TAG_V2 = b"caisson-ledger/2 seal\x00"
+SEAL_TAG_V3 = b"caisson-ledger/3 seal\x00"
 
 
 def genesis(header_payload: bytes) -> bytes:
@@ -64,14 +67,45 @@ def seal_message_v2(run_id: str, upto: int, head: bytes, final: bool, wall_ns: i
         ValueError: ``head`` or ``file_hash`` is not 32 bytes, or an integer is outside
             0 .. 2**64-1 (a reader meets these in tampered seals).
     """
+    return _seal_fields(SEAL_TAG_V2, run_id, upto, head, final, wall_ns, size, file_hash)
+
+
+def _seal_fields(tag: bytes, run_id: str, upto: int, head: bytes, final: bool, wall_ns: int, size: int,
+                 file_hash: bytes) -> bytes:
     if len(head) != 32 or len(file_hash) != 32:
         raise ValueError("head and file_hash must be 32 bytes")
     try:
         numbers = upto.to_bytes(8, "big"), wall_ns.to_bytes(8, "big"), size.to_bytes(8, "big")
     except OverflowError:
         raise ValueError("upto, wall_ns and size must be in 0 .. 2**64-1") from None
-    return b"".join((SEAL_TAG_V2, run_id.encode(), b"\x00", numbers[0], head, b"\x01" if final else b"\x00",
+    return b"".join((tag, run_id.encode(), b"\x00", numbers[0], head, b"\x01" if final else b"\x00",
                      numbers[1], numbers[2], file_hash))
+
+
+def seal_message_v3(run_id: str, upto: int, root: bytes, final: bool, wall_ns: int, size: int,
+                    file_hash: bytes) -> bytes:
+    """The exact bytes a format version 3 seal signs: `seal_message_v2`'s fields under
+    `SEAL_TAG_V3`, ``root`` (the seal's ``head``) being the RFC 9162 root of the tree of
+    ``upto`` records.
+
+    Raises:
+        ValueError: as `seal_message_v2`.
+    """
+    return _seal_fields(SEAL_TAG_V3, run_id, upto, root, final, wall_ns, size, file_hash)
+
+
+def signed_message(seal, format_version: int) -> bytes:
+    """What ``seal`` (a `ledger.Seal`) signs in a ledger of ``format_version``.
+
+    Raises:
+        ValueError: a field the version signs is missing or malformed (a tampered seal).
+    """
+    if format_version == 1:
+        return seal_message(seal.run_id, seal.upto, seal.head, seal.final)
+    if seal.size is None or seal.file_hash is None:
+        raise ValueError(f"a format version {format_version} seal needs size and file_hash")
+    sign = seal_message_v2 if format_version == 2 else seal_message_v3
+    return sign(seal.run_id, seal.upto, seal.head, seal.final, seal.wall_ns, seal.size, seal.file_hash)
 
 
 _raw_list = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode

@@ -1,4 +1,4 @@
-"""Byte layout of a ledger file, format versions 1 and 2, and a sans-IO frame parser.
+"""Byte layout of a ledger file, format versions 1 to 3, and a sans-IO frame parser.
 
 A ledger file is a header followed by frames::
 
@@ -19,8 +19,11 @@ checksum is damage.
 Version 2 binds raw bytes: each seal carries ``size``, the byte offset of its own frame,
 and ``file_hash``, the SHA-256 of the file's bytes 0..size-1, and signs them with every
 other seal field, so any change to a sealed prefix fails the next seal. Its header and seal
-payloads must be exactly the bytes this module encodes for them. Version 1 seals sign only
-(run id, upto, chain head, final): they bind the records, not the bytes that hold them.
+payloads must be exactly the bytes this module encodes for them. In version 3 a seal's
+``head`` is the root of the RFC 9162 Merkle tree whose leaves are records 0..upto-1 (see
+`ledger._merkle`) in place of the linear chain's head: with ``upto`` as the tree size,
+each seal is a signed tree head, and one record can be proven by itself. Version 1 seals sign only (run id, upto, chain head, final): they bind the
+records, not the bytes that hold them.
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ __all__ = [
     "seal_decoder", "wire_list_decoder",
 ]
 
-FORMAT_VERSION: Final = 2  # what the writer writes
-READABLE_VERSIONS: Final = (1, 2)  # what the reader reads
+FORMAT_VERSION: Final = 3  # what the writer writes
+READABLE_VERSIONS: Final = (1, 2, 3)  # what the reader reads
 MAGIC: Final = b"\x89CSNLDG\n"
 HASH_ALG: Final = "sha256"
 
@@ -105,15 +108,16 @@ class WireRecord(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Seal(msgspec.Struct, frozen=True, kw_only=True):
-    """An Ed25519 signature over every other field (version 2; see `ledger._chain`).
+    """An Ed25519 signature over every other field (versions 2 and 3; see `ledger._chain`).
 
-    Version 1 seals have no ``size`` and ``file_hash`` (None here) and sign only
-    (run id, upto, head, final).
+    In version 3 it is a *signed tree head*: ``upto`` is the RFC 9162 tree size and
+    ``head`` its root hash. Version 1 seals have no ``size`` and ``file_hash`` (None here)
+    and sign only (run id, upto, head, final).
     """
 
     run_id: str
     upto: int  # number of records covered: seq 0 .. upto-1
-    head: bytes  # chain hash after record upto-1 (32 bytes)
+    head: bytes  # 32 bytes: chain hash after record upto-1 (versions 1, 2); Merkle root over 0..upto-1 (3)
     final: bool  # True only for the seal written by a clean close
     wall_ns: int  # when it was signed, ns since the Unix epoch
     size: int | None = None  # bytes of the file before this seal's frame (version 2)

@@ -11,16 +11,17 @@ from __future__ import annotations
 import bisect
 import operator
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import zstandard
 
-from ledger import _chain
+from ledger import _chain, _merkle
 from ledger._blobs import BlobStore
 from ledger._errors import LedgerError, NotALedgerError
+from ledger._heads import check_heads
 from ledger._format import (
     FRAME_RECORDS,
     MAGIC,
@@ -55,6 +56,7 @@ __all__ = [
 ]
 
 _READ_CHUNK = 1 << 20
+_raw_list = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
 _WALL_DELTA = operator.attrgetter("wall_delta_ns")
 _MONO_DELTA = operator.attrgetter("mono_delta_ns")
 V1_NOTE = ("format version 1: its seals do not bind the file's raw bytes, only the records' hash chain;"
@@ -91,11 +93,13 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     fork_offsets: list[int] | None = None  # byte offsets of the frames holding them: [first, second]
     blobs_checked: int = 0
     note: str | None = None  # what the format version does not guarantee (version 1)
+    heads_checked: int = 0  # held signed heads the ledger was checked against
+    truncated_at: int | None = None  # status truncated: the largest held head's size the ledger lacks
 
     @property
     def exit_code(self) -> int:
-        """0 ok, 1 tampered, 3 intact but not closed (the `caisson verify` contract)."""
-        return {"ok": 0, "tampered": 1, "unclosed": 3}[self.status]
+        """0 ok, 1 tampered or truncated, 3 intact but not closed (the `caisson verify` contract)."""
+        return {"ok": 0, "tampered": 1, "truncated": 1, "unclosed": 3}[self.status]
 
     def describe(self) -> str:
         """Human-readable lines, as `caisson verify` prints them: one, and one per detail that
@@ -116,6 +120,9 @@ class VerifyReport(msgspec.Struct, kw_only=True):
                              f" and byte {second}")
             if self.sealed:
                 lines.append(f"  records 0..{self.sealed - 1} verified before it")
+        elif self.status == "truncated":
+            lines.append(f"TRUNCATED {self.path}: run {self.run_id}: cut at {self.sealed} sealed records, below a"
+                         f" signed head of {self.truncated_at} records held outside it ({self.records} records remain)")
         elif self.run_id is None:
             lines.append(
                 f"NOT CLOSED {self.path}: the file ends inside its header ({self.torn_bytes} bytes):"
@@ -127,6 +134,9 @@ class VerifyReport(msgspec.Struct, kw_only=True):
                 f"NOT CLOSED {self.path}: run {self.run_id}, {self.sealed} records sealed and intact;"
                 f" {self.unsealed} records follow the last seal; {torn}; no final seal (crash or still running)"
             )
+        if self.heads_checked and self.status != "truncated":
+            lines.append(f"  consistent with {self.heads_checked} held signed heads" if self.status != "tampered"
+                         else f"  checked against {self.heads_checked} held signed heads")
         if self.note:
             lines.append(f"  note: {self.note}")
         return "\n".join(lines)
@@ -175,6 +185,10 @@ class LedgerChecker:
         skip_before: with ``decode``, records whose seq is below it are checked (chain,
             seals) like the others but neither decoded nor yielded: a reader that starts
             at record N pays the cost of verifying the frames before it, not decoding them.
+        keep_leaves: keep every record's Merkle leaf hash in `leaf_hashes` (32 bytes each,
+            concatenated; for proofs), and the canonical bytes of the records whose seq is
+            in ``keep_records`` in `kept`.
+        on_seal: called with each seal that checks out (a monitor keeping signed heads).
 
     After a check fails, `tampered` holds (reason, offset, seq) and no more records
     are yielded; when the failure is a fork, `fork` holds (seq, offset of the frame
@@ -185,7 +199,9 @@ class LedgerChecker:
         LedgerError: unsupported format version.
     """
 
-    def __init__(self, trusted: VerifyKey | None, *, decode: bool = True, skip_before: int = 0):
+    def __init__(self, trusted: VerifyKey | None, *, decode: bool = True, skip_before: int = 0,
+                 keep_leaves: bool = False, keep_records: Container[int] = (),
+                 on_seal: Callable[[Seal], object] | None = None):
         self._parser = FrameParser()
         self._trusted = trusted
         self._decode = decode
@@ -193,16 +209,25 @@ class LedgerChecker:
         self._dctx = zstandard.ZstdDecompressor()
         self.header: Header | None = None
         self.head = b""
+        self.tree: tuple[int, bytes] = (0, b"")  # version 3: the records' Merkle tree (size, compact range)
+        # self.head: the chain head (versions 1, 2) or that tree's root (3), after the records read so far
         self.expected = 0  # next sequence number
         self.sealed = 0
         self.final = False
         self.final_offset: int | None = None
         self.last_seal: Seal | None = None  # the last seal that checked out
+        self.seals: list[Seal] = []  # every seal that checked out, in order
+        self._seal_listener = on_seal
+        self._keep_leaves = keep_leaves
+        self._keep_records = keep_records
+        self.leaf_hashes = bytearray()  # with keep_leaves: 32 bytes per record
+        self.kept: dict[int, bytes] = {}  # with keep_leaves: seq -> canonical bytes of the records asked for
         self.tampered: tuple[str, int, int] | None = None
         self.fork: tuple[int, int, int] | None = None
         self.blob_refs: list[tuple[int, BlobStored]] = []
         self._frame_seqs: list[int] = []  # first seq of each records frame read, ascending
         self._frame_offsets: list[int] = []  # and its byte offset
+        self._merkle = False  # keep the Merkle tree (format version 3)
         self._bound_offset = 0  # the bytes before it are bound by a verified version 2 seal
         self._wall = 0  # running sums restoring absolute times
         self._mono = 0
@@ -254,8 +279,9 @@ class LedgerChecker:
 
     def _on_header(self, header: Header) -> None:
         self.header = header
+        self._merkle = header.format_version >= 3
         assert self._parser.header_payload is not None
-        self.head = _chain.genesis(self._parser.header_payload)
+        self.head = _merkle.EMPTY_ROOT if self._merkle else _chain.genesis(self._parser.header_payload)
         trusted = self._trusted
         if trusted is not None and (header.key_fingerprint != trusted.fingerprint or header.public_key != trusted.raw):
             raise _Tampered(
@@ -306,9 +332,19 @@ class LedgerChecker:
         if self._decode and not skipped:
             stored = _decode_events(body, stored)  # Records' events decoded (the envelopes' were Raw)
         try:
-            self.head, _ = _chain.chain_frame(self.head, body)
+            if self._merkle:
+                self.tree = _merkle.merkle_frame(*self.tree, body)
+                self.head = _merkle.range_root(*self.tree)
+            else:
+                self.head, _ = _chain.chain_frame(self.head, body)
         except ValueError as exc:  # msgspec read it, so this is unexpected; still never fatal
             raise _Tampered(f"frame undecodable: {exc}", frame.offset, self.sealed) from None
+        if self._keep_leaves:
+            self.leaf_hashes += _merkle.merkle_leaves(body)
+            if any(seq in self._keep_records for seq in range(first, first + n)):
+                for seq, raw in enumerate(_raw_list(body), first):
+                    if seq in self._keep_records:
+                        self.kept[seq] = bytes(raw)
         self.expected = first + n
         self._frame_seqs.append(first)
         self._frame_offsets.append(frame.offset)
@@ -350,7 +386,7 @@ class LedgerChecker:
             )
         if seal.head != self.head:
             raise _Tampered(
-                f"hash mismatch: chain head over records {self.sealed}..{self.expected - 1}"
+                f"hash mismatch: chain head (Merkle root in version 3) over records {self.sealed}..{self.expected - 1}"
                 " does not match the seal",
                 frame.offset,
                 self.sealed,
@@ -365,12 +401,15 @@ class LedgerChecker:
         if seal.size is not None:
             self._bound_offset = seal.size
         self.last_seal = seal
+        self.seals.append(seal)
+        if self._seal_listener is not None:
+            self._seal_listener(seal)
         if seal.final:
             self.final = True
             self.final_offset = frame.offset
 
     def _seal_message_v2(self, seal, frame: Frame) -> bytes:
-        """Check a version 2 seal's binding to the file's bytes; returns what it signs."""
+        """Check a version 2 or 3 seal's binding to the file's bytes; returns what it signs."""
         if record_encoder.encode(seal) != frame.payload:
             raise _Tampered("seal is not in canonical form (bytes our writer would not write)", frame.offset,
                             self.sealed)
@@ -381,8 +420,8 @@ class LedgerChecker:
             raise _Tampered(f"file bytes changed between byte {self._bound_offset} and byte {frame.offset}:"
                             " their sha256 is not the one the seal signs", frame.offset, self.sealed)
         try:
-            return _chain.seal_message_v2(seal.run_id, seal.upto, seal.head, seal.final, seal.wall_ns,
-                                          seal.size, seal.file_hash)
+            assert self.header is not None
+            return _chain.signed_message(seal, self.header.format_version)
         except ValueError as exc:
             raise _Tampered(f"seal undecodable: {exc}", frame.offset, self.sealed) from None
 
@@ -412,13 +451,18 @@ def _read_all(path: Path) -> bytes:
         raise LedgerError(f"cannot read: {exc.strerror}", path=str(path)) from None
 
 
-def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
+def verify_ledger(path: Path, trusted: VerifyKey, *, heads: Sequence[Seal] | None = None,
+                  heads_path: str = "<heads>") -> VerifyReport:
     """Verify a ledger's frames, chain, seals and signatures, and its blobs.
 
     Args:
         path: a run directory or a ledger file.
         trusted: the key the ledger must be signed with (the header's key alone
             proves nothing: anyone can re-sign a rewritten ledger).
+        heads: signed heads held outside the ledger (`ledger.load_heads`): the ledger must
+            be consistent with each (RFC 9162), and one it is cut below makes it
+            ``truncated``; one it disagrees with, ``tampered``.
+        heads_path: where ``heads`` came from, for messages.
 
     Returns:
         A `VerifyReport`; its ``exit_code`` is the `caisson verify` exit status. A file
@@ -426,9 +470,10 @@ def verify_ledger(path: Path, trusted: VerifyKey) -> VerifyReport:
 
     Raises:
         NotALedgerError: the file is empty, or does not start with the ledger magic.
-        LedgerError: unreadable, or an unsupported format version.
+        LedgerError: unreadable, or an unsupported format version; a held head of
+            another run, not signed by ``trusted`` or not a format version 3 seal.
     """
-    return _verify(path, trusted, decode=False)[0]
+    return _verify(path, trusted, decode=False, heads=heads, heads_path=heads_path)[0]
 
 
 KEPT_BLOB_MAX = 4 << 20
@@ -479,13 +524,21 @@ def _read_ledger(ledger_path: Path) -> bytes:
 
 
 def _verify(path: Path, trusted: VerifyKey, *, decode: bool, kept_blobs: dict[str, bytes] | None = None,
-            keep_roles: tuple[str, ...] = ()) -> tuple[VerifyReport, list[Record]]:
+            keep_roles: tuple[str, ...] = (), heads: Sequence[Seal] | None = None,
+            heads_path: str = "<heads>") -> tuple[VerifyReport, list[Record]]:
     ledger_path, blobs = locate(path)
     data = _read_ledger(ledger_path)
-    checker = LedgerChecker(trusted, decode=decode)
+    checker = LedgerChecker(trusted, decode=decode, keep_leaves=heads is not None)
     checker.feed(data)
     records = list(checker.records())
     report = _report(checker, data, ledger_path, blobs, kept_blobs, keep_roles)
+    if heads is not None and checker.header is not None:
+        found = check_heads(checker.header, checker.sealed, bytes(checker.leaf_hashes), heads, trusted, heads_path)
+        report.heads_checked = found.checked
+        if found.status == "inconsistent" and report.status != "tampered":
+            report.status, report.reason, report.bad_seq = "tampered", found.reason, 0
+        elif found.status == "truncated" and report.status in ("ok", "unclosed"):
+            report.status, report.truncated_at = "truncated", found.truncated_at
     return report, records
 
 
@@ -545,7 +598,8 @@ def _report(checker: LedgerChecker, data: bytes, ledger_path: Path, blobs: BlobS
     return report
 
 
-def read_records(path: Path, trusted: VerifyKey | None = None, *, start: int = 0) -> Iterator[Record]:
+def read_records(path: Path, trusted: VerifyKey | None = None, *, start: int = 0,
+                 on_seal: Callable[[Seal], object] | None = None) -> Iterator[Record]:
     """Yield every decoded record of a ledger in order, from seq ``start`` on.
 
     Records of an unsealed tail are yielded too (check `verify_ledger` first when
@@ -557,7 +611,7 @@ def read_records(path: Path, trusted: VerifyKey | None = None, *, start: int = 0
         LedgerError: a check fails (the message names the offset and reason).
     """
     ledger_path, _ = locate(path)
-    checker = LedgerChecker(trusted, decode=True, skip_before=start)
+    checker = LedgerChecker(trusted, decode=True, skip_before=start, on_seal=on_seal)
     checker.feed(_read_ledger(ledger_path))
     yield from checker.records()
     if checker.tampered is not None:
@@ -565,18 +619,20 @@ def read_records(path: Path, trusted: VerifyKey | None = None, *, start: int = 0
         raise LedgerError(f"{reason} (first bad record seq {seq})", path=str(ledger_path), offset=offset)
 
 
-def follow_records(path: Path, *, poll_s: float = 0.2, timeout_s: float | None = None) -> Iterator[Record]:
+def follow_records(path: Path, *, poll_s: float = 0.2, timeout_s: float | None = None,
+                   on_seal: Callable[[Seal], object] | None = None) -> Iterator[Record]:
     """Yield records of a ledger that is still being written, until its final seal.
 
     Waits for the file to appear. Stops early after ``timeout_s`` seconds without
-    new bytes, when given.
+    new bytes, when given. ``on_seal`` is called with each seal as it is read (its
+    signature unchecked: a held head is checked when it is used).
 
     Raises:
         NotALedgerError / LedgerError: as `read_records`.
     """
     path = Path(path)
     ledger_path = path / LEDGER_FILE if path.is_dir() else path
-    checker = LedgerChecker(None, decode=True)
+    checker = LedgerChecker(None, decode=True, on_seal=on_seal)
     idle_since = time.monotonic()
     handle = None
     try:

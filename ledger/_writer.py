@@ -28,7 +28,7 @@ import msgspec
 import trio
 import zstandard
 
-from ledger import _chain
+from ledger import _chain, _merkle
 from ledger._append import Appender
 from ledger._blobs import BlobStore
 from ledger._errors import LedgerError, WriterClosedError
@@ -54,6 +54,7 @@ LEDGER_FILE = "ledger"
 BLOBS_DIR = "blobs"
 
 RecordListener = Callable[[Record], None]
+SealListener = Callable[[Seal], None]
 _encode = record_encoder.encode
 _EVENT_TYPES = frozenset(EVENT_TYPES)
 _MAX_NS = 2**63 - 1  # "never" for a flush deadline
@@ -253,7 +254,8 @@ class LedgerWriter:
         self._zstd = zstandard.ZstdCompressor(level=zstd_level)
         self._pending: list[tuple] | None = []  # stored records not yet flushed; None once closed
         self._listeners: list[RecordListener] = []
-        self.listener_failures = 0  # records a listener raised on (the ledger kept them)
+        self._seal_listeners: list[SealListener] = []
+        self.listener_failures = 0  # records or seals a listener raised on (the ledger kept them)
         self._written = 0  # records covered by a seal written to the file
         self._closed = False
         self._broken = False
@@ -269,7 +271,8 @@ class LedgerWriter:
         )
         header_bytes, payload = encode_header(header)
         self.header = header
-        self._head = _chain.genesis(payload)
+        self._tree: tuple[int, bytes] = (0, b"")  # the records' Merkle tree: (size, compact range)
+        self._head = _merkle.EMPTY_ROOT  # its root: what a seal signs as its head
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         except OSError as exc:
@@ -356,6 +359,11 @@ class LedgerWriter:
                 (the record is kept).
         """
         return self._appender.append(event, source=source, wall_ns=wall_ns, mono_ns=mono_ns)
+
+    def add_seal_listener(self, listener: SealListener) -> None:
+        """Call ``listener(seal)`` after each seal is written (a monitor keeping signed tree
+        heads). It must not block; what it raises is counted in ``listener_failures``."""
+        self._seal_listeners.append(listener)
 
     def _notify(self, seq: int, wall_ns: int, mono_ns: int, source: str, event: Event) -> None:
         record = Record(seq=seq, wall_ns=wall_ns, mono_ns=mono_ns, source=source, event=event)
@@ -451,6 +459,7 @@ class LedgerWriter:
         pending = self._pending
         records = pending[: len(pending)] if pending else []  # the length is read before the copy is made
         head = self._head
+        tree = self._tree
         sha256 = self._sha256.copy()  # the file's bytes so far; this flush's go in once written
         size = self._size
         parts = []
@@ -461,10 +470,11 @@ class LedgerWriter:
             except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError):
                 body = _encode_salvaging(records)
             try:
-                head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
+                tree = _merkle.merkle_frame(*tree, body, MAX_RECORD_DEPTH)
             except ValueError:  # a record nested too deep: kept as witness.raw instead
                 body = _encode_salvaging(records)
-                head, _ = _chain.chain_frame(head, body, MAX_RECORD_DEPTH)
+                tree = _merkle.merkle_frame(*tree, body, MAX_RECORD_DEPTH)
+            head = _merkle.range_root(*tree)
             frame = encode_frame(FRAME_RECORDS, records[0][0], n, self._zstd.compress(body))
             parts.append(frame)
             sha256.update(frame)
@@ -472,18 +482,24 @@ class LedgerWriter:
         upto = records[0][0] + n if n else self._written
         wall_ns = time.time_ns()
         file_hash = sha256.digest()
-        signature = self._key.sign(_chain.seal_message_v2(self.run_id, upto, head, final, wall_ns, size, file_hash))
+        signature = self._key.sign(_chain.seal_message_v3(self.run_id, upto, head, final, wall_ns, size, file_hash))
         seal = Seal(run_id=self.run_id, upto=upto, head=head, final=final, wall_ns=wall_ns, size=size,
                     file_hash=file_hash, signature=signature)
         seal_frame = encode_frame(FRAME_SEAL, upto, 0, record_encoder.encode(seal))
         parts.append(seal_frame)
         sha256.update(seal_frame)
-        self._commit(b"".join(parts), head, upto, n, sha256, wait=wait)
+        self._commit(b"".join(parts), head, tree, upto, n, sha256, wait=wait)
+        for listener in self._seal_listeners:
+            try:
+                listener(seal)
+            except Exception:  # a monitor never costs the ledger a seal
+                self.listener_failures += 1
 
     @trio.lowlevel.enable_ki_protection
-    def _commit(self, data: bytes, head: bytes, upto: int, n: int, sha256: Any, *, wait: bool) -> None:
-        """Write frames and seal, advance the state (chain head, records written, the
-        running SHA-256 of the file, now over ``data`` too), then fsync: wait for it with
+    def _commit(self, data: bytes, head: bytes, tree: tuple[int, bytes], upto: int, n: int, sha256: Any, *,
+                wait: bool) -> None:
+        """Write frames and seal, advance the state (chain head, Merkle tree, records
+        written, the running SHA-256 of the file, now over ``data`` too), then fsync: wait for it with
         ``wait``, else leave it to the syncer's thread.
 
         The write is all or nothing: Ctrl-C under trio waits for it (KI protection), and
@@ -504,6 +520,7 @@ class LedgerWriter:
         self._size = offset + len(data)
         self._sha256 = sha256
         self._head = head
+        self._tree = tree
         if n:
             assert self._pending is not None  # a frame is written only while the writer is open
             del self._pending[:n]

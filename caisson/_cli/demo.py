@@ -7,7 +7,9 @@ exclusion set and the containment scan matter. The honest grep agent answers eve
 question of ``scenarios/click/scenario.toml`` in the chamber; the key reader goes after
 the answer key on a few. Every ledger is verified, every run replayed: findings and
 scores are printed per run and per agent. Then the checked-in study
-(``studies/click-arms``) runs over the same repository and its directory is verified.
+(``studies/click-arms``) runs over the same repository and its directory is verified, and
+one tool call of one of its cells is proven (`caisson prove --study`) and the proof verified
+alone, in a fresh directory, with only the public key.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
-    "AGENTS", "KEY", "OPENAI_AGENTS", "PROBES", "SCENARIO", "SCENARIOS", "SUMMARY_AGENTS", "register", "run",
+    "AGENTS", "KEY", "OPENAI_AGENTS", "PROBES", "SCENARIO", "SCENARIOS", "SUMMARY_AGENTS", "prove_tool_call", "register",
+    "run",
 ]
 
 SCENARIOS = resource_dir("scenarios")
@@ -289,7 +292,50 @@ def _study(console: Console, out: Path, repo: Path, commit: str) -> bool:
                   f" ({report.runs_checked} run ledgers bound by the study ledger)")
     console.print(f"  caisson study status {target}; caisson verify {target}")
     ok = result.state == "ended" and report.status == "ok"
-    return _study_report(console, target) and ok
+    return _study_report(console, target) and ok and prove_tool_call(console, target, out / "proof")
+
+
+def prove_tool_call(console: Console, study_dir: Path, work: Path) -> bool:
+    """Part 8: prove one tool call of a study cell with its place in the study, then verify the
+    proof alone in a fresh directory holding only the proof and the public key."""
+    from caisson.home import ensure_operator_key, operator_key_paths
+    from caisson.study import prove_cell, read_study
+    from ledger import encode_proof, read_records
+    from ledger.events import AgentToolCall, CellEnded
+
+    console.print("\n== 8. prove one tool call of a study cell to a third party, without the rest of the study")
+    key = ensure_operator_key()
+    found = None
+    for r in read_study(study_dir, key.verify_key):
+        if isinstance(r.event, CellEnded) and r.event.counting and r.event.ledger_final:
+            run_dir = study_dir / r.event.run_dir
+            call = next((rec.seq for rec in read_records(run_dir) if isinstance(rec.event, AgentToolCall)), None)
+            if call is not None:
+                found = (run_dir, call)
+                break
+    if found is None:
+        console.print("  no counting cell of the study made a tool call: nothing to prove")
+        return False
+    run_dir, seq = found
+    proof = prove_cell(study_dir, run_dir, [seq], key.verify_key)
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / "call.proof").write_bytes(encode_proof(proof))
+    shutil.copy(operator_key_paths()[1], work / "operator.pub")
+    console.print(f"  caisson prove {os.path.relpath(run_dir)} --seq {seq} --study {os.path.relpath(study_dir)}"
+                  f" --out {work / 'call.proof'}  ({(work / 'call.proof').stat().st_size} bytes)")
+    # a fresh directory and a fresh CAISSON_HOME: only the proof and the public key
+    env = {k: v for k, v in os.environ.items() if k != "CAISSON_HOME"} | {"CAISSON_HOME": str(work / "home")}
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "caisson.cli", "verify", "call.proof", "--key", "operator.pub"],
+                          cwd=work, env=env, capture_output=True, text=True)
+    for line in (proc.stdout + proc.stderr).strip().splitlines():
+        console.print(f"  {line}")
+    console.print(f"  in {work} (only call.proof and operator.pub): caisson verify call.proof --key operator.pub"
+                  f" -> exit {proc.returncode}")
+    return proc.returncode == 0
 
 
 def _study_report(console: Console, target: Path) -> bool:

@@ -1,8 +1,11 @@
-"""`caisson tail PATH [--follow] [--kind K ...]`: print events as JSON lines.
+"""`caisson tail PATH [--follow] [--kind K ...] [--heads FILE]`: print events as JSON lines.
 
 Each line is ``{"seq", "ts_ns", "source", "kind", ...event fields}``. ``--follow``
 keeps reading a ledger that is still being written and ends at its final seal.
 Tail checks frames and the chain but not signatures: use `caisson verify` for trust.
+``--heads FILE`` appends each seal it reads to FILE, one JSON `ledger.HeldHead` a line
+(``{"head": <seal>}``, the monitor stream's head lines), as it reads it: signed tree heads kept outside the ledger, so `caisson verify RUN --heads FILE`
+can name a ledger cut below one of them truncated.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ledger import Record
+    from ledger import Record, Seal
 
 __all__ = ["register", "run"]
 
@@ -24,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--follow", "-f", action="store_true", help="keep reading until the final seal")
     p.add_argument("--kind", action="append", default=[], metavar="K",
                    help="only events of this kind (repeatable; a prefix such as 'process.' matches a family)")
+    p.add_argument("--heads", metavar="FILE", help="append each seal read (a signed tree head) to FILE as a JSON line")
     p.set_defaults(func=run)
 
 
@@ -33,7 +37,7 @@ def _matches(kind: str, wanted: list[str]) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from caisson.run import record_json
-    from ledger import follow_records, read_records
+    from ledger import encode_head, follow_records, read_records
     from ledger.events import EVENT_KINDS, event_kind
 
     for k in args.kind:
@@ -41,7 +45,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"caisson tail: --kind {k}: unknown kind; known: {', '.join(sorted(EVENT_KINDS))}",
                   file=sys.stderr)
             return 2
-    records: Iterable[Record] = follow_records(args.path) if args.follow else read_records(args.path)
+    try:
+        heads = open(args.heads, "ab") if args.heads else None  # noqa: SIM115 (closed below)
+    except OSError as exc:
+        print(f"caisson tail: --heads {args.heads}: cannot open: {exc.strerror}", file=sys.stderr)
+        return 2
+
+    def keep(seal: Seal) -> None:
+        assert heads is not None
+        heads.write(encode_head(seal) + b"\n")
+        heads.flush()
+
+    on_seal = keep if heads is not None else None
+    records: Iterable[Record] = (follow_records(args.path, on_seal=on_seal) if args.follow
+                                 else read_records(args.path, on_seal=on_seal))
     out = sys.stdout.buffer
     try:
         for record in records:
@@ -51,4 +68,7 @@ def run(args: argparse.Namespace) -> int:
                     out.flush()
     except BrokenPipeError:
         return 0
+    finally:
+        if heads is not None:
+            heads.close()
     return 0

@@ -1,9 +1,12 @@
-"""`caisson verify PATH [--key PUBKEY] [--json]`: check a ledger (or a study directory).
+"""`caisson verify PATH [--key PUBKEY] [--heads FILE] [--json]`: check a ledger, a study
+directory, or a proof file (`caisson prove`).
 
-Exit codes: 0 intact and closed; 1 tampered (first bad record, offset, why; a fork names
-the sequence number two records claim and both frames' offsets); 3 intact but not closed
-(records after the last seal, torn frame cut; or a file that ends inside its header);
-2 not a ledger (an empty file included), unreadable, or usage.
+Exit codes: 0 intact and closed (a proof: every check holds); 1 tampered (first bad record,
+offset, why; a fork names the sequence number two records claim and both frames' offsets),
+truncated (cut below a signed head held in ``--heads FILE``, naming its size), or a proof
+that fails (naming each failing field); 3 intact but not closed (records after the last
+seal, torn frame cut; or a file that ends inside its header); 2 not a ledger (an empty file
+included), unreadable, a bad heads file, or usage.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ __all__ = ["describe", "register", "run"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="verify a ledger against a trusted key")
-    p.add_argument("path", help="a run directory, a ledger file, or a study directory")
-    p.add_argument("--key", metavar="PUBKEY", help="trust this public key (default: the operator key)")
+    p.add_argument("path", help="a run directory, a ledger file, a study directory, or a proof file")
+    p.add_argument("--key", metavar="PUBKEY", action="append",
+                   help="trust this public key (default: the operator key); a proof may name several")
+    p.add_argument("--heads", metavar="FILE",
+                   help="signed heads a monitor kept (caisson tail --heads): the ledger must be consistent with each")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
@@ -32,18 +38,27 @@ def describe(report: VerifyReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import msgspec
-
+    from caisson.errors import UsageError
     from caisson.home import trusted_key
-    from ledger import verify_ledger
+    from ledger import is_proof, load_heads, verify_ledger
 
-    key = trusted_key(args.key)
+    keys = [trusted_key(path) for path in args.key] if args.key else [trusted_key(None)]
+    if is_proof(args.path):
+        return _run_proof(args, keys)
+    if len(keys) > 1:
+        raise UsageError("--key once, except for a proof file")
+    key = keys[0]
     from caisson.study import is_study_dir
 
     if is_study_dir(args.path):
+        if args.heads:
+            raise UsageError("--heads applies to a run's ledger, not a study directory")
         return _run_study(args, key)
-    report = verify_ledger(args.path, key)
+    heads = load_heads(args.heads) if args.heads else None
+    report = verify_ledger(args.path, key, heads=heads, heads_path=args.heads or "<heads>")
     if args.json:
+        import msgspec
+
         out = msgspec.to_builtins(report)
         out["exit_code"] = report.exit_code
         sys.stdout.write(msgspec.json.encode(out).decode() + "\n")
@@ -74,4 +89,23 @@ def _run_study(args: argparse.Namespace, key) -> int:
         print(f"  note: {note}")
     if report.head:  # kept elsewhere, it tells this state from a rollback to an earlier one
         print(f"  study head {report.head}")
+    return report.exit_code
+
+
+def _run_proof(args: argparse.Namespace, keys) -> int:
+    """A proof file: `ledger.verify_proof` with nothing but the trusted keys."""
+    import msgspec
+
+    from caisson.errors import UsageError
+    from ledger import read_proof, verify_proof
+
+    if args.heads:
+        raise UsageError("--heads applies to a run's ledger, not a proof")
+    report = verify_proof(read_proof(args.path), keys, path=args.path)
+    if args.json:
+        out = msgspec.to_builtins(report)
+        out["exit_code"] = report.exit_code
+        sys.stdout.write(msgspec.json.encode(out).decode() + "\n")
+    else:
+        print(report.describe())
     return report.exit_code

@@ -155,6 +155,7 @@ async def run_session(s: PreparedRun) -> RunOutcome:
 
                 sink = MonitorSink(s.monitor)
                 writer.add_listener(sink.offer)
+                writer.add_seal_listener(sink.offer_head)
                 await nursery.start(sink.run)
             async with send:
                 await _lifecycle_start(s, send)

@@ -8,6 +8,12 @@ buffer is full, records are dropped and counted; before the next line the monito
 gap line ``{"gap": {"first_seq": A, "last_seq": B, "missed": N}}``. A slow, absent or
 dying monitor therefore never blocks the run nor costs the ledger an event.
 
+After each seal the writer writes, the sink queues a head line ``{"head": <seal>}`` (a
+`ledger.HeldHead`: the signed tree head, bytes as base64), in order with the records: a
+monitor that appends those lines to a file holds heads `caisson verify RUN --heads FILE`
+checks the ledger against. Head lines are not records: they are not counted in the
+stats, and one the buffer has no room for, or whose write failed, is not sent.
+
 Delivery is at most once. A line counts as sent when the kernel accepted it; lines in a
 write that failed are reported in a gap to the next monitor that connects (a monitor that
 died may have read part of them). The buffering and gap logic is `GapTracker`, sans-IO.
@@ -22,7 +28,7 @@ import msgspec
 import trio
 
 from caisson.errors import UsageError
-from ledger import Record
+from ledger import Record, Seal, encode_head
 from ledger.events import event_kind
 
 __all__ = [
@@ -112,8 +118,12 @@ class StreamStats(msgspec.Struct, frozen=True, kw_only=True):
     connections: int  # successful connections to a monitor
 
 
+class _Head(msgspec.Struct, frozen=True):
+    line: bytes  # a head line, without its newline
+
+
 class _Batch(msgspec.Struct):
-    entries: list[tuple[int, bytes] | Gap]
+    entries: list[tuple[int, bytes] | Gap | _Head]
     data: bytes
 
 
@@ -132,7 +142,7 @@ class GapTracker:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self._entries: deque[tuple[int, bytes] | Gap] = deque()
+        self._entries: deque[tuple[int, bytes] | Gap | _Head] = deque()
         self._lines = 0  # record lines in _entries
         self._open: Gap | None = None
         self.offered = self.sent = self.dropped = self.gaps = 0
@@ -156,6 +166,15 @@ class GapTracker:
         self._entries.append((seq, line))
         self._lines += 1
 
+    def push_head(self, line: bytes) -> None:
+        """Queue a head line after what is queued (not counted; left out when `full`)."""
+        if self.full:
+            return
+        if self._open is not None:
+            self._entries.append(self._open)
+            self._open = None
+        self._entries.append(_Head(line))
+
     def drop(self, seq: int) -> None:
         """Count one record as dropped; it joins the open gap."""
         self.offered += 1
@@ -168,13 +187,15 @@ class GapTracker:
         if not self._entries and self._open is not None:
             self._entries.append(self._open)
             self._open = None
-        entries: list[tuple[int, bytes] | Gap] = []
+        entries: list[tuple[int, bytes] | Gap | _Head] = []
         parts: list[bytes] = []
         size = 0
         while self._entries and (not parts or size < max_bytes):
             entry = self._entries.popleft()
             if isinstance(entry, Gap):
                 data = entry.line()
+            elif isinstance(entry, _Head):
+                data = entry.line
             else:
                 data = entry[1]
                 self._lines -= 1
@@ -188,12 +209,14 @@ class GapTracker:
         """The batch was written: count its lines as sent and its gaps as told."""
         gaps = sum(isinstance(e, Gap) for e in batch.entries)
         self.gaps += gaps
-        self.sent += len(batch.entries) - gaps
+        self.sent += sum(isinstance(e, tuple) for e in batch.entries)
 
     def fail(self, batch: _Batch) -> None:
         """The batch's write failed: its records become a gap in front of the rest."""
         gap: Gap | None = None
         for entry in batch.entries:
+            if isinstance(entry, _Head):
+                continue
             if not isinstance(entry, Gap):
                 self.dropped += 1
                 entry = Gap(first_seq=entry[0], last_seq=entry[0], missed=1)
@@ -270,6 +293,12 @@ class MonitorSink:
         else:
             self._tracker.push(record.seq, record_json(record))
         self._wakeup.set()
+
+    def offer_head(self, seal: Seal) -> None:
+        """Queue a head line for ``seal`` (the writer's seal listener). Never waits."""
+        if not self._closing:
+            self._tracker.push_head(encode_head(seal))
+            self._wakeup.set()
 
     def stats(self) -> StreamStats:
         """The counts so far (records still waiting are neither sent nor dropped yet)."""

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from caisson.study.plan import StudyPlan, cell_id, plan_study
     from caisson.study.preflight import BaselineFacts, assess_baseline, check_grader
     from caisson.study.progress import Progress
+    from caisson.study.proof import prove_cell
     from caisson.study.report_input import load_study_report
     from caisson.study.runner import StudyResult, run_study
     from caisson.study.status import StudyStatus, status_lines, study_status
@@ -37,7 +38,7 @@ __all__ = [
     "BaselineFacts", "Executor", "LocalExecutor", "Progress", "SealedState", "SessionJob", "SessionResult",
     "Study", "StudyAgent", "StudyPlan", "StudyResult", "StudyStatus", "StudyVerifyReport", "assess_baseline",
     "backfill_study", "cell_id", "check_grader", "is_study_dir", "load_study", "load_study_report",
-    "make_executor", "parse_study", "plan_study", "read_study", "resolve_judge", "run_judge", "run_study",
+    "make_executor", "parse_study", "plan_study", "prove_cell", "read_study", "resolve_judge", "run_judge", "run_study",
     "sealed_state", "status_lines", "study_status", "verify_study",
 ]
 
@@ -49,6 +50,7 @@ __getattr__, __dir__ = lazy_face(__name__, {
     "plan": ("StudyPlan", "cell_id", "plan_study"),
     "preflight": ("BaselineFacts", "assess_baseline", "check_grader"),
     "progress": ("Progress",),
+    "proof": ("prove_cell",),
     "report_input": ("load_study_report",),
     "runner": ("StudyResult", "run_study"),
     "status": ("StudyStatus", "status_lines", "study_status"),

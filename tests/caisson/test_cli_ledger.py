@@ -111,7 +111,7 @@ def test_verify_names_a_fork_with_both_offsets(op_key, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert (report["status"], report["fork_seq"], report["fork_offsets"], report["exit_code"]) == (
         "tampered", 0, [first.offset, end], 1)
-    assert report["format_version"] == 2 and report["note"] is None
+    assert report["format_version"] == F.FORMAT_VERSION and report["note"] is None
 
 
 def test_verify_states_what_a_version_1_ledger_does_not_guarantee(capsys):

@@ -447,3 +447,31 @@ def test_aclose_does_not_wait_out_the_retry_delay_when_nothing_is_pending(sock_d
         assert (stats.offered, stats.connections) == (0, 0)
 
     trio.run(main)
+
+
+def test_head_lines_go_in_order_uncounted_and_a_failed_one_is_not_a_gap(tmp_path: Path) -> None:
+    from ledger import load_heads
+
+    writer = LedgerWriter(tmp_path / "ledger", run_id="run-heads", key=SigningKey.generate(), flush_records=2)
+    tracker = GapTracker(10)
+    seals: list = []
+    writer.add_seal_listener(seals.append)
+    for i in range(3):
+        tracker.push(i, record_json(make_record(i)))
+        writer.append(Note(text=f"n{i}"), source="test")
+    writer.close()
+    assert [s.upto for s in seals] == [2, 3]
+    from ledger import encode_head
+
+    tracker.push_head(encode_head(seals[0]))
+    tracker.push(3, record_json(make_record(3)))
+    lines = lines_of(tracker)
+    assert [next(iter(line)) for line in lines] == ["seq", "seq", "seq", "head", "seq"]
+    heads = tmp_path / "heads.jsonl"
+    heads.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines if "head" in line))
+    assert load_heads(heads) == seals[:1]  # the monitor's head lines are a heads file
+    tracker.push_head(encode_head(seals[1]))
+    tracker.fail(tracker.take())
+    assert tracker.empty
+    stats = tracker.finish()
+    assert (stats.offered, stats.sent, stats.dropped, stats.gaps) == (4, 4, 0, 0)

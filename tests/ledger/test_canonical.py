@@ -209,13 +209,14 @@ def test_every_byte_of_the_final_seal_and_of_a_zstd_frame_header_is_bound(ledger
             _expect_refused(_verify_or_error(_change_and_recrc(ledger_bytes, items, pos, value)), item)
 
 
-def test_a_v2_ledger_relabelled_v1_does_not_verify(ledger_bytes):
-    """A downgrade to the weaker format: the header is in the chain, and a version 1 seal
-    signs other bytes than a version 2 one, so the seals no longer match."""
+@pytest.mark.parametrize("older", [1, 2])
+def test_a_ledger_relabelled_an_older_version_does_not_verify(ledger_bytes, older):
+    """A downgrade to a weaker format: the header is in the chain, and each version's seal
+    signs other bytes than the current one's, so the seals no longer match."""
     items = items_of(ledger_bytes)
-    pos = ledger_bytes.index(b"\xaeformat_version\x02") + 15
-    report = verify_bytes(_change_and_recrc(ledger_bytes, items, pos, 1))
-    assert (report.status, report.format_version, report.bad_seq) == ("tampered", 1, 0), report
+    pos = ledger_bytes.index(b"\xaeformat_version" + bytes([F.FORMAT_VERSION])) + 15
+    report = verify_bytes(_change_and_recrc(ledger_bytes, items, pos, older))
+    assert (report.status, report.format_version, report.bad_seq) == ("tampered", older, 0), report
 
 
 # -- version 1 --------------------------------------------------------------------------------

@@ -290,7 +290,7 @@ def test_public_surface_is_pinned():
         "BaselineFacts", "Executor", "LocalExecutor", "Progress", "SealedState",
         "SessionJob", "SessionResult", "Study", "StudyAgent",
         "StudyPlan", "StudyResult", "StudyStatus", "StudyVerifyReport", "assess_baseline", "backfill_study", "cell_id",
-        "check_grader", "is_study_dir", "load_study", "load_study_report", "make_executor", "parse_study", "plan_study",
+        "check_grader", "is_study_dir", "load_study", "load_study_report", "make_executor", "parse_study", "plan_study", "prove_cell",
         "read_study", "resolve_judge", "run_judge", "run_study", "sealed_state", "status_lines", "study_status",
         "verify_study"]
     for name in caisson.study.__all__:

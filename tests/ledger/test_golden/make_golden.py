@@ -54,7 +54,7 @@ def main() -> int:
                           served_model="claude-x", usage={"input_tokens": 10, "output_tokens": 5},
                           normalized=LlmUsage(input_tokens=10, output_tokens=5, total_tokens=15, rule="anthropic"))),
         ("strace", ProcessExit(pid=1, host_pid=4242, code=0)),
-        ("recorder", RunEnded(exit_code=0, wall_ns=4000)),
+        ("recorder", RunEnded(exit_code=0, duration_ns=4000)),
     ]
     with LedgerWriter(run / "ledger", run_id=run_id, key=key, blobs=blobs, flush_records=3,
                       flush_interval_s=3600, created_ns=T0) as writer:
