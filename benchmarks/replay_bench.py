@@ -42,7 +42,7 @@ from ledger.events import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-DISTINCT = 40_000  # distinct files the agent's programs open (a tree and a system's share)
+DISTINCT = 12_000  # distinct files the agent's programs open (a tree and a system's share)
 TURN_EVERY = 2_000  # syscall events between model turns
 SAMPLE_EVERY = 500  # events between host samples
 _RO = "O_RDONLY|O_CLOEXEC"

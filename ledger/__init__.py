@@ -39,6 +39,7 @@ from ledger._secrets import (
 )
 from ledger._reader import (
     LedgerChecker,
+    VerifiedStream,
     VerifyReport,
     follow_records,
     locate,
@@ -94,5 +95,6 @@ __all__ = [
     "read_records",
     "run_writer",
     "verify_and_read",
+    "VerifiedStream",
     "verify_ledger",
 ]

@@ -20,10 +20,10 @@ from itertools import compress
 from operator import attrgetter, is_not
 from collections.abc import Iterable, Sequence
 
-from caisson.detectors._base import Detector, DetectorConfig, Finding, reads_of
+from caisson.detectors._base import Detector, DetectorConfig, Finding, Fold, fold_of, reads_of, start_fold
 from ledger import Record
 
-__all__ = ["Routed", "one_pass", "route", "route_for"]
+__all__ = ["Routed", "Streamed", "one_pass", "route", "route_for"]
 
 _EVENT = attrgetter("event")
 
@@ -173,3 +173,85 @@ def one_pass(records: Iterable[Record], config: DetectorConfig,
         running each detector alone over every record.
     """
     return route_for(records, detectors).detect(config)
+
+
+def _ignore(record: Record) -> None:
+    """The sink of a fold that has ended: it takes no more records."""
+
+
+class Streamed:
+    """Detectors fed a run's records one at a time, holding no more of the run than they must.
+
+    A detector made with `caisson.detectors._base.folded` is sent each record of the types
+    it reads as it comes and keeps only its own state; any other is handed, at `finish`,
+    the list of the records of its types (so what it reads stays held: detectors of the
+    bulk of a run, its syscalls, are folds). The findings are those of `one_pass` over the
+    same records.
+
+    Args:
+        detectors: (name@version, detector) pairs.
+        config: the run's detector configuration.
+        extra: tuples of event classes whose records the caller wants too (`streams`).
+    """
+
+    def __init__(self, detectors: Iterable[tuple[str, Detector]], config: DetectorConfig,
+                 extra: Sequence[tuple[type, ...]] = ()):
+        self._config = config
+        self._found: list[list[Finding]] = []
+        self._folds: list[Fold | None] = []
+        self._lists: list[tuple[Detector, list[Record]] | None] = []
+        self._sinks: list = []  # one per detector, then one per extra stream: what takes a record
+        self._kinds: list[tuple[type, ...] | None] = []  # what each sink reads (None: every record)
+        for _, detect in detectors:
+            fold, found = fold_of(detect), []
+            run = start_fold(fold, config, found) if fold is not None else None
+            self._found.append(found)
+            self._folds.append(run)
+            if fold is not None:
+                self._lists.append(None)
+                self._sinks.append(_ignore if run is None else run.send)
+            else:
+                stream: list[Record] = []
+                self._lists.append((detect, stream))
+                self._sinks.append(stream.append)
+            self._kinds.append(reads_of(detect))
+        self.streams: list[list[Record]] = [[] for _ in extra]
+        self._sinks += [stream.append for stream in self.streams]
+        self._kinds += [tuple(kinds) for kinds in extra]
+        self._targets: dict[type, tuple[int, ...]] = {}
+
+    def _route(self, kind: type) -> tuple[int, ...]:
+        targets = self._targets[kind] = tuple(
+            i for i, kinds in enumerate(self._kinds)
+            if self._sinks[i] is not _ignore and (kinds is None or issubclass(kind, kinds)))
+        return targets
+
+    def feed(self, record: Record) -> None:
+        """Route one record, the next in ledger order."""
+        kind = record.event.__class__
+        targets = self._targets.get(kind)
+        if targets is None:
+            targets = self._route(kind)
+        sinks = self._sinks
+        for i in targets:
+            try:
+                sinks[i](record)
+            except StopIteration:  # that fold has seen all it needs
+                sinks[i] = _ignore
+                self._targets.clear()
+
+    def finish(self) -> list[Finding]:
+        """The findings, in registry order (each detector's in its own order), once every
+        record was fed."""
+        findings: list[Finding] = []
+        for run, held, found in zip(self._folds, self._lists, self._found):
+            if held is not None:
+                detect, stream = held
+                found.extend(detect(stream, self._config))
+            elif run is not None:
+                try:
+                    run.send(None)
+                except StopIteration:
+                    pass
+            findings.extend(found)
+        return findings

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
+from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, Fold, folded, reads
 from ledger import Record
 from ledger.events import (FileChange, FileOpen, HostSample, NetConnect, NetSend, ProcessExec, ProcessExit,
                            ProcessFork, ProcessSyscall, ProcSample, WitnessGap, WitnessStarted)
@@ -46,7 +46,8 @@ class _Life:
 
 
 @reads(WitnessStarted, WitnessGap, HostSample, ProcSample, *_WITH_PID)
-def unseen_process(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def unseen_process(config: DetectorConfig, found: list[Finding]) -> Fold:
     """Processes procfs sampled that a syscall witness never reported while they lived.
 
     A procfs incarnation (pid, start time) is seen by a syscall witness when that witness
@@ -66,7 +67,7 @@ def unseen_process(records: Iterable[Record], config: DetectorConfig) -> Iterato
     lives: dict[tuple[int, int], _Life] = {}
     reports: dict[str, dict[int, list[list[int]]]] = {w: {} for w in SYSCALL_WITNESSES}  # by pid: spans
     by_host: dict[str, dict[int, list[list[int]]]] = {w: {} for w in SYSCALL_WITNESSES}  # by host pid
-    for record in records:
+    while (record := (yield)) is not None:
         event, source = record.event, record.source
         if source in reports and isinstance(event, _WITH_PID):  # the bulk of a run: first
             _report(reports[source], event.pid, record.wall_ns)
@@ -100,10 +101,10 @@ def unseen_process(records: Iterable[Record], config: DetectorConfig) -> Iterato
             if _any_within(reports[witness].get(life.pid, ()), low, high) or (
                     life.host_pid is not None and _any_within(by_host[witness].get(life.host_pid, ()), low, high)):
                 continue
-            yield Finding(detector=UNSEEN_PROCESS, kind="unseen_process", effect=VOID, evidence=[life.seq],
-                          message=f"procfs saw pid {life.pid} ({life.name}, host pid {life.host_pid}, parent"
-                          f" {life.ppid}); the {witness} witness never reported it: it was blind to that"
-                          " process and to everything it did")
+            found.append(Finding(detector=UNSEEN_PROCESS, kind="unseen_process", effect=VOID, evidence=[life.seq],
+                                 message=f"procfs saw pid {life.pid} ({life.name}, host pid {life.host_pid}, parent"
+                                 f" {life.ppid}); the {witness} witness never reported it: it was blind to that"
+                                 " process and to everything it did"))
 
 
 def _scaffolding(lives: Iterable[_Life]) -> set[tuple[int, int]]:
