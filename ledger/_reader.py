@@ -661,6 +661,11 @@ class VerifiedStream:
             raise LedgerError(f"cannot read: {exc.strerror}", path=str(self.path)) from None
         self._size = size
 
+    @property
+    def complete(self) -> bool:
+        """Whether the records were iterated to the end (then `report` can be asked)."""
+        return self._size is not None
+
     def report(self) -> VerifyReport:
         """The verification report, once the records were iterated to the end.
 
