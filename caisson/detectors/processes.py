@@ -162,7 +162,8 @@ _LISTENER = "SECCOMP_FILTER_FLAG_NEW_LISTENER"
 
 
 @reads(WitnessStarted, ProcessFork, ProcessSyscall)
-def evasion(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def evasion(config: DetectorConfig, found: list[Finding]) -> Fold:
     """The moves that blind the strace witness, wherever a trace shows them made.
 
     - a process cloned with ``CLONE_UNTRACED`` (strace cannot follow it);
@@ -174,7 +175,19 @@ def evasion(records: Iterable[Record], config: DetectorConfig) -> Iterator[Findi
     shown otherwise (the eBPF witness sees past both). A refused attempt is
     ``containment.denied_syscall``'s, not this detector's.
     """
-    records = list(records)
+    moves: list[Record] = []  # the witnesses' starts, and the forks and seccomp calls that may be moves
+    while (record := (yield)) is not None:
+        event = record.event
+        if isinstance(event, ProcessFork) and "CLONE_UNTRACED" not in event.flags:
+            continue
+        if isinstance(event, ProcessSyscall) and event.syscall != "seccomp":
+            continue
+        moves.append(record)
+    found.extend(_evasion(moves))
+
+
+def _evasion(records: list[Record]) -> Iterator[Finding]:
+    """`evasion`'s findings over its records."""
     traced = any(isinstance(r.event, WitnessStarted) and r.event.witness == "strace" for r in records)
     effect = VOID if traced else INFO
     for record in records:

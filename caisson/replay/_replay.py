@@ -263,11 +263,16 @@ class _Walk:
         manifest, blobs = self.manifest, self.blobs
         early: list[Record] = []
         feed = self.streamed.feed if self.streamed is not None else early.append
+        kept: dict[type, int] = {}  # event class -> 1 a blob, 2 a configuration event, 0 neither
         for record in self.rebuild.records(records):
             event = record.event
-            if isinstance(event, BlobStored):
+            kind = event.__class__
+            keep = kept.get(kind)
+            if keep is None:
+                keep = kept[kind] = 1 if issubclass(kind, BlobStored) else 2 if issubclass(kind, _CONFIG_EVENTS) else 0
+            if keep == 1:
                 blobs[event.role] = event.sha256
-            elif isinstance(event, _CONFIG_EVENTS):
+            elif keep == 2:
                 manifest.append(record)
             feed(record)
             if self.streamed is None and len(early) >= _HOLD:
