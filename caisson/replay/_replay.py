@@ -166,7 +166,7 @@ def replay_records(run_dir: Path, report: VerifyReport, records: Sequence[Record
     return replay_streams(run_dir, report, records, detectors, verified_blobs=verified_blobs)[0]
 
 
-def replay_streams(run_dir: Path, report: VerifyReport, records: Iterable[Record],
+def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record],
                    detectors: Sequence[tuple[str, Detector]] = DEFAULT_DETECTORS,
                    extra: Sequence[tuple[type, ...]] = (), *,
                    verified_blobs: Mapping[str, bytes] | None = None) -> tuple[RunReplay, list[list[Record]]]:
@@ -175,8 +175,8 @@ def replay_streams(run_dir: Path, report: VerifyReport, records: Iterable[Record
 
     Args:
         run_dir, report, detectors, verified_blobs: as `replay_records`.
-        records: the run's records, in order (a sequence: read again, for a run whose later
-            records change what the walk decided early).
+        records: the run's records, in order (walked again for a run whose later records
+            change what the walk decided from its first ones).
         extra: tuples of event classes (as `caisson.detectors.route`'s ``wanted``).
 
     Returns:
