@@ -202,16 +202,14 @@ class Streamed:
     Args:
         detectors: (name@version, detector) pairs.
         config: the run's detector configuration.
-        extra: tuples of event classes whose records the caller wants too (`streams`).
     """
 
-    def __init__(self, detectors: Iterable[tuple[str, Detector]], config: DetectorConfig,
-                 extra: Sequence[tuple[type, ...]] = ()):
+    def __init__(self, detectors: Iterable[tuple[str, Detector]], config: DetectorConfig):
         self._config = config
         self._found: list[list[Finding]] = []
         self._folds: list[Fold | None] = []
         self._lists: list[tuple[Detector, list[Record]] | None] = []
-        self._sinks: list = []  # one per detector, then one per extra stream: what takes a record
+        self._sinks: list = []  # one per detector, then one per shared projection: what takes a record
         self._kinds: list[tuple[type, ...] | None] = []  # what each sink reads (None: every record)
         self._shared: dict[type, Any] = {}  # projection class -> the one instance the detectors over it share
         self._bodies: list[tuple[Any, Callable, list[Record]] | None] = []  # (projection, body, own records)
@@ -241,9 +239,6 @@ class Streamed:
                 self._lists.append((detect, stream))
                 self._sinks.append(stream.append)
             self._kinds.append(reads_of(detect))
-        self.streams: list[list[Record]] = [[] for _ in extra]
-        self._sinks += [stream.append for stream in self.streams]
-        self._kinds += [tuple(kinds) for kinds in extra]
         self._sinks += [shared.feed for shared in self._shared.values()]
         self._kinds += [tuple(projection.READS) for projection in self._shared]
         self._targets: dict[type, tuple[int, ...]] = {}

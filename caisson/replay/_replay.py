@@ -19,11 +19,11 @@ from typing import Literal
 
 import msgspec
 
-from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, DetectorConfig, Finding, Streamed
+from caisson.detectors import DEFAULT_DETECTORS, VOID, Detector, DetectorConfig, Finding, Streamed, route_for
 from caisson.detectors import config_from_records, tool_audit_status
 from caisson.errors import CaissonError
 from caisson.scenario import Scenario, parse_scenario
-from caisson.replay._rederive import Hints, Rebuild, Rederived, rederive
+from caisson.replay._rederive import Hints, Rebuild, Rederived, rederive, rederive_kinds
 from caisson.replay.scoring import Grade, grade
 from ledger import BLOBS_DIR, BlobStore, LedgerError, Record, VerifiedStream, VerifyKey, VerifyReport, locate
 from ledger.events import BlobStored, RunStarted, SandboxBuilt, Verdict, WitnessStarted
@@ -123,7 +123,7 @@ def replay_run(run_dir: Path, trusted: VerifyKey,
         failure: Exception | None = None
         walked = None
         try:
-            walked = _walk(run_dir, records, detectors, (), _blob_reader(stream.path, None), preset)
+            walked = _walk(run_dir, records, detectors, _blob_reader(stream.path, None), preset)
         except (CaissonError, OSError) as exc:  # a read of the file, a blob, the scenario
             failure = exc
         try:
@@ -175,8 +175,9 @@ def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record
 
     Args:
         run_dir, report, detectors, verified_blobs: as `replay_records`.
-        records: the run's records, in order (walked again for a run whose later records
-            change what the walk decided from its first ones).
+        records: the run's records, in order (held whole: the detectors are handed lists,
+            routed at C speed, as `caisson.detectors.route_for` splits them; `replay_run`
+            streams a run from its file instead).
         extra: tuples of event classes (as `caisson.detectors.route`'s ``wanted``).
 
     Returns:
@@ -191,16 +192,70 @@ def replay_streams(run_dir: Path, report: VerifyReport, records: Sequence[Record
     if report.status != "ok":
         return _unverified(run_dir, report, names), [[] for _ in extra]
     checked = _blob_reader(Path(report.path), verified_blobs)
-    walked = _walk(run_dir, records, detectors, extra, checked, None)
-    if not walked.exact:
-        walked = _walk(run_dir, records, detectors, extra, checked, walked.preset())
-    assert walked.streamed is not None
-    return walked.replay(run_dir, report, names), walked.streamed.streams
+    rebuilt, kinds, rederived = rederive_kinds(records, _or_none(checked))
+    # one walk: the manifest, the caller's streams and the detectors' streams
+    routed = route_for(rebuilt, detectors, (_MANIFEST, *extra), kinds=kinds)
+    manifest, *streams = routed.streams
+    blobs = {r.event.role: r.event.sha256 for r in manifest if isinstance(r.event, BlobStored)}  # the last of each
+    config, scenario = _configured(run_dir, manifest, blobs, checked)
+    return _graded(run_dir, report, names, manifest, blobs, config, scenario, routed.detect(config), rederived,
+                   checked), streams
 
 
 def _unverified(run_dir: Path, report: VerifyReport, names: list[str]) -> RunReplay:
     detail = report.reason or f"not closed: {report.unsealed} records after the last seal"
-    return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail, status="unverified", detectors=names)
+    return RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified=report.status, verify_detail=detail,
+                     status="unverified", detectors=names)
+
+
+def _configured(run_dir: Path, manifest: Iterable[Record], blobs: Mapping[str, str],
+                checked: Callable[[str], bytes]) -> tuple[DetectorConfig, Scenario | None]:
+    """The detector configuration and the scenario of a run's manifest records (its
+    ``run.started``, ``sandbox.built``, ``witness.started``) and blobs (role -> sha256).
+
+    Raises:
+        CaissonError: the kept scenario no longer parses (names the run and the field).
+        OSError: the scenario blob cannot be read.
+    """
+    sha = blobs.get("scenario")
+    data = checked(sha) if sha is not None else None
+    scenario: Scenario | None = None
+    if data:
+        try:
+            scenario = _scenario(data)
+        except CaissonError:
+            parse_scenario(data, f"{run_dir}:scenario")  # raises, naming the run
+            raise
+    return config_from_records(manifest, scenario), scenario
+
+
+def _graded(run_dir: Path, report: VerifyReport, names: list[str], manifest: list[Record], blobs: Mapping[str, str],
+            config: DetectorConfig, scenario: Scenario | None, findings: list[Finding], rederived: Rederived,
+            checked: Callable[[str], bytes]) -> RunReplay:
+    """A verified run's replay: its findings, status and grade."""
+    started = next((r.event for r in manifest if isinstance(r.event, RunStarted)), None)
+    if started is not None and started.weakened:
+        findings.append(Finding(detector=WEAKENED, kind="weakened_control", effect=VOID, evidence=[0],
+                                message=f"controls weakened on purpose: {', '.join(started.weakened)}"))
+    out = RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified="ok", detectors=names + [WEAKENED],
+                    findings=findings, question_id=started.question_id if started else None, rederived=rederived)
+    out.reasons = [f"{f.kind}: {f.message}" for f in findings if f.effect == VOID]
+    if (started is not None and started.agent is not None) or config.granted_tools is not None:
+        out.tool_audit = tool_audit_status(findings)
+    out.status = "void" if out.reasons else "clean"
+    question = None
+    if scenario is not None and out.question_id is not None:
+        question = scenario.question(out.question_id)
+    if question is not None:
+        sha = blobs.get("answer") or blobs.get("stdout")
+        answer = checked(sha) if sha is not None else None
+        provenance = [*config.excluded_paths, *(os.path.basename(p) for p in config.excluded_paths),
+                      *scenario.leak_terms, *question.leak_terms]  # only the answer key holds these
+        out.grade = grade(question, answer.decode("utf-8", "replace") if answer is not None else None,
+                          provenance_terms=provenance)
+        out.score_if_clean = out.grade.score_if_clean
+        out.score = None if out.status == "void" else out.grade.score
+    return out
 
 
 _HOLD = 4096
@@ -208,6 +263,7 @@ _HOLD = 4096
 recorder writes its manifest first); a run whose later records change the configuration
 is walked again with the whole run's (`_Walk.exact`)."""
 _CONFIG_EVENTS = (RunStarted, SandboxBuilt, WitnessStarted)  # `config_from_records`' events
+_MANIFEST = (*_CONFIG_EVENTS, BlobStored)  # and the blobs replay grades
 
 
 class _Preset(msgspec.Struct, frozen=True, kw_only=True):
@@ -228,9 +284,9 @@ class _Walk:
             configuration, the rebuild's) is the one the whole run gives.
     """
 
-    def __init__(self, run_dir: Path, detectors: Sequence[tuple[str, Detector]], extra: Sequence[tuple[type, ...]],
-                 checked: Callable[[str], bytes], preset: _Preset | None):
-        self._run_dir, self._detectors, self._extra, self._checked = run_dir, detectors, extra, checked
+    def __init__(self, run_dir: Path, detectors: Sequence[tuple[str, Detector]], checked: Callable[[str], bytes],
+                 preset: _Preset | None):
+        self._run_dir, self._detectors, self._checked = run_dir, detectors, checked
         self.rebuild = Rebuild(_or_none(checked), preset.hints if preset is not None else None)
         self.manifest: list[Record] = []
         self.blobs: dict[str, str] = {}  # role -> sha256 of its last blob.stored
@@ -243,20 +299,11 @@ class _Walk:
         self.exact = True
 
     def _configure(self) -> tuple[DetectorConfig, Scenario | None]:
-        sha = self.blobs.get("scenario")
-        data = self._checked(sha) if sha is not None else None
-        scenario: Scenario | None = None
-        if data:
-            try:
-                scenario = _scenario(data)
-            except CaissonError:
-                parse_scenario(data, f"{self._run_dir}:scenario")  # raises, naming the run
-                raise
-        return config_from_records(self.manifest, scenario), scenario
+        return _configured(self._run_dir, self.manifest, self.blobs, self._checked)
 
     def _start(self, config: DetectorConfig, scenario_sha: str | None) -> Streamed:
         self.used = (config, scenario_sha)
-        self.streamed = Streamed(self._detectors, config, self._extra)
+        self.streamed = Streamed(self._detectors, config)
         return self.streamed
 
     def walk(self, records: Iterable[Record]) -> None:
@@ -300,39 +347,16 @@ class _Walk:
     def replay(self, run_dir: Path, report: VerifyReport, names: list[str]) -> RunReplay:
         """The run's replay, from a whole walk."""
         assert self.streamed is not None and self.config is not None
-        config, scenario, checked = self.config, self.scenario, self._checked
-        started = next((r.event for r in self.manifest if isinstance(r.event, RunStarted)), None)
-        findings = self.streamed.finish()
-        if started is not None and started.weakened:
-            findings.append(Finding(detector=WEAKENED, kind="weakened_control", effect=VOID, evidence=[0],
-                                    message=f"controls weakened on purpose: {', '.join(started.weakened)}"))
-        out = RunReplay(run_dir=str(run_dir), run_id=report.run_id, verified="ok", detectors=names + [WEAKENED],
-                        findings=findings, question_id=started.question_id if started else None,
-                        rederived=self.rebuild.out)
-        out.reasons = [f"{f.kind}: {f.message}" for f in findings if f.effect == VOID]
-        if (started is not None and started.agent is not None) or config.granted_tools is not None:
-            out.tool_audit = tool_audit_status(findings)
-        out.status = "void" if out.reasons else "clean"
-        question = None
-        if scenario is not None and out.question_id is not None:
-            question = scenario.question(out.question_id)
-        if question is not None:
-            sha = self.blobs.get("answer") or self.blobs.get("stdout")
-            answer = checked(sha) if sha is not None else None
-            provenance = [*config.excluded_paths, *(os.path.basename(p) for p in config.excluded_paths),
-                          *scenario.leak_terms, *question.leak_terms]  # only the answer key holds these
-            out.grade = grade(question, answer.decode("utf-8", "replace") if answer is not None else None,
-                              provenance_terms=provenance)
-            out.score_if_clean = out.grade.score_if_clean
-            out.score = None if out.status == "void" else out.grade.score
-        return out
+        return _graded(run_dir, report, names, self.manifest, self.blobs, self.config, self.scenario,
+                       self.streamed.finish(), self.rebuild.out, self._checked)
 
 
 def _walk(run_dir: Path, records: Iterable[Record], detectors: Sequence[tuple[str, Detector]],
-          extra: Sequence[tuple[type, ...]], checked: Callable[[str], bytes], preset: _Preset | None) -> _Walk:
-    walked = _Walk(run_dir, detectors, extra, checked, preset)
+          checked: Callable[[str], bytes], preset: _Preset | None) -> _Walk:
+    walked = _Walk(run_dir, detectors, checked, preset)
     walked.walk(records)
     return walked
+
 
 
 def _blob_reader(ledger_path: Path, verified_blobs: Mapping[str, bytes] | None) -> Callable[[str], bytes]:
