@@ -19,7 +19,8 @@ from ledger import Record
 from ledger.events import Effect, Finding, RunStarted, SandboxBuilt, WitnessStarted
 
 __all__ = ["Detector", "DetectorConfig", "Effect", "Finding", "Fold", "VOID", "SCORE_NULL", "INFO",
-           "config_from_records", "FoldFunction", "fold_of", "folded", "norm", "reads", "reads_of", "start_fold", "under", "UnderAny"]
+           "config_from_records", "FoldFunction", "fold_of", "folded", "norm", "reads", "reads_of", "start_fold",
+           "under", "UnderAny"]
 
 VOID: Final = "void"  # the cell cannot be scored (never 0)
 SCORE_NULL: Final = "score_null"  # the answer keeps score_if_clean, scores null

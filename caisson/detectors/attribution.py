@@ -40,8 +40,8 @@ from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, Fold, F
 from ledger import Record
 from ledger.events import ClientProcess, HttpExchange, LlmCall, ProcessExec, ProcessFork, RunStarted
 
-__all__ = ["foreign_calls", "ATTRIBUTION_EVENTS", "FOREIGN_CALL", "Attribution", "CallOwner", "attributed", "call_owners",
-           "cli_calls", "foreign_model_call", "split_owners"]
+__all__ = ["foreign_calls", "ATTRIBUTION_EVENTS", "FOREIGN_CALL", "Attribution", "CallOwner", "attributed",
+           "call_owners", "cli_calls", "foreign_model_call", "split_owners"]
 
 FOREIGN_CALL = "model.foreign_call@1"
 ATTRIBUTION_EVENTS = (RunStarted, ProcessFork, ProcessExec, HttpExchange, LlmCall)

@@ -8,11 +8,9 @@ import functools
 import re
 
 import shlex
-from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import DetectorConfig, Finding, Fold, INFO, VOID, UnderAny, norm, folded, reads, under
 from caisson._glob import glob_to_regex
-from ledger import Record
 from collectors.strace import DENIED_SYSCALLS
 from ledger.events import FileChange, FileOpen, ProcessExec, ProcessSyscall, RunStarted, SandboxBuilt
 

@@ -8,12 +8,10 @@ When no exec carried an environment, the recorded ``run.started`` environment is
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
 
 from caisson.detectors._base import DetectorConfig, Finding, Fold, VOID, norm, folded, reads, under
 from caisson.chamber import INJECTION_SWITCHES
 from ledger import is_credential
-from ledger import Record
 from ledger.events import ProcessExec, RunStarted
 
 __all__ = ["ENV_INHERITANCE", "env_inheritance"]

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from caisson.detectors._base import DetectorConfig, Finding, Fold, VOID, folded, reads
-from ledger import Record
 from ledger.events import HostSample, ProcessExec, RunEnded, RunStarted, WitnessGap, WitnessStarted, WitnessStopped
 
 __all__ = [

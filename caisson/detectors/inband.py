@@ -20,7 +20,7 @@ report can count them and compare the arms.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, folded, reads
 from caisson.detectors.attribution import ATTRIBUTION_EVENTS, CallOwner, attributed, split_owners

@@ -89,7 +89,8 @@ def bypass_attempt(config: DetectorConfig, found: list[Finding]) -> Fold:
                 endpoints.add(endpoint)
         elif isinstance(event, NetSend) and _direct(event.family, event.address, event.port, endpoints):
             found.append(Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect=INFO, evidence=[record.seq],
-                                 message=f"{event.syscall} to {event.address}:{event.port} directly, flags {event.flags}"
+                                 message=f"{event.syscall} to {event.address}:{event.port} directly, flags"
+                                 f" {event.flags}"
                                  + (f" ({event.errno})" if event.errno else f" ({event.result} sent)")))
         elif isinstance(event, NetConnect) and _direct(event.family, event.address, event.port, endpoints):
             ok = event.result == 0

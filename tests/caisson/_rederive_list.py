@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import compress
 from operator import attrgetter
-from typing import Any
 
 import msgspec
 
@@ -14,58 +13,14 @@ from caisson.agents import ADAPTERS
 from collectors.llm import USAGE_RULES_VERSION
 from collectors.proxy import rederive_llm_call
 from ledger import Record, drain
-from ledger.events import (
-    AgentAnswer, AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, AgentToolResult, AgentUsage, BlobStored,
-    HttpExchange, LlmCall, LlmUsage, RunStarted,
-)
+from caisson.replay._rederive import Rederived, _transcript_changes, _usage_changes
+from ledger.events import AgentUsage, BlobStored, HttpExchange, LlmCall, RunStarted
 
 __all__ = ["rederive"]
 
 TRANSCRIPT_SOURCE = "transcript"
 _EVENT, _SOURCE = attrgetter("event"), attrgetter("source")
 _READ: dict[type, bool] = {}  # event class -> whether rederive reads it (a blob, an exchange, a call)
-FIGURES = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
-           "reasoning_tokens")
-
-
-from caisson.replay._rederive import Rederived, _transcript_changes  # noqa: E402
-
-
-class _Unused(msgspec.Struct, kw_only=True):
-    """What replay rebuilt from raw evidence, as written to ``findings.json``.
-
-    Attributes:
-        versions: the parser and rule versions that rebuilt them (``name@version``).
-        llm_calls: ``llm.call`` events rebuilt from body blobs.
-        transcript: the adapter whose parser re-read the stdout blob, or None.
-        kept_live: derived events kept as written live, one line each with why.
-        changed: every figure or outcome the rebuild changed: ``seq N kind: what old -> new``.
-        usage: the rebuilt ``llm.call`` and ``agent.usage`` events (the figures to report).
-    """
-
-    versions: dict[str, str] = {}
-    llm_calls: int = 0
-    transcript: str | None = None
-    kept_live: list[str] = []
-    changed: list[str] = []
-    usage: list[LlmCall | AgentUsage] = []
-
-
-def _fmt(value: Any) -> str:
-    return "null" if value is None else str(value)
-
-
-def _usage_changes(where: str, old: LlmUsage | None, new: LlmUsage | None,
-                   old_reason: str | None, new_reason: str | None) -> list[str]:
-    out = []
-    for figure in FIGURES:
-        a = getattr(old, figure) if old is not None else None
-        b = getattr(new, figure) if new is not None else None
-        if a != b:
-            out.append(f"{where}: {figure} {_fmt(a)} -> {_fmt(b)}")
-    if old_reason != new_reason:
-        out.append(f"{where}: usage missing reason {_fmt(old_reason)} -> {_fmt(new_reason)}")
-    return out
 
 
 def _adapter(records: Sequence[Record]) -> tuple[str | None, str | None]:
