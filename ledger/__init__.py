@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     )
     from ledger._reader import (
         LedgerChecker,
+        VerifiedStream,
         VerifyReport,
         follow_records,
         locate,
@@ -115,6 +116,7 @@ __all__ = [
     "read_records",
     "run_writer",
     "verify_and_read",
+    "VerifiedStream",
     "verify_ledger",
     "HeadCheck",
     "HeldHead",
@@ -146,8 +148,8 @@ _LAZY = {
     "_secrets": ("CREDENTIAL_PATTERNS", "SECRET_HEADERS", "SECRET_QUERY_PARAMS", "Redactor", "derive_fingerprint_key",
                  "fingerprint_secret", "is_credential", "keyed_fingerprint", "looks_secret", "redact_argv",
                  "redact_env", "redact_exec"),
-    "_reader": ("LedgerChecker", "VerifyReport", "follow_records", "locate", "read_records", "verify_and_read",
-                "verify_ledger"),
+    "_reader": ("LedgerChecker", "VerifiedStream", "VerifyReport", "follow_records", "locate", "read_records",
+                "verify_and_read", "verify_ledger"),
     "_writer": ("BLOBS_DIR", "LEDGER_FILE", "LedgerWriter", "Submission", "run_writer"),
     "_heads": ("HeadCheck", "HeldHead", "encode_head", "load_heads"),
     "_proof": ("PROOF_MAGIC", "PROOF_VERSION", "LedgerProof", "Proof", "ProofReport", "ProvenBlob", "ProvenRecord",

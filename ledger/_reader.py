@@ -13,7 +13,7 @@ import operator
 import time
 from collections.abc import Callable, Container, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import zstandard
@@ -53,6 +53,7 @@ __all__ = [
     "verify_and_read",
     "read_records",
     "follow_records",
+    "VerifiedStream",
 ]
 
 _READ_CHUNK = 1 << 20
@@ -659,3 +660,75 @@ def follow_records(path: Path, *, poll_s: float = 0.2, timeout_s: float | None =
     finally:
         if handle is not None:
             handle.close()
+
+
+class _FileTail:
+    """A ledger file as `_report` reads it when it was streamed, not held: its length, and
+    its bytes from an offset on (read again from the file; only for a damaged tail)."""
+
+    def __init__(self, path: Path, size: int):
+        self._path, self._size = path, size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, key: slice) -> bytes:
+        with open(self._path, "rb") as f:
+            f.seek(key.start or 0)
+            return f.read(self._size - (key.start or 0))
+
+
+class VerifiedStream:
+    """`verify_and_read` with the records streamed, not held: iterate it once, then `report`.
+
+    The file is read in chunks of `_READ_CHUNK` bytes, checked as `verify_and_read` checks
+    it; the records are those of complete frames, yielded as they are checked, whatever the
+    report will say: use what was computed from them only when ``report().status`` is what
+    the caller accepts. Blobs are checked by `report` (none is handed back).
+
+    Raises:
+        NotALedgerError: at construction, for an empty file; from iteration, for bytes that
+            are not a ledger.
+        LedgerError: at construction, nothing readable at the path; from iteration, an
+            unsupported format version or a read error.
+    """
+
+    def __init__(self, path: Path, trusted: VerifyKey):
+        self.path, self._blobs = locate(path)
+        try:
+            empty = self.path.stat().st_size == 0
+        except OSError as exc:
+            raise LedgerError(f"cannot read: {exc.strerror}", path=str(self.path)) from None
+        if empty:
+            raise NotALedgerError("empty file: not a caisson ledger (no header)", path=str(self.path))
+        self._checker = LedgerChecker(trusted, decode=True)
+        self._size: int | None = None
+
+    def __iter__(self) -> Iterator[Record]:
+        checker = self._checker
+        size = 0
+        try:
+            with open(self.path, "rb") as f:
+                while chunk := f.read(_READ_CHUNK):
+                    size += len(chunk)
+                    checker.feed(chunk)
+                    yield from checker.records()
+        except OSError as exc:
+            raise LedgerError(f"cannot read: {exc.strerror}", path=str(self.path)) from None
+        self._size = size
+
+    @property
+    def complete(self) -> bool:
+        """Whether the records were iterated to the end (then `report` can be asked)."""
+        return self._size is not None
+
+    def report(self) -> VerifyReport:
+        """The verification report, once the records were iterated to the end.
+
+        Raises:
+            RuntimeError: the records were not iterated to the end.
+        """
+        if self._size is None:
+            raise RuntimeError("VerifiedStream.report() before its records were read to the end")
+        tail = cast(bytes, _FileTail(self.path, self._size))  # _report reads len() and [offset:] only
+        return _report(self._checker, tail, self.path, self._blobs)

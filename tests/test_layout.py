@@ -61,7 +61,7 @@ def test_ledger_public_surface_is_pinned():
         "LedgerChecker", "LedgerError", "LedgerWriter", "NotALedgerError", "Record", "Seal", "SigningKey",
         "Submission", "VerifyKey", "VerifyReport", "WriterClosedError", "fingerprint", "fingerprint_secret", "follow_records",
         "generate_keypair", "load_signing_key", "load_verify_key", "locate", "read_records", "run_writer",
-        "verify_and_read", "verify_ledger", "NEED_DATA", "NeedData", "ParserClosedError", "SansIOParser", "drain",
+        "verify_and_read", "VerifiedStream", "verify_ledger", "NEED_DATA", "NeedData", "ParserClosedError", "SansIOParser", "drain",
         "HeadCheck", "HeldHead", "encode_head", "load_heads", "PROOF_MAGIC", "PROOF_VERSION", "LedgerProof", "Proof",
         "ProofReport", "ProvenBlob", "ProvenRecord", "decode_proof", "encode_proof", "is_proof", "prove",
         "read_proof", "verify_proof",

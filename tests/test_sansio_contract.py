@@ -98,6 +98,8 @@ NOT_PARSERS: dict[str, str] = {  # module.qualname -> why the contract does not 
     "collectors.proxy._exchange._Body": "one body direction over BodyDecoder: bytes -> bytes",
     "collectors.proxy._exchange.ExchangeAssembler": "fed decoded frames, not bytes; close takes the end's time",
     "ledger._reader.LedgerChecker": "a verifier over FrameParser (registered): records() yields checked records",
+    "caisson.detectors._runner.Streamed": "a detector runner fed decoded records, not bytes",
+    "caisson.detectors.attribution.Attribution": "a projection fed decoded records, not bytes",
 }
 
 

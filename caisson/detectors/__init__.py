@@ -15,11 +15,14 @@ from caisson.detectors._base import (
     DetectorConfig,
     Effect,
     Finding,
+    Fold,
     config_from_records,
+    fold_of,
+    folded,
     reads,
     reads_of,
 )
-from caisson.detectors._runner import Routed, one_pass, route, route_for
+from caisson.detectors._runner import Routed, Streamed, one_pass, route, route_for
 from caisson.detectors.attribution import ATTRIBUTION_EVENTS, FOREIGN_CALL, foreign_calls, foreign_model_call
 from caisson.detectors.containment import (
     AGENT_CONFIG,
@@ -74,17 +77,21 @@ __all__ = [
     "DetectorConfig",
     "Effect",
     "Finding",
+    "Fold",
     "HOST_STALLED",
     "INFO",
     "SCORE_NULL",
     "VOID",
     "config_from_records",
+    "fold_of",
+    "folded",
     "foreign_calls",
     "reads",
     "reads_of",
     "route",
     "route_for",
     "Routed",
+    "Streamed",
     "run_detectors",
     "same_model",
     "should_abort_study",

@@ -7,8 +7,9 @@ finding, so a finding can be traced to the code that produced it.
 
 from __future__ import annotations
 
+import functools
 import posixpath
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Final, TypeVar
 
 import msgspec
@@ -17,8 +18,9 @@ from caisson._paths import CONFIG_HOME, SANDBOX_PATH
 from ledger import Record
 from ledger.events import Effect, Finding, RunStarted, SandboxBuilt, WitnessStarted
 
-__all__ = ["Detector", "DetectorConfig", "Effect", "Finding", "VOID", "SCORE_NULL", "INFO", "config_from_records",
-           "norm", "reads", "reads_of", "under", "UnderAny"]
+__all__ = ["Detector", "DetectorConfig", "Effect", "Finding", "Fold", "VOID", "SCORE_NULL", "INFO",
+           "config_from_records", "FoldFunction", "fold_of", "folded", "norm", "reads", "reads_of", "start_fold",
+           "under", "UnderAny"]
 
 VOID: Final = "void"  # the cell cannot be scored (never 0)
 SCORE_NULL: Final = "score_null"  # the answer keeps score_if_clean, scores null
@@ -60,6 +62,11 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 Detector = Callable[[Iterable[Record], DetectorConfig], Iterator[Finding]]
 
+Fold = Generator[None, Record | None, None]
+"""A detector as a fold: sent its records one by one, then None; it appends its findings to
+the list it was given, and keeps only what it must remember between records."""
+FoldFunction = Callable[[DetectorConfig, list[Finding]], Fold]
+
 _D = TypeVar("_D", bound=Callable)
 
 
@@ -86,6 +93,48 @@ def reads(*kinds: type) -> Callable[[_D], _D]:
         return detect
 
     return mark
+
+
+def folded(fold: FoldFunction) -> Detector:
+    """A detector written as a fold (a decorator): the detector over a run's records, which
+    sends them to ``fold`` one by one; `fold_of` gives ``fold`` back to a runner that streams
+    the records (`caisson.detectors.Streamed`).
+
+    ``fold(config, found)`` is a generator: it receives each record from ``yield`` and None
+    after the last, appends its findings to ``found``, and may return at any point (it has
+    seen all it needs).
+    """
+
+    @functools.wraps(fold)
+    def detect(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+        found: list[Finding] = []
+        run = start_fold(fold, config, found)
+        if run is not None:
+            try:
+                for record in records:
+                    run.send(record)
+                run.send(None)
+            except StopIteration:
+                pass
+        yield from found
+
+    detect.fold = fold  # type: ignore[attr-defined]
+    return detect
+
+
+def start_fold(fold: FoldFunction, config: DetectorConfig, found: list[Finding]) -> Fold | None:
+    """``fold`` started, ready for its first record; None when it ended before any (it needs none)."""
+    run = fold(config, found)
+    try:
+        next(run)
+    except StopIteration:
+        return None
+    return run
+
+
+def fold_of(detect: Detector) -> FoldFunction | None:
+    """The fold ``detect`` was made from with `folded`, or None (a function over all its records)."""
+    return getattr(detect, "fold", None)
 
 
 def reads_of(detect: Detector) -> tuple[type, ...] | None:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import functools
 from itertools import compress
 from operator import attrgetter, is_not
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from caisson.detectors._base import Detector, DetectorConfig, Finding, reads_of
+from caisson.detectors._base import Detector, DetectorConfig, Finding, Fold, fold_of, reads_of, start_fold
 from ledger import Record
 
-__all__ = ["Routed", "one_pass", "route", "route_for"]
+__all__ = ["Routed", "Streamed", "one_pass", "route", "route_for"]
 
 _EVENT = attrgetter("event")
 
@@ -173,3 +174,111 @@ def one_pass(records: Iterable[Record], config: DetectorConfig,
         running each detector alone over every record.
     """
     return route_for(records, detectors).detect(config)
+
+
+def _ignore(record: Record) -> None:
+    """The sink of a fold that has ended: it takes no more records."""
+
+
+def _hold_unkept(keeps: Callable[[Record], bool], hold: Callable[[Record], None], record: Record) -> None:
+    """Hold ``record`` for a detector over a shared projection, unless the projection keeps
+    all that matters of it."""
+    if not keeps(record):
+        hold(record)
+
+
+class Streamed:
+    """Detectors fed a run's records one at a time, holding no more of the run than they must.
+
+    A detector made with `caisson.detectors._base.folded` is sent each record of the types
+    it reads as it comes and keeps only its own state; any other is handed, at `finish`,
+    the list of the records of its types (so what it reads stays held: detectors of the
+    bulk of a run, its syscalls, are folds). Detectors over one projection of the run (the
+    call owners: `caisson.detectors.attribution.attributed`) share one instance of it,
+    which holds the run's process tree once, not once each (replay_bench's
+    ``replay_growth``: a run's processes are most of what grows with it). The findings are
+    those of `one_pass` over the same records.
+
+    Args:
+        detectors: (name@version, detector) pairs.
+        config: the run's detector configuration.
+    """
+
+    def __init__(self, detectors: Iterable[tuple[str, Detector]], config: DetectorConfig):
+        self._config = config
+        self._found: list[list[Finding]] = []
+        self._folds: list[Fold | None] = []
+        self._lists: list[tuple[Detector, list[Record]] | None] = []
+        self._sinks: list = []  # one per detector, then one per shared projection: what takes a record
+        self._kinds: list[tuple[type, ...] | None] = []  # what each sink reads (None: every record)
+        self._shared: dict[type, Any] = {}  # projection class -> the one instance the detectors over it share
+        self._bodies: list[tuple[Any, Callable, list[Record]] | None] = []  # (projection, body, own records)
+        for _, detect in detectors:
+            fold, found = fold_of(detect), []
+            projection = getattr(fold, "projection", None)
+            if projection is not None:
+                if projection not in self._shared:
+                    self._shared[projection] = projection()
+                own: list[Record] = []
+                self._found.append(found)
+                self._folds.append(None)
+                self._lists.append(None)
+                self._bodies.append((self._shared[projection], fold.body, own))  # type: ignore[union-attr]
+                self._sinks.append(functools.partial(_hold_unkept, projection.keeps, own.append))
+                self._kinds.append(reads_of(detect))
+                continue
+            self._bodies.append(None)
+            run = start_fold(fold, config, found) if fold is not None else None
+            self._found.append(found)
+            self._folds.append(run)
+            if fold is not None:
+                self._lists.append(None)
+                self._sinks.append(_ignore if run is None else run.send)
+            else:
+                stream: list[Record] = []
+                self._lists.append((detect, stream))
+                self._sinks.append(stream.append)
+            self._kinds.append(reads_of(detect))
+        self._sinks += [shared.feed for shared in self._shared.values()]
+        self._kinds += [tuple(projection.READS) for projection in self._shared]
+        self._targets: dict[type, tuple[int, ...]] = {}
+
+    def _route(self, kind: type) -> tuple[int, ...]:
+        targets = self._targets[kind] = tuple(
+            i for i, kinds in enumerate(self._kinds)
+            if self._sinks[i] is not _ignore and (kinds is None or issubclass(kind, kinds)))
+        return targets
+
+    def feed(self, record: Record) -> None:
+        """Route one record, the next in ledger order."""
+        kind = record.event.__class__
+        targets = self._targets.get(kind)
+        if targets is None:
+            targets = self._route(kind)
+        sinks = self._sinks
+        for i in targets:
+            try:
+                sinks[i](record)
+            except StopIteration:  # that fold has seen all it needs
+                sinks[i] = _ignore
+                self._targets.clear()
+
+    def finish(self) -> list[Finding]:
+        """The findings, in registry order (each detector's in its own order), once every
+        record was fed."""
+        findings: list[Finding] = []
+        results = {id(shared): shared.result() for shared in self._shared.values()}
+        for run, held, shared, found in zip(self._folds, self._lists, self._bodies, self._found):
+            if shared is not None:
+                projection, body, own = shared
+                found.extend(body(own, results[id(projection)], self._config))
+            elif held is not None:
+                detect, stream = held
+                found.extend(detect(stream, self._config))
+            elif run is not None:
+                try:
+                    run.send(None)
+                except StopIteration:
+                    pass
+            findings.extend(found)
+        return findings

@@ -7,7 +7,7 @@ import functools
 import shlex
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, reads
+from caisson.detectors._base import DetectorConfig, Finding, Fold, INFO, VOID, folded, reads
 from caisson.detectors._execs import ShellRun, outside_rules, shell_runs
 from caisson.grants import command_words, granted_by, grants_by_tool
 from ledger import Record
@@ -65,7 +65,8 @@ def _command(call: AgentToolCall | None) -> str:
 
 
 @reads(AgentToolCall, AgentToolResult, LlmCall, ProcessExec, ProcessExit)
-def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def tool_escape(config: DetectorConfig, found: list[Finding]) -> Fold:
     """A tool executed outside the arm's grant voids the cell: refusals are classified out,
     an outcome nobody recognised counts as executed. One finding per broken strategy.
 
@@ -82,8 +83,16 @@ def tool_escape(records: Iterable[Record], config: DetectorConfig) -> Iterator[F
     show cannot be checked and counts as outside the grant."""
     if config.granted_tools is None:
         return
-    records = list(records)
     grant = _grant(config)
+    own: list[Record] = []  # the tools' records; the processes' only for a scoped grant (its shells)
+    while (record := (yield)) is not None:
+        if grant.scoped or not isinstance(record.event, (ProcessExec, ProcessExit)):
+            own.append(record)
+    found.extend(_escapes(own, grant))
+
+
+def _escapes(records: list[Record], grant: _Grant) -> Iterator[Finding]:
+    """`tool_escape`'s findings over its records."""
     scoped, granted, strategy_of = grant.scoped, grant.granted, grant.strategy
     audited = [r for r in records if isinstance(r.event, AgentToolResult) and r.event.outcome != "refused"
                and r.event.tool in scoped and strategy_of(r.event.tool) not in granted]

@@ -30,16 +30,18 @@ disagree) or the proxy found none, the call is unattributed, and said so: never 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
 import msgspec
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
+from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, Fold, FoldFunction, folded, reads
 from ledger import Record
 from ledger.events import ClientProcess, HttpExchange, LlmCall, ProcessExec, ProcessFork, RunStarted
 
-__all__ = ["foreign_calls", "ATTRIBUTION_EVENTS", "FOREIGN_CALL", "CallOwner", "call_owners", "cli_calls", "foreign_model_call"]
+__all__ = ["foreign_calls", "ATTRIBUTION_EVENTS", "FOREIGN_CALL", "Attribution", "CallOwner", "attributed",
+           "call_owners", "cli_calls", "foreign_model_call", "split_owners"]
 
 FOREIGN_CALL = "model.foreign_call@1"
 ATTRIBUTION_EVENTS = (RunStarted, ProcessFork, ProcessExec, HttpExchange, LlmCall)
@@ -88,6 +90,88 @@ class _Process:
         return False
 
 
+class Attribution:
+    """`call_owners` fed one record at a time: it keeps the syscall witness's process tree
+    and the run's exchanges and calls, not the records. A projection that detectors share
+    (`attributed`): it reads `READS` only, and `keeps` says which records are its alone."""
+
+    READS = ATTRIBUTION_EVENTS
+
+    def __init__(self) -> None:
+        self.agent: str | None = None
+        self.source: str | None = None  # the syscall witness whose processes are read: the first exec's
+        self.root: _Process | None = None
+        self.current: dict[int, _Process] = {}  # chamber pid -> its latest incarnation
+        self.incarnations: dict[int, list[_Process]] = {}
+        self.exchanges: dict[int, HttpExchange] = {}
+        self.last_exchange: dict[str, int] = {}  # source -> seq of its latest http.exchange
+        self.calls: list[tuple[int, int | None]] = []  # (llm.call seq, http.exchange seq)
+        self.looked = False
+
+    @staticmethod
+    def keeps(record: Record) -> bool:
+        """Whether ``record`` is a process's (a fork or an exec): the tree keeps all that
+        matters of it, a detector over the owners need not hold it."""
+        return isinstance(record.event, (ProcessFork, ProcessExec))
+
+    def feed(self, record: Record) -> None:
+        """Take one record (the next in ledger order; other kinds than `READS` are ignored)."""
+        event = record.event
+        if isinstance(event, (ProcessFork, ProcessExec)):
+            if isinstance(event, ProcessExec) and event.result != 0:
+                return
+            if self.source is None:
+                if not isinstance(event, ProcessExec):
+                    return  # the witness's own forks before the command
+                self.source = record.source
+            elif record.source != self.source:
+                return
+            current = self.current
+            proc = current.get(event.pid)
+            if proc is None or isinstance(event, ProcessFork):
+                parent = current.get(event.ppid) if event.ppid is not None else None
+                proc = current[event.pid] = _Process(event.pid, event.host_pid, parent)
+                self.incarnations.setdefault(event.pid, []).append(proc)
+            if proc.host_pid is None:
+                proc.host_pid = event.host_pid
+            if isinstance(event, ProcessExec):
+                proc.execs.append((record.seq, event.path))
+                self.root = self.root or proc
+        elif isinstance(event, RunStarted):
+            self.agent = event.agent.name if event.agent else None
+        elif isinstance(event, HttpExchange):
+            self.exchanges[record.seq] = event
+            self.last_exchange[record.source] = record.seq
+            self.looked = self.looked or bool(event.client_processes) or event.client_unresolved is not None
+        elif isinstance(event, LlmCall):
+            self.calls.append((record.seq, event.exchange_seq if event.exchange_seq is not None
+                               else self.last_exchange.pop(record.source, None)))
+
+    def result(self) -> dict[int, CallOwner] | None:
+        """`owners` (what a runner that shares the projection hands the detectors over it)."""
+        return self.owners()
+
+    def owners(self) -> dict[int, CallOwner] | None:
+        """`call_owners` of the records fed."""
+        if self.agent is None or self.root is None or not self.looked:
+            return None
+        from caisson.agents import ADAPTERS  # the adapters' own programs; agents import no detector
+
+        spec = ADAPTERS.get(self.agent)
+        tree = _Tree(self.root, self.incarnations, spec.programs if spec is not None else ())
+        owners = {}
+        for seq, exchange_seq in self.calls:
+            exchange = self.exchanges.get(exchange_seq) if exchange_seq is not None else None
+            if exchange is None:
+                owners[seq] = CallOwner(verdict="unattributed", reason="its http.exchange is not in the ledger")
+            elif not exchange.client_processes:
+                owners[seq] = CallOwner(verdict="unattributed", exchange_seq=exchange_seq,
+                                        reason=exchange.client_unresolved or "the proxy did not look up its client")
+            else:
+                owners[seq] = msgspec.structs.replace(tree.owner(exchange.client_processes), exchange_seq=exchange_seq)
+        return owners
+
+
 def call_owners(records: Iterable[Record]) -> dict[int, CallOwner] | None:
     """Whose each ``llm.call`` was (see the module docstring).
 
@@ -100,62 +184,41 @@ def call_owners(records: Iterable[Record]) -> dict[int, CallOwner] | None:
         adapter run, no ``http.exchange`` the proxy looked up, or no exec of the command
         in a syscall witness's records.
     """
-    agent: str | None = None
-    source: str | None = None  # the syscall witness whose processes are read: the first exec's
-    root: _Process | None = None
-    current: dict[int, _Process] = {}  # chamber pid -> its latest incarnation
-    incarnations: dict[int, list[_Process]] = {}
-    exchanges: dict[int, HttpExchange] = {}
-    last_exchange: dict[str, int] = {}  # source -> seq of its latest http.exchange
-    calls: list[tuple[int, int | None]] = []  # (llm.call seq, http.exchange seq)
-    looked = False
+    attribution = Attribution()
     for record in records:
-        event = record.event
-        if isinstance(event, RunStarted):
-            agent = event.agent.name if event.agent else None
-        elif isinstance(event, (ProcessFork, ProcessExec)):
-            if isinstance(event, ProcessExec) and event.result != 0:
-                continue
-            if source is None:
-                if not isinstance(event, ProcessExec):
-                    continue  # the witness's own forks before the command
-                source = record.source
-            elif record.source != source:
-                continue
-            proc = current.get(event.pid)
-            if proc is None or isinstance(event, ProcessFork):
-                parent = current.get(event.ppid) if event.ppid is not None else None
-                proc = current[event.pid] = _Process(event.pid, event.host_pid, parent)
-                incarnations.setdefault(event.pid, []).append(proc)
-            if proc.host_pid is None:
-                proc.host_pid = event.host_pid
-            if isinstance(event, ProcessExec):
-                proc.execs.append((record.seq, event.path))
-                root = root or proc
-        elif isinstance(event, HttpExchange):
-            exchanges[record.seq] = event
-            last_exchange[record.source] = record.seq
-            looked = looked or bool(event.client_processes) or event.client_unresolved is not None
-        elif isinstance(event, LlmCall):
-            calls.append((record.seq, event.exchange_seq if event.exchange_seq is not None
-                          else last_exchange.pop(record.source, None)))
-    if agent is None or root is None or not looked:
-        return None
-    from caisson.agents import ADAPTERS  # the adapters' own programs; agents import no detector
+        attribution.feed(record)
+    return attribution.owners()
 
-    spec = ADAPTERS.get(agent)
-    tree = _Tree(root, incarnations, spec.programs if spec is not None else ())
-    owners = {}
-    for seq, exchange_seq in calls:
-        exchange = exchanges.get(exchange_seq) if exchange_seq is not None else None
-        if exchange is None:
-            owners[seq] = CallOwner(verdict="unattributed", reason="its http.exchange is not in the ledger")
-        elif not exchange.client_processes:
-            owners[seq] = CallOwner(verdict="unattributed", exchange_seq=exchange_seq,
-                                    reason=exchange.client_unresolved or "the proxy did not look up its client")
-        else:
-            owners[seq] = msgspec.structs.replace(tree.owner(exchange.client_processes), exchange_seq=exchange_seq)
-    return owners
+
+def attributed(body: Callable[[list[Record], dict[int, CallOwner] | None, DetectorConfig], Iterable[Finding]]
+               ) -> FoldFunction:
+    """A detector that reads whose each call was, and a few event types of its own, as a
+    fold (a decorator, under `folded`): the processes' records go into the attribution's
+    tree; ``body`` is handed the others (its own events, few) and the call owners. A runner
+    that streams several such detectors may feed them one `Attribution` (the fold's
+    ``projection`` and ``body``: `caisson.detectors.Streamed`)."""
+
+    @functools.wraps(body)
+    def fold(config: DetectorConfig, found: list[Finding]) -> Fold:
+        attribution = Attribution()
+        own: list[Record] = []
+        while (record := (yield)) is not None:
+            attribution.feed(record)
+            if not Attribution.keeps(record):
+                own.append(record)
+        found.extend(body(own, attribution.owners(), config))
+
+    fold.projection = Attribution  # type: ignore[attr-defined]
+    fold.body = body  # type: ignore[attr-defined]
+    return fold
+
+
+def split_owners(owners: dict[int, CallOwner] | None) -> tuple[frozenset[int], frozenset[int]]:
+    """`foreign_calls` of the call owners."""
+    if owners is None:
+        return frozenset(), frozenset()
+    return (frozenset(seq for seq, o in owners.items() if o.verdict == "foreign"),
+            frozenset(seq for seq, o in owners.items() if o.verdict == "unattributed"))
 
 
 def cli_calls(records: Iterable[Record]) -> frozenset[int] | None:
@@ -171,11 +234,7 @@ def foreign_calls(records: Iterable[Record]) -> tuple[frozenset[int], frozenset[
     reader that asks whether the CLI reached a model, or which model it used, counts an
     unattributed call as possibly the CLI's (a lookup that lost a race with a closed socket
     must not void an honest run); one that sums a figure cannot (it may be a tool's)."""
-    owners = call_owners(records)
-    if owners is None:
-        return frozenset(), frozenset()
-    return (frozenset(seq for seq, o in owners.items() if o.verdict == "foreign"),
-            frozenset(seq for seq, o in owners.items() if o.verdict == "unattributed"))
+    return split_owners(call_owners(records))
 
 
 class _Tree:
@@ -241,7 +300,10 @@ def _ran(chain: list[_Process], root: _Process) -> str:
 
 
 @reads(*ATTRIBUTION_EVENTS)
-def foreign_model_call(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+@attributed
+def foreign_model_call(records: list[Record], owners: dict[int, CallOwner] | None,
+                       config: DetectorConfig) -> Iterator[Finding]:
     """Model calls the agent's CLI did not make, in an adapter run with attribution.
 
     Yields:
@@ -250,8 +312,6 @@ def foreign_model_call(records: Iterable[Record], config: DetectorConfig) -> Ite
         made the process not the CLI); per call whose process could not be told, an info
         ``unattributed_model_call`` saying why.
     """
-    records = list(records)
-    owners = call_owners(records)
     if owners is None:
         return
     models = {r.seq: r.event.requested_model for r in records if isinstance(r.event, LlmCall)}

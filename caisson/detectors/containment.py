@@ -8,11 +8,9 @@ import functools
 import re
 
 import shlex
-from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, UnderAny, norm, reads, under
+from caisson.detectors._base import DetectorConfig, Finding, Fold, INFO, VOID, UnderAny, norm, folded, reads, under
 from caisson._glob import glob_to_regex
-from ledger import Record
 from collectors.strace import DENIED_SYSCALLS
 from ledger.events import FileChange, FileOpen, ProcessExec, ProcessSyscall, RunStarted, SandboxBuilt
 
@@ -40,7 +38,8 @@ _UNSEEN = object()
 
 
 @reads(FileOpen, ProcessExec, FileChange)
-def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def excluded_read(config: DetectorConfig, found: list[Finding]) -> Fold:
     """A successful open of a path in the exclusion set voids the cell; a failed one is shown.
     So does a hard link or rename of one (its content under a name outside the set, read
     later without a finding).
@@ -56,7 +55,7 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
     exclusion = _exclusion(config)
     resolved, absolute, quiet = exclusion.resolved, exclusion.absolute, exclusion.quiet
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
-    for record in records:
+    while (record := (yield)) is not None:
         event = record.event
         # most records are opens: one test for them (of the class itself, cheaper than isinstance's)
         if event.__class__ is not FileOpen and not isinstance(event, FileOpen):
@@ -74,11 +73,11 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
                     rel, category = hit  # type: ignore[misc]
                     verb = "linked" if event.syscall.startswith("link") else "renamed"
                     if event.result == 0:
-                        yield Finding(detector=EXCLUDED_READ, kind="leak", effect=VOID, evidence=[record.seq],
-                                      message=f"{verb} {rel} ({category}) to {new} with {event.syscall}")
+                        found.append(Finding(detector=EXCLUDED_READ, kind="leak", effect=VOID, evidence=[record.seq],
+                                             message=f"{verb} {rel} ({category}) to {new} with {event.syscall}"))
                     else:
-                        yield Finding(detector=EXCLUDED_READ, kind="excluded_attempt", effect=INFO,
-                                      evidence=[record.seq], message=f"tried {rel} ({category}): {event.errno}")
+                        found.append(Finding(detector=EXCLUDED_READ, kind="excluded_attempt", effect=INFO,
+                                             evidence=[record.seq], message=f"tried {rel} ({category}): {event.errno}"))
             continue
         if event.real_path is None:
             if event.path in quiet:
@@ -98,11 +97,11 @@ def excluded_read(records: Iterable[Record], config: DetectorConfig) -> Iterator
             continue
         rel, category = hit  # type: ignore[misc]
         if event.result is not None:
-            yield Finding(detector=EXCLUDED_READ, kind="leak", effect=VOID, evidence=[record.seq],
-                          message=f"read {rel} ({category}) with {event.syscall}")
+            found.append(Finding(detector=EXCLUDED_READ, kind="leak", effect=VOID, evidence=[record.seq],
+                                 message=f"read {rel} ({category}) with {event.syscall}"))
         else:
-            yield Finding(detector=EXCLUDED_READ, kind="excluded_attempt", effect=INFO, evidence=[record.seq],
-                          message=f"tried {rel} ({category}): {event.errno}")
+            found.append(Finding(detector=EXCLUDED_READ, kind="excluded_attempt", effect=INFO, evidence=[record.seq],
+                                 message=f"tried {rel} ({category}): {event.errno}"))
 
 
 class _Exclusion:
@@ -158,7 +157,8 @@ def _for_write(event: FileOpen) -> bool:
 
 
 @reads(FileOpen, FileChange, ProcessExec)
-def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def outside_tree(config: DetectorConfig, found: list[Finding]) -> Fold:
     """Reads or writes outside the sandbox tree and the image's system paths.
 
     - Any access to the live repository's path, the caller's home or the caller's cwd
@@ -173,7 +173,7 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     layout = _layout(config)
     places, absolute, quiet, quiet_read = layout.places, layout.absolute, layout.quiet, layout.quiet_read
     cwds: dict[int, str] = {}  # pid -> cwd as last seen on an exec (chamber paths)
-    for record in records:
+    while (record := (yield)) is not None:
         event = record.event
         # most records are opens: one test for them (of the class itself, cheaper than isinstance's)
         if event.__class__ is FileOpen or isinstance(event, FileOpen):
@@ -221,16 +221,16 @@ def outside_tree(records: Iterable[Record], config: DetectorConfig) -> Iterator[
             path, trap = place.path, place.trap
             verb = "wrote" if write else "read"
             if trap is not None:
-                yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID if ok else INFO,
-                              evidence=[record.seq],
-                              message=f"{verb if ok else 'tried'} {path} ({trap})"
-                              + ("" if ok else f": {event.errno}"))
+                found.append(Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID if ok else INFO,
+                                     evidence=[record.seq],
+                                     message=f"{verb if ok else 'tried'} {path} ({trap})"
+                                     + ("" if ok else f": {event.errno}")))
             elif write and ok and not place.writable:
-                yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
-                              message=f"wrote {path} outside the sandbox ({event.syscall})")
+                found.append(Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
+                                     message=f"wrote {path} outside the sandbox ({event.syscall})"))
             elif not write and ok and not place.readable:
-                yield Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
-                              message=f"read {path} outside the sandbox and system paths")
+                found.append(Finding(detector=OUTSIDE_TREE, kind="outside_tree", effect=VOID, evidence=[record.seq],
+                                     message=f"read {path} outside the sandbox and system paths"))
 
 
 class _Layout:
@@ -299,7 +299,8 @@ class _Place:
 
 
 @reads(FileOpen, FileChange)
-def path_unjudged(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def path_unjudged(config: DetectorConfig, found: list[Finding]) -> Fold:
     """An open or change whose path the witness could not read whole or place: no detector
     can say whether it was excluded or outside the tree. Void when the call succeeded
     (whatever lies past a cut, or in a directory not known, can be anywhere: ``..`` reaches
@@ -317,7 +318,7 @@ def path_unjudged(records: Iterable[Record], config: DetectorConfig) -> Iterator
       made, moved by renames and gone with unlinks.
     """
     links: set[str] = set()  # the symlinks the run made, where they are now
-    for record in records:
+    while (record := (yield)) is not None:
         event = record.event
         through = None
         if isinstance(event, FileOpen):
@@ -341,10 +342,10 @@ def path_unjudged(records: Iterable[Record], config: DetectorConfig) -> Iterator
                "the witness read only its start" if event.path_cut else
                "it is relative to a directory the witness does not know")
         shown = event.path if len(event.path) <= 120 else event.path[:100] + "..." + event.path[-17:]
-        yield Finding(detector=PATH_UNJUDGED, kind="path_unjudged", effect=VOID if ok else INFO,
-                      evidence=[record.seq],
-                      message=f"{event.syscall} of {shown!r} {'succeeded' if ok else f'failed ({event.errno})'}"
-                      f": its path cannot be judged ({why})")
+        found.append(Finding(detector=PATH_UNJUDGED, kind="path_unjudged", effect=VOID if ok else INFO,
+                             evidence=[record.seq],
+                             message=f"{event.syscall} of {shown!r} {'succeeded' if ok else f'failed ({event.errno})'}"
+                             f": its path cannot be judged ({why})"))
 
 
 _FOLLOWS = ("chmod", "fchmodat", "truncate")  # changes that follow a symlink named last
@@ -379,7 +380,8 @@ def _follow_links(event: FileChange, links: set[str]) -> None:
 
 
 @reads(RunStarted, ProcessSyscall)
-def denied_syscall(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def denied_syscall(config: DetectorConfig, found: list[Finding]) -> Fold:
     """Calls the strace witness cannot see through (io_uring, file handles, mount-like).
 
     - Refused by the chamber's policy (``process.syscall`` ``denied``): shown; the control
@@ -390,20 +392,20 @@ def denied_syscall(records: Iterable[Record], config: DetectorConfig) -> Iterato
     before the chamber had its own profile uses the witness's `DENIED_SYSCALLS`.
     """
     blind = frozenset(DENIED_SYSCALLS)
-    for record in records:
+    while (record := (yield)) is not None:
         event = record.event
         if isinstance(event, RunStarted) and event.seccomp is not None and event.seccomp.denied:
             blind = frozenset(event.seccomp.denied)
         elif isinstance(event, ProcessSyscall):
             if event.denied:
-                yield Finding(detector=DENIED_SYSCALL, kind="denied_syscall", effect=INFO, evidence=[record.seq],
-                              message=f"pid {event.pid} tried {event.syscall}: refused ({event.errno})"
-                              " by the chamber's seccomp policy")
+                found.append(Finding(detector=DENIED_SYSCALL, kind="denied_syscall", effect=INFO, evidence=[record.seq],
+                                     message=f"pid {event.pid} tried {event.syscall}: refused ({event.errno})"
+                                     " by the chamber's seccomp policy"))
             elif event.syscall in blind and event.result is not None and event.result >= 0:
-                yield Finding(detector=DENIED_SYSCALL, kind="unwitnessed_syscall", effect=VOID,
-                              evidence=[record.seq],
-                              message=f"pid {event.pid}: {event.syscall} succeeded; what it reached, no"
-                              " witness saw (the chamber's seccomp policy did not refuse it)")
+                found.append(Finding(detector=DENIED_SYSCALL, kind="unwitnessed_syscall", effect=VOID,
+                                     evidence=[record.seq],
+                                     message=f"pid {event.pid}: {event.syscall} succeeded; what it reached, no"
+                                     " witness saw (the chamber's seccomp policy did not refuse it)"))
 
 
 def _ran(argv: list[str], commands: dict[str, str]) -> str | None:
@@ -418,7 +420,8 @@ def _ran(argv: list[str], commands: dict[str, str]) -> str | None:
 
 
 @reads(SandboxBuilt, ProcessExec)
-def agent_config(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def agent_config(config: DetectorConfig, found: list[Finding]) -> Fold:
     """Agent configuration the agent could see, and its commands executed: each voids the cell.
 
     - found: every agent configuration file ``sandbox.built`` lists as left in the tree
@@ -430,19 +433,19 @@ def agent_config(records: Iterable[Record], config: DetectorConfig) -> Iterator[
     """
     commands: dict[str, str] = {}  # command line -> the file that holds it
     ran: dict[str, list[int]] = {}
-    for record in records:
+    while (record := (yield)) is not None:
         event = record.event
         if isinstance(event, SandboxBuilt):
-            for found in event.agent_config:
-                detail = f", {len(found.commands)} command(s)" if found.commands else ""
-                yield Finding(detector=AGENT_CONFIG, kind="agent_config", effect=VOID, evidence=[record.seq],
-                              message=f"{found.path} in the tree configures {found.agent}{detail}")
-                for command in found.commands:
-                    commands.setdefault(command, found.path)
+            for kept in event.agent_config:
+                detail = f", {len(kept.commands)} command(s)" if kept.commands else ""
+                found.append(Finding(detector=AGENT_CONFIG, kind="agent_config", effect=VOID, evidence=[record.seq],
+                                     message=f"{kept.path} in the tree configures {kept.agent}{detail}"))
+                for command in kept.commands:
+                    commands.setdefault(command, kept.path)
         elif isinstance(event, ProcessExec) and commands and event.result == 0:
             command = _ran(event.argv, commands)
             if command is not None:
                 ran.setdefault(command, []).append(record.seq)
     for command, seqs in ran.items():
-        yield Finding(detector=AGENT_CONFIG, kind="agent_config_executed", effect=VOID, evidence=seqs,
-                      message=f"{commands[command]}'s command ran {len(seqs)} time(s): {command}")
+        found.append(Finding(detector=AGENT_CONFIG, kind="agent_config_executed", effect=VOID, evidence=seqs,
+                             message=f"{commands[command]}'s command ran {len(seqs)} time(s): {command}"))

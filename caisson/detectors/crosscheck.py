@@ -26,9 +26,7 @@ already voids it, and every fact after the gap would be a finding).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-
-from caisson.detectors._base import DetectorConfig, Finding, VOID, reads
+from caisson.detectors._base import DetectorConfig, Finding, Fold, VOID, folded, reads
 from ledger import Record
 from ledger.events import FileOpen, ProcessExec, WitnessGap, WitnessStarted
 
@@ -51,46 +49,38 @@ class _Fact:
 
 
 @reads(WitnessStarted, WitnessGap, FileOpen, ProcessExec)
-def witness_disagreement(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def witness_disagreement(config: DetectorConfig, found: list[Finding]) -> Fold:
     """Successful opens and execs seen by one syscall witness and not by the other.
 
     Args:
-        records: a run's records (sources ``strace`` and ``ebpf`` are compared).
         config: ``witness_window_ns`` (ns) bounds a match by time when a host pid is unknown;
             ``witnesses``, when known, says at once whether both witnesses ran (most runs
-            have one syscall witness: no walk of their opens).
+            have one syscall witness: their opens are not kept).
 
-    Yields:
-        One ``witness_disagreement`` finding (void) per unmatched fact, in record order,
-        its evidence the fact's record; nothing unless both witnesses started, and
-        nothing when either reported a gap.
+    Finds one ``witness_disagreement`` finding (void) per unmatched fact, in record order,
+    its evidence the fact's record (sources ``strace`` and ``ebpf`` are compared); nothing
+    unless both witnesses started, and nothing when either reported a gap.
     """
     if config.witnesses is not None and not set(_PAIR).issubset(config.witnesses):
         return  # the configuration read the run's witness.started: one of the two never ran
-    records = records if isinstance(records, Sequence) else list(records)
     started: set[str] = set()
-    for record in records:  # first whether both witnesses ran, without a gap: most runs stop here
+    facts: dict[str, list[_Fact]] = {name: [] for name in _PAIR}
+    while (record := (yield)) is not None:
         event = record.event
-        kind = type(event)
-        if kind is FileOpen or kind is ProcessExec:  # most records; a cheaper test than isinstance's miss
-            continue
-        if not isinstance(event, (WitnessStarted, WitnessGap)) or event.witness not in _PAIR:
-            continue
-        if isinstance(event, WitnessGap):
-            return
-        started.add(event.witness)
+        if isinstance(event, FileOpen):
+            if event.result is not None and record.source in facts:
+                facts[record.source].append(_Fact(record, event.host_pid, ("open", event.syscall, event.path),
+                                                  event.real_path))
+        elif isinstance(event, ProcessExec):
+            if event.result == 0 and record.source in facts:
+                facts[record.source].append(_Fact(record, event.host_pid, ("exec", "execve", event.path)))
+        elif isinstance(event, (WitnessStarted, WitnessGap)) and event.witness in _PAIR:
+            if isinstance(event, WitnessGap):
+                return
+            started.add(event.witness)
     if started != set(_PAIR):
         return
-    facts: dict[str, list[_Fact]] = {name: [] for name in _PAIR}
-    for record in records:
-        event = record.event
-        if record.source not in _PAIR:
-            continue
-        if isinstance(event, FileOpen) and event.result is not None:
-            facts[record.source].append(_Fact(record, event.host_pid, ("open", event.syscall, event.path),
-                                              event.real_path))
-        elif isinstance(event, ProcessExec) and event.result == 0:
-            facts[record.source].append(_Fact(record, event.host_pid, ("exec", "execve", event.path)))
     if not facts["strace"]:
         return
     since = facts["strace"][0].wall_ns - _SCOPE_SLACK_NS  # before: the wrapper's, out of strace's reach
@@ -111,8 +101,9 @@ def witness_disagreement(records: Iterable[Record], config: DetectorConfig) -> I
     for seq, seen, fact in unmatched:
         kind, syscall, path = fact.key
         missed = _PAIR[1 - _PAIR.index(seen)]
-        yield Finding(detector=WITNESS_DISAGREEMENT, kind="witness_disagreement", effect=VOID, evidence=[seq],
-                      message=f"{seen} saw {kind} {path} ({syscall}, host pid {fact.host_pid}); {missed} did not")
+        found.append(Finding(detector=WITNESS_DISAGREEMENT, kind="witness_disagreement", effect=VOID,
+                             evidence=[seq], message=f"{seen} saw {kind} {path} ({syscall}, host pid"
+                             f" {fact.host_pid}); {missed} did not"))
 
 
 def _same(a: _Fact, b: _Fact, config: DetectorConfig) -> bool:

@@ -8,12 +8,10 @@ When no exec carried an environment, the recorded ``run.started`` environment is
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import DetectorConfig, Finding, VOID, norm, reads, under
+from caisson.detectors._base import DetectorConfig, Finding, Fold, VOID, norm, folded, reads, under
 from caisson.chamber import INJECTION_SWITCHES
 from ledger import is_credential
-from ledger import Record
 from ledger.events import ProcessExec, RunStarted
 
 __all__ = ["ENV_INHERITANCE", "env_inheritance"]
@@ -24,12 +22,13 @@ _CONFIG_VARS = ("HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME")
 
 
 @reads(RunStarted, ProcessExec)
-def env_inheritance(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def env_inheritance(config: DetectorConfig, found: list[Finding]) -> Fold:
     """PWD not equal to cwd, OLDPWD present, credentials present, injection switches on,
     or agent config homes outside the fresh config home: each voids the cell."""
     start: tuple[int, dict[str, str], str | None] | None = None
     fallback: tuple[int, dict[str, str]] | None = None
-    for record in records:
+    while (record := (yield)) is not None:
         event = record.event
         if isinstance(event, RunStarted) and fallback is None:
             fallback = (record.seq, event.env)
@@ -46,17 +45,17 @@ def env_inheritance(records: Iterable[Record], config: DetectorConfig) -> Iterat
                        message=message)
 
     if "PWD" in env and norm(env["PWD"]) != norm(cwd):
-        yield finding(f"PWD={env['PWD']} but the cwd is {cwd}")
+        found.append(finding(f"PWD={env['PWD']} but the cwd is {cwd}"))
     if "OLDPWD" in env:
-        yield finding(f"OLDPWD={env['OLDPWD']} inherited")
+        found.append(finding(f"OLDPWD={env['OLDPWD']} inherited"))
     for name in sorted(env):
         if _is_credential(name, config.credential_patterns) and name not in config.pass_credentials:
-            yield finding(f"credential variable {name} present")
+            found.append(finding(f"credential variable {name} present"))
     switches = {**INJECTION_SWITCHES, **dict(config.injection_switches)}
     for name, off in sorted(switches.items()):
         if env.get(name) != off:
-            yield finding(f"injection switch {name}={env.get(name, '<unset>')}, expected {off}")
+            found.append(finding(f"injection switch {name}={env.get(name, '<unset>')}, expected {off}"))
     for name in _CONFIG_VARS:
         value = env.get(name)
         if value is not None and not under(norm(value), norm(config.config_home)):
-            yield finding(f"{name}={value} is not the run's fresh config home {config.config_home}")
+            found.append(finding(f"{name}={value} is not the run's fresh config home {config.config_home}"))

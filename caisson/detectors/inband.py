@@ -20,10 +20,10 @@ report can count them and compare the arms.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
-from caisson.detectors.attribution import ATTRIBUTION_EVENTS, foreign_calls
+from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, folded, reads
+from caisson.detectors.attribution import ATTRIBUTION_EVENTS, CallOwner, attributed, split_owners
 from ledger import Record
 from ledger.events import (AgentCompaction, AgentError, AgentModelSwitch, AgentRetry, LlmCall, RunStarted,
                            WitnessStarted)
@@ -36,7 +36,10 @@ MODEL_SWITCHED = "model.switched@1"
 
 
 @reads(RunStarted, WitnessStarted, LlmCall, AgentError, *ATTRIBUTION_EVENTS)
-def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+@attributed
+def in_band_failure(records: list[Record], owners: dict[int, CallOwner] | None,
+                    config: DetectorConfig) -> Iterator[Finding]:
     """A run of a real agent that never had a working model, or says its provider failed.
 
     Only runs of an adapter (``run.started.agent`` names one): a plain command may make no
@@ -57,8 +60,7 @@ def in_band_failure(records: Iterable[Record], config: DetectorConfig) -> Iterat
     Yields:
         At most one finding, void: kind ``infra_failure`` or ``claimed_error``.
     """
-    records = list(records)
-    foreign, _ = foreign_calls(records)  # a call a tool made is not the CLI's
+    foreign, _ = split_owners(owners)  # a call a tool made is not the CLI's
     started: RunStarted | None = None
     started_seq = 0
     proxy = False
@@ -158,7 +160,10 @@ turns serve). A call for one of them is no switch; any other model is."""
 
 
 @reads(RunStarted, LlmCall, AgentModelSwitch, *ATTRIBUTION_EVENTS)
-def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+@attributed
+def model_switched(records: list[Record], owners: dict[int, CallOwner] | None,
+                   config: DetectorConfig) -> Iterator[Finding]:
     """The cell measured another model than the one it was run with.
 
     - the transcript says the agent switched (``agent.model_switch``: a fallback model, a
@@ -174,8 +179,7 @@ def model_switched(records: Iterable[Record], config: DetectorConfig) -> Iterato
     """
     from caisson.detectors.model import same_model
 
-    records = list(records)
-    foreign, _ = foreign_calls(records)  # a call a tool made is not the CLI's
+    foreign, _ = split_owners(owners)  # a call a tool made is not the CLI's
     want: str | None = None
     agent = ""
     asked: dict[str, list[int]] = {}
@@ -204,7 +208,10 @@ SESSION = "agent.session@1"
 
 
 @reads(LlmCall, AgentRetry, AgentCompaction, *ATTRIBUTION_EVENTS)
-def session_events(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+@attributed
+def session_events(records: list[Record], owners: dict[int, CallOwner] | None,
+                   config: DetectorConfig) -> Iterator[Finding]:
     """What a session explains itself, shown (never voiding): its retries and compactions.
 
     A retry is counted once whichever witness saw it: the proxy's failed model calls that
@@ -219,8 +226,7 @@ def session_events(records: Iterable[Record], config: DetectorConfig) -> Iterato
     """
     calls: list[tuple[int, LlmCall]] = []
     said: list[tuple[int, AgentRetry]] = []
-    records = list(records)
-    foreign, _ = foreign_calls(records)  # a tool's failed calls are not the session's retries
+    foreign, _ = split_owners(owners)  # a tool's failed calls are not the session's retries
     for record in records:
         event = record.event
         if isinstance(event, LlmCall):

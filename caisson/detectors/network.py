@@ -8,7 +8,7 @@ import functools
 import ipaddress
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import DetectorConfig, Finding, INFO, VOID, reads
+from caisson.detectors._base import DetectorConfig, Finding, Fold, INFO, VOID, folded, reads
 from ledger import Record
 from ledger.events import DnsQuery, HttpExchange, NetConnect, NetFlow, NetSend, ProxyTunnel, WitnessStarted
 
@@ -71,7 +71,8 @@ def _local(address: str) -> bool | None:
 
 
 @reads(WitnessStarted, NetSend, NetConnect)
-def bypass_attempt(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def bypass_attempt(config: DetectorConfig, found: list[Finding]) -> Fold:
     """A connect() or a send naming its destination (sendto/sendmsg/sendmmsg: UDP, TCP Fast
     Open) to an IP address other than a witness's endpoint: around the proxy and resolver.
     Connected (result 0): void, the network control failed. Refused or pending
@@ -80,22 +81,23 @@ def bypass_attempt(records: Iterable[Record], config: DetectorConfig) -> Iterato
     `unexplained_flow`).
     """
     endpoints: set[tuple[str, int]] = set()
-    for record in records:
+    while (record := (yield)) is not None:
         event = record.event
         if isinstance(event, WitnessStarted):
-            found = _endpoint(event.detail.get("listen"))
-            if found:
-                endpoints.add(found)
+            endpoint = _endpoint(event.detail.get("listen"))
+            if endpoint:
+                endpoints.add(endpoint)
         elif isinstance(event, NetSend) and _direct(event.family, event.address, event.port, endpoints):
-            yield Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect=INFO, evidence=[record.seq],
-                          message=f"{event.syscall} to {event.address}:{event.port} directly, flags {event.flags}"
-                          + (f" ({event.errno})" if event.errno else f" ({event.result} sent)"))
+            found.append(Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect=INFO, evidence=[record.seq],
+                                 message=f"{event.syscall} to {event.address}:{event.port} directly, flags"
+                                 f" {event.flags}"
+                                 + (f" ({event.errno})" if event.errno else f" ({event.result} sent)")))
         elif isinstance(event, NetConnect) and _direct(event.family, event.address, event.port, endpoints):
             ok = event.result == 0
-            yield Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect=VOID if ok else INFO,
-                          evidence=[record.seq],
-                          message=f"{'connected to' if ok else 'tried'} {event.address}:{event.port} directly"
-                          + ("" if ok else f" ({event.errno})"))
+            found.append(Finding(detector=BYPASS_ATTEMPT, kind="bypass_attempt", effect=VOID if ok else INFO,
+                                 evidence=[record.seq],
+                                 message=f"{'connected to' if ok else 'tried'} {event.address}:{event.port} directly"
+                                 + ("" if ok else f" ({event.errno})")))
 
 
 @reads(ProxyTunnel)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 
-from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, reads
+from caisson.detectors._base import INFO, VOID, DetectorConfig, Finding, Fold, folded, reads
 from ledger import Record
 from ledger.events import (FileChange, FileOpen, HostSample, NetConnect, NetSend, ProcessExec, ProcessExit,
                            ProcessFork, ProcessSyscall, ProcSample, WitnessGap, WitnessStarted)
@@ -46,7 +46,8 @@ class _Life:
 
 
 @reads(WitnessStarted, WitnessGap, HostSample, ProcSample, *_WITH_PID)
-def unseen_process(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def unseen_process(config: DetectorConfig, found: list[Finding]) -> Fold:
     """Processes procfs sampled that a syscall witness never reported while they lived.
 
     A procfs incarnation (pid, start time) is seen by a syscall witness when that witness
@@ -66,7 +67,7 @@ def unseen_process(records: Iterable[Record], config: DetectorConfig) -> Iterato
     lives: dict[tuple[int, int], _Life] = {}
     reports: dict[str, dict[int, list[list[int]]]] = {w: {} for w in SYSCALL_WITNESSES}  # by pid: spans
     by_host: dict[str, dict[int, list[list[int]]]] = {w: {} for w in SYSCALL_WITNESSES}  # by host pid
-    for record in records:
+    while (record := (yield)) is not None:
         event, source = record.event, record.source
         if source in reports and isinstance(event, _WITH_PID):  # the bulk of a run: first
             _report(reports[source], event.pid, record.wall_ns)
@@ -100,10 +101,10 @@ def unseen_process(records: Iterable[Record], config: DetectorConfig) -> Iterato
             if _any_within(reports[witness].get(life.pid, ()), low, high) or (
                     life.host_pid is not None and _any_within(by_host[witness].get(life.host_pid, ()), low, high)):
                 continue
-            yield Finding(detector=UNSEEN_PROCESS, kind="unseen_process", effect=VOID, evidence=[life.seq],
-                          message=f"procfs saw pid {life.pid} ({life.name}, host pid {life.host_pid}, parent"
-                          f" {life.ppid}); the {witness} witness never reported it: it was blind to that"
-                          " process and to everything it did")
+            found.append(Finding(detector=UNSEEN_PROCESS, kind="unseen_process", effect=VOID, evidence=[life.seq],
+                                 message=f"procfs saw pid {life.pid} ({life.name}, host pid {life.host_pid}, parent"
+                                 f" {life.ppid}); the {witness} witness never reported it: it was blind to that"
+                                 " process and to everything it did"))
 
 
 def _scaffolding(lives: Iterable[_Life]) -> set[tuple[int, int]]:
@@ -161,7 +162,8 @@ _LISTENER = "SECCOMP_FILTER_FLAG_NEW_LISTENER"
 
 
 @reads(WitnessStarted, ProcessFork, ProcessSyscall)
-def evasion(records: Iterable[Record], config: DetectorConfig) -> Iterator[Finding]:
+@folded
+def evasion(config: DetectorConfig, found: list[Finding]) -> Fold:
     """The moves that blind the strace witness, wherever a trace shows them made.
 
     - a process cloned with ``CLONE_UNTRACED`` (strace cannot follow it);
@@ -173,7 +175,19 @@ def evasion(records: Iterable[Record], config: DetectorConfig) -> Iterator[Findi
     shown otherwise (the eBPF witness sees past both). A refused attempt is
     ``containment.denied_syscall``'s, not this detector's.
     """
-    records = list(records)
+    moves: list[Record] = []  # the witnesses' starts, and the forks and seccomp calls that may be moves
+    while (record := (yield)) is not None:
+        event = record.event
+        if isinstance(event, ProcessFork) and "CLONE_UNTRACED" not in event.flags:
+            continue
+        if isinstance(event, ProcessSyscall) and event.syscall != "seccomp":
+            continue
+        moves.append(record)
+    found.extend(_evasion(moves))
+
+
+def _evasion(records: list[Record]) -> Iterator[Finding]:
+    """`evasion`'s findings over its records."""
     traced = any(isinstance(r.event, WitnessStarted) and r.event.witness == "strace" for r in records)
     effect = VOID if traced else INFO
     for record in records:

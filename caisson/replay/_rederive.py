@@ -22,8 +22,7 @@ What is rebuilt, and what is kept as written live (with the reason, in `Rederive
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from itertools import compress
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -38,11 +37,10 @@ from ledger.events import (
     HttpExchange, LlmCall, LlmUsage, RunStarted,
 )
 
-__all__ = ["Rederived", "rederive", "rederive_kinds"]
+__all__ = ["Hints", "Rebuild", "Rederived", "rederive", "rederive_kinds"]
 
 TRANSCRIPT_SOURCE = "transcript"
-_EVENT, _SOURCE = attrgetter("event"), attrgetter("source")
-_READ: dict[type, bool] = {}  # event class -> whether rederive reads it (a blob, an exchange, a call)
+_EVENT = attrgetter("event")
 FIGURES = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
            "reasoning_tokens")
 
@@ -84,65 +82,190 @@ def _usage_changes(where: str, old: LlmUsage | None, new: LlmUsage | None,
     return out
 
 
-def _adapter(records: Sequence[Record]) -> tuple[str | None, str | None]:
-    """(adapter name, agent version) the run names: its manifest, else its transcript events."""
-    for record in records:
-        agent = record.event.agent if isinstance(record.event, RunStarted) else None
-        if agent is not None and agent.name in ADAPTERS:
-            return agent.name, agent.version
-    for record in records:
-        name = getattr(record.event, "agent", None)
-        if record.source == TRANSCRIPT_SOURCE and isinstance(name, str) and name in ADAPTERS:
-            return name, None
-    return None, None
+class Hints(msgspec.Struct, kw_only=True):
+    """What a whole run tells its rebuild that a prefix may not: every blob's role (by
+    sha256) and the adapter the run names (its manifest's, else its transcript events')."""
 
-
-def _indexes(items: list, value: object) -> list[int]:
-    """Every index of ``value`` in ``items`` (as `list.index` finds it: identity, then
-    equality), each found by a scan at C speed: for values that are few in a long list."""
-    out: list[int] = []
-    at = -1
-    try:
-        while True:
-            at = items.index(value, at + 1)
-            out.append(at)
-    except ValueError:
-        return out
-
-
-def _scan(records: Sequence[Record]) -> tuple[list[type], dict[str, str], Record | None, list[int], bool]:
-    """One scan of a run's records for the rebuild: the class of each record's event, each
-    blob's role by sha256, the first ``stdout`` blob record, the indexes of the records the
-    rebuild reads or replaces (``http.exchange`` and ``llm.call`` not from the transcript,
-    and every transcript record), in order, and whether any transcript record was written
-    live.
-
-    The classes and sources of all records are read at C speed (map, compress, `list.index`);
-    only the few records of the classes the rebuild reads are looked at one by one.
-    """
-    kinds = list(map(type, map(_EVENT, records)))
-    present = set(kinds)
-    for kind in present.difference(_READ):  # learnt once per class: isinstance's misses on Structs are slow
-        _READ[kind] = issubclass(kind, (BlobStored, HttpExchange, LlmCall))
-    wanted = frozenset(kind for kind in present if _READ[kind])
-    # (list.index would compare every class with each wanted one by rich comparison: slower here)
-    read = list(compress(range(len(kinds)), map(wanted.__contains__, kinds))) if wanted else []
-    transcribed = _indexes(list(map(_SOURCE, records)), TRANSCRIPT_SOURCE)
     roles: dict[str, str] = {}
-    stdout_record: Record | None = None
-    marks: list[int] = []
-    for i in read:
-        record = records[i]
+    adapter: tuple[str | None, str | None] = (None, None)  # (adapter name, agent version)
+
+
+class Rebuild:
+    """The rebuild of one run's records, streamed: `records` yields them with the rebuilt
+    events in place of the live ones, holding back only what a decision still waits for
+    (the live transcript events until the ``stdout`` blob is seen; the records after that
+    blob until the first live transcript event, when none came before it).
+
+    The run's records are read once, in order: a blob's role is known once its
+    ``blob.stored`` passed, the adapter once the manifest did. For a run where a later
+    record would have changed a decision (a body blob stored after its exchange, an adapter
+    named after the stdout blob), `exact` is False at the end, and `hints` holds what the
+    whole run says: rebuild again with them (`rederive` does).
+
+    Args:
+        blob: sha256 hex -> the blob's bytes, or None when absent (pure but for it).
+        hints: what a previous read of the whole run found (`hints`), or None.
+    """
+
+    def __init__(self, blob: Callable[[str], bytes | None], hints: Hints | None = None):
+        self._blob = blob
+        self._given = hints
+        self.hints = Hints()
+        self.out = Rederived(versions={"llm": USAGE_RULES_VERSION})
+        self.exact = True
+        self._used: tuple[str | None, str | None] | None = None  # the adapter the transcript decision used
+        self._looked: dict[str, str] = {}  # body blob -> the role it was read with
+        self._sourced = False  # a record came from the transcript
+        self._manifest_adapter = False  # the adapter is the manifest's (final: the first one counts)
+
+    def _learn(self, record: Record) -> None:
         event = record.event
         if isinstance(event, BlobStored):
-            roles[event.sha256] = event.role
-            if stdout_record is None and event.role == "stdout":
-                stdout_record = record
-        elif record.source != TRANSCRIPT_SOURCE:
-            marks.append(i)
-    if transcribed:
-        marks = sorted(marks + transcribed)
-    return kinds, roles, stdout_record, marks, bool(transcribed)
+            self.hints.roles[event.sha256] = event.role
+        elif isinstance(event, RunStarted):
+            agent = event.agent
+            if agent is not None and agent.name in ADAPTERS and not self._manifest_adapter:
+                self.hints.adapter, self._manifest_adapter = (agent.name, agent.version), True
+        if record.source == TRANSCRIPT_SOURCE:
+            self._sourced = True
+        if record.source == TRANSCRIPT_SOURCE and self.hints.adapter[0] is None:
+            name = getattr(event, "agent", None)
+            if isinstance(name, str) and name in ADAPTERS:
+                self.hints.adapter = (name, None)
+
+    def _body(self, sha: str | None) -> tuple[bytes, str] | None:
+        data = self._blob(sha) if sha is not None else None
+        if data is None or sha is None:
+            return None
+        roles = self._given.roles if self._given is not None else self.hints.roles
+        role = self._looked[sha] = roles.get(sha, "")
+        return data, role
+
+    def _transcript(self, stdout: Record | None) -> list[Record] | None:
+        """The transcript rebuilt from the stdout blob, or None (then kept live)."""
+        name, version = self._given.adapter if self._given is not None else self.hints.adapter
+        self._used = (name, version)
+        if name is None or stdout is None or (data := self._blob(stdout.event.sha256)) is None:
+            return None
+        out = self.out
+        factory = ADAPTERS[name].transcript  # the version the run recorded; else the image's pinned one
+        parser = factory(version=version) if version else factory()  # type: ignore[misc]
+        parser.feed(data)
+        parser.close()
+        out.transcript = name
+        out.versions[name] = getattr(parser, "PARSER", "")
+        out.versions["agent"] = f"{name} {getattr(parser, 'version', None) or 'unknown'}"
+        return [Record(seq=stdout.seq, wall_ns=stdout.wall_ns, mono_ns=stdout.mono_ns, source=TRANSCRIPT_SOURCE,
+                       event=e) for e in drain(parser)]
+
+    def records(self, records: Iterable[Record]) -> Iterator[Record]:
+        """The run's records, rebuilt, in order (iterate once, to the end)."""
+        out = self.out
+        pending: list[tuple[Record, LlmCall | None, str | None]] = []  # the last model-call exchange, unanswered
+        decided = False  # whether the transcript decision was made (at the first stdout blob)
+        stdout: Record | None = None
+        transcript: list[Record] | None = None
+        live: list[Record] = []  # the live transcript records
+        held: list[tuple[bool, Record]] | None = None  # (live transcript record?, record), while undecided
+        after: list[Record] | None = None  # records after the stdout blob, before any live transcript one
+        placed = False  # the rebuilt transcript was emitted
+        plain: dict[type, bool] = {}  # event class -> whether the rebuild passes it through (unless transcribed)
+        for record in records:
+            event = record.event
+            kind = event.__class__
+            through = plain.get(kind)
+            if through is None:
+                through = plain[kind] = not issubclass(kind, (BlobStored, RunStarted, HttpExchange, LlmCall))
+            if through and held is None and after is None and record.source != TRANSCRIPT_SOURCE:
+                yield record  # most records: one test of the class (isinstance's misses on Structs are slow)
+                continue
+            self._learn(record)
+            made: list[Record] = []  # what this record becomes, in order
+            is_live = False
+            if isinstance(event, HttpExchange):
+                made += self._orphan(pending)
+                call, why = rederive_llm_call(event, self._body(event.request_body_sha256),
+                                              self._body(event.response_body_sha256))
+                if call is not None or why is not None:
+                    pending.append((record, call, why))
+                made.append(record)
+            elif isinstance(event, LlmCall):
+                made.append(_replace_call(record, event, pending, out))
+            elif record.source == TRANSCRIPT_SOURCE:
+                is_live = True
+            else:
+                made.append(record)
+            if is_live and decided and transcript is None:
+                made.append(record)  # kept live
+                is_live = False
+            if is_live:
+                live.append(record)
+                if not decided:
+                    held = held if held is not None else []
+                    held.append((True, record))
+                    continue
+                if not placed:  # the rebuilt events take the first live one's place
+                    placed = True
+                    yield from after or ()  # the records between the stdout blob and this one
+                    after = None
+                    yield from transcript or ()
+                continue
+            if held is not None and not decided:
+                held += [(False, r) for r in made]
+                made = []
+            elif after is not None:
+                after += made
+                made = []
+            yield from made
+            if not decided and isinstance(event, BlobStored) and event.role == "stdout":
+                decided, stdout = True, record
+                transcript = self._transcript(record)
+                backlog, held = held or [], None
+                for was_live, r in backlog:
+                    if was_live and transcript is not None:
+                        if not placed:
+                            placed = True
+                            yield from transcript
+                    else:
+                        yield r
+                if transcript is not None and not placed:
+                    after = []  # the stdout blob was emitted; rebuilt events go after it, or at a live one
+        if not decided:
+            transcript = self._transcript(None)
+            for _, r in held or ():
+                yield r
+        tail = self._orphan(pending)
+        if transcript is not None and not placed:  # the live run parsed nothing: after the stdout blob
+            yield from transcript
+        yield from after or ()
+        yield from tail
+        if transcript is None and self._sourced:
+            name = self._used[0] if self._used else None
+            out.kept_live.insert(0, "transcript events: " + ("no known adapter named by the run" if name is None
+                                                              else "no stdout blob to re-read"))
+        if transcript is not None:
+            assert stdout is not None
+            out.changed += _transcript_changes([r.event for r in live], [r.event for r in transcript], stdout.seq,
+                                               out.versions[out.transcript or ""])
+            out.usage += [r.event for r in transcript if isinstance(r.event, AgentUsage)]
+        if self._given is None:
+            roles = self.hints.roles
+            self.exact = self._used == self.hints.adapter and all(
+                roles.get(sha, "") == role for sha, role in self._looked.items())
+
+    def _orphan(self, pending: list) -> list[Record]:
+        """A model-call exchange whose live ``llm.call`` never came: the rebuilt call (it
+        carries the exchange's seq, its evidence), or nothing."""
+        if not pending:
+            return []
+        exchange, call, why = pending.pop()
+        if call is None:
+            self.out.kept_live.append(f"seq {exchange.seq} http.exchange: no llm.call live, none rebuilt: {why}")
+            return []
+        self.out.llm_calls += 1
+        self.out.usage.append(call)
+        self.out.changed.append(f"seq {exchange.seq} http.exchange: llm.call rebuilt where none was written live")
+        return [msgspec.structs.replace(exchange, event=call)]
 
 
 def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> tuple[list[Record], Rederived]:
@@ -155,91 +278,19 @@ def rederive(records: Sequence[Record], blob: Callable[[str], bytes | None]) -> 
     Returns:
         The records with rebuilt events in place of the live ones, and what was done.
     """
-    result, _, out = rederive_kinds(records, blob)
-    return result, out
+    rebuild = Rebuild(blob)
+    result = list(rebuild.records(records))
+    if not rebuild.exact:
+        rebuild = Rebuild(blob, rebuild.hints)
+        result = list(rebuild.records(records))
+    return result, rebuild.out
 
 
 def rederive_kinds(records: Sequence[Record], blob: Callable[[str], bytes | None]
                    ) -> tuple[list[Record], list[type], Rederived]:
-    """`rederive`, and the class of each returned record's event (in the same order), for
-    a caller that routes the records by class (`caisson.detectors.route_for`'s ``kinds``):
-    the classes of the records the rebuild did not touch are those its scan read."""
-    kinds, roles, stdout_record, marks, live_source = _scan(records)
-    out = Rederived(versions={"llm": USAGE_RULES_VERSION})
-
-    def body(sha: str | None) -> tuple[bytes, str] | None:
-        data = blob(sha) if sha is not None else None
-        return (data, roles.get(sha, "")) if data is not None and sha is not None else None
-
-    name, version = _adapter(records)
-    transcript: list[Record] | None = None
-    if name is not None and stdout_record is not None and (data := blob(stdout_record.event.sha256)) is not None:
-        factory = ADAPTERS[name].transcript  # the version the run recorded; else the image's pinned one
-        parser = factory(version=version) if version else factory()  # type: ignore[misc]
-        parser.feed(data)
-        parser.close()
-        out.transcript = name
-        out.versions[name] = getattr(parser, "PARSER", "")
-        out.versions["agent"] = f"{name} {getattr(parser, 'version', None) or 'unknown'}"
-        transcript = [Record(seq=stdout_record.seq, wall_ns=stdout_record.wall_ns, mono_ns=stdout_record.mono_ns,
-                             source=TRANSCRIPT_SOURCE, event=e) for e in drain(parser)]
-    elif live_source:
-        out.kept_live.append("transcript events: " + ("no known adapter named by the run" if name is None
-                                                       else "no stdout blob to re-read"))
-    pending: list[tuple[Record, LlmCall | None, str | None]] = []  # the last model-call exchange, unanswered
-    result: list[Record] = []
-    result_kinds: list[type] = []  # the class of each record of result
-    live_transcript: list[Record] = []
-    done = 0  # records before this index are in result, or replaced
-    for i in marks:  # the records between marks go through unchanged
-        result.extend(records[done:i])
-        result_kinds.extend(kinds[done:i])
-        done = i + 1
-        record = records[i]
-        event = record.event
-        if isinstance(event, HttpExchange):
-            _orphan(pending, result, result_kinds, out)
-            call, why = rederive_llm_call(event, body(event.request_body_sha256), body(event.response_body_sha256))
-            if call is not None or why is not None:
-                pending.append((record, call, why))
-        elif isinstance(event, LlmCall):
-            record = _replace_call(record, event, pending, out)
-        elif transcript is not None:  # a live transcript record
-            if not live_transcript:
-                result.extend(transcript)  # the rebuilt events take the live ones' place
-                result_kinds.extend(map(type, map(_EVENT, transcript)))
-            live_transcript.append(record)
-            continue
-        result.append(record)
-        result_kinds.append(type(record.event))
-    result.extend(records[done:])
-    result_kinds.extend(kinds[done:])
-    _orphan(pending, result, result_kinds, out)
-    if transcript is not None:
-        if not live_transcript:  # the live run parsed nothing: the rebuilt events go after the stdout blob
-            at = next(i for i, r in enumerate(result) if r is stdout_record) + 1
-            result[at:at] = transcript
-            result_kinds[at:at] = map(type, map(_EVENT, transcript))
-        out.changed += _transcript_changes([r.event for r in live_transcript], [r.event for r in transcript],
-                                           stdout_record.seq if stdout_record else -1, out.versions[name])
-        out.usage += [r.event for r in transcript if isinstance(r.event, AgentUsage)]
-    return result, result_kinds, out
-
-
-def _orphan(pending: list, result: list[Record], result_kinds: list[type], out: Rederived) -> None:
-    """A model-call exchange whose live ``llm.call`` never came: the rebuilt call is added
-    (it carries the exchange's seq, its evidence)."""
-    if not pending:
-        return
-    exchange, call, why = pending.pop()
-    if call is None:
-        out.kept_live.append(f"seq {exchange.seq} http.exchange: no llm.call live, none rebuilt: {why}")
-        return
-    out.llm_calls += 1
-    out.usage.append(call)
-    out.changed.append(f"seq {exchange.seq} http.exchange: llm.call rebuilt where none was written live")
-    result.append(msgspec.structs.replace(exchange, event=call))
-    result_kinds.append(type(call))
+    """`rederive`, and the class of each returned record's event (in the same order)."""
+    result, out = rederive(records, blob)
+    return result, list(map(type, map(_EVENT, result))), out
 
 
 def _replace_call(record: Record, live: LlmCall, pending: list, out: Rederived) -> Record:

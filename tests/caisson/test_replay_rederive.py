@@ -188,26 +188,6 @@ def test_replay_reads_a_transcript_with_the_agent_version_the_run_recorded(tmp_p
     assert unknown.usage[0].usage_missing_reason.startswith("2 turns and the meaning of turn.completed.usage")
 
 
-def _scan_record_by_record(records):
-    """The reference for `caisson.replay._rederive._scan` (the loop it replaced): each record
-    looked at in turn."""
-    roles, stdout_record, marks, live_source = {}, None, [], False
-    for i, record in enumerate(records):
-        event = record.event
-        if record.source == "transcript":
-            marks.append(i)
-            live_source = True
-        if not isinstance(event, (BlobStored, HttpExchange, LlmCall)):
-            continue
-        if isinstance(event, BlobStored):
-            roles[event.sha256] = event.role
-            if stdout_record is None and event.role == "stdout":
-                stdout_record = record
-        elif record.source != "transcript":
-            marks.append(i)
-    return roles, stdout_record, marks, live_source
-
-
 _SCAN_POOL = [
     ("recorder", RunStarted(run_id="r", caisson_version="0", agent=RunAgent(name="claude-code"))),
     ("recorder", BlobStored(sha256="a" * 64, size_bytes=1, role="scenario")),
@@ -225,30 +205,37 @@ _SCAN_POOL = [
 ]
 
 
-def test_the_scan_at_c_speed_equals_the_scan_record_by_record(tmp_path):
+def test_the_streamed_rebuild_equals_the_list_rebuild_it_replaced(tmp_path):
+    """`Rebuild` reads a run once, in order, holding back only what a decision waits for:
+    on generated runs (blobs, exchanges, calls and transcript events in any order, the stdout
+    blob before, after or without them) and on written cells it gives what the rebuild over
+    the whole list gave (tests/caisson/_rederive_list.py)."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
     from tests._fixtures.cells import CellSpec, write_cell
-    from caisson.replay._rederive import _scan
-    from ledger import Record, SigningKey, verify_and_read
+    from tests.caisson._rederive_list import rederive as list_rederive
+    from caisson.replay._rederive import rederive
+    from ledger import BlobStore, Record, SigningKey, verify_and_read
 
-    @settings(max_examples=300, deadline=None)
+    def blob(sha):
+        return _CLAUDE_STDOUT if sha == "b" * 64 else None
+
+    @settings(max_examples=500, deadline=None)
     @given(st.lists(st.integers(0, len(_SCAN_POOL) - 1), max_size=40))
     def generated(picks):
         records = [Record(seq=i, wall_ns=i, mono_ns=i, source=_SCAN_POOL[p][0], event=_SCAN_POOL[p][1])
                    for i, p in enumerate(picks)]
-        assert _scan(records) == ([type(r.event) for r in records], *_scan_record_by_record(records))
-        assert _scan(tuple(records)) == ([type(r.event) for r in records], *_scan_record_by_record(records))
+        assert rederive(records, blob) == list_rederive(records, blob)
 
     generated()
     key = SigningKey.generate()
-    for n, spec in enumerate([CellSpec(run_id="a", strace_events=200), CellSpec(run_id="b", turns=0, strace_events=0)]):
-        _, records = verify_and_read(write_cell(tmp_path / str(n), spec, key), key.verify_key)
-        assert _scan(records)[1:] == _scan_record_by_record(records)
-    run = record_old_run(tmp_path / "old")
-    _, records = verify_and_read(run, ensure_operator_key().verify_key)
-    assert _scan(records)[1:] == _scan_record_by_record(records) and _scan(records)[3]
+    for n, spec in enumerate([CellSpec(run_id="a", strace_events=200), CellSpec(run_id="b", turns=0, strace_events=0),
+                              CellSpec(run_id="c", streamed=True, live_input_tokens=7)]):
+        run = write_cell(tmp_path / str(n), spec, key)
+        _, records = verify_and_read(run, key.verify_key)
+        store = BlobStore(run / "blobs")
+        assert rederive(records, store.get) == list_rederive(records, store.get)
 
 
 _CLAUDE_STDOUT = b"".join(json.dumps(o).encode() + b"\n" for o in [

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caisson.detectors import DEFAULT_DETECTORS, DetectorConfig, Finding, reads, reads_of, run_detectors
-from caisson.detectors import route, route_for
+from caisson.detectors import Streamed, route, route_for
 from ledger import Record
 from ledger.events import (
     AgentCompaction, AgentConfigFound, ClientProcess, AgentError, AgentModelSwitch, AgentRetry, AgentToolCall, AgentToolResult, AgentTools, AgentUsage, BlobStored, DnsQuery, ExcludedPath,
@@ -345,3 +345,27 @@ def test_the_path_memos_never_change_a_finding(picks, before, config):
         list(detect(other, config))
         list(detect(list(reversed(other)), config))
     assert [list(detect(run, config)) for detect in detectors] == cold
+
+
+def streamed(records: list[Record], config: DetectorConfig) -> list[Finding]:
+    """The detectors fed the records one by one (replay's streaming runner)."""
+    run = Streamed(DEFAULT_DETECTORS, config)
+    for record in records:
+        run.feed(record)
+    return run.finish()
+
+
+def test_the_streaming_runner_gives_the_findings_of_each_detector_alone_on_the_known_bad_runs():
+    for config in (ARM, NO_ARM):
+        for run in KNOWN_BAD:
+            for records in (records_of(run), records_of(list(reversed(run)))):
+                assert streamed(records, config) == alone(records, config)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, len(POOL) - 1), max_size=60), st.sampled_from([ARM, NO_ARM]))
+def test_the_streaming_runner_gives_the_findings_of_each_detector_alone_on_any_stream(picks, config):
+    """Folds that end early, detectors over the call owners sharing one attribution, and
+    those handed their records at the end, all as each detector alone over every record."""
+    records = records_of(picks)
+    assert streamed(records, config) == alone(records, config)
