@@ -9,7 +9,9 @@ checked with nothing but a trusted public key (`verify_proof`).
 
 What a proof shows: that the holder of the key signed a tree head over ``upto`` records of
 run ``run_id`` whose leaves include these exact bytes at these positions. What it does not
-show: any other record (what came before or after, whether a record like it is absent),
+show: any other record (what came before or after, whether a record like it is absent;
+though the inclusion paths hold other records' unsalted leaf hashes, so a holder can test
+a guess of a neighbouring record's exact bytes),
 the records' absolute times (they are stored as differences from the previous record; the
 seal's ``wall_ns`` bounds them: they were signed by then), or that the run was clean.
 Fields cannot be withheld: a leaf is a record's whole canonical bytes, so a proof of part
@@ -126,15 +128,26 @@ def is_proof(path: Path) -> bool:
 def decode_proof(data: bytes, path: str = "<proof>") -> Proof:
     """Decode a proof file's bytes.
 
+    Only the bytes `encode_proof` writes are accepted: a field given twice, a field this
+    version does not know, or an integer not in its shortest form would let another
+    msgpack reader see records other than those checked (msgspec keeps a repeated key's
+    last value and skips unknown keys).
+
     Raises:
-        LedgerError: not a proof, or a field of the wrong shape (the message names it).
+        LedgerError: not a proof, a field of the wrong shape (the message names it), or
+            not in canonical form.
     """
     if not data.startswith(PROOF_MAGIC):
         raise LedgerError("not a caisson proof (bad magic)", path=path)
+    body = data[len(PROOF_MAGIC):]
     try:
-        return _decoder.decode(data[len(PROOF_MAGIC):])
+        proof = _decoder.decode(body)
     except (msgspec.DecodeError, RecursionError) as exc:
         raise LedgerError(f"proof undecodable: {exc}", path=path) from None
+    if _encoder.encode(proof) != body:
+        raise LedgerError("proof is not in canonical form (a field repeated or unknown, or an encoding"
+                          " caisson prove does not write)", path=path)
+    return proof
 
 
 def read_proof(path: Path) -> Proof:
