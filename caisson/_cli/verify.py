@@ -3,10 +3,12 @@ directory, or a proof file (`caisson prove`).
 
 Exit codes: 0 intact and closed (a proof: every check holds); 1 tampered (first bad record,
 offset, why; a fork names the sequence number two records claim and both frames' offsets),
-truncated (cut below a signed head held in ``--heads FILE``, naming its size), or a proof
+truncated (cut below a signed head held in ``--heads FILE``, naming its size; an emptied
+file, or one cut inside its header, too), or a proof
 that fails (naming each failing field); 3 intact but not closed (records after the last
 seal, torn frame cut; or a file that ends inside its header); 2 not a ledger (an empty file
-included), unreadable, a bad heads file, or usage.
+included, when no head is held), unreadable, a bad heads file, a proof file not in canonical
+form, or usage.
 """
 
 from __future__ import annotations
