@@ -447,3 +447,25 @@ def test_a_proof_discloses_its_neighbours_leaf_hashes(tmp_path):
     guess = msgspec.msgpack.encode(F.WireRecord(9, 1, 1, "recorder", Note(text="event 9")))
     assert proof.run.records[0].path[0] == leaf_hash(guess)
     assert proof.run.records[0].path[0] != leaf_hash(guess.replace(b"event 9", b"event 8"))
+
+
+def test_a_format_version_2_seal_passed_off_as_a_tree_head_is_refused(tmp_path):
+    """A version 2 seal signs a hash chain's head under another tag: given as version 3 (or as
+    2) with a record and a path computed to reach its head, it proves nothing."""
+    from ledger import LedgerProof, ProvenRecord, load_verify_key, read_records
+
+    golden = Path(__file__).parent / "test_golden" / "v2"
+    key = load_verify_key(golden / "signer.pub")
+    seals: list = []
+    records = list(read_records(golden, on_seal=seals.append))
+    seal = seals[-1]
+    first = records[0]
+    leaf = msgspec.msgpack.encode(F.WireRecord(0, first.wall_ns, first.mono_ns, first.source, first.event))
+    for version in (3, 2):
+        part = LedgerProof(run_id=seal.run_id, key_fingerprint=key.fingerprint, public_key=key.raw,
+                           format_version=version, seal=seal,
+                           records=[ProvenRecord(seq=0, leaf=leaf, path=[])])
+        # a tree of one leaf whose root is the chain head: the seal's size is not 1, and the signature's tag is 2
+        assert _refused(Proof(proof_version=PROOF_VERSION, run=part), [key])
+        one = replace(part, seal=replace(seal, upto=1, head=leaf_hash(leaf)))
+        assert _refused(Proof(proof_version=PROOF_VERSION, run=one), [key])
