@@ -231,10 +231,10 @@ def test_a_study_binding_of_another_run_or_cell_or_seal_is_refused(tmp_path):
     assert _refused(Proof(proof_version=PROOF_VERSION, run=p1, study=forged))
 
 
-@pytest.mark.xfail(strict=True, reason="verify_proof trusts one flat set of keys for both parts: a study proof of a"
-                   " cell signed by an enrolled host key needs that key trusted, and then the host can sign a"
-                   " study ledger of its own binding its cell (needs a key per part, e.g. verify --study-key)")
 def test_a_study_part_signed_by_the_cells_host_key_is_refused(tmp_path):
+    """A cell signed by an enrolled host's key needs that key trusted for the run part; the host
+    then signs a study ledger of its own binding its cell. The study part is checked against the
+    study's key alone, and with several keys trusted and none named for it, it is refused."""
     host = SigningKey.generate()  # the cell's host key, enrolled by the study; KEY is the operator's
     cell = _ledger(tmp_path / "cell", run_id="cell-1", key=host)
     part = prove(cell, [4], host.verify_key)
@@ -243,7 +243,21 @@ def test_a_study_part_signed_by_the_cells_host_key_is_refused(tmp_path):
                        ledger_head=part.seal.head.hex(), seal_signature=part.seal.signature.hex()), source="study")
     w.close()
     forged = Proof(proof_version=PROOF_VERSION, run=part, study=prove(tmp_path / "fake-study", [0], host.verify_key))
-    assert _refused(forged, [KEY.verify_key, host.verify_key])
+    both = [KEY.verify_key, host.verify_key]
+    report = verify_proof(forged, both, study_trusted=[KEY.verify_key])
+    assert report.status == "failed" and "study: key_fingerprint" in report.problems[0]
+    unnamed = verify_proof(forged, both)
+    assert unnamed.status == "failed" and "none is named for the study part" in unnamed.problems[0]
+    # the same cell bound by the operator's real study ledger verifies, naming both keys
+    w = LedgerWriter(tmp_path / "study", run_id="study-real", key=KEY, flush_records=1, flush_interval_s=3600)
+    w.append(CellEnded(cell_id="c1", attempt=1, run_id="cell-1", ledger_records=part.seal.upto,
+                       ledger_head=part.seal.head.hex(), seal_signature=part.seal.signature.hex()), source="study")
+    w.close()
+    honest = Proof(proof_version=PROOF_VERSION, run=part, study=prove(tmp_path / "study", [0], KEY.verify_key))
+    ok = verify_proof(honest, [host.verify_key], study_trusted=[KEY.verify_key])
+    assert ok.status == "ok", ok.problems
+    assert (ok.run_key, ok.study_key) == (host.verify_key.fingerprint, KEY.verify_key.fingerprint)
+    assert host.verify_key.fingerprint in ok.describe() and KEY.verify_key.fingerprint in ok.describe()
 
 
 # -- blobs -----------------------------------------------------------------------------------------
