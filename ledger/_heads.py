@@ -70,12 +70,14 @@ def load_heads(path: Path) -> list[Seal]:
     return heads
 
 
-def check_heads(header: Header, sealed: int, leaf_hashes: bytes, heads: Iterable[Seal], trusted: VerifyKey,
+def check_heads(header: Header | None, sealed: int, leaf_hashes: bytes, heads: Iterable[Seal], trusted: VerifyKey,
                 heads_path: str = "<heads>") -> HeadCheck:
     """Check a ledger's records against signed heads held outside it.
 
     Args:
-        header: the ledger's header.
+        header: the ledger's header; None when the file ends inside it (or is empty): the
+            ledger is then cut below every held head of one record or more, and the heads
+            must all be of one run (the run id the cut header no longer names).
         sealed: records covered by the ledger's last valid seal: the tree each held head
             must be a prefix of.
         leaf_hashes: the leaf hashes of at least those records, 32 bytes each.
@@ -87,13 +89,17 @@ def check_heads(header: Header, sealed: int, leaf_hashes: bytes, heads: Iterable
         LedgerError: a head of another run, not signed by ``trusted``, or not a format
             version 3 seal (naming ``heads_path`` and the head's position).
     """
+    if header is None:
+        sealed, leaf_hashes = 0, b""
     tree = _merkle.Tree(leaf_hashes[: 32 * sealed])
     root = tree.root(sealed)
     result = HeadCheck()
+    run_id = header.run_id if header is not None else None
     for i, head in enumerate(heads):
         where = f"head {i + 1} (size {head.upto})"
-        if head.run_id != header.run_id:
-            raise LedgerError(f"{where} is of run {head.run_id!r}, not {header.run_id!r}", path=heads_path)
+        run_id = head.run_id if run_id is None else run_id
+        if head.run_id != run_id:
+            raise LedgerError(f"{where} is of run {head.run_id!r}, not {run_id!r}", path=heads_path)
         try:
             message = _chain.signed_message(head, 3)
         except ValueError as exc:

@@ -9,7 +9,9 @@ checked with nothing but a trusted public key (`verify_proof`).
 
 What a proof shows: that the holder of the key signed a tree head over ``upto`` records of
 run ``run_id`` whose leaves include these exact bytes at these positions. What it does not
-show: any other record (what came before or after, whether a record like it is absent),
+show: any other record (what came before or after, whether a record like it is absent;
+though the inclusion paths hold other records' unsalted leaf hashes, so a holder can test
+a guess of a neighbouring record's exact bytes),
 the records' absolute times (they are stored as differences from the previous record; the
 seal's ``wall_ns`` bounds them: they were signed by then), or that the run was clean.
 Fields cannot be withheld: a leaf is a record's whole canonical bytes, so a proof of part
@@ -88,6 +90,8 @@ class ProofReport(msgspec.Struct, kw_only=True):
     records: list[int] = []  # the seqs proven
     blobs: int = 0
     study_run_id: str | None = None  # the study ledger segment binding the run, when the proof has one
+    run_key: str = ""  # the fingerprint of the key that signed the run part
+    study_key: str | None = None  # and the study part's, when the proof has one
     problems: list[str] = []
 
     @property
@@ -99,10 +103,11 @@ class ProofReport(msgspec.Struct, kw_only=True):
         """The lines `caisson verify PROOF` prints."""
         if self.status != "ok":
             return "\n".join([f"PROOF FAILS {self.path}:"] + [f"  {p}" for p in self.problems])
-        study = f"; bound as a cell by study ledger {self.study_run_id}" if self.study_run_id else ""
+        study = (f"; bound as a cell by study ledger {self.study_run_id} (signed by {self.study_key})"
+                 if self.study_run_id else "")
         seqs = ", ".join(map(str, self.records))
         return (f"PROOF OK {self.path}: run {self.run_id}, records {seqs} of a signed tree head of"
-                f" {self.tree_size} records, {self.blobs} blobs{study}")
+                f" {self.tree_size} records, {self.blobs} blobs, signed by {self.run_key}{study}")
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -126,15 +131,26 @@ def is_proof(path: Path) -> bool:
 def decode_proof(data: bytes, path: str = "<proof>") -> Proof:
     """Decode a proof file's bytes.
 
+    Only the bytes `encode_proof` writes are accepted: a field given twice, a field this
+    version does not know, or an integer not in its shortest form would let another
+    msgpack reader see records other than those checked (msgspec keeps a repeated key's
+    last value and skips unknown keys).
+
     Raises:
-        LedgerError: not a proof, or a field of the wrong shape (the message names it).
+        LedgerError: not a proof, a field of the wrong shape (the message names it), or
+            not in canonical form.
     """
     if not data.startswith(PROOF_MAGIC):
         raise LedgerError("not a caisson proof (bad magic)", path=path)
+    body = data[len(PROOF_MAGIC):]
     try:
-        return _decoder.decode(data[len(PROOF_MAGIC):])
+        proof = _decoder.decode(body)
     except (msgspec.DecodeError, RecursionError) as exc:
         raise LedgerError(f"proof undecodable: {exc}", path=path) from None
+    if _encoder.encode(proof) != body:
+        raise LedgerError("proof is not in canonical form (a field repeated or unknown, or an encoding"
+                          " caisson prove does not write)", path=path)
+    return proof
 
 
 def read_proof(path: Path) -> Proof:
@@ -261,24 +277,37 @@ def _event(env: Envelope) -> object:
         return None
 
 
-def verify_proof(proof: Proof, trusted: Sequence[VerifyKey], path: str = "<proof>") -> ProofReport:
+def verify_proof(proof: Proof, trusted: Sequence[VerifyKey], path: str = "<proof>",
+                 study_trusted: Sequence[VerifyKey] | None = None) -> ProofReport:
     """Check a proof with nothing but trusted keys: signatures, inclusion proofs, blob
     hashes and, for a study proof, that the study record binds the run's seal.
 
+    The study part is checked against its own keys: a cell may be signed by an enrolled host's
+    key, and a host trusted for its cells must not be able to sign a study ledger of its own
+    that binds them. With one trusted key and no ``study_trusted``, that key signs both parts.
+
     Args:
         proof: as `read_proof` gives it.
-        trusted: the keys a part may be signed with (a study and its cells may differ).
+        trusted: the keys the run part may be signed with.
         path: named in the report.
+        study_trusted: the keys the study part may be signed with; required (a problem
+            otherwise) when the proof has a study part and ``trusted`` holds several keys.
     """
     report = ProofReport(path=path, run_id=proof.run.run_id, tree_size=proof.run.seal.upto,
-                         records=[r.seq for r in proof.run.records], blobs=len(proof.run.blobs))
+                         records=[r.seq for r in proof.run.records], blobs=len(proof.run.blobs),
+                         run_key=proof.run.key_fingerprint)
     problems = []
     if proof.proof_version != PROOF_VERSION:
         problems.append(f"proof_version {proof.proof_version}: this caisson reads version {PROOF_VERSION}")
     problems += _check_ledger_proof(proof.run, trusted, "run")
     if proof.study is not None:
         report.study_run_id = proof.study.run_id
-        problems += _check_ledger_proof(proof.study, trusted, "study")
+        report.study_key = proof.study.key_fingerprint
+        if study_trusted is None and len(trusted) > 1:
+            problems.append(f"study: {len(trusted)} keys are trusted and none is named for the study part"
+                            " (the key of the study ledger: verify --study-key)")
+        else:
+            problems += _check_ledger_proof(proof.study, trusted if study_trusted is None else study_trusted, "study")
         problems += _check_binding(proof.study, proof.run)
     report.problems = problems
     report.status = "failed" if problems else "ok"

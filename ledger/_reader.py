@@ -122,7 +122,8 @@ class VerifyReport(msgspec.Struct, kw_only=True):
             if self.sealed:
                 lines.append(f"  records 0..{self.sealed - 1} verified before it")
         elif self.status == "truncated":
-            lines.append(f"TRUNCATED {self.path}: run {self.run_id}: cut at {self.sealed} sealed records, below a"
+            run = f"run {self.run_id}" if self.run_id is not None else "the header is cut"
+            lines.append(f"TRUNCATED {self.path}: {run}: cut at {self.sealed} sealed records, below a"
                          f" signed head of {self.truncated_at} records held outside it ({self.records} records remain)")
         elif self.run_id is None:
             lines.append(
@@ -462,15 +463,18 @@ def verify_ledger(path: Path, trusted: VerifyKey, *, heads: Sequence[Seal] | Non
             proves nothing: anyone can re-sign a rewritten ledger).
         heads: signed heads held outside the ledger (`ledger.load_heads`): the ledger must
             be consistent with each (RFC 9162), and one it is cut below makes it
-            ``truncated``; one it disagrees with, ``tampered``.
+            ``truncated``; one it disagrees with, ``tampered``. A file that is empty or
+            ends inside its header is cut below every held head of one record or more.
         heads_path: where ``heads`` came from, for messages.
 
     Returns:
         A `VerifyReport`; its ``exit_code`` is the `caisson verify` exit status. A file
-        that ends inside its header is ``unclosed`` (torn), with ``run_id`` None.
+        that ends inside its header is ``unclosed`` (torn), with ``run_id`` None, or
+        ``truncated`` below a held head.
 
     Raises:
-        NotALedgerError: the file is empty, or does not start with the ledger magic.
+        NotALedgerError: the file is empty (and no head is held), or does not start with
+            the ledger magic.
         LedgerError: unreadable, or an unsupported format version; a held head of
             another run, not signed by ``trusted`` or not a format version 3 seal.
     """
@@ -528,12 +532,17 @@ def _verify(path: Path, trusted: VerifyKey, *, decode: bool, kept_blobs: dict[st
             keep_roles: tuple[str, ...] = (), heads: Sequence[Seal] | None = None,
             heads_path: str = "<heads>") -> tuple[VerifyReport, list[Record]]:
     ledger_path, blobs = locate(path)
-    data = _read_ledger(ledger_path)
+    try:
+        data = _read_ledger(ledger_path)
+    except NotALedgerError:  # empty: with held heads, a ledger cut to nothing
+        if not heads:
+            raise
+        data = b""
     checker = LedgerChecker(trusted, decode=decode, keep_leaves=heads is not None)
     checker.feed(data)
     records = list(checker.records())
     report = _report(checker, data, ledger_path, blobs, kept_blobs, keep_roles)
-    if heads is not None and checker.header is not None:
+    if heads is not None:
         found = check_heads(checker.header, checker.sealed, bytes(checker.leaf_hashes), heads, trusted, heads_path)
         report.heads_checked = found.checked
         if found.status == "inconsistent" and report.status != "tampered":

@@ -324,7 +324,7 @@ def prove_tool_call(console: Console, study_dir: Path, work: Path) -> bool:
     (work / "call.proof").write_bytes(encode_proof(proof))
     shutil.copy(operator_key_paths()[1], work / "operator.pub")
     console.print(f"  caisson prove {os.path.relpath(run_dir)} --seq {seq} --study {os.path.relpath(study_dir)}"
-                  f" --out {work / 'call.proof'}  ({(work / 'call.proof').stat().st_size} bytes)")
+                  f" --out {work / 'call.proof'}  ({(work / 'call.proof').stat().st_size} bytes)", soft_wrap=True)
     # a fresh directory and a fresh CAISSON_HOME: only the proof and the public key
     env = {k: v for k, v in os.environ.items() if k != "CAISSON_HOME"} | {"CAISSON_HOME": str(work / "home")}
     import sys
@@ -332,7 +332,7 @@ def prove_tool_call(console: Console, study_dir: Path, work: Path) -> bool:
     proc = subprocess.run([sys.executable, "-m", "caisson.cli", "verify", "call.proof", "--key", "operator.pub"],
                           cwd=work, env=env, capture_output=True, text=True)
     for line in (proc.stdout + proc.stderr).strip().splitlines():
-        console.print(f"  {line}")
+        console.print(f"  {line}", soft_wrap=True)  # one line each, as verify printed it
     console.print(f"  in {work} (only call.proof and operator.pub): caisson verify call.proof --key operator.pub"
                   f" -> exit {proc.returncode}")
     return proc.returncode == 0

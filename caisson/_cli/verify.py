@@ -3,10 +3,12 @@ directory, or a proof file (`caisson prove`).
 
 Exit codes: 0 intact and closed (a proof: every check holds); 1 tampered (first bad record,
 offset, why; a fork names the sequence number two records claim and both frames' offsets),
-truncated (cut below a signed head held in ``--heads FILE``, naming its size), or a proof
+truncated (cut below a signed head held in ``--heads FILE``, naming its size; an emptied
+file, or one cut inside its header, too), or a proof
 that fails (naming each failing field); 3 intact but not closed (records after the last
 seal, torn frame cut; or a file that ends inside its header); 2 not a ledger (an empty file
-included), unreadable, a bad heads file, or usage.
+included, when no head is held), unreadable, a bad heads file, a proof file not in canonical
+form, or usage.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", help="a run directory, a ledger file, a study directory, or a proof file")
     p.add_argument("--key", metavar="PUBKEY", action="append",
                    help="trust this public key (default: the operator key); a proof may name several")
+    p.add_argument("--study-key", metavar="PUBKEY",
+                   help="a study proof: the key its study ledger must be signed with (default: --key, when given once)")
     p.add_argument("--heads", metavar="FILE",
                    help="signed heads a monitor kept (caisson tail --heads): the ledger must be consistent with each")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -45,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     keys = [trusted_key(path) for path in args.key] if args.key else [trusted_key(None)]
     if is_proof(args.path):
         return _run_proof(args, keys)
+    if args.study_key:
+        raise UsageError("--study-key applies to a study proof, not a ledger or a study directory")
     if len(keys) > 1:
         raise UsageError("--key once, except for a proof file")
     key = keys[0]
@@ -101,7 +107,13 @@ def _run_proof(args: argparse.Namespace, keys) -> int:
 
     if args.heads:
         raise UsageError("--heads applies to a run's ledger, not a proof")
-    report = verify_proof(read_proof(args.path), keys, path=args.path)
+    from caisson.home import trusted_key
+
+    proof = read_proof(args.path)
+    if args.study_key and proof.study is None:
+        raise UsageError(f"--study-key: {args.path} is a proof of a run alone (no study part)")
+    study_keys = [trusted_key(args.study_key)] if args.study_key else None
+    report = verify_proof(proof, keys, path=args.path, study_trusted=study_keys)
     if args.json:
         out = msgspec.to_builtins(report)
         out["exit_code"] = report.exit_code

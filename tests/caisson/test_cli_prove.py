@@ -136,3 +136,43 @@ def test_the_demo_proves_a_tool_call_of_a_study_cell(op_key, tmp_path):
     text = console.export_text()
     assert "--seq 8 --study" in text and "PROOF OK call.proof" in text and "bound as a cell by study ledger study-seg" in text
     assert sorted(p.name for p in (tmp_path / "proof").iterdir() if p.name != "home") == ["call.proof", "operator.pub"]
+
+
+def test_verify_checks_a_study_proofs_parts_against_their_own_keys(op_key, tmp_path, capsys):
+    """A cell signed by a host's key and bound by the operator's study ledger: with both keys
+    trusted, `verify` needs `--study-key` to say which signs the study, and a study part the
+    host signed itself fails against it; `--study-key` on anything but a study proof is refused."""
+    from ledger import PROOF_VERSION, Proof, generate_keypair, prove, read_records
+
+    host = generate_keypair(tmp_path / "host.key", tmp_path / "host.pub")
+    cell = _run(tmp_path / "cell", host, run_id="cell-c1")
+    seals = []
+    for _ in read_records(cell, on_seal=seals.append):
+        pass
+    final = seals[-1]
+
+    def study_proof(key: SigningKey, name: str) -> Path:
+        with LedgerWriter(tmp_path / name, run_id="study-seg", key=key, flush_records=1) as w:
+            w.append(CellEnded(cell_id="c1", attempt=1, run_id="cell-c1", run_dir="cells/c1", status="clean",
+                               counting=True, ledger_records=final.upto, ledger_head=final.head.hex(),
+                               ledger_final=True, seal_signature=final.signature.hex()), source="study")
+        proof = Proof(proof_version=PROOF_VERSION, run=prove(cell, [8], host.verify_key),
+                      study=prove(tmp_path / name, [0], key.verify_key))
+        (out := tmp_path / f"{name}.proof").write_bytes(encode_proof(proof))
+        return out
+
+    op_pub = str(operator_key_paths()[1])
+    both = ["--key", str(tmp_path / "host.pub"), "--key", op_pub]
+    honest = study_proof(op_key, "study")
+    capsys.readouterr()
+    assert main(["verify", str(honest), *both]) == 1
+    assert "none is named for the study part" in capsys.readouterr().out
+    assert main(["verify", str(honest), *both, "--study-key", op_pub]) == 0
+    said = capsys.readouterr().out
+    assert f"signed by {host.verify_key.fingerprint}" in said and f"signed by {op_key.verify_key.fingerprint}" in said
+    forged = study_proof(host, "fake-study")  # the host signs a study ledger of its own binding its cell
+    assert main(["verify", str(forged), *both]) == 1
+    assert main(["verify", str(forged), *both, "--study-key", op_pub]) == 1
+    assert "study: key_fingerprint" in capsys.readouterr().out
+    assert main(["verify", str(cell), "--study-key", op_pub]) == 2
+    assert "--study-key applies to a study proof" in capsys.readouterr().err
