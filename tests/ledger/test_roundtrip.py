@@ -282,14 +282,20 @@ def test_a_failed_fsync_is_not_retried_into_a_durable_claim(tmp_path, monkeypatc
     assert verify_ledger(tmp_path / "ledger", KEY.verify_key).status == "unclosed"
 
 
+def _fsync_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "ledger-fsync"}
+
+
 def test_close_ends_the_fsync_thread(tmp_path):
+    before = _fsync_threads()  # other tests' writers in this process may still hold theirs
     w = LedgerWriter(tmp_path / "ledger", run_id="r", key=KEY, flush_records=1, flush_interval_s=3600)
     for i in range(20):
         w.append(Note(text=str(i)), source="t")
-    assert any(t.name == "ledger-fsync" for t in threading.enumerate())
+    own = _fsync_threads() - before
+    assert own
     w.close()
     assert w.sealed == 20
-    assert not any(t.name == "ledger-fsync" for t in threading.enumerate())
+    assert not any(t.is_alive() for t in own)
 
 
 def test_a_thread_that_could_not_start_is_started_by_the_next_request(tmp_path, monkeypatch):
