@@ -375,9 +375,16 @@ def test_monitor_receives_every_event_in_order(chamber_image, tmp_path):
     run_dir = tmp_path / "run"
     assert main(["record", "--monitor", f"unix:{path}", "--out", str(run_dir), "--", "echo", "hi"]) == 0
     thread.join(timeout=10)
-    seqs = [r.seq for r in records_of(run_dir)]
-    assert [x["seq"] for x in received] == seqs
-    assert received[-1]["kind"] == "run.ended"
+    seals: list = []
+    seqs = [r.seq for r in read_records(run_dir, on_seal=seals.append)]
+    events = [x for x in received if "head" not in x]
+    assert [x["seq"] for x in events] == seqs
+    assert events[-1]["kind"] == "run.ended"
+    # head lines (ledger.HeldHead): seals of the ledger, in order, each after the records it covers
+    heads = [(i, x["head"]["upto"]) for i, x in enumerate(received) if "head" in x]
+    assert heads and {upto for _, upto in heads} <= {s.upto for s in seals}
+    assert [upto for _, upto in heads] == sorted({upto for _, upto in heads})
+    assert all(sum("head" not in x for x in received[:i]) >= upto for i, upto in heads)
 
 
 def test_absent_monitor_never_blocks_the_run(chamber_image, tmp_path):
