@@ -214,13 +214,18 @@ def test_llm_call_recorded_field_by_field(witness, endpoint_path, stream, compre
         assert llm.normalized.total_tokens == 4640
 
 
-def _calls_after(witness: Witness, exchange: HttpExchange) -> list[LlmCall]:
-    """The llm.call submitted right after ``exchange`` (the witness emits them in a row)."""
-    subs = list(witness.submissions)
-    for i, s in enumerate(subs):
-        if s.event is exchange and i + 1 < len(subs) and isinstance(subs[i + 1].event, LlmCall):
-            return [subs[i + 1].event]
-    return []
+def _calls_after(witness: Witness, exchange: HttpExchange, timeout: float = 15.0) -> list[LlmCall]:
+    """The llm.call submitted right after ``exchange`` (the witness emits them in a row, one
+    submission after the other: the next may not be there yet when ``exchange`` is)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        subs = list(witness.submissions)
+        at = next((i for i, s in enumerate(subs) if s.event is exchange), None)
+        if at is not None and at + 1 < len(subs):
+            return [subs[at + 1].event] if isinstance(subs[at + 1].event, LlmCall) else []
+        if time.monotonic() > deadline:
+            return []
+        time.sleep(0.02)
 
 
 # --- policy ------------------------------------------------------------------------------
