@@ -106,3 +106,14 @@ def codex_grep_run(agent_image, tmp_path_factory) -> tuple[Path, Path, Path]:
         path = agent_runs.codex_scenario(root, address)
         assert agent_runs.record_codex(path, repo, root / "run") == 0
     return path, repo, root / "run"
+
+
+@pytest.fixture(scope="module")
+def op_key():
+    """The operator's signing key (`caisson keygen` once; an existing key is kept)."""
+    from caisson.cli import main
+    from caisson.home import operator_key
+
+    if main(["keygen"]) not in (0, 2):  # 2: exists from an earlier test module
+        raise AssertionError
+    return operator_key()

@@ -11,22 +11,12 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from caisson.cli import main
-from caisson.home import operator_key
 from ledger import BlobStore, LedgerWriter, SigningKey
 from ledger import _format as F
 from ledger.events import FileOpen, Note, ProcessExec, RunEnded
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def op_key() -> SigningKey:
-    if main(["keygen"]) not in (0, 2):  # 2: exists from an earlier test module
-        raise AssertionError
-    return operator_key()
 
 
 def _run_dir(tmp_path: Path, key: SigningKey, *, close: bool = True) -> Path:

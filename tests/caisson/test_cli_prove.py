@@ -10,24 +10,16 @@ import sys
 from pathlib import Path
 
 import msgspec
-import pytest
 from rich.console import Console
 
 from caisson._cli.demo import prove_tool_call
 from caisson.cli import main
-from caisson.home import operator_key, operator_key_paths
+from caisson.home import operator_key_paths
 from ledger import LedgerWriter, SigningKey, decode_proof, encode_proof
 from ledger import _format as F
 from ledger.events import AgentToolCall, CellEnded, Note, RunEnded
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def op_key() -> SigningKey:
-    if main(["keygen"]) not in (0, 2):  # 2: exists from an earlier test module
-        raise AssertionError
-    return operator_key()
 
 
 def _run(path: Path, key: SigningKey, *, run_id: str = "prove-cli", n: int = 10) -> Path:
