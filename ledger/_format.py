@@ -41,8 +41,8 @@ from ledger._sansio import NEED_DATA, NeedData, ParserClosedError
 from ledger.events import Event
 
 __all__ = [
-    "Damage", "Envelope", "FORMAT_VERSION", "FRAME_HEADER_SIZE", "FRAME_RECORDS", "FRAME_SEAL", "Frame",
-    "FrameParser", "HASH_ALG", "HEADER_PREFIX_SIZE", "Header", "MAGIC", "MAX_BODY", "MAX_PAYLOAD",
+    "BLOBS_DIR", "Damage", "Envelope", "FORMAT_VERSION", "FRAME_HEADER_SIZE", "FRAME_RECORDS", "FRAME_SEAL", "Frame",
+    "FrameParser", "HASH_ALG", "HEADER_PREFIX_SIZE", "Header", "LEDGER_FILE", "MAGIC", "MAX_BODY", "MAX_PAYLOAD",
     "READABLE_VERSIONS", "Record", "Seal", "WireRecord", "ZSTD_MAGIC", "decompress_records", "encode_frame",
     "encode_header", "envelope_list_decoder", "header_decoder", "msgpack_array_header", "record_encoder",
     "seal_decoder", "wire_list_decoder",
@@ -52,6 +52,8 @@ FORMAT_VERSION: Final = 3  # what the writer writes
 READABLE_VERSIONS: Final = (1, 2, 3)  # what the reader reads
 MAGIC: Final = b"\x89CSNLDG\n"
 HASH_ALG: Final = "sha256"
+LEDGER_FILE: Final = "ledger"  # a run directory's ledger file
+BLOBS_DIR: Final = "blobs"  # and its blob store, beside it
 
 FRAME_RECORDS: Final = 1
 FRAME_SEAL: Final = 2

@@ -23,7 +23,9 @@ from ledger._blobs import BlobStore
 from ledger._errors import LedgerError, NotALedgerError
 from ledger._heads import check_heads
 from ledger._format import (
+    BLOBS_DIR,
     FRAME_RECORDS,
+    LEDGER_FILE,
     MAGIC,
     NEED_DATA,
     Damage,
@@ -42,7 +44,6 @@ from ledger._format import (
     wire_list_decoder,
 )
 from ledger._keys import VerifyKey
-from ledger._writer import BLOBS_DIR, LEDGER_FILE
 from ledger.events import BlobStored, WitnessRaw, decode_event
 
 __all__ = [

@@ -33,10 +33,12 @@ from ledger._append import Appender
 from ledger._blobs import BlobStore
 from ledger._errors import LedgerError, WriterClosedError
 from ledger._format import (
+    BLOBS_DIR,
     FORMAT_VERSION,
     FRAME_RECORDS,
     FRAME_SEAL,
     HASH_ALG,
+    LEDGER_FILE,
     Header,
     Record,
     Seal,
@@ -50,8 +52,6 @@ from ledger.events import EVENT_TYPES, SCHEMA_VERSION, BlobStored, Event, Witnes
 
 __all__ = ["LedgerWriter", "Submission", "run_writer", "LEDGER_FILE", "BLOBS_DIR"]
 
-LEDGER_FILE = "ledger"
-BLOBS_DIR = "blobs"
 
 RecordListener = Callable[[Record], None]
 SealListener = Callable[[Seal], None]

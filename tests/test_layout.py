@@ -346,7 +346,7 @@ def test_every_module_pins_its_all():
 
 
 def test_lazy_faces_resolve_every_name():
-    """A lazy face (``caisson._lazy``) resolves each name of its ``__all__`` and lists it in ``dir()``."""
+    """A lazy face (``ledger.lazy``) resolves each name of its ``__all__`` and lists it in ``dir()``."""
     modules = _package_sources()
     lazy = sorted(name for name, path in modules.items() if "__getattr__" in _bound_names(path))
     assert {"caisson.agents", "caisson.chamber", "caisson.run", "caisson.study"} <= set(lazy)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from caisson._lazy import lazy_face
+from ledger.lazy import lazy_face
 from caisson.agents import claude_code, codex, copilot, mini_swe_agent, opencode
 from caisson.errors import ScenarioError, UsageError
 from caisson.grants import granted_by, grants_by_tool, parse_grant

@@ -12,7 +12,7 @@ recorder is dead (`caisson.chamber._reap`), the chamber's environment
 
 from typing import TYPE_CHECKING
 
-from caisson._lazy import lazy_face
+from ledger.lazy import lazy_face
 from caisson.chamber._view import CHAMBER_HOSTNAME, ETC_FILES, mountinfo_seen
 from caisson.chamber._containment import containment_hits, prompt_windows, scan_tree
 from caisson.chamber._firewall import guard_bridge, unguard_bridge

@@ -8,7 +8,7 @@ lives in `collectors`; the chamber in `caisson.chamber`.
 
 from typing import TYPE_CHECKING
 
-from caisson._lazy import lazy_face
+from ledger.lazy import lazy_face
 from caisson.run._session import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_TIMEOUT, RunOutcome
 from caisson.run.plan import Controls, RecordOptions, RunPlan, plan_run
 from caisson.run.record import new_run_id, record

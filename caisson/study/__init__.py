@@ -9,14 +9,14 @@ docs/studies.md describes the directory, the study ledger's events and the execu
 
 The names below are imported on first use (PEP 562): importing one submodule (a Ray host
 importing `caisson.study._ray` for its first session) does not import them all (the
-runner, replay, the report and numpy); see `caisson._lazy`.
+runner, replay, the report and numpy); see `ledger.lazy`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from caisson._lazy import lazy_face
+from ledger.lazy import lazy_face
 
 if TYPE_CHECKING:
     from caisson.study._dispatch import SessionJob, SessionResult

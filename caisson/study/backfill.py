@@ -48,7 +48,8 @@ from caisson.study.backfillledger import BACKFILL_DIR, backfill_segments, read_b
 from caisson.study.studyledger import (announce, enrolled_keys, read_study, run_trust, sealed_state, segments,
                                       study_lock)
 from caisson.study.verify import verify_study
-from ledger import BlobStore, LedgerWriter, Record, SigningKey, VerifyKey, verify_and_read
+import ledger
+from ledger import BlobStore, Record, SigningKey, VerifyKey, verify_and_read
 from ledger.events import (AgentSessionFile, BackfillRecorded, BackfillStarted, BaselineMeasured, CellEnded,
                            StudyPlanned, TokenBackfilled)
 
@@ -246,7 +247,7 @@ def _write_segment(study_dir: Path, key: SigningKey, events: list[TokenBackfille
         shutil.rmtree(partial)  # a backfill that crashed before its segment was closed
     partial.mkdir(parents=True)
     run_id = time.strftime("backfill-%Y%m%dT%H%M%SZ", time.gmtime())
-    with LedgerWriter(partial / "ledger", run_id=run_id, key=key, blobs=BlobStore(partial / "blobs"),
+    with ledger.LedgerWriter(partial / "ledger", run_id=run_id, key=key, blobs=BlobStore(partial / "blobs"),
                       flush_records=1 << 20, flush_interval_s=float("inf")) as writer:
         writer.append(BackfillStarted(
             study_head=head, previous_run_id=(previous.run_id or "") if previous else "",

@@ -31,7 +31,8 @@ from pathlib import Path
 import msgspec
 
 from caisson.errors import UsageError
-from ledger import (BlobStore, LedgerChecker, LedgerError, LedgerWriter, Record, SigningKey, VerifyKey, VerifyReport,
+import ledger
+from ledger import (BlobStore, LedgerChecker, LedgerError, Record, SigningKey, VerifyKey, VerifyReport,
                     locate, verify_and_read)
 from ledger.events import BackfillRecorded, HostKey, JudgeRecorded, StudyResumed
 
@@ -300,7 +301,7 @@ class StudyLedger:
         seg = self.study_dir / STUDY_DIR / f"{len(existing):03d}"
         seg.mkdir(parents=True)
         self.path = seg
-        self.writer = LedgerWriter(seg / "ledger", run_id=run_id, key=key, blobs=BlobStore(seg / "blobs"),
+        self.writer = ledger.LedgerWriter(seg / "ledger", run_id=run_id, key=key, blobs=BlobStore(seg / "blobs"),
                                    flush_records=1 << 20, flush_interval_s=float("inf"))
         if previous is not None:
             self.append(StudyResumed(previous_run_id=previous.run_id or "", previous_records=previous.records,
@@ -367,7 +368,7 @@ def announce(study_dir: Path, key: SigningKey, ledger_dir: Path, kind: type[Judg
     if partial.exists():
         shutil.rmtree(partial)  # an announcement that crashed before its segment was closed
     partial.mkdir()
-    with LedgerWriter(partial / "ledger", run_id=run_id, key=key, blobs=BlobStore(partial / "blobs"),
+    with ledger.LedgerWriter(partial / "ledger", run_id=run_id, key=key, blobs=BlobStore(partial / "blobs"),
                       flush_records=1 << 20, flush_interval_s=float("inf")) as writer:
         for event in (StudyResumed(previous_run_id=previous.run_id or "", previous_records=previous.records,
                                    previous_head=previous.head, previous_final=previous.final),

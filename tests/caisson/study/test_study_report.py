@@ -210,3 +210,15 @@ def test_the_report_says_where_todays_verdict_differs_from_the_recorded_one(tmp_
         assert all(c.verdict_change.startswith("recorded void (host_stalled)" if name == "stalled"
                                                else "recorded clean 0.00") for c in data.cells)
         assert {c.status for c in data.cells} == {"clean"}  # the figures are today's
+
+
+def test_the_report_command_imports_no_recorder(tmp_path):
+    """`caisson study report` reads and recomputes; it starts no chamber, witness or writer, so it
+    imports none of the recorder's libraries (trio alone costs about 180 ms of its start)."""
+    from tests._fixtures.startup import imported_modules
+
+    _synthetic_study(tmp_path / "study")
+    code, modules = imported_modules(["study", "report", str(tmp_path / "study")], tmp_path)
+    assert code == 0
+    recorder = ("trio", "aiodocker", "aiohttp", "mitmproxy", "ledger._writer", "collectors.procfs")
+    assert sorted(m for m in modules if any(m == r or m.startswith(r + ".") for r in recorder)) == []
